@@ -1,0 +1,25 @@
+# The two commands a new user needs: `make demo` (the main job) and `make test`.
+PY := .venv/bin/python
+export HF_HUB_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+export ANONYMIZED_TELEMETRY := False
+
+.PHONY: setup demo test test-slow lint bench
+
+setup:
+	@scripts/bootstrap.sh
+
+demo: setup
+	@$(PY) -m strata demo --file ../shared/data/locomo/conv-26.json --questions 5
+
+test: setup
+	@$(PY) -m pytest -m "not slow" -q
+
+test-slow: setup
+	@$(PY) -m pytest -m slow -q; rc=$$?; if [ $$rc -eq 5 ]; then echo "no slow tests selected"; exit 0; fi; exit $$rc
+
+lint: setup
+	@.venv/bin/ruff check .
+
+bench: setup
+	@$(PY) benchmarks/ingest_and_query.py

@@ -1,0 +1,80 @@
+"""Small pieces every role node uses: its store, its trace line, its evidence.
+
+Kept in one place so that the role modules only hold what makes each role
+different.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from langgraph.runtime import Runtime
+
+from graph.context import Context
+from graph.state import Evidence, RoleNote, State
+from memory.registry import open_store
+from memory.records import Record
+from memory.store import Hit, MemoryStore
+
+OFFLINE = "offline"
+
+
+def store_of(runtime: Runtime[Context]) -> MemoryStore:
+    """The namespace's memory for this run."""
+    context = runtime.context
+    return open_store(context.store_settings(), context.namespace.strip())
+
+
+def model_policy_name(context: Context) -> str:
+    if context.chat_model is not None:
+        return f"model:{getattr(context.chat_model, 'model_name', None) or type(context.chat_model).__name__}"
+    return f"model:{context.model}"
+
+
+def fallback_policy(problem: str) -> str:
+    """The policy label of an output the offline policy produced because the model's was unusable."""
+    return f"{OFFLINE} (model output unusable: {problem})"
+
+
+def traced(state: State, role: str, policy: str, summary: str) -> list[RoleNote]:
+    """The run's trace with one more line."""
+    return [*state.trace, RoleNote(role=role, policy=policy, summary=summary)]
+
+
+def evidence_of(record: Record, score: float = 0.0, found_by: Sequence[str] = ()) -> Evidence:
+    return Evidence(
+        id=record.id,
+        kind=record.kind,
+        text=record.text,
+        dialogue_id=record.dialogue_id,
+        source_ids=list(record.source_ids),
+        speaker=record.speaker,
+        time=record.time,
+        score=score,
+        found_by=list(found_by),
+        label=record.label(),
+    )
+
+
+def evidence_from_hits(hits: Iterable[Hit]) -> list[Evidence]:
+    return [evidence_of(hit.record, hit.score, hit.found_by) for hit in hits]
+
+
+def current_turn_text(state: State) -> str:
+    """The text the run is about: the turn being processed, else the question."""
+    if state.turns and state.cursor < len(state.turns):
+        return state.turns[state.cursor].text
+    if state.question.strip():
+        return state.question
+    return state.turns[-1].text if state.turns else ""
+
+
+def format_evidence(items: Sequence[Evidence]) -> str:
+    """The evidence as the roles' prompts show it: one labelled line per record."""
+    return "\n".join(item.label or item.text for item in items) or "(none)"
+
+
+def format_window(store: MemoryStore) -> str:
+    """Working memory (the recent turns) as the roles' prompts show it."""
+    lines = [f"[{t['dia_id']}] {t['speaker']}: {t['text']}" for t in store.working()]
+    return "\n".join(lines) or "(empty)"

@@ -1,0 +1,314 @@
+"""The Memory role: writes each turn at every granularity (AMA Constructor, AdaMem Memory Agent).
+
+It runs twice per turn. First (intake) it stores the raw turn verbatim and
+pushes it to working memory before anything else can fail: a write-ahead that
+no later error can undo. After research, judge and refresher have looked at the
+turn (stage "intake"), it derives facts, closes an episode when a boundary is
+reached, distils persona traits and links the new records: temporal neighbours
+and shared entities (MAGMA), derived-from, and the earlier turns research found
+related (AMA's R_t, A-MEM's links).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from langgraph.runtime import Runtime
+from pydantic import BaseModel, Field
+
+from agents.common import OFFLINE, fallback_policy, format_evidence, format_window, model_policy_name, store_of, traced
+from agents.llm import ask_json, chat_model
+from graph.context import Context
+from graph.state import RoleNote, State, fresh_run, validate_turns
+from memory.entities import STOPWORDS, extract_entities
+from memory.episodes import Boundary, OpenSegment, detect_boundary, narrate, title_of
+from memory.errors import InputError
+from memory.facts import FactDraft, extract_facts
+from memory.persona import aspect_of, persona_id
+from memory.records import Link, LinkType, Record, Turn
+from memory.store import MemoryStore
+from prompts import memory as prompts
+
+OPEN_SEGMENT = "open_episode"
+LAST_RAW = "last_raw"
+ENTITY_LAST = "entity_last"
+TURN_COUNTER = "turn_counter"
+MAX_TRACKED_ENTITIES = 5000
+
+
+class ModelFact(BaseModel):
+    content: str = Field(..., min_length=1)
+    subject: str = ""
+    attribute: str = ""
+    value: str = ""
+
+
+class ModelFacts(BaseModel):
+    """AMA's Constructor output contract, plus subject/attribute/value for conflict checks."""
+
+    facts: list[ModelFact] = Field(default_factory=list)
+    related_id: list[str] = Field(default_factory=list)
+    timestamp: str = "empty"
+
+
+class ModelBoundary(BaseModel):
+    """AMA's episode trigger output."""
+
+    T_t: int = Field(..., ge=0, le=1)
+    reason: str = ""
+    confidence: float = 0.5
+    topic_summary: str = ""
+
+
+class ModelEpisode(BaseModel):
+    """AMA's episode writer output."""
+
+    title: str = Field(..., min_length=1)
+    content: str = Field(..., min_length=1)
+    timestamp: str = ""
+
+
+def memory(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
+    """Intake (raw, write-ahead) or derive (facts, episodes, persona, links), by stage."""
+    if state.stage == "intake":
+        return _derive(state, runtime)
+    return _intake(state, runtime)
+
+
+def _intake(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
+    update: dict[str, Any] = fresh_run() if state.stage == "done" else {}
+    cursor = int(update.get("cursor", state.cursor))
+    if not state.turns:
+        raise InputError(
+            f"mode {runtime.context.mode!r} needs turns: pass {{'turns': [{{'speaker': 'Ann', 'text': '...'}}]}}"
+        )
+    store = store_of(runtime)
+    turns = validate_turns(list(state.turns)) if cursor == 0 else [*state.turns]
+    if cursor == 0:
+        _prefetch(store, turns, chat_model(runtime.context) is None)
+    turn = _with_ids(store, turns[cursor])
+    turns[cursor] = turn
+    raw_id = f"raw:{turn.dia_id}"
+    trace = list(update.get("trace", state.trace))
+    stored = list(update.get("stored_ids", state.stored_ids))
+    existing = store.get([raw_id])
+    if existing and existing[0].text == turn.text:
+        notes = [*update.get("notes", state.notes), f"{turn.dia_id} is already stored: skipped"]
+        return {**update, "turns": turns, "cursor": cursor + 1, "stage": "stored", "notes": notes,
+                "trace": [*trace, RoleNote(role="memory", policy=OFFLINE, summary=f"{turn.dia_id} already stored")]}
+    record = Record(
+        id=raw_id, kind="raw", text=turn.text, namespace=store.namespace, dialogue_id=turn.dia_id or "",
+        session=turn.session_label(), speaker=turn.speaker, time=turn.time, source_ids=[turn.dia_id or ""],
+        image_caption=turn.image_caption or "", entities=extract_entities(turn.text),
+    )
+    store.add([record])
+    store.push_working(turn.speaker, turn.dia_id or "", turn.text, turn.time, runtime.context.working_size)
+    return {
+        **update, "turns": turns, "cursor": cursor, "stage": "intake", "stored_ids": [*stored, raw_id],
+        "trace": [*trace, RoleNote(role="memory", policy=OFFLINE, summary=f"stored raw turn {turn.dia_id} (write-ahead)")],
+    }
+
+
+def _derive(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
+    context = runtime.context
+    store = store_of(runtime)
+    turn = state.turns[state.cursor]
+    raw = store.get_one(f"raw:{turn.dia_id}")
+    drafts, policy = _facts(turn, state, runtime, store)
+    facts = [
+        Record(
+            id=f"fact:{turn.dia_id}:{i}", kind="fact", text=d.text, namespace=store.namespace,
+            dialogue_id=turn.dia_id or "", session=raw.session, speaker=turn.speaker, time=turn.time,
+            source_ids=[turn.dia_id or ""], subject=d.subject, attribute=d.attribute, value=d.value,
+            entities=list(d.entities), policy=policy,
+        )
+        for i, d in enumerate(drafts)
+    ]
+    personas = _persona(facts, turn)
+    episode, boundary = _episode(store, raw, facts, context, runtime)
+    records = [*facts, *personas, *([episode] if episode else [])]
+    store.add(records)
+    links = _links(store, raw, facts, personas, episode, state)
+    store.link(links)
+    cursor = state.cursor + 1
+    more = cursor < len(state.turns)
+    summary = f"{turn.dia_id}: {len(facts)} facts, {len(personas)} persona traits, {len(links)} links"
+    if episode:
+        summary += f", closed episode {episode.id} ({boundary.reason})"
+    return {
+        "cursor": cursor,
+        "stage": "stored" if (more or context.mode == "chat") else "done",
+        "stored_ids": [*state.stored_ids, *(r.id for r in records)],
+        "trace": traced(state, "memory", policy, summary),
+    }
+
+
+# facts ---------------------------------------------------------------------
+def _facts(turn: Turn, state: State, runtime: Runtime[Context], store: MemoryStore) -> tuple[list[FactDraft], str]:
+    model = chat_model(runtime.context)
+    if model is None:
+        return extract_facts(turn, turn.time, turn.listener), OFFLINE
+    user = prompts.FACTS_USER.format(
+        session_date=turn.time.strftime("%Y-%m-%d %H:%M") if turn.time else "unknown",
+        speaker=turn.speaker, listener=turn.listener or "unknown", window=format_window(store),
+        evidence=format_evidence(state.evidence), dia_id=turn.dia_id, text=turn.text,
+        caption=f"\n(shared a photo: {turn.image_caption})" if turn.image_caption else "",
+    )
+    parsed, problem, _ = ask_json(model, prompts.FACTS_SYSTEM, user, ModelFacts, runtime.context)
+    if parsed is None:
+        return extract_facts(turn, turn.time, turn.listener), fallback_policy(problem)
+    drafts = [
+        FactDraft(
+            text=f.content, subject=f.subject, attribute=f.attribute, value=f.value, time=turn.time,
+            source_ids=[turn.dia_id or ""], entities=extract_entities(f.content),
+        )
+        for f in parsed.facts
+    ]
+    return drafts, model_policy_name(runtime.context)
+
+
+# persona -------------------------------------------------------------------
+def _persona(facts: list[Record], turn: Turn) -> list[Record]:
+    traits: list[Record] = []
+    for fact in facts:
+        aspect = aspect_of(fact.attribute)
+        participant = fact.subject or turn.speaker
+        if aspect is None or participant != turn.speaker or not fact.value:
+            continue
+        traits.append(
+            Record(
+                id=persona_id(participant, aspect, fact.value), kind="persona", text=fact.text,
+                namespace=fact.namespace, dialogue_id=fact.dialogue_id, session=fact.session,
+                speaker=participant, participant=participant, aspect=aspect, time=fact.time,
+                source_ids=list(fact.source_ids), subject=fact.subject, attribute=fact.attribute,
+                value=fact.value, policy=fact.policy,
+            )
+        )
+    return traits
+
+
+# episodes ------------------------------------------------------------------
+def _episode(
+    store: MemoryStore, raw: Record, facts: list[Record], context: Context, runtime: Runtime[Context]
+) -> tuple[Record | None, Boundary]:
+    """Add the turn to the open segment; close and write an episode when a boundary fires."""
+    segment = OpenSegment.model_validate(store.ledger.get_state(store.namespace, OPEN_SEGMENT, {}))
+    members = [r.text for r in store.get(f"raw:{i}" for i in segment.turn_ids)]
+    vectors = store.embedder.embed([raw.text, *members])
+    boundary = detect_boundary(segment, raw.session, raw.text, vectors[0], vectors[1:], context.episode_max_turns)
+    boundary = _model_boundary(boundary, segment, members, raw, runtime)
+    episode = None
+    if boundary.split:
+        episode = _close(store, segment, boundary, runtime)
+        segment = OpenSegment(session=raw.session)
+    segment.session = raw.session
+    segment.turn_ids.append(raw.dialogue_id)
+    segment.speakers = list(dict.fromkeys([*segment.speakers, raw.speaker]))
+    segment.facts.extend(f.text for f in facts)
+    if raw.image_caption and not facts:
+        segment.facts.append(f"{raw.speaker} shared a photo of {raw.image_caption}")
+    segment.start = segment.start or raw.time
+    segment.end = raw.time or segment.end
+    store.ledger.set_state(store.namespace, OPEN_SEGMENT, segment.model_dump(mode="json"))
+    return episode, boundary
+
+
+def close_open_episode(store: MemoryStore, reason: str = "session ended") -> Record | None:
+    """Write the open segment as an episode now (end of a session or of an import)."""
+    segment = OpenSegment.model_validate(store.ledger.get_state(store.namespace, OPEN_SEGMENT, {}))
+    if not segment.turn_ids:
+        return None
+    episode = _close(store, segment, Boundary(split=True, reason=reason), None)
+    store.add([episode])
+    store.link(_episode_links(store.namespace, episode))
+    store.ledger.set_state(store.namespace, OPEN_SEGMENT, OpenSegment().model_dump(mode="json"))
+    return episode
+
+
+def _close(store: MemoryStore, segment: OpenSegment, boundary: Boundary, runtime: Runtime[Context] | None) -> Record:
+    number = int(store.ledger.get_state(store.namespace, "episode_counter", 0)) + 1  # type: ignore[arg-type]
+    store.ledger.set_state(store.namespace, "episode_counter", number)
+    title = title_of(segment.facts, STOPWORDS)
+    text, policy = narrate(segment, title), OFFLINE
+    model = chat_model(runtime.context) if runtime is not None else None
+    if model is not None and runtime is not None:
+        turns = "\n".join(f"[{r.dialogue_id}] {r.speaker}: {r.text}" for r in store.get(f"raw:{i}" for i in segment.turn_ids))
+        user = prompts.EPISODE_USER.format(
+            session_date=segment.start.strftime("%Y-%m-%d %H:%M") if segment.start else "unknown",
+            reason=boundary.reason, conversation=turns,
+        )
+        parsed, problem, _ = ask_json(model, prompts.EPISODE_SYSTEM, user, ModelEpisode, runtime.context)
+        if parsed is not None:
+            title, text, policy = parsed.title, parsed.content, model_policy_name(runtime.context)
+        else:
+            policy = fallback_policy(problem)
+    return Record(
+        id=f"episode:{number}", kind="episode", text=text, namespace=store.namespace,
+        dialogue_id=segment.turn_ids[0], session=segment.session, speaker=", ".join(segment.speakers),
+        time=segment.start, time_end=segment.end, source_ids=list(segment.turn_ids), title=title, policy=policy,
+    )
+
+
+def _model_boundary(
+    boundary: Boundary, segment: OpenSegment, members: list[str], raw: Record, runtime: Runtime[Context]
+) -> Boundary:
+    """With a model, AMA's trigger prompt decides topic shifts; session changes always split."""
+    model = chat_model(runtime.context)
+    if model is None or not segment.turn_ids or raw.session != segment.session:
+        return boundary
+    user = prompts.BOUNDARY_USER.format(history="\n".join(members[-8:]), message=f"{raw.speaker}: {raw.text}")
+    parsed, _, _ = ask_json(model, prompts.BOUNDARY_SYSTEM, user, ModelBoundary, runtime.context)
+    if parsed is None:
+        return boundary
+    return Boundary(split=bool(parsed.T_t), reason=parsed.reason or boundary.reason)
+
+
+# links ---------------------------------------------------------------------
+def _links(
+    store: MemoryStore, raw: Record, facts: list[Record], personas: list[Record], episode: Record | None, state: State
+) -> list[Link]:
+    ns = store.namespace
+    links = [Link(namespace=ns, src=f.id, dst=raw.id, type=LinkType.DERIVED_FROM) for f in facts]
+    links += [Link(namespace=ns, src=p.id, dst=raw.id, type=LinkType.DERIVED_FROM) for p in personas]
+    previous = store.ledger.get_state(ns, LAST_RAW)
+    if isinstance(previous, str) and previous != raw.id:
+        links.append(Link(namespace=ns, src=previous, dst=raw.id, type=LinkType.TEMPORAL))
+    store.ledger.set_state(ns, LAST_RAW, raw.id)
+    last_seen: dict[str, str] = dict(store.ledger.get_state(ns, ENTITY_LAST, {}) or {})  # type: ignore[arg-type]
+    for name in raw.entities:
+        earlier = last_seen.get(name)
+        if earlier and earlier != raw.id:
+            links.append(Link(namespace=ns, src=raw.id, dst=earlier, type=LinkType.ENTITY))
+        last_seen[name] = raw.id
+    if len(last_seen) > MAX_TRACKED_ENTITIES:
+        last_seen = dict(list(last_seen.items())[-MAX_TRACKED_ENTITIES:])
+    store.ledger.set_state(ns, ENTITY_LAST, last_seen)
+    related = [e.id for e in state.evidence if e.kind == "raw" and e.id != raw.id and len(e.found_by) > 1][:3]
+    links += [Link(namespace=ns, src=raw.id, dst=r, type=LinkType.RELATED) for r in related]
+    if episode is not None:
+        links += _episode_links(ns, episode)
+    return links
+
+
+def _episode_links(namespace: str, episode: Record) -> list[Link]:
+    return [Link(namespace=namespace, src=episode.id, dst=f"raw:{i}", type=LinkType.DERIVED_FROM) for i in episode.source_ids]
+
+
+# helpers -------------------------------------------------------------------
+def _with_ids(store: MemoryStore, turn: Turn) -> Turn:
+    """Give a turn a dialogue id when the caller did not (T1, T2, ... per namespace)."""
+    if turn.dia_id:
+        return turn
+    number = int(store.ledger.get_state(store.namespace, TURN_COUNTER, 0)) + 1  # type: ignore[arg-type]
+    store.ledger.set_state(store.namespace, TURN_COUNTER, number)
+    return turn.model_copy(update={"dia_id": f"T{number}", "time": turn.time or datetime.now().replace(microsecond=0)})
+
+
+def _prefetch(store: MemoryStore, turns: list[Turn], offline: bool) -> None:
+    """Embed a batch's turns (and offline facts) in one call: bulk ingestion speed."""
+    texts = [t.text for t in turns]
+    for turn in turns if offline else ():
+        texts.extend(d.text for d in extract_facts(turn, turn.time, turn.listener))
+    store.embedder.prefetch(texts)
+

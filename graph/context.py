@@ -1,0 +1,141 @@
+"""Runtime settings for one graph run (LangGraph's `context_schema`).
+
+Everything a run may vary (whose memory, which model, which embedder, retry and
+token budgets, the mode) travels here rather than in globals, so Studio, the
+server and an embedding app can each set it per run. Unset fields fall back to
+`STRATA_<FIELD>` environment variables, then to the defaults below.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal, get_args
+
+from memory.embeddings import DEFAULT_EMBEDDER
+from memory.errors import InputError
+from memory.settings import DEFAULT_DATA_DIR, StoreSettings
+
+Mode = Literal["ingest", "ask", "chat", "retrieve"]
+MODES: tuple[str, ...] = get_args(Mode)
+
+
+@dataclass(kw_only=True)
+class Context:
+    """Who the memory belongs to, which backends to use, and how hard to look."""
+
+    namespace: str = field(
+        default="default",
+        metadata={"description": "Whose memory: a user, an agent or a conversation id. Runs never see other namespaces."},
+    )
+    mode: Mode = field(
+        default="ask",
+        metadata={
+            "description": "ingest: store the turns. ask: answer the question without storing it. "
+            "chat: store the turn and answer it. retrieve: return the validated evidence, no answer."
+        },
+    )
+    model: str = field(
+        default="",
+        metadata={
+            "description": "Chat model as provider:model (e.g. openai:gpt-4o-mini). Empty or 'offline' uses the "
+            "offline policies: no model, no network."
+        },
+    )
+    base_url: str = field(
+        default="", metadata={"description": "Base URL of an OpenAI-compatible server (vLLM, Ollama, LM Studio...)."}
+    )
+    temperature: float = field(default=0.0, metadata={"description": "Sampling temperature of the chat model."})
+    embedder: str = field(
+        default=DEFAULT_EMBEDDER,
+        metadata={"description": "local:all-MiniLM-L6-v2 (ships with the package, offline) or openai:<model>."},
+    )
+    data_dir: str = field(
+        default=DEFAULT_DATA_DIR, metadata={"description": "Folder of the embedded Chroma store and the ledger."}
+    )
+    chroma_host: str = field(
+        default="", metadata={"description": "Chroma server host; empty means embedded Chroma in data_dir."}
+    )
+    chroma_port: int = field(default=8000, metadata={"description": "Chroma server port."})
+    chroma_ssl: bool = field(default=False, metadata={"description": "Use HTTPS for the Chroma server."})
+    chroma_auth_header: str = field(
+        default="", metadata={"description": "Optional 'Header-Name: value' sent to the Chroma server."}
+    )
+    k_r: int = field(
+        default=2,
+        metadata={"description": "K_r: at most this many Retry rounds after the first search (AMA default 2)."},
+    )
+    k_m: int = field(
+        default=8,
+        metadata={"description": "K_m: the least number of records a search returns; K = max(K_dyn, K_m) (AMA)."},
+    )
+    token_budget: int = field(
+        default=1800, metadata={"description": "Most context tokens the answer is written from."}
+    )
+    working_size: int = field(
+        default=8, metadata={"description": "Recent turns kept per participant in working memory (AdaMem)."}
+    )
+    episode_max_turns: int = field(
+        default=16, metadata={"description": "An episode closes after this many turns even without a topic shift."}
+    )
+    refresher: bool = field(
+        default=True, metadata={"description": "Let the Judge call the Refresher on conflicts (off for ablations)."}
+    )
+    granularities: str = field(
+        default="raw,fact,episode",
+        metadata={"description": "Granularities research may search, comma separated (ablations: 'raw' only...)."},
+    )
+    chat_model: Any = field(
+        default=None,
+        metadata={"description": "A LangChain chat model object, for apps that build their own (overrides model)."},
+    )
+
+    def __post_init__(self) -> None:
+        for spec in fields(self):
+            if spec.name == "chat_model":
+                continue
+            value = os.environ.get(f"STRATA_{spec.name.upper()}")
+            if value is not None and value != "" and getattr(self, spec.name) == spec.default:
+                setattr(self, spec.name, _coerce(value, spec.default))
+        if self.mode not in MODES:
+            raise InputError(f"unknown mode {self.mode!r}: use one of {', '.join(MODES)}")
+        if not self.namespace or not self.namespace.strip():
+            raise InputError("namespace is empty: name whose memory this is (e.g. a user id)")
+        for name in ("k_r", "k_m", "token_budget", "working_size", "episode_max_turns"):
+            if int(getattr(self, name)) < (0 if name == "k_r" else 1):
+                raise InputError(f"{name} must be a positive number, got {getattr(self, name)!r}")
+        unknown = set(self.kinds()) - {"raw", "fact", "episode"}
+        if unknown or not self.kinds():
+            raise InputError(f"granularities {self.granularities!r}: list some of raw, fact, episode")
+
+    def kinds(self) -> list[str]:
+        return [k.strip() for k in self.granularities.split(",") if k.strip()]
+
+    def store_settings(self) -> StoreSettings:
+        return StoreSettings(
+            data_dir=self.data_dir,
+            chroma_host=self.chroma_host or None,
+            chroma_port=self.chroma_port,
+            chroma_ssl=self.chroma_ssl,
+            chroma_auth_header=self.chroma_auth_header or None,
+            embedder=self.embedder,
+        )
+
+    def offline(self) -> bool:
+        return self.chat_model is None and self.model.strip().lower() in ("", "offline")
+
+
+def _coerce(value: str, default: object) -> object:
+    if isinstance(default, bool):
+        return value.strip().lower() in ("1", "true", "yes", "on")
+    if isinstance(default, float):
+        try:
+            return float(value)
+        except ValueError as exc:
+            raise InputError(f"environment setting {value!r} is not a number") from exc
+    if isinstance(default, int):
+        try:
+            return int(value)
+        except ValueError as exc:
+            raise InputError(f"environment setting {value!r} is not a whole number") from exc
+    return value

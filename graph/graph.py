@@ -1,0 +1,48 @@
+"""The compiled memory graph: five role nodes over one shared state.
+
+`graph` is what `langgraph.json` serves and what apps import
+(`from graph import graph`); `build_graph` lets an app compile its own copy
+with a checkpointer or a store.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langgraph.graph import START, StateGraph
+
+from agents.judge import judge
+from agents.memory import memory
+from agents.refresher import refresher
+from agents.research import research
+from agents.working import working
+from graph.context import Context
+from graph.routing import route_after_judge, route_after_memory, route_onward, route_start
+from graph.state import InputState, OutputState, State
+
+
+def builder() -> StateGraph:
+    """The uncompiled graph, for apps that add it as a subgraph or compile it themselves."""
+    graph_builder = StateGraph(State, context_schema=Context, input_schema=InputState, output_schema=OutputState)
+    graph_builder.add_node("memory", memory)
+    graph_builder.add_node("research", research)
+    graph_builder.add_node("judge", judge)
+    graph_builder.add_node("refresher", refresher)
+    graph_builder.add_node("working", working)
+    graph_builder.add_conditional_edges(START, route_start)
+    graph_builder.add_edge("research", "judge")
+    graph_builder.add_conditional_edges("judge", route_after_judge)
+    graph_builder.add_conditional_edges("refresher", route_onward)
+    graph_builder.add_conditional_edges("memory", route_after_memory)
+    graph_builder.add_edge("working", "__end__")
+    return graph_builder
+
+
+def build_graph(**compile_kwargs: Any) -> Any:
+    """Compile the memory graph (pass `checkpointer=` or `store=` as for any LangGraph graph)."""
+    compiled = builder().compile(**compile_kwargs)
+    compiled.name = "strata"
+    return compiled
+
+
+graph = build_graph()

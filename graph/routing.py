@@ -1,0 +1,67 @@
+"""The conditional edges: where each role hands over, per mode.
+
+```
+ingest:   memory(raw) -> research -> judge -> [refresher] -> memory(derive) -> next turn | END
+ask:      research -> judge -> [Retry: research, at most K_r times] -> [refresher] -> working -> END
+chat:     memory(raw) -> research -> judge -> [retry] -> [refresher] -> memory(derive) -> working -> END
+retrieve: research -> judge -> [retry] -> [refresher] -> END (the evidence, no answer)
+```
+The raw turn is written before anything else (write-ahead), so no later
+failure can lose it; AMA's order (Retriever, Judge, Refresher, Constructor)
+follows.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from langgraph.graph import END
+from langgraph.runtime import Runtime
+
+from graph.context import Context
+from graph.state import State
+
+
+def route_start(state: State, runtime: Runtime[Context]) -> Literal["memory", "research"]:
+    """Turns are stored before they are researched; questions go straight to research."""
+    return "memory" if runtime.context.mode in ("ingest", "chat") else "research"
+
+
+def route_after_judge(
+    state: State, runtime: Runtime[Context]
+) -> Literal["research", "refresher", "memory", "working", "__end__"]:
+    """Refresh on a conflict, Retry while rounds remain, else carry on with what was found."""
+    verdict = state.verdict
+    if verdict is not None and verdict.action == "Refresh" and runtime.context.refresher:
+        return "refresher"
+    if verdict is not None and verdict.action == "Retry" and retry_allowed(state, runtime.context):
+        return "research"
+    return route_onward(state, runtime)
+
+
+def retry_allowed(state: State, context: Context) -> bool:
+    """At most K_r Retry rounds after the first search (AMA), and never while ingesting."""
+    return context.mode != "ingest" and state.rounds <= context.k_r
+
+
+def route_onward(
+    state: State, runtime: Runtime[Context]
+) -> Literal["memory", "working", "__end__"]:
+    """After the evidence is settled: store (ingest, chat), answer (ask) or stop (retrieve)."""
+    mode = runtime.context.mode
+    if mode in ("ingest", "chat"):
+        return "memory"
+    if mode == "ask":
+        return "working"
+    return END
+
+
+def route_after_memory(
+    state: State, runtime: Runtime[Context]
+) -> Literal["research", "memory", "working", "__end__"]:
+    """After the raw write, research it; after deriving, take the next turn or finish."""
+    if state.stage == "intake":
+        return "research"
+    if state.cursor < len(state.turns):
+        return "memory"
+    return "working" if runtime.context.mode == "chat" else END

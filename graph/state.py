@@ -1,0 +1,149 @@
+"""The typed state the five roles share.
+
+`InputState` is what a caller (or Studio's form) supplies, `OutputState` what a
+run returns, and `State` adds the working fields the roles pass each other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, ValidationError
+
+from memory.errors import InputError
+from memory.records import Kind, Turn
+
+Action = Literal["Pass", "Retry", "Refresh"]
+
+
+class Evidence(BaseModel):
+    """One record offered to the Judge and to the answer, with where it came from."""
+
+    id: str
+    kind: Kind
+    text: str
+    dialogue_id: str = ""
+    source_ids: list[str] = Field(default_factory=list)
+    speaker: str = ""
+    time: datetime | None = None
+    score: float = 0.0
+    found_by: list[str] = Field(default_factory=list, description="dense, bm25, link, persona ...")
+    label: str = Field("", description="How the item appears in the context: id, date, text.")
+
+    def turn_ids(self) -> list[str]:
+        """The dialogue turns this item stands for (for evidence recall and citations)."""
+        ids = [self.dialogue_id] if self.kind == "raw" and self.dialogue_id else []
+        return list(dict.fromkeys(ids + self.source_ids))
+
+
+class Plan(BaseModel):
+    """Research's reading of the input (AMA Retriever output, plus AdaMem/MAGMA extras)."""
+
+    query: str = Field(..., description="The input rewritten to stand alone.")
+    intent: list[int] = Field(default_factory=lambda: [0, 0, 0, 1], description="[fine, abstract, event, atomic]")
+    route: Kind = "fact"
+    k_dyn: int = 5
+    participants: list[str] = Field(default_factory=list)
+    time_window: tuple[datetime, datetime] | None = None
+    searched: list[str] = Field(default_factory=list, description="Granularities searched so far.")
+    policy: str = "offline"
+
+
+class Verdict(BaseModel):
+    """The Judge's decision on the evidence (AMA Judge output contract)."""
+
+    action: Action
+    reason: str = ""
+    confidence: float = Field(0.5, ge=0.0, le=1.0)
+    conflicts: list[list[str]] = Field(default_factory=list, description="Groups of record ids that disagree.")
+    missing: list[str] = Field(default_factory=list, description="What the evidence lacks: entity, time, place...")
+    policy: str = "offline"
+
+
+class ChangeNote(BaseModel):
+    """What the Refresher did, as shown to the caller; `change_id` undoes it."""
+
+    action: Literal["update", "delete", "noop"]
+    record_id: str
+    old_text: str = ""
+    new_text: str = ""
+    reason: str = ""
+    change_id: int | None = None
+    policy: str = "offline"
+
+
+class RoleNote(BaseModel):
+    """One line of the run's trace: which role ran, under which policy, and what it decided."""
+
+    role: str
+    policy: str
+    summary: str
+
+
+@dataclass(kw_only=True)
+class InputState:
+    """What a run is given: turns to store (ingest, chat) or a question (ask, retrieve)."""
+
+    turns: list[Turn] = field(
+        default_factory=list,
+        metadata={"description": "Turns to store, oldest first: {speaker, text, time?, dia_id?, image_caption?}."},
+    )
+    question: str = field(
+        default="", metadata={"description": "The question to answer (ask/retrieve); in chat, the last turn."}
+    )
+
+
+@dataclass(kw_only=True)
+class OutputState:
+    """What a run returns."""
+
+    answer: str | None = None
+    cited_ids: list[str] = field(default_factory=list)
+    evidence: list[Evidence] = field(default_factory=list)
+    verdict: Verdict | None = None
+    rounds: int = 0
+    stored_ids: list[str] = field(default_factory=list)
+    changes: list[ChangeNote] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    trace: list[RoleNote] = field(default_factory=list)
+
+
+@dataclass(kw_only=True)
+class State(InputState, OutputState):
+    """Everything the roles share during a run."""
+
+    cursor: int = 0  # index of the turn being processed (ingest, chat)
+    # "done" between runs; the first role of a run sees it and starts afresh (a thread keeps its state)
+    stage: Literal["done", "intake", "stored", "asking"] = "done"
+    plan: Plan | None = None
+
+
+def fresh_run() -> dict[str, object]:
+    """The per-run fields reset at the start of every run on a thread."""
+    return {
+        "cursor": 0, "plan": None, "answer": None, "cited_ids": [], "evidence": [], "verdict": None,
+        "rounds": 0, "stored_ids": [], "changes": [], "notes": [], "trace": [],
+    }
+
+
+def validate_turns(items: list[Any], default_speaker: str = "user") -> list[Turn]:
+    """Turns from Turn objects, dicts (server/Studio JSON) or strings, with one-line errors."""
+    turns: list[Turn] = []
+    for n, item in enumerate(items, start=1):
+        try:
+            if isinstance(item, Turn):
+                turns.append(item)
+            elif isinstance(item, str):
+                turns.append(Turn(speaker=default_speaker, text=item))
+            elif isinstance(item, dict):
+                turns.append(Turn.model_validate({"speaker": default_speaker, **item}))
+            else:
+                raise InputError(f"turn {n} is a {type(item).__name__}: give a string or {{'speaker', 'text'}}")
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first.get("loc", ())) or "turn"
+            message = str(first.get("msg", "invalid")).removeprefix("Value error, ")
+            raise InputError(f"turn {n}: {where}: {message}") from None
+    return turns

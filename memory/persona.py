@@ -1,0 +1,36 @@
+"""Offline persona distillation: stable traits of a participant from their facts.
+
+AdaMem keeps a persona memory per participant (preferences, profile aspects)
+distilled from episodic evidence. Offline, a fact becomes a trait when its
+attribute names a stable aspect of a person (what they like, do, live with).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+ASPECTS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("preferences", re.compile(r"like|love|enjoy|favou?rite|prefer|fan_of|into")),
+    ("work", re.compile(r"work|job|career|profession|study|studies|school|major")),
+    ("home", re.compile(r"live|moved|from|home|hometown|country|city")),
+    ("family", re.compile(r"pet|dog|cat|kid|child|son|daughter|husband|wife|partner|married|family|parent")),
+    ("identity", re.compile(r"^(is|identity|is_a|age|gender|nationality)$")),
+    ("hobbies", re.compile(r"hobby|play|paint|run|hike|read|sing|dance|cook|garden|volunteer")),
+)
+
+
+def aspect_of(attribute: str) -> str | None:
+    """The persona aspect an attribute belongs to, or None when it is not a stable trait."""
+    attribute = attribute.lower().strip()
+    if not attribute:
+        return None
+    for aspect, pattern in ASPECTS:
+        if pattern.search(attribute):
+            return aspect
+    return None
+
+
+def persona_id(participant: str, aspect: str, value: str) -> str:
+    digest = hashlib.sha1(f"{participant}|{aspect}|{value.lower()}".encode()).hexdigest()[:10]
+    return f"persona:{participant}:{aspect}:{digest}"

@@ -1,0 +1,155 @@
+"""The shapes of everything the memory stores, validated at the boundary.
+
+One pydantic model per store in the design's table: raw turns, facts, episodes,
+persona traits, links and the refresher's history. Chroma keeps the text and the
+embedding; these models say which metadata travels with each record.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from enum import Enum
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+Kind = Literal["raw", "fact", "episode", "persona"]
+KINDS: tuple[Kind, ...] = ("raw", "fact", "episode", "persona")
+
+
+class Status(str, Enum):
+    """Lifecycle of a stored record: nothing is destroyed silently."""
+
+    ACTIVE = "active"
+    SUPERSEDED = "superseded"  # an update replaced it; the old text lives in history
+    DELETED = "deleted"  # a tombstone until purged on purpose
+
+
+class Turn(BaseModel):
+    """One incoming utterance: the unit the graph processes (AMA's u_t)."""
+
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+
+    speaker: str = Field("user", min_length=1, description="Who said it (a name, or 'user').")
+    text: str = Field(..., min_length=1, description="What was said, verbatim.")
+    time: datetime | None = Field(None, description="When it was said (session date); ISO 8601.")
+    dia_id: str | None = Field(None, description="Dialogue id such as 'D1:3'; generated when absent.")
+    session: str | None = Field(None, description="Session label such as '1'; derived from dia_id when absent.")
+    listener: str | None = Field(None, description="Who it was said to; resolves 'you'.")
+    image_caption: str | None = Field(None, description="Caption of a photo shared with the turn.")
+
+    @field_validator("text")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("text is empty: give the turn some words")
+        return value
+
+    @field_validator("time", mode="before")
+    @classmethod
+    def _parse_time(cls, value: object) -> object:
+        if isinstance(value, str) and value.strip():
+            from memory.dates import parse_datetime
+
+            parsed = parse_datetime(value)
+            if parsed is None:
+                raise ValueError(f"cannot read the time {value!r}: use ISO 8601 such as 2023-05-08T13:56")
+            return parsed
+        if isinstance(value, str):
+            return None
+        return value
+
+    def session_label(self) -> str:
+        """The session this turn belongs to, from `session` or the `D<s>:<t>` id."""
+        if self.session:
+            return self.session
+        match = re.match(r"D(\d+):", self.dia_id or "")
+        return match.group(1) if match else "0"
+
+
+class Record(BaseModel):
+    """Fields every stored memory shares (the metadata of the design's table)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    id: str
+    kind: Kind
+    text: str = Field(..., description="The core text that is embedded and shown as evidence.")
+    namespace: str
+    dialogue_id: str = Field("", description="The dia_id of the turn (raw) or of its first source turn.")
+    session: str = ""
+    speaker: str = ""
+    time: datetime | None = None
+    source_ids: list[str] = Field(default_factory=list, description="dia_ids of the turns it came from.")
+    status: Status = Status.ACTIVE
+    version: int = 1
+    policy: str = Field("offline", description="Which policy wrote it: 'offline' or 'model:<name>'.")
+    # kind-specific fields; empty where they do not apply
+    subject: str = ""  # fact: who or what it is about
+    attribute: str = ""  # fact: the property, for conflict detection
+    value: str = ""  # fact: the property's value
+    title: str = ""  # episode
+    time_end: datetime | None = None  # episode: end of its span
+    participant: str = ""  # persona
+    aspect: str = ""  # persona
+    image_caption: str = ""  # raw
+    entities: list[str] = Field(default_factory=list)
+
+    def label(self) -> str:
+        """How the record is shown to a role or a user: id, date and text."""
+        when = self.time.strftime("%Y-%m-%d") if self.time else "undated"
+        who = f"{self.speaker}: " if self.kind == "raw" and self.speaker else ""
+        ref = self.dialogue_id or self.id
+        extra = f" [shared a photo: {self.image_caption}]" if self.image_caption else ""
+        return f"[{ref} | {when} | {self.kind}] {who}{self.text}{extra}"
+
+
+class LinkType(str, Enum):
+    """Typed edges between records (MAGMA's four graphs, A-MEM's links)."""
+
+    TEMPORAL = "temporal"
+    ENTITY = "entity"
+    SEMANTIC = "semantic"
+    DERIVED_FROM = "derived_from"
+    SUPERSEDES = "supersedes"
+    CAUSAL = "causal"
+    RELATED = "related"  # AMA's R_t: an earlier turn this one refers to
+
+
+class Link(BaseModel):
+    """One typed, directed edge; stored in the ledger beside Chroma."""
+
+    namespace: str
+    src: str
+    dst: str
+    type: LinkType
+    weight: float = 1.0
+
+
+class Action(str, Enum):
+    """What the refresher (or a user) did to a record."""
+
+    UPDATE = "update"
+    DELETE = "delete"
+    NOOP = "noop"
+    UNDO = "undo"
+
+
+class Change(BaseModel):
+    """One entry of the refresher's history: enough to undo it."""
+
+    id: int | None = None
+    namespace: str
+    record_id: str
+    kind: Kind
+    action: Action
+    old_text: str = ""
+    new_text: str = ""
+    old_status: Status = Status.ACTIVE
+    new_status: Status = Status.ACTIVE
+    reason: str = ""
+    policy: str = "offline"
+    time: datetime = Field(default_factory=datetime.now)
+    undone: bool = False
+    undoes: int | None = None

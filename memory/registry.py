@@ -1,0 +1,45 @@
+"""Process-wide cache of open stores, so each graph run does not reopen Chroma.
+
+Graph nodes receive only settings in the runtime context (they must stay
+serialisable for the server and Studio); this turns settings into live stores.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from memory.chroma import forget_client
+from memory.ledger import Ledger
+from memory.settings import StoreSettings
+from memory.store import MemoryStore
+
+_LEDGERS: dict[str, Ledger] = {}
+_STORES: dict[tuple[StoreSettings, str], MemoryStore] = {}
+_LOCK = threading.Lock()
+
+
+def open_store(settings: StoreSettings, namespace: str) -> MemoryStore:
+    """The memory of `namespace` under `settings`, opened once per process."""
+    key = (settings, namespace)
+    with _LOCK:
+        store = _STORES.get(key)
+        if store is None:
+            ledger_key = str(settings.ledger_path.resolve())
+            ledger = _LEDGERS.get(ledger_key)
+            if ledger is None:
+                ledger = Ledger(settings.ledger_path)
+                _LEDGERS[ledger_key] = ledger
+            store = MemoryStore(settings, namespace, ledger)
+            _STORES[key] = store
+        return store
+
+
+def close_all() -> None:
+    """Close every ledger and forget every client (tests, CLI exit, restarts)."""
+    with _LOCK:
+        for ledger in _LEDGERS.values():
+            ledger.close()
+        for settings, _ in _STORES:
+            forget_client(settings)
+        _LEDGERS.clear()
+        _STORES.clear()

@@ -1,0 +1,51 @@
+"""Where the memory lives: an embedded Chroma folder, or a Chroma server.
+
+Read from the runtime context first, then from `STRATA_*` environment
+variables, so Studio, the server, the CLI and an embedding app can all set it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from memory.embeddings import DEFAULT_EMBEDDER
+
+DEFAULT_DATA_DIR = ".strata"
+
+
+class StoreSettings(BaseModel):
+    """Everything needed to open the stores of one data folder or server."""
+
+    model_config = ConfigDict(frozen=True)
+
+    data_dir: str = Field(DEFAULT_DATA_DIR, description="Folder for embedded Chroma and the ledger.")
+    chroma_host: str | None = Field(None, description="Chroma server host; embedded Chroma when empty.")
+    chroma_port: int = Field(8000, ge=1, le=65535)
+    chroma_ssl: bool = False
+    chroma_auth_header: str | None = Field(
+        None, description="Optional 'Header-Name: value' sent to the Chroma server (e.g. an API token)."
+    )
+    embedder: str = DEFAULT_EMBEDDER
+
+    @property
+    def ledger_path(self) -> Path:
+        return Path(self.data_dir).expanduser() / "ledger.sqlite3"
+
+    @property
+    def chroma_path(self) -> Path:
+        return Path(self.data_dir).expanduser() / "chroma"
+
+    def headers(self) -> dict[str, str]:
+        if not self.chroma_auth_header:
+            return {}
+        name, _, value = self.chroma_auth_header.partition(":")
+        return {name.strip(): value.strip()}
+
+
+def env_default(name: str, fallback: str | None = None) -> str | None:
+    """A `STRATA_<NAME>` environment variable, or the fallback."""
+    value = os.environ.get(f"STRATA_{name.upper()}")
+    return value if value not in (None, "") else fallback

@@ -1,0 +1,389 @@
+"""One namespace's memory: four Chroma collections, a ledger, a lexical index.
+
+This is the single door through which roles read and write memory. Writes go
+to Chroma and the BM25 index together; every edit goes through `update` /
+`delete`, which record the old value in the ledger first, so `undo` can
+always restore it. Nothing is destroyed silently (design, "Memory").
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel
+
+from memory.bm25 import BM25Index, reciprocal_rank_fusion
+from memory.chroma import get_collection, open_client
+from memory.embeddings import CachedEmbedder, get_embedder
+from memory.errors import NotFoundError
+from memory.ledger import Ledger
+from memory.records import KINDS, Action, Change, Kind, Link, LinkType, Record, Status
+from memory.settings import StoreSettings
+
+_LIST_FIELDS = ("source_ids", "entities")
+_TIME_FIELDS = ("time", "time_end")
+
+
+class Hit(BaseModel):
+    """A retrieved record with the evidence of how it was found."""
+
+    record: Record
+    score: float
+    found_by: list[str]
+
+
+def kind_of(record_id: str) -> Kind:
+    """Record ids start with their kind (`raw:D1:3`, `fact:D1:3:0`, ...)."""
+    prefix = record_id.split(":", 1)[0]
+    if prefix not in KINDS:
+        raise NotFoundError(f"{record_id!r} is not a memory id: ids start with raw:, fact:, episode: or persona:")
+    return prefix  # type: ignore[return-value]
+
+
+def to_metadata(record: Record) -> dict[str, Any]:
+    """Chroma metadata: scalars only, lists as JSON, times as ISO text plus an epoch for filters."""
+    data = record.model_dump(mode="json", exclude={"text", "id"})
+    meta: dict[str, Any] = {}
+    for key, value in data.items():
+        if key in _LIST_FIELDS:
+            meta[key] = json.dumps(value)
+        elif value is None or value == "":
+            continue
+        else:
+            meta[key] = value
+    for key in _TIME_FIELDS:
+        moment: datetime | None = getattr(record, key)
+        if moment is not None:
+            meta[f"{key}_ts"] = moment.timestamp()
+    return meta
+
+
+def from_metadata(record_id: str, text: str, meta: dict[str, Any]) -> Record:
+    data = {k: v for k, v in meta.items() if not k.endswith("_ts")}
+    for key in _LIST_FIELDS:
+        if isinstance(data.get(key), str):
+            data[key] = json.loads(data[key])
+    return Record(id=record_id, text=text, **data)
+
+
+class MemoryStore:
+    """The memory of one namespace (a user, an agent, a conversation)."""
+
+    def __init__(self, settings: StoreSettings, namespace: str, ledger: Ledger) -> None:
+        self.settings = settings
+        self.namespace = namespace
+        self.ledger = ledger
+        self.embedder: CachedEmbedder = get_embedder(settings.embedder)
+        client = open_client(settings)
+        self._collections = {kind: get_collection(client, namespace, kind) for kind in KINDS}
+        self._records: dict[Kind, dict[str, Record]] = {}
+        self._lexical: dict[Kind, BM25Index] = {}
+        self._counts: dict[Kind, int] = {}
+        self._lock = threading.RLock()
+
+    # reading -----------------------------------------------------------
+    def _load(self, kind: Kind, force: bool = False) -> dict[str, Record]:
+        """Mirror a collection in memory (for BM25 and fast reads); reload when it changed size."""
+        with self._lock:
+            collection = self._collections[kind]
+            if not force and kind in self._records:
+                if collection.count() == self._counts.get(kind):
+                    return self._records[kind]
+            got = collection.get(include=["documents", "metadatas"])
+            records = {
+                rid: from_metadata(rid, doc or "", meta or {})
+                for rid, doc, meta in zip(got["ids"], got["documents"], got["metadatas"], strict=True)
+            }
+            index = BM25Index()
+            for record in records.values():
+                if record.status == Status.ACTIVE:
+                    index.add(record.id, _lexical_text(record))
+            self._records[kind] = records
+            self._lexical[kind] = index
+            self._counts[kind] = len(records)
+            return records
+
+    def all(self, kind: Kind, include_inactive: bool = False) -> list[Record]:
+        records = self._load(kind).values()
+        return [r for r in records if include_inactive or r.status == Status.ACTIVE]
+
+    def get(self, ids: Iterable[str]) -> list[Record]:
+        """Records by id, in the order asked; unknown ids are skipped."""
+        found: list[Record] = []
+        for record_id in ids:
+            record = self._load(kind_of(record_id)).get(record_id)
+            if record is not None:
+                found.append(record)
+        return found
+
+    def get_one(self, record_id: str) -> Record:
+        records = self.get([record_id])
+        if not records:
+            raise NotFoundError(f"no record {record_id!r} in namespace {self.namespace!r}: list them with `strata stats`")
+        return records[0]
+
+    def has(self, record_id: str) -> bool:
+        return bool(self.get([record_id]))
+
+    def count(self, kind: Kind) -> int:
+        return self._collections[kind].count()
+
+    # writing -----------------------------------------------------------
+    def add(self, records: Sequence[Record], vectors: np.ndarray | None = None) -> None:
+        """Insert or replace records of any kinds (embedding their core text)."""
+        if not records:
+            return
+        if vectors is None:
+            vectors = self.embedder.embed([r.text for r in records])
+        by_kind: dict[Kind, list[int]] = {}
+        for i, record in enumerate(records):
+            by_kind.setdefault(record.kind, []).append(i)
+        with self._lock:
+            for kind, positions in by_kind.items():
+                self._load(kind)
+                self._collections[kind].upsert(
+                    ids=[records[i].id for i in positions],
+                    documents=[records[i].text for i in positions],
+                    embeddings=[vectors[i].tolist() for i in positions],
+                    metadatas=[to_metadata(records[i]) for i in positions],
+                )
+                for i in positions:
+                    self._remember(records[i])
+                self._counts[kind] = self._collections[kind].count()
+
+    def _remember(self, record: Record) -> None:
+        self._records[record.kind][record.id] = record
+        index = self._lexical[record.kind]
+        if record.status == Status.ACTIVE:
+            index.add(record.id, _lexical_text(record))
+        else:
+            index.remove(record.id)
+
+    def _rewrite(self, record: Record) -> None:
+        """Store a changed record (new text or status) in place."""
+        vector = self.embedder.embed([record.text])
+        with self._lock:
+            self._load(record.kind)
+            self._collections[record.kind].upsert(
+                ids=[record.id], documents=[record.text], embeddings=[vector[0].tolist()],
+                metadatas=[to_metadata(record)],
+            )
+            self._remember(record)
+
+    def update(self, record_id: str, new_text: str, reason: str, policy: str = "offline") -> Change:
+        """Replace a record's text; the old text goes to history first (undoable)."""
+        record = self.get_one(record_id)
+        change = Change(
+            namespace=self.namespace, record_id=record_id, kind=record.kind, action=Action.UPDATE,
+            old_text=record.text, new_text=new_text, old_status=record.status, new_status=Status.ACTIVE,
+            reason=reason, policy=policy,
+        )
+        updated = record.model_copy(update={"text": new_text, "version": record.version + 1, "status": Status.ACTIVE})
+        return self._apply(change, updated)
+
+    def delete(self, record_id: str, reason: str, policy: str = "offline") -> Change:
+        """Tombstone a record: hidden from search, kept until purged on purpose."""
+        record = self.get_one(record_id)
+        change = Change(
+            namespace=self.namespace, record_id=record_id, kind=record.kind, action=Action.DELETE,
+            old_text=record.text, new_text=record.text, old_status=record.status, new_status=Status.DELETED,
+            reason=reason, policy=policy,
+        )
+        updated = record.model_copy(update={"status": Status.DELETED, "version": record.version + 1})
+        return self._apply(change, updated)
+
+    def supersede(self, old_id: str, new_id: str, reason: str, policy: str = "offline") -> Change:
+        """Mark an old record as replaced by a newer one, with a supersedes link."""
+        record = self.get_one(old_id)
+        change = Change(
+            namespace=self.namespace, record_id=old_id, kind=record.kind, action=Action.UPDATE,
+            old_text=record.text, new_text=record.text, old_status=record.status,
+            new_status=Status.SUPERSEDED, reason=reason, policy=policy,
+        )
+        updated = record.model_copy(update={"status": Status.SUPERSEDED, "version": record.version + 1})
+        result = self._apply(change, updated)
+        self.link([Link(namespace=self.namespace, src=new_id, dst=old_id, type=LinkType.SUPERSEDES)])
+        return result
+
+    def _apply(self, change: Change, updated: Record) -> Change:
+        """History row and Chroma write as one step: the ledger rolls back if Chroma fails."""
+        with self.ledger.transaction() as conn:
+            change_id = self.ledger.record_change(change, conn)
+            self._rewrite(updated)
+        return change.model_copy(update={"id": change_id})
+
+    def undo(self, change_id: int | None = None) -> Change:
+        """Reverse one change (the latest not yet undone when no id is given)."""
+        change = self._find_undoable(change_id)
+        record = self.get_one(change.record_id)
+        restored = record.model_copy(
+            update={"text": change.old_text, "status": change.old_status, "version": record.version + 1}
+        )
+        undo = Change(
+            namespace=self.namespace, record_id=record.id, kind=record.kind, action=Action.UNDO,
+            old_text=record.text, new_text=change.old_text, old_status=record.status,
+            new_status=change.old_status, reason=f"undo of change {change.id}", policy="user",
+            undoes=change.id,
+        )
+        with self.ledger.transaction() as conn:
+            undo_id = self.ledger.record_change(undo, conn)
+            self.ledger.mark_undone(int(change.id or 0), conn)
+            self._rewrite(restored)
+        return undo.model_copy(update={"id": undo_id})
+
+    def _find_undoable(self, change_id: int | None) -> Change:
+        if change_id is not None:
+            change = self.ledger.get_change(self.namespace, change_id)
+            if change is None:
+                raise NotFoundError(f"no change {change_id} in namespace {self.namespace!r}: see `strata history`")
+            if change.undone or change.action in (Action.UNDO, Action.NOOP):
+                raise NotFoundError(f"change {change_id} cannot be undone (already undone, or itself an undo or no-op)")
+            return change
+        for change in self.ledger.history(self.namespace, limit=1000):
+            if not change.undone and change.action in (Action.UPDATE, Action.DELETE):
+                return change
+        raise NotFoundError(f"nothing to undo in namespace {self.namespace!r}")
+
+    def record_noop(self, record_id: str, kind: Kind, reason: str, policy: str) -> Change:
+        """Note that the refresher looked at a conflict and chose to leave it."""
+        change = Change(
+            namespace=self.namespace, record_id=record_id, kind=kind, action=Action.NOOP, reason=reason, policy=policy
+        )
+        return change.model_copy(update={"id": self.ledger.record_change(change)})
+
+    def purge(self) -> int:
+        """Remove tombstoned records for good (on purpose only)."""
+        removed = 0
+        for kind in KINDS:
+            dead = [r.id for r in self.all(kind, include_inactive=True) if r.status == Status.DELETED]
+            if dead:
+                with self._lock:
+                    self._collections[kind].delete(ids=dead)
+                    self._load(kind, force=True)
+                removed += len(dead)
+        return removed
+
+    def history(self, record_id: str | None = None, limit: int = 100) -> list[Change]:
+        return self.ledger.history(self.namespace, record_id, limit)
+
+    # links and working memory ------------------------------------------
+    def link(self, links: Iterable[Link]) -> int:
+        return self.ledger.add_links(links)
+
+    def neighbours(self, ids: Iterable[str], types: Iterable[LinkType] | None = None) -> list[str]:
+        """Ids one edge away from `ids` (excluding them)."""
+        ids = list(ids)
+        seen = set(ids)
+        found: list[str] = []
+        for link in self.ledger.neighbours(self.namespace, ids, types):
+            for other in (link.src, link.dst):
+                if other not in seen:
+                    seen.add(other)
+                    found.append(other)
+        return found
+
+    def push_working(self, speaker: str, dia_id: str, text: str, time: datetime | None, size: int) -> None:
+        self.ledger.push_working(self.namespace, speaker, dia_id, text, time, size)
+
+    def working(self) -> list[dict[str, str]]:
+        return self.ledger.working(self.namespace)
+
+    # search ------------------------------------------------------------
+    def dense(
+        self, kind: Kind, vector: np.ndarray, k: int, time_window: tuple[datetime, datetime] | None = None,
+        include_inactive: bool = False,
+    ) -> list[tuple[str, float]]:
+        """Cosine top-k ids with their similarity."""
+        collection = self._collections[kind]
+        total = collection.count()
+        if total == 0 or k <= 0:
+            return []
+        clauses: list[dict[str, Any]] = []
+        if not include_inactive:
+            clauses.append({"status": "active"})
+        if time_window is not None:
+            clauses.append({"time_ts": {"$gte": time_window[0].timestamp()}})
+            clauses.append({"time_ts": {"$lte": time_window[1].timestamp()}})
+        where: dict[str, Any] | None = None
+        if len(clauses) == 1:
+            where = clauses[0]
+        elif clauses:
+            where = {"$and": clauses}
+        result = collection.query(
+            query_embeddings=[vector.tolist()], n_results=min(k, total), where=where, include=["distances"]
+        )
+        return [(rid, 1.0 - float(dist)) for rid, dist in zip(result["ids"][0], result["distances"][0], strict=True)]
+
+    def lexical(
+        self, kind: Kind, query: str, k: int, time_window: tuple[datetime, datetime] | None = None
+    ) -> list[tuple[str, float]]:
+        records = self._load(kind)
+        allowed = None
+        if time_window is not None:
+            start, end = time_window
+
+            def allowed(rid: str) -> bool:
+                moment = records[rid].time
+                return moment is not None and start <= moment <= end
+
+        return self._lexical[kind].search(query, k, allowed)
+
+    def search(
+        self, kind: Kind, query: str, k: int, time_window: tuple[datetime, datetime] | None = None,
+        vector: np.ndarray | None = None,
+    ) -> list[Hit]:
+        """Hybrid search: dense and BM25 lists fused by reciprocal rank."""
+        if k <= 0:
+            return []
+        if vector is None:
+            vector = self.embedder.embed([query])[0]
+        pool = max(k * 3, 20)
+        dense = self.dense(kind, vector, pool, time_window)
+        lexical = self.lexical(kind, query, pool, time_window)
+        fused = reciprocal_rank_fusion([[rid for rid, _ in dense], [rid for rid, _ in lexical]])
+        dense_ids = {rid for rid, _ in dense}
+        lexical_ids = {rid for rid, _ in lexical}
+        records = self._load(kind)
+        hits: list[Hit] = []
+        for rid, score in fused:
+            record = records.get(rid)
+            if record is None:
+                continue
+            found_by = [name for name, ids in (("dense", dense_ids), ("bm25", lexical_ids)) if rid in ids]
+            hits.append(Hit(record=record, score=score, found_by=found_by))
+            if len(hits) >= k:
+                break
+        return hits
+
+    def stats(self) -> dict[str, Any]:
+        counts: dict[str, Any] = {}
+        for kind in KINDS:
+            records = self.all(kind, include_inactive=True)
+            counts[kind] = {
+                "active": sum(r.status == Status.ACTIVE for r in records),
+                "superseded": sum(r.status == Status.SUPERSEDED for r in records),
+                "deleted": sum(r.status == Status.DELETED for r in records),
+            }
+        counts["links"] = self.ledger.count_links(self.namespace)
+        counts["history"] = len(self.ledger.history(self.namespace, limit=1_000_000))
+        counts["working"] = len(self.working())
+        return counts
+
+    def drop(self) -> None:
+        """Delete this namespace entirely (collections, links, history)."""
+        client = open_client(self.settings)
+        for collection in self._collections.values():
+            client.delete_collection(collection.name)
+        self.ledger.drop_namespace(self.namespace)
+        self._records.clear()
+        self._lexical.clear()
+
+
+def _lexical_text(record: Record) -> str:
+    """What BM25 sees: the text plus the speaker, title and image caption."""
+    return " ".join(part for part in (record.speaker, record.title, record.text, record.image_caption) if part)

@@ -1,0 +1,170 @@
+"""The Python API: open a memory for a namespace, add turns, ask, chat, undo.
+
+A thin layer over the compiled graph: every call is one graph run with a
+runtime context built from the memory's settings, so what the API does is
+exactly what Studio and the server do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, fields
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from graph.context import Context
+from graph.graph import graph
+from graph.state import ChangeNote, Evidence, RoleNote, Verdict, validate_turns
+from memory.errors import InputError
+from memory.records import Change, Record, Turn
+from memory.registry import open_store
+from memory.store import MemoryStore
+
+TurnLike = Turn | dict[str, Any] | str
+
+
+class Answer(BaseModel):
+    """What `ask`, `chat` and `retrieve` return."""
+
+    question: str
+    answer: str | None = Field(None, description="None in retrieval-only mode.")
+    cited_ids: list[str] = Field(default_factory=list)
+    evidence: list[Evidence] = Field(default_factory=list)
+    verdict: Verdict | None = None
+    rounds: int = 0
+    changes: list[ChangeNote] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+    trace: list[RoleNote] = Field(default_factory=list)
+    stored_ids: list[str] = Field(default_factory=list)
+
+    def evidence_ids(self) -> list[str]:
+        """Dialogue ids of every turn the evidence stands for, in order."""
+        return list(dict.fromkeys(i for item in self.evidence for i in item.turn_ids()))
+
+
+class IngestReport(BaseModel):
+    """What `add` stored."""
+
+    turns: int
+    stored_ids: list[str]
+    changes: list[ChangeNote] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+
+
+class Memory:
+    """Long-term memory for one namespace (a user, an agent, a conversation)."""
+
+    def __init__(self, namespace: str = "default", **settings: Any) -> None:
+        known = {f.name for f in fields(Context)} - {"namespace", "mode"}
+        unknown = set(settings) - known
+        if unknown:
+            raise InputError(f"unknown setting(s) {', '.join(sorted(unknown))}: use some of {', '.join(sorted(known))}")
+        if "data_dir" in settings:
+            settings["data_dir"] = str(Path(settings["data_dir"]).expanduser())
+        self._settings = settings
+        self.namespace = namespace
+        self.context("ask")  # validate settings now, not at the first call
+
+    def context(self, mode: str) -> Context:
+        return Context(namespace=self.namespace, mode=mode, **self._settings)  # type: ignore[arg-type]
+
+    @property
+    def store(self) -> MemoryStore:
+        """Direct access to the stores (records, links, history)."""
+        context = self.context("ask")
+        return open_store(context.store_settings(), context.namespace)
+
+    # writing -----------------------------------------------------------
+    def add(
+        self, turns: TurnLike | Sequence[TurnLike], speaker: str = "user",
+        on_turn: Callable[[int], None] | None = None, end_session: bool = False,
+    ) -> IngestReport:
+        """Store turns (oldest first). `on_turn(n)` is called as each turn is finished."""
+        batch = _as_turns(turns, speaker)
+        result = self._run("ingest", {"turns": batch}, on_turn)
+        if end_session:
+            self.end_session()
+        return IngestReport(
+            turns=len(batch), stored_ids=result.get("stored_ids", []), changes=result.get("changes", []),
+            notes=result.get("notes", []),
+        )
+
+    def end_session(self) -> Record | None:
+        """Close the open episode now (a session ended); returns the episode written, if any."""
+        from agents.memory import close_open_episode
+
+        return close_open_episode(self.store)
+
+    # reading -----------------------------------------------------------
+    def ask(self, question: str) -> Answer:
+        """Answer from memory without storing the question."""
+        return self._answer("ask", question)
+
+    def retrieve(self, question: str) -> Answer:
+        """The validated evidence for a question, without an answer (retrieval-only mode)."""
+        return self._answer("retrieve", question)
+
+    def chat(self, text: str, speaker: str = "user") -> Answer:
+        """Store a turn and answer it."""
+        batch = _as_turns(text, speaker)
+        result = self._run("chat", {"turns": batch})
+        return _answer_from(text, result)
+
+    def _answer(self, mode: str, question: str) -> Answer:
+        if not isinstance(question, str) or not question.strip():
+            raise InputError("the question is empty: ask something, e.g. memory.ask('Where does Ann live?')")
+        return _answer_from(question, self._run(mode, {"question": question}))
+
+    # history -----------------------------------------------------------
+    def history(self, record_id: str | None = None, limit: int = 50) -> list[Change]:
+        """Changes made to memory, newest first (every one can be undone)."""
+        return self.store.history(record_id, limit)
+
+    def undo(self, change_id: int | None = None) -> Change:
+        """Reverse a change (the latest when no id is given)."""
+        return self.store.undo(change_id)
+
+    def get(self, ids: Iterable[str]) -> list[Record]:
+        return self.store.get(ids)
+
+    def stats(self) -> dict[str, Any]:
+        return self.store.stats()
+
+    def drop(self) -> None:
+        """Delete this namespace's memory entirely."""
+        self.store.drop()
+
+    # running -----------------------------------------------------------
+    def _run(self, mode: str, payload: dict[str, Any], on_turn: Callable[[int], None] | None = None) -> dict[str, Any]:
+        context = self.context(mode)
+        if on_turn is None:
+            return _plain(graph.invoke(payload, context=context))
+        final: dict[str, Any] = {}
+        for chunk in graph.stream(payload, context=context, stream_mode=["updates", "values"]):
+            kind, data = chunk
+            if kind == "updates" and "memory" in data and (data["memory"] or {}).get("stage") in ("stored", "done"):
+                on_turn(int(data["memory"]["cursor"]))
+            elif kind == "values":
+                final = data
+        return _plain(final)
+
+
+def _plain(result: Any) -> dict[str, Any]:
+    if isinstance(result, dict):
+        return result
+    return asdict(result)
+
+
+def _as_turns(turns: TurnLike | Sequence[TurnLike], speaker: str) -> list[Turn]:
+    items = [turns] if isinstance(turns, (str, dict, Turn)) else list(turns)
+    batch = validate_turns(items, speaker)
+    if not batch:
+        raise InputError("no turns given: pass a string or a list of {'speaker', 'text'}")
+    return batch
+
+
+def _answer_from(question: str, result: dict[str, Any]) -> Answer:
+    keys = set(Answer.model_fields) - {"question"}
+    return Answer(question=question, **{k: v for k, v in result.items() if k in keys and v is not None})
