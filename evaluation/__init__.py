@@ -1,0 +1,1 @@
+"""LoCoMo evaluation: answer and evidence scores, token counts, the harness."""

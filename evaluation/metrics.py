@@ -167,6 +167,7 @@ _ABSTENTION = re.compile(
     | \b(?:cannot|can't|could\s+not|couldn't|unable\s+to)\s+(?:be\s+)?(?:find|found|determine|determined|answer
         |answered|tell|say|infer|inferred)\b
     | \bnothing\s+(?:is\s+)?(?:known|mentioned|said|recorded)\b
+    | \bnothing\s+in\s+(?:the\s+|my\s+)?(?:memory|memories|conversations?|context|records?)\b
     | \bunanswerable\b
     | ^\s*(?:unknown|n/?a|not\s+sure)\s*[.!]?\s*$
     """,

@@ -26,7 +26,9 @@ class Context:
 
     namespace: str = field(
         default="default",
-        metadata={"description": "Whose memory: a user, an agent or a conversation id. Runs never see other namespaces."},
+        metadata={
+            "description": "Whose memory: a user, an agent or a conversation id. Runs never see other namespaces."
+        },
     )
     mode: Mode = field(
         default="ask",
@@ -87,7 +89,10 @@ class Context:
     )
     chat_model: Any = field(
         default=None,
-        metadata={"description": "A LangChain chat model object, for apps that build their own (overrides model)."},
+        metadata={
+            "description": "A LangChain chat model object, for Python apps that build their own (overrides model). "
+            "Leave empty in Studio and on the server: a model object cannot travel as JSON; set model instead."
+        },
     )
 
     def __post_init__(self) -> None:
@@ -97,6 +102,8 @@ class Context:
             value = os.environ.get(f"STRATA_{spec.name.upper()}")
             if value is not None and value != "" and getattr(self, spec.name) == spec.default:
                 setattr(self, spec.name, _coerce(value, spec.default))
+        if self.chat_model is not None and not callable(getattr(self.chat_model, "invoke", None)):
+            raise InputError("chat_model must be a LangChain chat model object: from Studio or the server, set model")
         if self.mode not in MODES:
             raise InputError(f"unknown mode {self.mode!r}: use one of {', '.join(MODES)}")
         if not self.namespace or not self.namespace.strip():

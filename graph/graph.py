@@ -19,16 +19,17 @@ from agents.working import working
 from graph.context import Context
 from graph.routing import route_after_judge, route_after_memory, route_onward, route_start
 from graph.state import InputState, OutputState, State
+from graph.tracing import with_run_metadata
 
 
 def builder() -> StateGraph:
     """The uncompiled graph, for apps that add it as a subgraph or compile it themselves."""
     graph_builder = StateGraph(State, context_schema=Context, input_schema=InputState, output_schema=OutputState)
-    graph_builder.add_node("memory", memory)
-    graph_builder.add_node("research", research)
-    graph_builder.add_node("judge", judge)
-    graph_builder.add_node("refresher", refresher)
-    graph_builder.add_node("working", working)
+    graph_builder.add_node("memory", with_run_metadata("memory", memory))
+    graph_builder.add_node("research", with_run_metadata("research", research))
+    graph_builder.add_node("judge", with_run_metadata("judge", judge))
+    graph_builder.add_node("refresher", with_run_metadata("refresher", refresher))
+    graph_builder.add_node("working", with_run_metadata("working", working))
     graph_builder.add_conditional_edges(START, route_start)
     graph_builder.add_edge("research", "judge")
     graph_builder.add_conditional_edges("judge", route_after_judge)

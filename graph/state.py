@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
@@ -82,16 +82,20 @@ class RoleNote(BaseModel):
     summary: str
 
 
+TURNS_HELP = "Turns to store, oldest first: {speaker, text, time?, dia_id?, image_caption?}."
+QUESTION_HELP = "The question to answer (ask/retrieve); in chat, the last turn."
+
+
 @dataclass(kw_only=True)
 class InputState:
     """What a run is given: turns to store (ingest, chat) or a question (ask, retrieve)."""
 
-    turns: list[Turn] = field(
-        default_factory=list,
-        metadata={"description": "Turns to store, oldest first: {speaker, text, time?, dia_id?, image_caption?}."},
+    # Annotated descriptions are what the server's input schema (Studio's form) shows.
+    turns: Annotated[list[Turn], Field(description=TURNS_HELP)] = field(
+        default_factory=list, metadata={"description": TURNS_HELP}
     )
-    question: str = field(
-        default="", metadata={"description": "The question to answer (ask/retrieve); in chat, the last turn."}
+    question: Annotated[str, Field(description=QUESTION_HELP)] = field(
+        default="", metadata={"description": QUESTION_HELP}
     )
 
 

@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field
 from graph.context import Context
 from graph.graph import graph
 from graph.state import ChangeNote, Evidence, RoleNote, Verdict, validate_turns
+from graph.tracing import run_config
 from memory.errors import InputError
 from memory.records import Change, Record, Turn
 from memory.registry import open_store
@@ -140,9 +141,10 @@ class Memory:
     def _run(self, mode: str, payload: dict[str, Any], on_turn: Callable[[int], None] | None = None) -> dict[str, Any]:
         context = self.context(mode)
         if on_turn is None:
-            return _plain(graph.invoke(payload, context=context))
+            return _plain(graph.invoke(payload, context=context, config=run_config(context)))
         final: dict[str, Any] = {}
-        for chunk in graph.stream(payload, context=context, stream_mode=["updates", "values"]):
+        chunks = graph.stream(payload, context=context, config=run_config(context), stream_mode=["updates", "values"])
+        for chunk in chunks:
             kind, data = chunk
             if kind == "updates" and "memory" in data and (data["memory"] or {}).get("stage") in ("stored", "done"):
                 on_turn(int(data["memory"]["cursor"]))

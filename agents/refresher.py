@@ -1,0 +1,502 @@
+"""The Refresher role: settle conflicts the Judge found, reversibly (AMA Refresher).
+
+AMA (section 3, "Refresher", and appendix C, figure 11) edits memory only on a
+Refresh verdict and only inside the conflict: Update the outdated value to the
+latest one, Delete only when the user explicitly asks to forget or cancel, and
+do nothing when unsure. Every decision goes through the store, so it lands in
+the ledger's history and can be undone; a no-op is recorded too, so the reason
+the memory was left alone stays visible.
+
+How an update is written, consistently for both policies:
+- two stored records disagree: the older (by time) is superseded by the newer
+  (`store.supersede`): its status changes, its text stays, a supersedes link is
+  added, and history keeps the decision;
+- a stored record disagrees with the incoming turn ("new" in the Judge's group):
+  the stored record's text is rewritten to the new value (`store.update`), with
+  only the disputed value changed, and the old text kept in history.
+Raw turns are never rewritten: they are the verbatim record of what was said.
+A raw turn can only be tombstoned, on an explicit request to forget it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+from langgraph.runtime import Runtime
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from agents.common import (
+    OFFLINE,
+    current_turn_text,
+    evidence_of,
+    fallback_policy,
+    model_policy_name,
+    store_of,
+    traced,
+)
+from agents.llm import ask_json, chat_model
+from graph.context import Context
+from graph.state import ChangeNote, Evidence, State
+from memory.entities import STOPWORDS, stem, tokenize, wordset
+from memory.errors import NotFoundError
+from memory.facts import FactDraft, extract_facts
+from memory.records import Record, Status, Turn
+from memory.store import MemoryStore, kind_of
+from prompts import refresher as prompts
+
+NEW = "new"  # how the Judge names the incoming turn inside a conflict group
+MAX_GROUPS = 4  # conflict groups settled per run; the rest wait for a later turn
+
+# Requests addressed to the memory: an imperative (or "could you ...") verb of removal.
+_FORGET_VERB = re.compile(r"\b(forget|delete|erase|remove|discard|disregard|cancel|unlearn)\b", re.IGNORECASE)
+_POLITE_PREFIX = re.compile(
+    r"^(?:(?:can|could|would|will) you|id? (?:want|need|would like|like) you to|you (?:can|should|may|must))\b"
+)
+_REQUEST_LEAD = wordset("please pls kindly just also and so now then actually ok okay oh but well hey")
+_NEGATION = wordset("dont not never")
+# Statements that invalidate something on the user's say-so.
+_INVALIDATED = re.compile(
+    r"(?P<object>[\w' ]{2,80}?)\s+(?:is|was|has been|have been|are|were|got|'s)\s+(?:now\s+)?"
+    r"(?:cancell?ed|called off|no longer (?:true|valid|happening|the case|on))\b",
+    re.IGNORECASE,
+)
+_DISAVOWAL = re.compile(
+    r"\b(?:never ?mind|scratch that|ignore what i (?:said|told you)|that(?:'s| is) (?:no longer|not) "
+    r"(?:true|valid|correct|right)(?: anymore| any more)?|stop remembering|don't remember (?:that|this|it))\b",
+    re.IGNORECASE,
+)
+# Attribute words of properties that hold one value at a time: a different newer value replaces the old one.
+# Past forms ("lived_in") are left out on purpose: a person has lived in many places.
+_SINGLE_VALUED = frozenset((
+    "live", "lives", "living", "home", "location", "based", "resides", "address", "job", "work", "works", "working",
+    "occupation", "employer", "career", "profession", "title", "role", "age", "status", "relationship", "married",
+    "spouse", "partner", "engaged", "name", "birthday", "born", "favorite", "favourite", "count", "number", "price",
+    "cost", "salary", "scheduled", "appointment", "deadline", "school", "major", "city", "country", "phone", "email",
+))
+_VALUE_TAIL = re.compile(r"\s+(?:now|currently|these days|anymore|any more|at the moment|instead)$", re.IGNORECASE)
+# Words in the newer statement that announce a change of state.
+_CHANGE_CUE = re.compile(
+    r"\b(now|no longer|anymore|any more|moved|changed|switched|instead|actually|currently|these days|quit|"
+    r"not .{1,30} anymore)\b",
+    re.IGNORECASE,
+)
+_QUESTION_START = re.compile(
+    r"^\s*(who|whom|whose|what|when|where|why|how|which|is|are|was|were|do|does|did|can|could|would|will|should|"
+    r"has|have|had)\b",
+    re.IGNORECASE,
+)
+
+
+# --- the model's output contract ---------------------------------------------------------------
+class ModelEdit(BaseModel):
+    """One entry of AMA's dataList: a memory id and its new content."""
+
+    id: str = Field(..., min_length=1)
+    new_content: str = ""
+
+
+class ModelRefresh(BaseModel):
+    """AMA's Refresher output (figure 11); `Action` is read case-insensitively."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    action: Literal["Update", "Delete", "No-Op"] = Field(..., alias="Action")
+    memory_type: str = ""
+    data_list: list[ModelEdit] = Field(default_factory=list, alias="dataList")
+    timestamp: str = "empty"
+    reason: str = ""
+
+    @field_validator("action", mode="before")
+    @classmethod
+    def _action(cls, value: object) -> object:
+        if not isinstance(value, str):
+            return value
+        key = re.sub(r"[^a-z]", "", value.lower())
+        return {"update": "Update", "delete": "Delete", "noop": "No-Op", "none": "No-Op"}.get(key, value)
+
+
+# --- what the role works on ------------------------------------------------------------------
+@dataclass
+class Incoming:
+    """The current input: the turn being stored, or the question asked."""
+
+    text: str
+    speaker: str = "user"
+    dia_id: str = ""
+    time: datetime | None = None
+    listener: str | None = None
+    is_turn: bool = False  # a stored turn (ingest, chat) rather than a question
+
+    @property
+    def raw_id(self) -> str:
+        return f"raw:{self.dia_id}" if self.dia_id else ""
+
+    def is_statement(self) -> bool:
+        return self.is_turn and not (self.text.rstrip().endswith("?") and _QUESTION_START.search(self.text))
+
+    def turn(self) -> Turn:
+        return Turn(speaker=self.speaker, text=self.text, time=self.time, dia_id=self.dia_id or None,
+                    listener=self.listener)
+
+    def describe(self) -> str:
+        return f"turn {self.dia_id}" if self.dia_id else "the current input"
+
+
+@dataclass
+class Group:
+    """One conflict group: the stored records in it, and whether the incoming turn is part of it."""
+
+    records: list[Record]
+    has_new: bool
+    unknown: list[str] = field(default_factory=list)  # ids the Judge named that are not live records
+
+
+@dataclass
+class Step:
+    """One planned edit, applied through the store so it is recorded and undoable."""
+
+    action: Literal["update", "supersede", "delete", "noop"]
+    record: Record
+    reason: str
+    new_text: str = ""
+    by: Record | None = None  # the newer record that supersedes this one
+
+
+@dataclass
+class Plan:
+    steps: list[Step]
+    policy: str
+
+
+# --- the node ------------------------------------------------------------------------------
+def refresher(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
+    """Apply Update / Delete / No-op to each conflict group of the verdict, then refresh the evidence."""
+    context = runtime.context
+    store = store_of(runtime)
+    incoming = incoming_of(state)
+    groups = conflict_groups(state, store, incoming)
+    model = chat_model(context)
+    notes: list[ChangeNote] = []
+    policies: list[str] = []
+    touched: set[str] = set()
+    for group in groups[:MAX_GROUPS]:
+        group.records = [r for r in group.records if r.id not in touched]
+        if not group.records:
+            continue
+        plan = offline_plan(group, incoming) if model is None else model_plan(group, incoming, runtime)
+        policies.append(plan.policy)
+        for step in plan.steps:
+            notes.append(apply(store, step, plan.policy))
+            touched.add(step.record.id)
+    evidence = refreshed_evidence(state.evidence, store, notes)
+    counts = {a: sum(n.action == a for n in notes) for a in ("update", "delete", "noop")}
+    summary = (
+        f"{len(groups)} conflict group(s): {counts['update']} updated, {counts['delete']} deleted, "
+        f"{counts['noop']} left as they were"
+    )
+    if not groups:
+        summary = "no conflict group names a live record: nothing to change"
+    policy = next((p for p in policies if p.startswith(f"{OFFLINE} (")), None)  # a fallback shows first
+    policy = policy or next((p for p in policies if p != OFFLINE), OFFLINE)
+    update: dict[str, Any] = {
+        "changes": [*state.changes, *notes],
+        "evidence": evidence,
+        "trace": traced(state, "refresher", policy, summary),
+    }
+    if context.mode == "retrieve":
+        update["stage"] = "done"
+    return update
+
+
+def incoming_of(state: State) -> Incoming:
+    """The input the run is about (AMA's u_t): the turn being stored, else the question."""
+    if state.turns and state.cursor < len(state.turns):
+        item: Any = state.turns[state.cursor]
+        turn = item if isinstance(item, Turn) else Turn.model_validate(item)
+        return Incoming(text=turn.text, speaker=turn.speaker, dia_id=turn.dia_id or "", time=turn.time,
+                        listener=turn.listener, is_turn=True)
+    return Incoming(text=current_turn_text(state), is_turn=not state.question.strip() and bool(state.turns))
+
+
+def conflict_groups(state: State, store: MemoryStore, incoming: Incoming) -> list[Group]:
+    """The verdict's groups as live records; the incoming turn's own raw record counts as "new"."""
+    verdict = state.verdict
+    if verdict is None:
+        return []
+    groups: list[Group] = []
+    for ids in verdict.conflicts:
+        records: list[Record] = []
+        unknown: list[str] = []
+        has_new = False
+        for record_id in dict.fromkeys(str(i).strip() for i in ids):
+            if record_id.lower() == NEW or (incoming.raw_id and record_id == incoming.raw_id):
+                has_new = True
+                continue
+            try:
+                kind_of(record_id)
+            except NotFoundError:
+                unknown.append(record_id)
+                continue
+            found = store.get([record_id])
+            if found and found[0].status == Status.ACTIVE:
+                records.append(found[0])
+            else:
+                unknown.append(record_id)
+        if records:
+            groups.append(Group(records=records, has_new=has_new, unknown=unknown))
+    return groups
+
+
+# --- the offline policy --------------------------------------------------------------------
+def offline_plan(group: Group, incoming: Incoming) -> Plan:
+    """Delete on an explicit request, supersede or update a single-valued attribute, else no-op."""
+    request = forget_request(incoming.text)
+    if request is not None:
+        return Plan(forget_steps(group, incoming, request), OFFLINE)
+    steps: list[Step] = []
+    changed: set[str] = set()
+    for step in [*stored_conflicts(group.records), *incoming_conflicts(group, incoming)]:
+        if step.record.id not in changed:
+            steps.append(step)
+            changed.add(step.record.id)
+    why = "no single-valued attribute of the same subject disagrees: both can hold, left as they were"
+    if not incoming.is_statement() and group.has_new:
+        why = "the input is a question, not a newer statement, and no stored value is outdated: left as it was"
+    steps += [Step("noop", r, why) for r in group.records if r.id not in changed]
+    return Plan(steps, OFFLINE)
+
+
+def forget_request(text: str) -> set[str] | None:
+    """The content words of what the input explicitly asks to forget or cancel, or None if it asks nothing.
+
+    An empty set means a request that does not say what ("never mind"). Only
+    requests count: an imperative at the start of a clause ("please forget ...",
+    "could you delete ...", "cancel my ..."), or a statement that something is
+    cancelled or no longer true. "Don't forget", "I forgot" and "I deleted the
+    app" are not requests.
+    """
+    for clause in re.split(r"[.!?;,:\n]+|\s[-–—]\s", text):
+        for match in _FORGET_VERB.finditer(clause):
+            lead = " ".join(re.findall(r"[a-z]+", clause[: match.start()].lower().replace("'", "")))
+            lead = _POLITE_PREFIX.sub("", lead).split()
+            if all(w in _REQUEST_LEAD for w in lead) and not _NEGATION & set(lead):
+                return _content(clause[match.end() :])
+        invalidated = _INVALIDATED.search(clause)
+        if invalidated:
+            return _content(invalidated.group("object"))
+        if _DISAVOWAL.search(clause):
+            return _content(_DISAVOWAL.sub(" ", clause))
+    return None
+
+
+def forget_steps(group: Group, incoming: Incoming, request: set[str]) -> list[Step]:
+    """Tombstone the group's records that the request names (half its content words or more); keep the rest."""
+    steps: list[Step] = []
+    for record in group.records:
+        shared = request & _content(f"{record.text} {record.value}")
+        if request and len(shared) * 2 >= len(request):
+            steps.append(Step("delete", record, f"forgotten on request in {incoming.describe()} "
+                                                 f"(asked about: {', '.join(sorted(shared))})"))
+        else:
+            why = ("the request to forget does not say what: nothing deleted" if not request
+                   else "the request to forget names something else: kept")
+            steps.append(Step("noop", record, why))
+    return steps
+
+
+def stored_conflicts(records: list[Record]) -> list[Step]:
+    """Two stored facts, same subject and single-valued attribute, different values: the newer wins."""
+    by_key: dict[tuple[str, str], list[Record]] = {}
+    for record in records:
+        if record.kind != "raw" and record.subject and record.attribute and record.value:
+            by_key.setdefault((_norm(record.subject), _norm(record.attribute)), []).append(record)
+    steps: list[Step] = []
+    for (_, attribute), members in by_key.items():
+        if len(members) < 2:
+            continue
+        ordered = sorted(members, key=lambda r: (r.time or datetime.min, r.version, r.id))
+        newest = ordered[-1]
+        for older in ordered[:-1]:
+            if not _disagree(older, newest.value) or not _replaces(attribute, newest.text, older, newest):
+                continue
+            when = newest.time.strftime("%Y-%m-%d") if newest.time else "later"
+            steps.append(Step(
+                "supersede", older,
+                f"superseded by {newest.id} ({when}): {older.attribute} {older.value!r} -> {newest.value!r}",
+                new_text=newest.text, by=newest,
+            ))
+    return steps
+
+
+def incoming_conflicts(group: Group, incoming: Incoming) -> list[Step]:
+    """A stored fact whose single-valued attribute the incoming turn states anew: rewrite its value."""
+    if not group.has_new or not incoming.is_statement():
+        return []
+    drafts = extract_facts(incoming.turn(), incoming.time, incoming.listener)
+    steps: list[Step] = []
+    for record in group.records:
+        if record.kind == "raw" or not (record.subject and record.attribute and record.value):
+            continue
+        for draft in drafts:
+            if not _same_slot(record, draft) or not _disagree(record, value_of(draft)):
+                continue
+            if not (single_valued(record.attribute) or _CHANGE_CUE.search(incoming.text)):
+                continue
+            if record.time and incoming.time and incoming.time < record.time:
+                continue  # the stored value is the more recent one
+            steps.append(Step(
+                "update", record,
+                f"updated by {incoming.describe()}: {record.attribute} {record.value!r} -> {value_of(draft)!r}",
+                new_text=rewrite_value(record, draft),
+            ))
+            break
+    return steps
+
+
+def rewrite_value(record: Record, draft: FactDraft) -> str:
+    """Change only the disputed value (AMA: keep every other detail); else take the new fact whole."""
+    pattern = re.compile(re.escape(record.value), re.IGNORECASE)
+    if record.value and pattern.search(record.text):
+        return pattern.sub(lambda _: value_of(draft), record.text, count=1)
+    return draft.text
+
+
+def value_of(draft: FactDraft) -> str:
+    """The new value without the words that only announced the change ("nurse now" -> "nurse")."""
+    return _VALUE_TAIL.sub("", draft.value).strip() or draft.value
+
+
+def _replaces(attribute: str, newer_text: str, older: Record, newer: Record) -> bool:
+    if older.time and newer.time and older.time == newer.time and older.dialogue_id == newer.dialogue_id:
+        return False  # said in the same breath: two values that hold together
+    return single_valued(attribute) or bool(_CHANGE_CUE.search(newer_text))
+
+
+def single_valued(attribute: str) -> bool:
+    """Whether a property holds one value at a time (lives_in, works_as, age ...), unlike likes or hobbies."""
+    return any(part in _SINGLE_VALUED for part in re.split(r"[^a-z]+", attribute.lower()) if part)
+
+
+def _same_slot(record: Record, draft: FactDraft) -> bool:
+    return _norm(record.subject) == _norm(draft.subject) and _norm(record.attribute) == _norm(draft.attribute)
+
+
+def _disagree(record: Record, value: str) -> bool:
+    """Different values that do not contain each other, and not already what the record says."""
+    old, new = _norm(record.value), _norm(value)
+    if not old or not new or old == new or old in new or new in old:
+        return False
+    return new not in _norm(record.text)
+
+
+def _norm(text: str) -> str:
+    return " ".join(re.sub(r"[^\w\s]", " ", text.lower().replace("-", "_")).split())
+
+
+def _content(text: str) -> set[str]:
+    return {t for t in tokenize(text) if t not in _REQUEST_STEMS}
+
+
+_REQUEST_STEMS = frozenset(
+    stem(w)
+    for w in wordset(
+        """forget delete erase remove discard disregard ignore scratch cancel unlearn please memory remember said
+        told know mind cancelled canceled called longer true valid happening case anymore"""
+    )
+    if w not in STOPWORDS
+)
+
+
+# --- the model policy ----------------------------------------------------------------------
+def model_plan(group: Group, incoming: Incoming, runtime: Runtime[Context]) -> Plan:
+    """Ask the model (AMA's contract); only ids inside the group are edited, and Delete needs an explicit request."""
+    model = chat_model(runtime.context)
+    assert model is not None
+    user = prompts.REFRESH_USER.format(
+        memories="\n".join(_memory_line(r) for r in group.records),
+        dia_id=incoming.dia_id or "input", speaker=incoming.speaker, text=incoming.text,
+        date=incoming.time.strftime("%Y-%m-%d %H:%M") if incoming.time else "unknown",
+    )
+    parsed, problem, _ = ask_json(model, prompts.REFRESH_SYSTEM, user, ModelRefresh, runtime.context)
+    if parsed is None:
+        return _fallback(group, incoming, problem)
+    name = model_policy_name(runtime.context)
+    by_id = {r.id: r for r in group.records}
+    named = [e for e in parsed.data_list if e.id.strip() in by_id]
+    outside = sorted({e.id for e in parsed.data_list if e.id.strip() not in by_id})
+    note = f" (ignored ids outside the conflict: {', '.join(outside)})" if outside else ""
+    reason = (parsed.reason.strip() or "model decision") + note
+    if parsed.action == "No-Op":
+        return Plan([Step("noop", r, reason) for r in group.records], name)
+    if parsed.action == "Delete":
+        if forget_request(incoming.text) is None:
+            return _fallback(group, incoming, "Delete without an explicit request to forget in the input")
+        targets = {e.id.strip() for e in named}
+        if not targets:
+            return _fallback(group, incoming, f"Delete names no record of the conflict{note}")
+        steps = [Step("delete", r, f"forgotten on request in {incoming.describe()}: {reason}") for r in group.records
+                 if r.id in targets]
+        steps += [Step("noop", r, f"not named by the delete: {reason}") for r in group.records if r.id not in targets]
+        return Plan(steps, name)
+    edits = {
+        e.id.strip(): e.new_content.strip() for e in named
+        if e.new_content.strip() and by_id[e.id.strip()].kind != "raw"
+        and e.new_content.strip() != by_id[e.id.strip()].text
+    }
+    if not edits:
+        return _fallback(group, incoming, f"Update names no fact or episode of the conflict with new content{note}")
+    steps = [Step("update", by_id[i], f"updated by {incoming.describe()}: {reason}", new_text=text)
+             for i, text in edits.items()]
+    steps += [Step("noop", r, f"not named by the update: {reason}") for r in group.records if r.id not in edits]
+    return Plan(steps, name)
+
+
+def _fallback(group: Group, incoming: Incoming, problem: str) -> Plan:
+    plan = offline_plan(group, incoming)
+    return Plan(plan.steps, fallback_policy(problem))
+
+
+def _memory_line(record: Record) -> str:
+    when = record.time.strftime("%Y-%m-%d") if record.time else "undated"
+    who = f"{record.speaker}: " if record.kind == "raw" and record.speaker else ""
+    return f"{record.id} | {when} | {record.kind} | {who}{record.text}"
+
+
+# --- applying and reporting ----------------------------------------------------------------
+def apply(store: MemoryStore, step: Step, policy: str) -> ChangeNote:
+    """One step through the store: history first, then the record (undoable by its change id)."""
+    record = step.record
+    if step.action == "update":
+        change = store.update(record.id, step.new_text, step.reason, policy)
+        return ChangeNote(action="update", record_id=record.id, old_text=change.old_text, new_text=change.new_text,
+                          reason=step.reason, change_id=change.id, policy=policy)
+    if step.action == "supersede" and step.by is not None:
+        change = store.supersede(record.id, step.by.id, step.reason, policy)
+        return ChangeNote(action="update", record_id=record.id, old_text=record.text, new_text=step.by.text,
+                          reason=step.reason, change_id=change.id, policy=policy)
+    if step.action == "delete":
+        change = store.delete(record.id, step.reason, policy)
+        return ChangeNote(action="delete", record_id=record.id, old_text=record.text, reason=step.reason,
+                          change_id=change.id, policy=policy)
+    change = store.record_noop(record.id, record.kind, step.reason, policy)
+    return ChangeNote(action="noop", record_id=record.id, old_text=record.text, new_text=record.text,
+                      reason=step.reason, change_id=change.id, policy=policy)
+
+
+def refreshed_evidence(evidence: list[Evidence], store: MemoryStore, notes: list[ChangeNote]) -> list[Evidence]:
+    """The evidence as the memory now stands: rewritten items re-read, tombstoned and superseded ones dropped."""
+    changed = {n.record_id for n in notes if n.action != "noop"}
+    if not changed:
+        return list(evidence)
+    current = {r.id: r for r in store.get(sorted(changed))}
+    refreshed: list[Evidence] = []
+    for item in evidence:
+        record = current.get(item.id)
+        if record is None:
+            refreshed.append(item)
+        elif record.status == Status.ACTIVE:
+            refreshed.append(evidence_of(record, item.score, item.found_by))
+    return refreshed

@@ -1,0 +1,645 @@
+"""The Research role: plan a search, run it, and hand over a small labelled context.
+
+It unites three read paths:
+- AMA's Retriever (AMA, section 3.3 and appendix C, figure 9): rewrite the input
+  to stand alone, read a four-bit intent [fine, abstract, event, atomic], route
+  to raw if fine, else episode if abstract or event, else fact, with
+  K = max(K_dyn, K_m); on Retry, search the remaining granularities and the
+  related records (R_t).
+- AdaMem's Research Agent (AdaMem, section 3.3): resolve which participant the
+  question is about and favour what they said; facts re-activate the turns
+  they came from; a keyword index backs off to the raw turns dense search misses.
+- MAGMA's query path (MAGMA, section 4): dates in the question become a time
+  window, anchors come from dense and keyword lists fused by reciprocal rank,
+  neighbours along the temporal chain share their anchor's score, and the
+  result is linearised chronologically, each item with its id and date, under
+  a token budget.
+
+Two findings from measuring on LoCoMo shaped the search. Participant names in a
+question dominate a MiniLM embedding (every turn that addresses "Caroline"
+looks alike), so the dense query is the question with the participants' names
+taken out, and the names act through a speaker boost instead. And the turn that
+answers a question often follows the turn that asked it, so a turn inherits a
+share of its neighbours' scores.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+from langgraph.runtime import Runtime
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
+
+from agents.common import OFFLINE, fallback_policy, model_policy_name, store_of
+from agents.llm import ask_json, chat_model
+from graph.context import Context
+from graph.state import Evidence, Plan, RoleNote, State, fresh_run
+from memory.bm25 import reciprocal_rank_fusion
+from memory.dates import time_window
+from memory.errors import InputError
+from memory.records import KINDS, Kind, LinkType, Record
+from memory.speakers import resolve_participant
+from memory.store import MemoryStore
+from prompts import research as prompts
+
+SEARCHABLE: tuple[Kind, ...] = ("raw", "fact", "episode")
+FALLBACK_ORDER: dict[Kind, tuple[Kind, ...]] = {
+    "raw": ("raw", "fact", "episode"),
+    "fact": ("fact", "raw", "episode"),
+    "episode": ("episode", "fact", "raw"),
+}
+POOL = 240  # depth of each ranked list before fusion
+RRF_K = 60  # the usual reciprocal-rank constant (MAGMA's anchor fusion)
+ROUTED_WEIGHT = 1.3  # the routed granularity's lists count a little more (AMA routing)
+WINDOW_WEIGHT = 1.0  # lists restricted to the question's time window
+SPEAKER_BOOST = 0.5  # a turn by the participant the question is about scores 1.5 times
+NEIGHBOUR_SHARE = 0.4  # share of the previous turn's score a turn inherits (an answer follows its question)
+NEIGHBOUR_SHARE_BACK = 0.4  # share of the next turn's score a turn inherits
+MAX_EPISODES = 2  # episodes are long: at most this many in a question's context
+RETRY_NEW_SHARE = 0.35  # share of the budget a retry round reserves for what it newly found
+MAX_K_DYN = 20
+
+Intent = list[int]
+
+# --- intent rules (offline policy) ------------------------------------------------------------
+_EVENT = re.compile(
+    r"\b(when|what (?:date|day|year|month|time)|which (?:date|day|year|month)|how long|since when|how often"
+    r"|how many times|before|after|first time|last time|until|during|ago|anniversary)\b"
+)
+_ABSTRACT = re.compile(
+    r"\b(why|feel|feels|felt|feeling|feelings|summari[sz]e|summary|what kind of|what type of|what sort of|describe"
+    r"|overall|in general|personality|attitude|opinion|think about|thoughts? on|likely|would \w+ (?:still|be|want)"
+    r"|motivat\w*|inspir\w*|reason|meaning|mean to|important to|changed|traits?|values?|how (?:has|have|did|does|do)"
+    r" \w+ (?:\w+ )?(?:change|grow|cope|handle|deal|react|respond|prioriti[sz]e))\b"
+)
+_FINE = re.compile(
+    r"\b(exact|exactly|quote|word for word|say|said|name of|title of|called|which|what is the name|what was the name"
+    r"|spell|what color|what colour|what number)\b"
+)
+_BROAD = re.compile(
+    r"\b(all|every|ever|both|list|activities|things|ways|events|hobbies|places|kinds|types|some of|in what ways"
+    r"|how many|what (?:\w+ )?(?:has|have) \w+ (?:done|made|read|painted|visited|seen|tried|bought|participated))\b"
+)
+_PLURAL_OBJECT = re.compile(r"^(?:what|which)\s+([a-z]+s)\b")
+_STARTS_QUESTION = re.compile(
+    r"^(?:what|who|whom|whose|where|when|which|why|how|is|are|was|were|do|does|did|can|could|would|will|has|have"
+    r"|had|should)\b"
+)
+
+
+def intent_of(text: str) -> Intent:
+    """AMA's four flags [fine, abstract, event, atomic] by transparent word rules."""
+    low = " ".join(text.lower().replace("’", "'").split())
+    event = bool(_EVENT.search(low)) or _broad(low)
+    fine = bool(_FINE.search(low)) or bool(re.search(r"\b(when|what date|how long ago|what year)\b", low))
+    abstract = bool(_ABSTRACT.search(low)) and not re.match(r"^(when|how long|how many|what date)\b", low)
+    words = len(low.split())
+    atomic = not abstract and not _broad(low) and words <= 12 and bool(_STARTS_QUESTION.match(low) or words <= 8)
+    return [int(fine), int(abstract), int(event), int(atomic)]
+
+
+def _broad(low: str) -> bool:
+    """A question that gathers several events ("what activities...", "what books has...")."""
+    plural = _PLURAL_OBJECT.match(low)
+    return bool(_BROAD.search(low)) or bool(plural and plural.group(1) not in ("is", "was", "has", "does"))
+
+
+def route_of(intent: Sequence[int], kinds: Sequence[str]) -> Kind:
+    """AMA's routing rule, restricted to the granularities this run may search."""
+    fine, abstract, event, _ = (bool(b) for b in intent)
+    wanted: Kind = "raw" if fine else "episode" if abstract or event else "fact"
+    return first_allowed(wanted, kinds)
+
+
+def first_allowed(wanted: Kind, kinds: Sequence[str]) -> Kind:
+    for kind in FALLBACK_ORDER.get(wanted, SEARCHABLE):
+        if kind in kinds:
+            return kind
+    return "raw"
+
+
+def k_dyn_of(text: str, intent: Sequence[int]) -> int:
+    """A small budget, larger for broad or cross-event questions (AMA's K_dyn)."""
+    low = text.lower()
+    fine, abstract, event, atomic = (bool(b) for b in intent)
+    if _broad(low):
+        return 12
+    if abstract:
+        return 8
+    if event:
+        return 6
+    if fine:
+        return 5
+    return 4 if atomic else 5
+
+
+# --- query rewriting (offline policy) ---------------------------------------------------------
+_PRONOUN = re.compile(r"\b(he|she|they|him|her|them|his|hers|their|theirs)\b", re.IGNORECASE)
+_NOT_NOUN_AFTER_HER = frozenset(
+    "and or but to for with at in on of from by about as than that when if so because . , ? !".split()
+)
+
+
+def participants_of(store: MemoryStore) -> list[str]:
+    """Who takes part: the distinct speakers of the stored raw turns, in order of appearance."""
+    speakers = [r.speaker for r in sorted(store.all("raw"), key=_turn_key) if r.speaker]
+    return list(dict.fromkeys(speakers))
+
+
+def expand_nicknames(text: str, participants: Sequence[str]) -> str:
+    """'Mel' -> 'Melanie' when the short form names exactly one participant."""
+    def replace(match: re.Match[str]) -> str:
+        word = match.group(1)
+        if any(word.lower() == part.lower() for p in participants for part in p.split()):
+            return match.group(0)
+        found = resolve_participant(word, list(participants))
+        return match.group(0).replace(word, found[0], 1) if len(found) == 1 else match.group(0)
+
+    return re.sub(r"\b([A-Z][a-z]{2,})(?=\b)", replace, text)
+
+
+def last_mentioned(window: Sequence[dict[str, str]], participants: Sequence[str], exclude: str = "") -> str | None:
+    """The participant most recently named (or, failing that, speaking) in working memory."""
+    for turn in reversed(window):
+        named = [p for p in resolve_participant(turn.get("text", ""), list(participants)) if p != exclude]
+        if named:
+            return named[-1]
+    for turn in reversed(window):
+        speaker = turn.get("speaker", "")
+        if speaker and speaker != exclude and speaker in participants:
+            return speaker
+    return None
+
+
+def resolve_pronouns(text: str, name: str) -> str:
+    """Third-person pronouns -> the name ('her' before a noun is possessive: "Caroline's")."""
+    def replace(match: re.Match[str]) -> str:
+        word = match.group(1).lower()
+        following = text[match.end() :].lstrip()
+        next_word = re.match(r"[A-Za-z]+|[.,?!]", following)
+        nxt = next_word.group(0).lower() if next_word else ""
+        possessive = word in ("his", "their", "hers", "theirs") or (
+            word == "her" and bool(nxt) and nxt not in _NOT_NOUN_AFTER_HER
+        )
+        return f"{name}'s" if possessive else name
+
+    return _PRONOUN.sub(replace, text)
+
+
+def rewrite_query(
+    text: str, participants: Sequence[str], window: Sequence[dict[str, str]], speaker: str = ""
+) -> str:
+    """The input made standalone: nicknames expanded, third-person pronouns resolved (AMA's u'_t)."""
+    rewritten = expand_nicknames(" ".join(text.split()), participants)
+    if _PRONOUN.search(rewritten) and not resolve_participant(rewritten, list(participants)):
+        name = last_mentioned(window, participants, exclude=speaker)
+        if name:
+            rewritten = resolve_pronouns(rewritten, name)
+    return rewritten
+
+
+def offline_plan(
+    text: str, participants: Sequence[str], window: Sequence[dict[str, str]], now: datetime | None,
+    kinds: Sequence[str], speaker: str = "",
+) -> Plan:
+    query = rewrite_query(text, participants, window, speaker)
+    intent = intent_of(query)
+    return Plan(
+        query=query, intent=intent, route=route_of(intent, kinds), k_dyn=k_dyn_of(query, intent),
+        participants=resolve_participant(query, list(participants)), time_window=time_window(query, now),
+        policy=OFFLINE,
+    )
+
+
+# --- model policy ------------------------------------------------------------------------------
+class IntentFlags(BaseModel):
+    """AMA's intent vector as the model writes it; booleans and "1" are read as flags."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    b_fine: int = Field(..., ge=0, le=1)
+    b_abs: int = Field(..., ge=0, le=1)
+    b_event: int = Field(..., ge=0, le=1)
+    b_atomic: int = Field(..., ge=0, le=1)
+
+    @field_validator("b_fine", "b_abs", "b_event", "b_atomic", mode="before")
+    @classmethod
+    def _flag(cls, value: object) -> object:
+        if isinstance(value, bool):
+            return int(value)
+        if isinstance(value, str) and value.strip().lower() in ("0", "1", "true", "false", "yes", "no"):
+            return int(value.strip().lower() in ("1", "true", "yes"))
+        if isinstance(value, float) and value in (0.0, 1.0):
+            return int(value)
+        return value
+
+    def as_list(self) -> Intent:
+        return [self.b_fine, self.b_abs, self.b_event, self.b_atomic]
+
+
+class ModelPlan(BaseModel):
+    """AMA's Retriever output contract (appendix C, figure 9)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    rewrite_query: str = Field(
+        ..., min_length=1, validation_alias=AliasChoices("rewrite_query", "rewritten_query", "query")
+    )
+    intent_vector: IntentFlags = Field(..., validation_alias=AliasChoices("intent_vector", "intent"))
+    memory_type: Literal["raw", "fact", "episode"] | None = None
+    K_dyn: int = Field(5, validation_alias=AliasChoices("K_dyn", "k_dyn", "K"))
+
+    @field_validator("memory_type", mode="before")
+    @classmethod
+    def _kind(cls, value: object) -> object:
+        if isinstance(value, str):
+            low = value.strip().lower()
+            aliases = {"raw text": "raw", "raw_text": "raw", "facts": "fact", "fact knowledge": "fact",
+                       "episodes": "episode", "episodic": "episode", "": None}
+            return aliases.get(low, low)
+        return value
+
+    @field_validator("K_dyn", mode="before")
+    @classmethod
+    def _budget(cls, value: object) -> object:
+        if isinstance(value, str) and value.strip().isdigit():
+            value = int(value.strip())
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return max(1, min(MAX_K_DYN, value))
+        return value
+
+
+def model_plan(
+    text: str, offline: Plan, participants: Sequence[str], store: MemoryStore, now: datetime | None,
+    context: Context,
+) -> Plan:
+    """Ask the chat model for the plan; the offline plan stands in when its reply is unusable."""
+    model = chat_model(context)
+    if model is None:
+        return offline
+    window = "\n".join(f"[{t['dia_id']}] {t['speaker']}: {t['text']}" for t in store.working()) or "(empty)"
+    user = prompts.PLAN_USER.format(
+        participants=", ".join(participants) or "(unknown)", now=now.strftime("%Y-%m-%d") if now else "unknown",
+        window=window, text=text,
+    )
+    parsed, problem, _ = ask_json(model, prompts.PLAN_SYSTEM, user, ModelPlan, context)
+    if parsed is None:
+        return offline.model_copy(update={"policy": fallback_policy(problem)})
+    intent = parsed.intent_vector.as_list()
+    kinds = context.kinds()
+    route = first_allowed(parsed.memory_type, kinds) if parsed.memory_type else route_of(intent, kinds)
+    query = parsed.rewrite_query.strip()
+    named = resolve_participant(query, list(participants)) or offline.participants
+    window_range = time_window(query, now) or offline.time_window
+    return Plan(
+        query=query, intent=intent, route=route, k_dyn=parsed.K_dyn, participants=named,
+        time_window=window_range, policy=model_policy_name(context),
+    )
+
+
+# --- search -------------------------------------------------------------------------------------
+@dataclass
+class Unit:
+    """One item of the context in the making: a turn (with the facts that led to it) or an episode."""
+
+    key: str
+    record: Record
+    score: float = 0.0
+    found_by: set[str] = field(default_factory=set)
+    facts: list[Record] = field(default_factory=list)
+
+
+def _turn_key(record: Record) -> tuple[float, tuple[int, ...], str]:
+    """Chronological order: time, then the numbers of the dialogue id (D3:12 -> (3, 12))."""
+    moment = record.time.timestamp() if record.time else 0.0
+    numbers = tuple(int(n) for n in re.findall(r"\d+", record.dialogue_id or record.id))
+    return moment, numbers, record.id
+
+
+def strip_names(query: str, participants: Sequence[str]) -> str:
+    """The query without the participants' names, for the dense search (see the module docstring)."""
+    if not participants:
+        return query
+    words = {part for p in participants for part in p.split() if len(part) > 1}
+    stripped = query
+    for word in sorted(words, key=len, reverse=True):
+        stripped = re.sub(rf"\b{re.escape(word)}(?:['’]s?)?(?=\W|$)", " ", stripped)
+    stripped = re.sub(r"\s+([?.!,])", r"\1", " ".join(stripped.split()))
+    content = re.findall(r"[A-Za-z]{3,}", stripped)
+    return stripped if len(content) >= 2 else query
+
+
+class Searcher:
+    """The hybrid search of one round: ranked lists per granularity, fused at the level of turns."""
+
+    def __init__(self, store: MemoryStore, plan: Plan, participants: Sequence[str], exclude: set[str]) -> None:
+        self.store = store
+        self.plan = plan
+        self.exclude = exclude
+        self.dense_query = strip_names(plan.query, participants)
+        self.vector = store.embedder.embed([self.dense_query])[0]
+        self.raw = {r.id: r for r in store.all("raw")}
+
+    def ranked(self, kind: Kind, pool: int, window: tuple[datetime, datetime] | None) -> list[tuple[str, list[str]]]:
+        """(name, ids) lists: dense and BM25, each optionally inside the time window."""
+        dense = [rid for rid, _ in self.store.dense(kind, self.vector, pool, window)]
+        lexical = [rid for rid, _ in self.store.lexical(kind, self.plan.query, pool, window)]
+        return [("dense", dense), ("bm25", lexical)]
+
+    def units(self, kinds: Sequence[Kind], pool: int) -> dict[str, Unit]:
+        """Fused units from `kinds`: raw turns and the turns facts point to, and episodes."""
+        scores: dict[str, float] = {}
+        found: dict[str, set[str]] = {}
+        facts: dict[str, list[Record]] = {}
+        episodes: dict[str, Record] = {}
+        windows: list[tuple[tuple[datetime, datetime] | None, float, str]] = [(None, 1.0, "")]
+        if self.plan.time_window is not None:
+            windows.append((self.plan.time_window, WINDOW_WEIGHT, "time"))
+        for kind in kinds:
+            weight = ROUTED_WEIGHT if kind == self.plan.route else 1.0
+            for window, window_weight, tag in windows:
+                for name, ids in self.ranked(kind, pool, window):
+                    turn_ranking = self._to_units(kind, ids, facts, episodes)
+                    for rank, (key, _) in enumerate(turn_ranking, start=1):
+                        scores[key] = scores.get(key, 0.0) + weight * window_weight / (RRF_K + rank)
+                        found.setdefault(key, set()).add(tag or name)
+                        if kind == "fact":
+                            found[key].add("fact")
+        self._boost(scores)
+        result: dict[str, Unit] = {}
+        for key, score in scores.items():
+            record = episodes.get(key) or self.raw.get(key)
+            if record is None or key in self.exclude:
+                continue
+            result[key] = Unit(key=key, record=record, score=score, found_by=found.get(key, set()),
+                               facts=facts.get(key, []))
+        return result
+
+    def _to_units(
+        self, kind: Kind, ids: list[str], facts: dict[str, list[Record]], episodes: dict[str, Record]
+    ) -> list[tuple[str, str]]:
+        """Map a ranked id list to ranked unit keys: a fact stands for its source turn (AdaMem)."""
+        ranking: list[tuple[str, str]] = []
+        seen: set[str] = set()
+        records = self.store.get(ids) if kind != "raw" else [self.raw[i] for i in ids if i in self.raw]
+        for record in records:
+            if kind == "episode":
+                keys = [record.id]
+                episodes[record.id] = record
+            elif kind == "fact":
+                keys = [f"raw:{s}" for s in record.source_ids if f"raw:{s}" in self.raw] or []
+                for key in keys:
+                    bucket = facts.setdefault(key, [])
+                    if all(f.id != record.id for f in bucket):
+                        bucket.append(record)
+            else:
+                keys = [record.id]
+            for key in keys:
+                if key not in seen:
+                    seen.add(key)
+                    ranking.append((key, record.id))
+        return ranking
+
+    def _boost(self, scores: dict[str, float]) -> None:
+        """Speaker boost (AdaMem participant resolution) and neighbour share (MAGMA temporal chain)."""
+        if len(self.plan.participants) == 1:
+            who = self.plan.participants[0]
+            for key in scores:
+                record = self.raw.get(key)
+                if record is not None and record.speaker == who:
+                    scores[key] *= 1.0 + SPEAKER_BOOST
+        order = sorted(self.raw.values(), key=_turn_key)
+        position = {r.id: i for i, r in enumerate(order)}
+        inherited: dict[str, float] = {}
+        for key, score in scores.items():
+            index = position.get(key)
+            if index is None:
+                continue
+            for step, share in ((1, NEIGHBOUR_SHARE), (-1, NEIGHBOUR_SHARE_BACK)):
+                j = index + step
+                if 0 <= j < len(order) and order[j].session == order[index].session:
+                    other = order[j].id
+                    inherited[other] = max(inherited.get(other, 0.0), share * score)
+        for key, share in inherited.items():
+            scores[key] = scores.get(key, 0.0) + share
+
+
+# --- the context: dedupe, budget, chronological order -------------------------------------------
+def count_tokens(text: str) -> int:
+    from evaluation.tokens import count_tokens as count
+
+    return count(text)
+
+
+def unit_evidence(unit: Unit) -> Evidence:
+    record = unit.record
+    return Evidence(
+        id=record.id, kind=record.kind, text=record.text, dialogue_id=record.dialogue_id,
+        source_ids=list(record.source_ids), speaker=record.speaker, time=record.time, score=round(unit.score, 6),
+        found_by=sorted(unit.found_by), label=record.label(),
+    )
+
+
+def select(ranked: Sequence[Evidence], budget: int, limit: int | None = None) -> list[Evidence]:
+    """Best first until the token budget (or `limit` items) is reached; one item per source turn."""
+    chosen: list[Evidence] = []
+    covered: set[str] = set()
+    used = 0
+    episodes = 0
+    for item in ranked:
+        turns = set(item.turn_ids())
+        if item.kind != "episode" and turns and turns <= covered:
+            continue
+        if item.kind == "episode":
+            if episodes >= MAX_EPISODES:
+                continue
+        cost = count_tokens(item.label or item.text) + 1
+        if used + cost > budget:
+            continue
+        chosen.append(item)
+        used += cost
+        if item.kind == "episode":
+            episodes += 1
+        else:
+            covered |= turns
+        if limit is not None and len(chosen) >= limit:
+            break
+    return chosen
+
+
+def chronological(items: Iterable[Evidence]) -> list[Evidence]:
+    def key(item: Evidence) -> tuple[float, tuple[int, ...], str]:
+        moment = item.time.timestamp() if item.time else 0.0
+        return moment, tuple(int(n) for n in re.findall(r"\d+", item.dialogue_id or item.id)), item.id
+
+    return sorted(items, key=key)
+
+
+def context_tokens(items: Sequence[Evidence]) -> int:
+    """Tokens of the context as the roles see it: one labelled line per item."""
+    return sum(count_tokens(item.label or item.text) + 1 for item in items)
+
+
+# --- the node ---------------------------------------------------------------------------------
+def research(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
+    """Round 1 plans and searches; later rounds (after a Retry) widen the search."""
+    context = runtime.context
+    fresh = state.stage == "done"
+    update: dict[str, Any] = {**fresh_run(), "stage": "asking"} if fresh else {}
+    rounds = 0 if fresh else state.rounds
+    earlier: list[Evidence] = [] if fresh else list(state.evidence)
+    trace: list[RoleNote] = [] if fresh else list(state.trace)
+    text, speaker, exclude = _input_of(state, context)
+    store = store_of(runtime)
+    participants = participants_of(store)
+    now = _now_of(state, store, context)
+    kinds = [k for k in context.kinds() if k in SEARCHABLE]
+    plan = None if fresh else state.plan
+    if rounds == 0 or plan is None:
+        offline = offline_plan(text, participants, store.working(), now, kinds, speaker)
+        plan = model_plan(text, offline, participants, store, now, context)
+        evidence, plan, summary = _first_round(store, plan, participants, exclude, context, kinds)
+    else:
+        evidence, plan, summary = _retry_round(store, plan, participants, exclude, context, kinds, earlier, rounds)
+    trace.append(RoleNote(role="research", policy=plan.policy, summary=summary))
+    return {**update, "plan": plan, "evidence": evidence, "rounds": rounds + 1, "trace": trace}
+
+
+def _input_of(state: State, context: Context) -> tuple[str, str, set[str]]:
+    """The text researched, who said it, and the ids to leave out (the turn's own write-ahead record)."""
+    if context.mode in ("ingest", "chat") and state.turns and state.cursor < len(state.turns):
+        turn = state.turns[state.cursor]
+        return turn.text, turn.speaker, {f"raw:{turn.dia_id}"} if turn.dia_id else set()
+    if state.question.strip():
+        return state.question.strip(), "", set()
+    if state.turns:
+        return state.turns[-1].text, state.turns[-1].speaker, set()
+    raise InputError("ask needs a question: pass {'question': '...'}")
+
+
+def _now_of(state: State, store: MemoryStore, context: Context) -> datetime | None:
+    """'Now' for relative dates: the turn's time, else the latest time in memory (replayed dialogues)."""
+    if context.mode in ("ingest", "chat") and state.turns and state.cursor < len(state.turns):
+        turn_time = state.turns[state.cursor].time
+        if turn_time is not None:
+            return turn_time
+    times = [r.time for r in store.all("raw") if r.time is not None]
+    return max(times) if times else datetime.now()
+
+
+def _question_mode(context: Context) -> bool:
+    return context.mode != "ingest"
+
+
+def _first_round(
+    store: MemoryStore, plan: Plan, participants: Sequence[str], exclude: set[str], context: Context,
+    kinds: Sequence[Kind],
+) -> tuple[list[Evidence], Plan, str]:
+    """The routed granularity, plus raw turns and facts (always: recall at a small budget)."""
+    searched: list[Kind] = [plan.route, *(k for k in ("raw", "fact") if k in kinds and k != plan.route)]
+    k = max(plan.k_dyn, context.k_m)
+    searcher = Searcher(store, plan, participants, exclude)
+    units = searcher.units(searched, POOL)
+    ranked = _ranked(units, plan)
+    limit = None if _question_mode(context) else k
+    evidence = chronological(select(ranked, context.token_budget, limit))
+    plan = plan.model_copy(update={"searched": list(searched)})
+    return evidence, plan, _summary(plan, evidence, k, 1)
+
+
+def _retry_round(
+    store: MemoryStore, plan: Plan, participants: Sequence[str], exclude: set[str], context: Context,
+    kinds: Sequence[Kind], earlier: list[Evidence], rounds: int,
+) -> tuple[list[Evidence], Plan, str]:
+    """Remaining granularities, then link neighbours of what was found, then a wider K (AMA's Retry)."""
+    remaining = [k for k in kinds if k not in plan.searched]
+    searcher = Searcher(store, plan, participants, exclude)
+    searched = list(plan.searched)
+    new: list[Evidence] = []
+    steps: list[str] = []
+    if remaining:
+        units = searcher.units(remaining, POOL)
+        new += _ranked(units, plan)
+        searched += remaining
+        steps.append("searched " + ", ".join(remaining))
+    linked = _linked(store, earlier, exclude)
+    if linked:
+        new += linked
+        steps.append(f"{len(linked)} linked records")
+    if not remaining:
+        wider = max(plan.k_dyn, context.k_m) * (rounds + 1)
+        units = searcher.units(plan.searched, POOL * (rounds + 1))
+        known = {e.id for e in earlier}
+        new += [e for e in _ranked(units, plan) if e.id not in known][: wider]
+        steps.append(f"wider K={wider}")
+    known_turns = {t for e in earlier for t in e.turn_ids()}
+    fresh = [e for e in _dedupe(new) if e.kind == "episode" or not set(e.turn_ids()) <= known_turns]
+    budget = context.token_budget
+    reserve = int(budget * RETRY_NEW_SHARE) if fresh else 0
+    ranked_old = sorted(earlier, key=lambda e: -e.score)
+    new_part = select(fresh, reserve)
+    old_part = select(ranked_old, budget - context_tokens(new_part))
+    rest = select([e for e in fresh if e not in new_part], budget - context_tokens(new_part) - context_tokens(old_part))
+    evidence = chronological(_dedupe([*old_part, *new_part, *rest]))
+    plan = plan.model_copy(update={"searched": searched})
+    summary = _summary(plan, evidence, max(plan.k_dyn, context.k_m), rounds + 1)
+    dropped = len(earlier) - len(old_part)
+    summary += f"; retry: {', '.join(steps) or 'nothing new'}; +{len(new_part) + len(rest)} new"
+    if dropped > 0:
+        summary += f", {dropped} weakest earlier items left out for the token budget"
+    return evidence, plan, summary
+
+
+def _ranked(units: dict[str, Unit], plan: Plan) -> list[Evidence]:
+    """Units best first, as evidence; episodes only when the route asks for them."""
+    ordered = sorted(units.values(), key=lambda u: (-u.score, u.key))
+    return [unit_evidence(u) for u in ordered]
+
+
+def _linked(store: MemoryStore, earlier: Sequence[Evidence], exclude: set[str]) -> list[Evidence]:
+    """Records one typed edge away from what was found (temporal, entity, derived-from, related)."""
+    if not earlier:
+        return []
+    top = sorted(earlier, key=lambda e: -e.score)[:12]
+    types = [LinkType.TEMPORAL, LinkType.ENTITY, LinkType.DERIVED_FROM, LinkType.RELATED]
+    ids = [i for i in store.neighbours([e.id for e in top], types) if i.split(":", 1)[0] in KINDS]
+    base = min((e.score for e in top), default=0.0)
+    records = [r for r in store.get(ids) if r.id not in exclude and r.kind in SEARCHABLE]
+    if not records:
+        return []
+    return [
+        Evidence(
+            id=r.id, kind=r.kind, text=r.text, dialogue_id=r.dialogue_id, source_ids=list(r.source_ids),
+            speaker=r.speaker, time=r.time, score=round(base * NEIGHBOUR_SHARE, 6), found_by=["link"],
+            label=r.label(),
+        )
+        for r in records
+    ]
+
+
+def _dedupe(items: Iterable[Evidence]) -> list[Evidence]:
+    seen: set[str] = set()
+    out: list[Evidence] = []
+    for item in items:
+        if item.id not in seen:
+            seen.add(item.id)
+            out.append(item)
+    return out
+
+
+def _summary(plan: Plan, evidence: Sequence[Evidence], k: int, round_number: int) -> str:
+    flags = "".join(str(b) for b in plan.intent)
+    window = ""
+    if plan.time_window is not None:
+        window = f", window {plan.time_window[0]:%Y-%m-%d}..{plan.time_window[1]:%Y-%m-%d}"
+    who = f", about {', '.join(plan.participants)}" if plan.participants else ""
+    return (
+        f"round {round_number}: intent {flags} -> {plan.route}, K={k}{who}{window}; searched "
+        f"{', '.join(plan.searched)}; {len(evidence)} items, {context_tokens(evidence)} tokens"
+    )

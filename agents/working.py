@@ -1,0 +1,564 @@
+"""The Working role: a short answer from the validated evidence, with its sources (AdaMem Working Agent).
+
+AdaMem's Working Agent turns what research found into the final concise answer;
+MAGMA hands the answerer a linearised context in which every item carries its
+reference id, so the answer can cite the dialogue turns it rests on. Only the
+evidence is used: when it does not hold what was asked, the answer is
+"Not in memory." (LoCoMo's adversarial questions ask about things never said,
+often about the other participant).
+
+Offline, an extractive reader does the job: it classifies the question, scores
+every evidence sentence by the question's content words and by whether it is
+about the person asked about, and cuts the answer out of the best sentence:
+a resolved absolute date for "when", a number for "how many", a place for
+"where", a name for "who", else the shortest span that covers what was asked.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta
+from typing import Any, Literal
+
+from langgraph.runtime import Runtime
+from pydantic import BaseModel, Field, field_validator
+
+from agents.common import OFFLINE, current_turn_text, fallback_policy, format_evidence, model_policy_name, traced
+from agents.llm import ask_json, chat_model
+from graph.context import Context
+from graph.state import Evidence, State
+from memory.dates import day_label, resolve_relative
+from memory.entities import CHAT_WORDS, STOPWORDS, split_entities, stem, tokenize, wordset
+from prompts import working as prompts
+
+NOT_IN_MEMORY = "Not in memory."
+QuestionType = Literal["when", "where", "who", "how_many", "why", "yes_no", "how", "what"]
+
+_NOW = datetime(2000, 1, 1)  # anchor for finding date spans in a question; only absolute ones are kept
+_QUESTION_PHRASE = re.compile(
+    r"^\W*(?:when|where|who|whom|whose|why|what|which|how (?:many|much|often|long|old|far)|how)\b"
+    r"(?:\s+(?:kind|kinds|type|types|sort) of)?", re.IGNORECASE,
+)
+MIN_COVERAGE = 0.5  # share of the question's weighted content words the best sentence must hold
+CONTEXT_SHARE = 0.6  # weight of asked-about words found around a sentence rather than in it
+ASKING_FACTOR = 0.35  # a question in the evidence scores this share of an equal statement
+MAX_ANSWER_WORDS = 12
+# Question words that say little about what is asked: they count, but lightly.
+_LIGHT = frozenset(
+    stem(w)
+    for w in wordset(
+        """go went gone going make made take took get feel felt think thought want wanted do did recently usually
+        often ever kind type sort time day year month week thing things way lot part new old first last plan
+        planning planned start started happen happened also still use used describe mention mentioned say said
+        tell told"""
+    )
+    | CHAT_WORDS
+)
+_FIRST_PERSON = re.compile(r"\b(i|i'm|i've|i'd|i'll|me|my|mine|myself|we|we're|we've|us|our|ours)\b", re.IGNORECASE)
+_SECOND_PERSON = re.compile(r"\b(you|you're|you've|your|yours|yourself)\b", re.IGNORECASE)
+_NEGATIVE = re.compile(r"\b(not|never|no|n't|don't|didn't|doesn't|isn't|wasn't|won't|can't|haven't|hasn't)\b",
+                       re.IGNORECASE)
+_SENTENCE = re.compile(r"(?<=[.!?])\s+|\s+[-–—]+\s+|\n+")
+_CLAUSE = re.compile(r"\s*(?:[,;:]|\band\b|\bbut\b|\bso\b)\s*")
+_CAUSE = re.compile(r"\b(?:because(?: of)?|since|'cause|cause|as|so that|to)\s+(.+)", re.IGNORECASE)
+_PLACE = re.compile(
+    r"\b(?:in|at|to|from|near|into|around|visit(?:ed|ing)?)\s+((?:the\s+)?[A-Z][\w'-]*(?:\s+(?:of\s+)?[A-Z][\w'-]*)*)"
+)
+_COMMON_PLACE = re.compile(
+    r"\b(?:in|at|to|from|near|into)\s+((?:the|a|an|my|our|his|her|their)\s+(?:\w+\s+){0,2}?"
+    r"(?:beach|park|lake|mountains?|forest|city|town|village|museum|school|church|library|cafe|restaurant|shelter|"
+    r"center|centre|office|hospital|gym|studio|club|camp|farm|garden|home|house|river|island|country|coast|"
+    r"countryside|conference|festival|concert|parade|store|shop|market|trail|canyon|desert|zoo))\b",
+    re.IGNORECASE,
+)
+_NUMBER_WORDS = wordset(
+    """one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen seventeen
+    eighteen nineteen twenty thirty forty fifty hundred once twice couple few several"""
+)
+_NUMBER = re.compile(
+    r"\b(\d+(?:[.,]\d+)?|" + "|".join(sorted(_NUMBER_WORDS, key=len, reverse=True)) + r")\b(?:\s+([a-z]+))?",
+    re.IGNORECASE,
+)
+_REACTION = re.compile(r"\b(?:sounds?|looks?|seems?)\s+(?:like\s+)?(?:so\s+|really\s+|super\s+)?\w+", re.IGNORECASE)
+_TAIL_STOP = re.compile(
+    r"\s(?:is|was|are|were|has|have|had|will|would|can|could|which|that|who|because|since|when|while|if|"
+    r"it|it's|i|i'm|we|they|he|she|you|really|so|too)\b", re.IGNORECASE,
+)
+_LEADING_FILLER = re.compile(
+    r"^(?:(?:(?:i|we|you|they|he|she|it|that|there)['’](?:m|ve|re|d|ll|s)|a|an|the|some|my|our|his|her|their|its|that|this|these|those|it|is|was|were|are|been|be|of|for|about|"
+    r"to|with|on|in|at|by|and|but|so|just|really|very|also|too|all|me|i|we|you|he|she|they|them)\b\s*)+",
+    re.IGNORECASE,
+)
+
+
+# --- the model's output contract ---------------------------------------------------------------
+class ModelAnswer(BaseModel):
+    """A brief answer and the dialogue ids it rests on."""
+
+    answer: str = Field(..., min_length=1)
+    cited_ids: list[str] = Field(default_factory=list)
+
+    @field_validator("cited_ids", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: object) -> object:
+        return [value] if isinstance(value, str) else value
+
+
+# --- the node ------------------------------------------------------------------------------
+def working(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
+    """Write the answer from state.evidence only, citing the turns used; ends the run."""
+    question = current_turn_text(state).strip()
+    evidence = list(state.evidence)
+    model = chat_model(runtime.context)
+    if model is None or not evidence:
+        answer, cited = answer_offline(question, evidence)
+        policy = OFFLINE
+    else:
+        answer, cited, policy = _answer_with_model(question, evidence, runtime)
+    summary = f"answered {answer!r} from {len(evidence)} evidence items, citing {', '.join(cited) or 'nothing'}"
+    return {"answer": answer, "cited_ids": cited, "stage": "done", "trace": traced(state, "working", policy, summary)}
+
+
+def _answer_with_model(
+    question: str, evidence: list[Evidence], runtime: Runtime[Context]
+) -> tuple[str, list[str], str]:
+    model = chat_model(runtime.context)
+    assert model is not None
+    user = prompts.ANSWER_USER.format(evidence=format_evidence(evidence), question=question)
+    parsed, problem, _ = ask_json(model, prompts.ANSWER_SYSTEM, user, ModelAnswer, runtime.context)
+    answer = " ".join(parsed.answer.split()) if parsed is not None else ""
+    if not answer:
+        offline_answer, cited = answer_offline(question, evidence)
+        return offline_answer, cited, fallback_policy(problem or "empty answer")
+    if _abstains(answer):
+        return NOT_IN_MEMORY, [], model_policy_name(runtime.context)
+    return answer, citations(parsed.cited_ids if parsed else [], evidence), model_policy_name(runtime.context)
+
+
+def citations(ids: list[str], evidence: list[Evidence]) -> list[str]:
+    """The dialogue ids a model cited, kept only when they belong to the evidence (record ids map to their turns)."""
+    turns_of: dict[str, list[str]] = {}
+    for item in evidence:
+        for key in (item.id, *item.turn_ids()):
+            turns_of.setdefault(key, item.turn_ids())
+    cited: list[str] = []
+    for raw_id in ids:
+        key = str(raw_id).strip().strip("[]")
+        for turn_id in turns_of.get(key, []):
+            if turn_id in turns_of and turn_id not in cited:
+                cited.append(turn_id)
+    return cited
+
+
+def _abstains(answer: str) -> bool:
+    low = answer.lower().strip(" .!")
+    return low in {"not in memory", "unknown", "none", "n/a", "no answer"} or low.startswith("not in memory")
+
+
+# --- the offline reader --------------------------------------------------------------------
+@dataclass
+class Question:
+    """What the reader needs to know about a question."""
+
+    text: str
+    type: QuestionType
+    people: list[str]  # participants the question is about
+    weights: dict[str, float]  # content stems -> weight
+    window: tuple[date, date] | None = None  # a period the question names ("in October 2023")
+
+    @property
+    def total(self) -> float:
+        return sum(self.weights.values())
+
+
+@dataclass
+class Candidate:
+    """One evidence sentence, scored against the question."""
+
+    item: Evidence
+    sentence: str
+    stems: list[str]
+    about: set[str]
+    coverage: float = 0.0
+    person: float = 1.0
+    score: float = 0.0
+    asks: bool = False  # a question or a reaction: it echoes the other speaker's words, it rarely answers
+    matched: set[str] = field(default_factory=set)
+
+
+def classify(question: str) -> QuestionType:
+    """The kind of answer a question wants, from its wording."""
+    q = " ".join(question.lower().split())
+    q = re.sub(r"^(?:and|so|but|also|then|ok|okay)\b[\s,]*", "", q)
+    if re.match(r"(when\b|since when|what (year|month|date|day|time)\b|which (year|month|date|day)\b|"
+                r"(in|on|during) (what|which) (year|month|date|day)|how long ago)", q):
+        return "when"
+    if re.match(r"how (many|much|often|long|old|far)\b", q):
+        return "how_many"
+    if re.match(r"(where\b|what (city|country|state|town|place|part of)|which (city|country|state|town|place))", q):
+        return "where"
+    if re.match(r"(who\b|whom\b|whose\b|with whom|which (person|friend|family member))", q):
+        return "who"
+    if re.match(r"(why\b|what (made|caused|motivated|inspired|led)|for what reason)", q):
+        return "why"
+    if re.match(r"(is|are|was|were|do|does|did|has|have|had|can|could|would|will|should|am)\b", q):
+        return "yes_no"
+    if q.startswith("how"):
+        return "how"
+    return "what"
+
+
+def analyse(question: str, evidence: list[Evidence]) -> Question:
+    """Question type, the participants it names, the period it names, and its content words by specificity."""
+    people = known_people(evidence)
+    named = [p for p in people if _names(question, p)]
+    name_stems = {stem(part) for p in people for part in tokenize(p)}
+    kind = classify(question)
+    dates = resolve_relative(question, _NOW)
+    words = question
+    for found in reversed(dates):  # a date in the question is a filter, not a word the answer must contain
+        words = words[: found.char_start] + " " + words[found.char_end :]
+    asked = _QUESTION_PHRASE.sub(" ", words)
+    documents = [set(tokenize(f"{item.text} {item.label}")) for item in evidence] or [set()]
+    weights: dict[str, float] = {}
+    for token in dict.fromkeys(tokenize(asked)):
+        if token in name_stems or any(p.lower().startswith(token) and len(token) >= 3 for p in people):
+            continue
+        if token in _LIGHT:
+            weights[token] = 0.3
+            continue
+        seen = sum(token in doc for doc in documents)
+        # Rarer words in the evidence are the specific thing asked about; unseen words still count fully.
+        weights[token] = 1.0 + math.log((len(documents) + 1) / (seen + 1)) / 2
+    stated = [d for d in dates if not d.relative]
+    window = (min(d.start for d in stated), max(d.end for d in stated)) if stated else None
+    return Question(text=question, type=kind, people=named, weights=weights, window=window)
+
+
+def _names(question: str, person: str) -> bool:
+    """The question names the person, in full or by a short form ("Mel" for Melanie)."""
+    if re.search(rf"\b{re.escape(person)}\b", question, re.IGNORECASE):
+        return True
+    first = person.split()[0]
+    return any(
+        len(word) >= 3 and first.lower().startswith(word.lower()) and word[0].isupper()
+        for word in re.findall(r"[A-Za-z]+", question)
+    )
+
+
+def known_people(evidence: list[Evidence]) -> list[str]:
+    """The participants the evidence speaks of: its speakers, longest names first."""
+    names: list[str] = []
+    for item in evidence:
+        for part in item.speaker.split(","):
+            name = part.strip()
+            if name and name.lower() not in ("user", "assistant") and name not in names:
+                names.append(name)
+    return sorted(names, key=len, reverse=True)
+
+
+def sentences(item: Evidence) -> list[str]:
+    """The item's text cut into sentences, plus the caption of a shared photo."""
+    parts = [s.strip() for s in _SENTENCE.split(item.text) if s and _substantive(s) and not _greeting(s)]
+    caption = re.search(r"\[shared a photo: (.+)\]\s*$", item.label)
+    if caption:
+        parts.append(f"shared {caption.group(1).strip()}")
+    return parts or [item.text]
+
+
+def _greeting(sentence: str) -> bool:
+    """Chit-chat: nothing but chat words and names ("Thanks, Mel!", "Wow, Caroline, congrats!")."""
+    for match in re.finditer(r"[A-Za-z][A-Za-z'’]*", sentence):
+        word = match.group()
+        low = word.lower()
+        if low in STOPWORDS or low in CHAT_WORDS:
+            continue
+        vocative = word[0].isupper() and (match.start() > 0 or sentence[match.end() : match.end() + 1] == ",")
+        if not vocative:
+            return False
+    return True
+
+
+def about(sentence: str, item: Evidence, people: list[str]) -> set[str]:
+    """Who a sentence is about: names it mentions (not as a greeting), else the speaker or the one addressed."""
+    mentioned = {p for p in people if _mentions(sentence, p)}
+    if item.kind != "raw":
+        return mentioned or ({item.speaker} if item.speaker in people else set())
+    subjects = set(mentioned)
+    if _FIRST_PERSON.search(sentence) or not (mentioned or _SECOND_PERSON.search(sentence)):
+        subjects.add(item.speaker)
+    if _SECOND_PERSON.search(sentence):
+        others = [p for p in people if p != item.speaker]
+        if len(others) == 1:
+            subjects.add(others[0])
+    return subjects
+
+
+def _mentions(sentence: str, person: str) -> bool:
+    """A name used as a subject or object, not as a vocative ("Thanks, Mel!", "Wow, Caroline!")."""
+    name = re.escape(person)
+    for match in re.finditer(rf"\b{name}\b", sentence, re.IGNORECASE):
+        before, after = sentence[: match.start()].rstrip(), sentence[match.end() :].lstrip()
+        vocative_after = not after or after[0] in ",!?."
+        vocative_before = not before or before[-1] in ",!?." or re.search(r"\b(hey|hi|hello|thanks|wow|oh)$",
+                                                                          before, re.IGNORECASE)
+        if vocative_after and vocative_before:
+            continue
+        if after.startswith(("'s", "’s")) or not vocative_after or not vocative_before:
+            return True
+    return False
+
+
+def candidates(question: Question, evidence: list[Evidence]) -> list[Candidate]:
+    """Every evidence sentence with its coverage of the question and its person match, best first.
+
+    A sentence's own words count fully; the rest of its item, and the question
+    that the item answers (the other speaker's previous turn), count in part:
+    in dialogue the answer often leaves out what the question said.
+    """
+    people = known_people(evidence)
+    by_turn = {item.dialogue_id: item for item in evidence if item.kind == "raw" and item.dialogue_id}
+    newest = max((e.time for e in evidence if e.time), default=None)
+    total = question.total or 1.0
+    found: list[Candidate] = []
+    for item in evidence:
+        context = set(tokenize(item.text))
+        asked_before = _previous_question(item, by_turn)
+        if asked_before is not None:
+            context |= set(tokenize(asked_before.text))
+        for sentence in sentences(item):
+            stems = tokenize(sentence)
+            cand = Candidate(item=item, sentence=sentence, stems=stems, about=about(sentence, item, people))
+            own = set(stems)
+            cand.matched = {t for t in question.weights if t in own}
+            around = {t for t in question.weights if t in context and t not in own}
+            cand.coverage = (sum(question.weights[t] for t in cand.matched)
+                             + CONTEXT_SHARE * sum(question.weights[t] for t in around)) / total
+            cand.person = person_match(question, cand)
+            cand.asks = echoes(sentence)
+            cand.score = cand.coverage * cand.person * (ASKING_FACTOR if cand.asks else 1.0)
+            cand.score += _type_bonus(question.type, cand) + _window_bonus(question, item)
+            cand.score += 0.02 * (item.kind in ("fact", "persona")) + _recency(item.time, newest)
+            found.append(cand)
+    return sorted(found, key=lambda c: (-c.score, len(c.sentence)))
+
+
+def echoes(sentence: str) -> bool:
+    """A question, or a reaction to what the other speaker said ("That charity race sounds great!")."""
+    if sentence.rstrip().endswith("?"):
+        return True
+    return bool(_REACTION.search(sentence)) and not _FIRST_PERSON.search(sentence)
+
+
+def _previous_question(item: Evidence, by_turn: dict[str, Evidence]) -> Evidence | None:
+    """The other speaker's turn just before a raw turn, when it is in the evidence and asks something."""
+    match = re.fullmatch(r"D(\d+):(\d+)", item.dialogue_id or "")
+    if item.kind != "raw" or match is None:
+        return None
+    before = by_turn.get(f"D{match.group(1)}:{int(match.group(2)) - 1}")
+    if before is None or before.speaker == item.speaker or "?" not in before.text:
+        return None
+    return before
+
+
+def _window_bonus(question: Question, item: Evidence) -> float:
+    """Items said within a period the question names ("in October 2023") are preferred."""
+    if question.window is None or item.time is None:
+        return 0.0
+    first, last = question.window
+    return 0.15 if first - timedelta(days=7) <= item.time.date() <= last + timedelta(days=7) else 0.0
+
+
+def person_match(question: Question, cand: Candidate) -> float:
+    """1 when the sentence is about the person asked about, low when it is about someone else only."""
+    if not question.people:
+        return 1.0
+    if cand.about & set(question.people):
+        return 1.0
+    return 0.7 if not cand.about else 0.25
+
+
+def _type_bonus(kind: QuestionType, cand: Candidate) -> float:
+    if kind == "when" and _has_date(cand.sentence):
+        return 0.05
+    if kind == "how_many" and _NUMBER.search(cand.sentence):
+        return 0.05
+    if kind == "where" and (_PLACE.search(cand.sentence) or _COMMON_PLACE.search(cand.sentence)):
+        return 0.05
+    return 0.0
+
+
+def _has_date(sentence: str) -> bool:
+    return bool(resolve_relative(sentence, datetime(2000, 1, 1)))
+
+
+def _recency(moment: datetime | None, newest: datetime | None) -> float:
+    """A tie-breaker for the newer of two equally good items (the latest state wins)."""
+    if moment is None or newest is None:
+        return 0.0
+    days = max(0.0, (newest - moment).total_seconds() / 86400)
+    return 0.01 / (1 + days / 30)
+
+
+def answer_offline(question: str, evidence: list[Evidence]) -> tuple[str, list[str]]:
+    """The extractive answer and the dialogue ids it came from, or "Not in memory."."""
+    if not question or not evidence:
+        return NOT_IN_MEMORY, []
+    parsed = analyse(question, evidence)
+    ranked = candidates(parsed, evidence)
+    if not ranked or not parsed.weights:
+        return NOT_IN_MEMORY, []
+    statements = [c for c in ranked if not c.asks]
+    best = statements[0] if statements else ranked[0]
+    if best.asks or best.coverage < MIN_COVERAGE or (best.person < 1.0 and best.about):
+        return NOT_IN_MEMORY, []
+    answer = extract(parsed, best, ranked)
+    if not answer:
+        return NOT_IN_MEMORY, []
+    return answer, best.item.turn_ids()
+
+
+def extract(question: Question, best: Candidate, ranked: list[Candidate]) -> str:
+    """Cut the answer out of the best sentence, by question type."""
+    kind = question.type
+    if kind == "when":
+        return when_answer(best, ranked)
+    if kind == "how_many":
+        return number_answer(question, best, ranked) or span_answer(question, best)
+    if kind == "where":
+        return place_answer(question, best) or span_answer(question, best)
+    if kind == "who":
+        return person_answer(question, best) or span_answer(question, best)
+    if kind == "why":
+        cause = _CAUSE.search(best.sentence)
+        return _trim(cause.group(1)) if cause else span_answer(question, best)
+    if kind == "yes_no":
+        return "No" if _NEGATIVE.search(best.sentence) else "Yes"
+    return span_answer(question, best)
+
+
+def when_answer(best: Candidate, ranked: list[Candidate]) -> str:
+    """A date the sentence states (relative ones resolved against its own date), else the date it was said."""
+    for cand in [best, *[c for c in ranked[1:4] if c.item is best.item]]:
+        anchor = cand.item.time or datetime.now()
+        found = resolve_relative(cand.sentence, anchor)
+        if found:
+            return found[0].label
+    if best.item.time is not None:
+        return day_label(best.item.time.date())
+    return ""
+
+
+def number_answer(question: Question, best: Candidate, ranked: list[Candidate]) -> str:
+    """A number (with its unit) from the sentence; else how many distinct supporting items there are."""
+    asked_unit = re.search(r"how (?:many|much)\s+(\w+)", question.text, re.IGNORECASE)
+    numbers = list(_NUMBER.finditer(best.sentence))
+    if numbers:
+        if asked_unit:
+            unit = stem(asked_unit.group(1).lower())
+            for match in numbers:
+                if match.group(2) and stem(match.group(2).lower()) == unit:
+                    return f"{match.group(1)} {match.group(2)}"
+        match = numbers[0]
+        unit_word = match.group(2)
+        if question.text.lower().startswith(("how long", "how old", "how far", "how often")) and unit_word:
+            return f"{match.group(1)} {unit_word}"
+        return match.group(1)
+    support = {c.item.dialogue_id or c.item.id for c in ranked
+               if c.coverage >= MIN_COVERAGE and c.person == 1.0 and c.coverage >= best.coverage * 0.8}
+    return str(len(support)) if len(support) > 1 else ""
+
+
+def place_answer(question: Question, best: Candidate) -> str:
+    """A named place after a preposition, else any other proper name, else a common place ("the beach")."""
+    skip = {p.lower() for p in [*question.people, best.item.speaker]}
+    for match in _PLACE.finditer(best.sentence):
+        place = match.group(1)
+        if place.lower() not in skip and not set(tokenize(place)) & set(question.weights):
+            return place
+    for name in split_entities(best.sentence).names:
+        person = name.lower() in skip or any(name.lower().startswith(p) for p in skip if len(p) >= 3)
+        if not person and not set(tokenize(name)) & set(question.weights) and not _acronym(name):
+            return name
+    common = _COMMON_PLACE.search(best.sentence)
+    return _trim(common.group(1)) if common else ""
+
+
+def _acronym(word: str) -> bool:
+    return word.isupper() and len(word) > 1
+
+
+def person_answer(question: Question, best: Candidate) -> str:
+    """A name in the sentence other than the person asked about and the speaker."""
+    skip = {p.lower() for p in question.people} | {best.item.speaker.lower()}
+    words = re.findall(r"\b[A-Z][a-z]+(?:\s+[A-Z][a-z]+)*\b", best.sentence)
+    for name in words:
+        low = name.lower()
+        usable = low not in skip and low not in STOPWORDS and low not in CHAT_WORDS
+        if usable and (not best.sentence.startswith(name) or len(words) == 1):
+            return name
+    relation = re.search(r"\b(?:my|her|his|their|our)\s+((?:\w+\s+)?(?:friend|friends|mom|mother|dad|father|"
+                         r"parents|sister|brother|husband|wife|partner|kids|children|family|mentor|mentors|"
+                         r"grandma|grandpa|aunt|uncle|cousin|boss|coworker|colleague|team)s?)\b", best.sentence,
+                         re.IGNORECASE)
+    return relation.group(0) if relation else ""
+
+
+def span_answer(question: Question, best: Candidate) -> str:
+    """The words after the last asked-about word in the best clause, else the clause, else the next sentence."""
+    clause = best_clause(question, best.sentence)
+    words = clause.split()
+    last = -1
+    for i, word in enumerate(words):
+        token = tokenize(word)
+        if token and token[0] in question.weights:
+            last = i
+    tail = _cut(" ".join(words[last + 1 :])) if last >= 0 else ""
+    if _substantive(tail):
+        return tail
+    if last >= len(words) - 2:
+        following = _next_sentence(best)
+        if following and not following.rstrip().endswith("?"):
+            return _trim(best_clause(question, following))
+    return _trim(clause)
+
+
+def _substantive(text: str) -> bool:
+    return any(t not in _LIGHT for t in tokenize(text))
+
+
+def _cut(text: str) -> str:
+    """A tail up to where a new predicate or clause starts ("mental health is super rewarding" -> "mental health")."""
+    stop = _TAIL_STOP.search(text)
+    return _trim(text[: stop.start()] if stop and _substantive(text[: stop.start()]) else text)
+
+
+def _next_sentence(cand: Candidate) -> str:
+    parts = sentences(cand.item)
+    try:
+        index = parts.index(cand.sentence)
+    except ValueError:
+        return ""
+    return parts[index + 1] if index + 1 < len(parts) else ""
+
+
+def best_clause(question: Question, sentence: str) -> str:
+    """The clause of a sentence that holds most of the asked-about words (commas, 'and', 'but' split clauses)."""
+    clauses = [c for c in _CLAUSE.split(sentence) if c and c.strip()]
+    if len(clauses) <= 1:
+        return sentence
+
+    def weight(clause: str) -> float:
+        return sum(question.weights.get(t, 0.0) for t in set(tokenize(clause)))
+
+    best = max(clauses, key=lambda c: (weight(c), -len(c)))
+    return best if weight(best) > 0 else sentence
+
+
+def _trim(text: str) -> str:
+    """Drop leading function words and trailing punctuation; keep it short."""
+    text = _LEADING_FILLER.sub("", " ".join(text.split())).strip(" .,!?;:-–—\"'")
+    words = text.split()
+    return " ".join(words[:MAX_ANSWER_WORDS])

@@ -1,0 +1,183 @@
+"""Ingest speed and question latency on one LoCoMo conversation, offline.
+
+In a fresh data folder, with no chat model (the offline policies):
+- the embedder's load time, measured on its own since a process pays it once;
+- ingest through the full graph, one run per session and every role per turn: turns/s;
+- for each gold question: `ask()` and `retrieve()` latency, p50 and p95;
+- the records per store afterwards, and the share of gold evidence reached (a sanity
+  check that speed was not bought by finding nothing).
+Targets: at least 50 turns/s ingested, p50 under 50 ms per question.
+
+    .venv/bin/python benchmarks/ingest_and_query.py [--file conv-26.json] [--questions N] [--out result.json]
+    .venv/bin/python benchmarks/ingest_and_query.py --profile   # where the time goes, per phase
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import os
+import pstats
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
+
+from evaluation.metrics import evidence_recall
+from memory.embeddings import get_embedder
+from memory.registry import close_all
+from strata.api import Memory
+from strata.conversations import load_questions, load_turns
+from strata.ingestion import ingest_conversation
+
+DEFAULT_FILE = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo" / "conv-26.json"
+TARGET_TURNS_PER_SECOND = 50.0
+TARGET_P50_MS = 50.0
+T = TypeVar("T")
+
+
+def percentiles(seconds: list[float]) -> dict[str, float]:
+    """p50, p95 and mean in milliseconds."""
+    if not seconds:
+        return {"p50": 0.0, "p95": 0.0, "mean": 0.0}
+    ms = np.asarray(seconds) * 1000.0
+    return {"p50": float(np.percentile(ms, 50)), "p95": float(np.percentile(ms, 95)), "mean": float(ms.mean())}
+
+
+def timed(run: Callable[[], T]) -> tuple[T, float]:
+    started = time.perf_counter()
+    result = run()
+    return result, time.perf_counter() - started
+
+
+def profiled(profile: cProfile.Profile | None, run: Callable[[], T]) -> T:
+    if profile is None:
+        return run()
+    profile.enable()
+    try:
+        return run()
+    finally:
+        profile.disable()
+
+
+def report_profile(name: str, profile: cProfile.Profile, rows: int = 25) -> str:
+    """The top functions by own time and by cumulative time."""
+    out = io.StringIO()
+    for order in ("tottime", "cumulative"):
+        out.write(f"\n=== {name}: top {rows} by {order} ===\n")
+        pstats.Stats(profile, stream=out).strip_dirs().sort_stats(order).print_stats(rows)
+    return out.getvalue()
+
+
+def run(file: Path, question_limit: int | None, limit_sessions: int | None, profile: bool) -> dict[str, Any]:
+    conversation = load_turns(file)
+    questions = load_questions(file)
+    if question_limit is not None:
+        questions = questions[:question_limit]
+
+    _, load_seconds = timed(lambda: get_embedder().embed(["warm up"]))
+    ingest_profile = cProfile.Profile() if profile else None
+    query_profile = cProfile.Profile() if profile else None
+
+    with tempfile.TemporaryDirectory(prefix="strata-bench-") as folder:
+        memory = Memory("bench", data_dir=folder, model="offline")
+        summary = profiled(ingest_profile, lambda: ingest_conversation(memory, conversation, limit_sessions))
+        memory.retrieve("warm up")  # first read mirrors the stores; not a per-question cost
+        ask_times: list[float] = []
+        retrieve_times: list[float] = []
+        reached: list[float] = []
+        for question in questions:
+            answer, seconds = timed(lambda q=question.question: profiled(query_profile, lambda: memory.ask(q)))
+            ask_times.append(seconds)
+            _, seconds = timed(lambda q=question.question: profiled(query_profile, lambda: memory.retrieve(q)))
+            retrieve_times.append(seconds)
+            coverage = evidence_recall(
+                question.evidence, [(e.kind, e.dialogue_id, e.source_ids) for e in answer.evidence]
+            )
+            if coverage is not None:
+                reached.append(coverage.recall)
+        close_all()
+
+    ask = percentiles(ask_times)
+    result: dict[str, Any] = {
+        "file": str(file),
+        "sessions": summary.sessions,
+        "turns": summary.turns,
+        "embedder_load_s": round(load_seconds, 3),
+        "ingest_s": round(summary.seconds, 3),
+        "turns_per_s": round(summary.turns_per_second, 2),
+        "questions": len(questions),
+        "ask_ms": {k: round(v, 1) for k, v in ask.items()},
+        "retrieve_ms": {k: round(v, 1) for k, v in percentiles(retrieve_times).items()},
+        "evidence_recall": round(float(np.mean(reached)), 3) if reached else None,
+        "records": summary.records(),
+        "links": summary.links(),
+        "history": summary.stats.get("history", 0),
+        "targets": {
+            "turns_per_s": TARGET_TURNS_PER_SECOND,
+            "ask_p50_ms": TARGET_P50_MS,
+            "ingest_met": summary.turns_per_second >= TARGET_TURNS_PER_SECOND,
+            "ask_p50_met": ask["p50"] < TARGET_P50_MS,
+        },
+    }
+    if ingest_profile is not None and query_profile is not None:
+        result["profile"] = report_profile("ingest", ingest_profile) + report_profile("questions", query_profile)
+    return result
+
+
+def table(result: dict[str, Any]) -> str:
+    targets = result["targets"]
+    mark = {True: "met", False: "MISSED"}
+    rows = [
+        ("file", Path(result["file"]).name),
+        ("sessions / turns", f"{result['sessions']} / {result['turns']}"),
+        ("embedder load", f"{result['embedder_load_s']:.2f} s"),
+        ("ingest", f"{result['ingest_s']:.2f} s"),
+        ("ingest speed", f"{result['turns_per_s']:.1f} turns/s (target >= {targets['turns_per_s']:.0f}: "
+                         f"{mark[targets['ingest_met']]})"),
+        ("questions", str(result["questions"])),
+        ("ask() p50 / p95", f"{result['ask_ms']['p50']:.1f} / {result['ask_ms']['p95']:.1f} ms "
+                            f"(target p50 < {targets['ask_p50_ms']:.0f}: {mark[targets['ask_p50_met']]})"),
+        ("retrieve() p50 / p95", f"{result['retrieve_ms']['p50']:.1f} / {result['retrieve_ms']['p95']:.1f} ms"),
+        ("gold evidence recall", "n/a" if result["evidence_recall"] is None else f"{result['evidence_recall']:.3f}"),
+        ("records", ", ".join(f"{k} {v}" for k, v in result["records"].items())),
+        ("links / history", f"{result['links']} / {result['history']}"),
+    ]
+    width = max(len(name) for name, _ in rows)
+    return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--file", type=Path, default=DEFAULT_FILE, help="a LoCoMo conversation (default conv-26)")
+    parser.add_argument("--questions", type=int, metavar="N", help="only the first N questions (default all)")
+    parser.add_argument("--limit-sessions", type=int, metavar="N", help="ingest only the first N sessions")
+    parser.add_argument("--out", type=Path, help="also write the figures as JSON here")
+    parser.add_argument("--profile", action="store_true", help="cProfile ingest and questions, print the top functions")
+    args = parser.parse_args(argv)
+    if not args.file.is_file():
+        print(f"benchmark: error: {args.file} not found: pass --file a LoCoMo conversation", file=sys.stderr)
+        return 2
+    result = run(args.file, args.questions, args.limit_sessions, args.profile)
+    print(table(result))
+    if "profile" in result:
+        print(result["profile"])
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps({k: v for k, v in result.items() if k != "profile"}, indent=2) + "\n")
+        print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

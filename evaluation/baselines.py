@@ -1,0 +1,172 @@
+"""The baselines: full context, plain dense RAG and BM25 over raw turns.
+
+They answer with the project's own Working role (its chat-model policy when a
+model is configured, its offline policy otherwise), given the turns they
+retrieved as evidence, so a difference in the scores comes from what reached
+the context and not from a different answerer. They use the run's embedder,
+with no judge, no retry and no refresher. Items are labelled exactly as the
+project labels evidence, so token counts compare like with like.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+from langgraph.runtime import Runtime
+
+from agents.common import evidence_of, format_evidence
+from evaluation.systems import ContextEntry, IngestStats, Result, RunSettings
+from evaluation.usage import track_usage
+from graph.context import Context
+from graph.state import Evidence, State
+from memory.bm25 import BM25Index
+from memory.embeddings import get_embedder
+from memory.errors import ConfigError
+from memory.records import Record
+from strata.conversations import LoadedConversation
+
+
+def lexical_text(record: Record) -> str:
+    """What BM25 indexes for a turn: speaker, text and photo caption (as the project's store does)."""
+    return " ".join(part for part in (record.speaker, record.text, record.image_caption) if part)
+
+
+def turn_records(conversation: LoadedConversation) -> list[Record]:
+    """Every turn as the raw record the project would store for it (same id, label and text)."""
+    namespace = f"eval-{conversation.conversation_id}-turns"
+    return [
+        Record(
+            id=f"raw:{turn.dia_id}", kind="raw", text=turn.text, namespace=namespace,
+            dialogue_id=turn.dia_id or "", session=turn.session_label(), speaker=turn.speaker, time=turn.time,
+            source_ids=[turn.dia_id or ""], image_caption=turn.image_caption or "",
+        )
+        for turn in conversation.turns()
+    ]
+
+
+def full_context_text(records: list[Record]) -> str:
+    """The whole conversation labelled as evidence: what the full-context baseline reads."""
+    return format_evidence([evidence_of(r) for r in records])
+
+
+class TurnIndex:
+    """A conversation's raw turns, embedded and BM25-indexed once, shared by the three baselines."""
+
+    def __init__(self, settings: RunSettings) -> None:
+        self.settings = settings
+        self.records: list[Record] = []
+        self.vectors: np.ndarray = np.zeros((0, 0), dtype=np.float32)
+        self.bm25 = BM25Index()
+        self.full_context = ""
+        self.stats: IngestStats | None = None
+        self.owner = ""
+
+    def ensure(self, conversation: LoadedConversation, owner: str) -> tuple[IngestStats, bool]:
+        """Index the turns the first time (charged to `owner`); (stats, True when this call did the work)."""
+        if self.stats is not None:
+            return self.stats, False
+        self.owner = owner
+        started = time.perf_counter()
+        self.records = turn_records(conversation)
+        with track_usage() as tally:  # an OpenAI embedder is not a chat model: calls stay 0
+            self.vectors = get_embedder(self.settings.embedder).embed([r.text for r in self.records])
+        for position, record in enumerate(self.records):
+            self.bm25.add(str(position), lexical_text(record))
+        self.full_context = full_context_text(self.records)
+        self.stats = IngestStats(
+            turns=len(self.records), seconds=time.perf_counter() - started, usage=tally.usage,
+            records={"raw": len(self.records)},
+        )
+        return self.stats, True
+
+    def dense(self, question: str, k: int) -> list[Evidence]:
+        query = get_embedder(self.settings.embedder).embed([question])[0]
+        scores = self.vectors @ query
+        top = np.argsort(-scores, kind="stable")[:k]
+        return [evidence_of(self.records[i], float(scores[i]), ["dense"]) for i in top]
+
+    def lexical(self, question: str, k: int) -> list[Evidence]:
+        return [evidence_of(self.records[int(i)], score, ["bm25"]) for i, score in self.bm25.search(question, k)]
+
+    def everything(self) -> list[Evidence]:
+        return [evidence_of(r) for r in self.records]
+
+
+def answer_from(question: str, evidence: list[Evidence], context: Context) -> tuple[str, list[str]]:
+    """The Working role's answer and cited ids for this evidence: the graph's own node, run on its own."""
+    from agents.working import working
+
+    update = working(State(question=question, evidence=evidence), Runtime(context=context))
+    return str(update.get("answer") or ""), list(update.get("cited_ids") or [])
+
+
+class _Baseline:
+    """Shared ingest and answer steps; subclasses only choose the evidence."""
+
+    name = ""
+
+    def __init__(self, index: TurnIndex) -> None:
+        self.index = index
+        self.context = Context(namespace="evaluation", mode="ask", **index.settings.memory_settings())
+
+    def ingest(self, conversation: LoadedConversation) -> IngestStats:
+        stats, fresh = self.index.ensure(conversation, self.name)
+        return stats if fresh else stats.model_copy(update={"shared_with": self.index.owner})
+
+    def retrieve(self, question: str) -> list[Evidence]:
+        raise NotImplementedError
+
+    def context_text(self, evidence: list[Evidence]) -> str:
+        return format_evidence(evidence) if evidence else ""
+
+    def answer(self, question: str) -> Result:
+        if self.index.stats is None:
+            raise ConfigError(f"system {self.name} was asked before it ingested the conversation")
+        started = time.perf_counter()
+        with track_usage() as tally:
+            evidence = self.retrieve(question)
+            answer, cited = answer_from(question, evidence, self.context)
+        latency = time.perf_counter() - started
+        return Result(
+            items=[ContextEntry.of(item) for item in evidence], context=self.context_text(evidence),
+            answer=answer, cited_ids=cited, usage=tally.usage, latency=latency,
+        )
+
+
+class FullContext(_Baseline):
+    """The whole conversation as context: the recall ceiling and the token ceiling."""
+
+    name = "full-context"
+
+    def retrieve(self, question: str) -> list[Evidence]:
+        return self.index.everything()
+
+    def context_text(self, evidence: list[Evidence]) -> str:
+        return self.index.full_context  # built once: the same text every question
+
+
+class DenseRag(_Baseline):
+    """Top-k raw turns by cosine similarity of the run's embedder."""
+
+    name = "dense-rag"
+
+    def __init__(self, index: TurnIndex, k: int) -> None:
+        super().__init__(index)
+        self.k = k
+
+    def retrieve(self, question: str) -> list[Evidence]:
+        return self.index.dense(question, self.k)
+
+
+class Bm25Rag(_Baseline):
+    """Top-k raw turns by Okapi BM25."""
+
+    name = "bm25"
+
+    def __init__(self, index: TurnIndex, k: int) -> None:
+        super().__init__(index)
+        self.k = k
+
+    def retrieve(self, question: str) -> list[Evidence]:
+        return self.index.lexical(question, self.k)

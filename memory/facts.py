@@ -1,0 +1,552 @@
+"""Atomic facts from one turn, offline: the Memory role's policy when no model is configured.
+
+AMA's Constructor turns each utterance into facts that are atomic (one relation
+each), self-contained (names instead of pronouns, absolute instead of relative
+dates) and drawn from the current turn only; an apposition ("my friend John")
+becomes a fact of its own. This module does the same with sentence and clause
+splitting, word lists and regexes: chit-chat, greetings and questions carry no
+proposition and are dropped, the rest is rewritten in the third person with its
+dates resolved. Where a fact matches a common pattern ("<S> lives in <O>",
+"<S>'s favorite color is <V>") it also gets subject / attribute / value, which
+is what conflict detection and persona distillation compare.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, time
+
+from pydantic import BaseModel, Field
+
+from memory.dates import ResolvedDate, resolve_relative
+from memory.entities import CHAT_WORDS, PLAIN_WORDS, STOPWORDS, extract_entities, wordset
+from memory.records import Turn
+from memory.speakers import to_third_person
+
+
+class FactDraft(BaseModel):
+    """One atomic fact before it is stored as a `Record` of kind 'fact'."""
+
+    text: str = Field(..., min_length=1, description="Self-contained: names and absolute dates resolved.")
+    subject: str = Field("", description="Who or what the fact is about.")
+    attribute: str = Field("", description="Normalised predicate key ('lives_in', 'favorite_color'), if recognised.")
+    value: str = Field("", description="The object of that predicate.")
+    time: datetime | None = Field(None, description="Start of the date the fact states or resolves, if any.")
+    time_end: datetime | None = Field(None, description="Last day of that date's period (a week, a month ...).")
+    source_ids: list[str] = Field(default_factory=list)
+    entities: list[str] = Field(default_factory=list)
+
+
+# --- word lists ----------------------------------------------------------------------------
+
+_RELATION_NOUNS = wordset(
+    """
+    friend friends buddy pal bestie sister brother sibling mom mother mum dad father parent parents husband wife
+    partner spouse boyfriend girlfriend fiance fiancee son daughter kid child baby cousin aunt uncle niece
+    nephew grandma grandmother grandpa grandfather granny grandson granddaughter neighbor neighbour colleague
+    coworker boss mentor mentee teacher coach student roommate classmate teammate therapist doctor dog cat puppy
+    pup kitten pet horse bunny rabbit hamster bird parrot fish turtle pig snake lizard country city town
+    hometown state school company team band club book song movie show game restaurant store shop business
+    """
+)
+_PETS = wordset(
+    "dog dogs cat cats puppy puppies pup pups kitten kittens pet pets horse horses bunny bunnies rabbit rabbits "
+    "hamster hamsters bird birds parrot parrots fish turtle turtles pig pigs snake snakes lizard lizards"
+)
+_CHILDREN = wordset("kid kids child children son sons daughter daughters baby babies")
+_PRONOUNS = wordset("i me my mine myself you your yours yourself we us our ours ourselves he she it they them")
+_ABBREVIATIONS = wordset("mr mrs ms dr st vs etc e.g i.e jr sr prof")
+_PAST_VERBS = wordset(
+    """
+    went took made saw came ran gave bought brought caught taught built sent spent met left told found wrote rode drove
+    spoke broke chose drew grew threw flew began sang drank swam ate shot hid dug hung won lost sold held
+    """
+)
+
+# --- sentences and clauses -----------------------------------------------------------------
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])[\"”')\]]*\s+|\n+")
+_HARD_SPLIT = re.compile(r"\s*;\s*|\s+[-–—]+\s+|\s*[—–]\s*|-{2,}\s*|(?<=[a-z])-\s+(?=[A-Za-z])")
+_SUBJECT_WORDS = (
+    r"(?:I|I['’]m|I['’]ve|I['’]d|I['’]ll|we|we['’]re|we['’]ve|we['’]d|we['’]ll|you|you['’]re|you['’]ve|he|she|they"
+    r"|they['’]re|it|it['’]s|this|that|there)"
+)
+_SOFT_SPLIT = re.compile(
+    rf",?\s+(?:and|but|so)\s+(?:then\s+)?(?={_SUBJECT_WORDS}\b)|,\s+(?:and|but|so)\s+(?=(?:my|our|his|her|their)\b)"
+)
+_PAST_SPLIT = re.compile(r",?\s+and\s+(?:then\s+)?(?=(?:" + "|".join(sorted(_PAST_VERBS)) + r")\b)")
+_LEADING_SUBJECT = re.compile(r"^(I|we|you|he|she|they|[A-Z][a-z]+)\b(?!['’])")
+_QUESTION_START = re.compile(
+    r"^(?:do|does|did|are|is|was|were|have|has|can|could|would|will|should|shall|what|when|where|who|whom|whose|why"
+    r"|how|which|any|anything|wanna|want)\b",
+    re.IGNORECASE,
+)
+_TAG_QUESTION = re.compile(
+    r",?\s*(?:you\s+know|ya\s+know|huh|right|eh|isn['’]t\s+it|don['’]t\s+you\s+think|ok|okay)\s*\?+\s*$", re.I
+)
+_FILLER = re.compile(
+    r"^(?:(?:wow+|hey+|hi|hello|oh+|ah+|aw+|yeah+|yep|yup|nope|ok|okay|haha+|lol|omg|woo+hoo+|yay+|hmm+|um+|uh+"
+    r"|btw|by\s+the\s+way|anyway|thanks|thank\s+you|cheers)(?:\s+(?:so\s+much|a\s+lot|again|too))?\b[\s,!.:;~-]*"
+    r"|(?:yes|no|sure|right|true|totally|absolutely|definitely|exactly|congrats|congratulations|well|indeed|agreed"
+    r"|of\s+course)\s*[,!.]+\s*"
+    r"|(?:and|but|also|so|plus)\s*,?\s+)+",
+    re.IGNORECASE,
+)
+_EVALUATIVE = (
+    r"(?:great|cool|awesome|amazing|fun|nice|good|lovely|wonderful|beautiful|fantastic|incredible|interesting|sweet"
+    r"|stunning|gorgeous|special|perfect|brilliant|impressive|inspiring|powerful|rewarding|adorable|cute|hilarious"
+    r"|funny|exciting|fab|epic|neat)"
+)
+# Reactions to what the other person said: they praise or thank, they state nothing new.
+_REACTION = re.compile(
+    r"^(?:(?:that|this|it)(?:['’]s|\s+is|\s+was)?\s+)?(?:sounds|sound|looks|look|seems|seem)\b"
+    r"|^(?:so\s+|really\s+)?(?:love|loving|lovin['’]?|glad|proud\s+of|congrats|congratulations|wishing|appreciate"
+    r"|take\s+care|talk\s+(?:to\s+you\s+)?soon|good\s+luck|keep\s+(?:it\s+)?up|here['’]s\s+to|cheers\s+to"
+    r"|hope\s+(?:you|your|all|it|that|to\s+see)|what\s+an?|how\s+" + _EVALUATIVE + r")\b"
+    r"|^(?:so\s+|really\s+|super\s+|very\s+)?" + _EVALUATIVE + r"\b(?!\s+(?:at|for|to)\b)"
+    r"|^(?:that|this|these|those|your|it)\b[^.]{0,40}?\b(?:is|are|was|were|looks?|sounds?|seems?|['’]s)\s+"
+    r"(?:so\s+|really\s+|super\s+|just\s+|totally\s+|pretty\s+|very\s+)*" + _EVALUATIVE + r"\W*$",
+    re.IGNORECASE,
+)
+_ING_ADJECTIVES = wordset(
+    """
+    exciting interesting amazing inspiring relaxing refreshing rewarding challenging encouraging touching heartwarming
+    fulfilling enlightening charming stunning boring annoying surprising fascinating calming soothing thrilling loving
+    caring amusing confusing depressing disappointing embarrassing exhausting frightening frustrating overwhelming
+    promising satisfying shocking terrifying tiring welcoming nerve everything something nothing anything
+    """
+)
+_FINITE = re.compile(
+    r"\b(?:is|are|was|were|am|has|have|had|makes?|made|helps?|gives?|brings?|keeps?|means?|feels?|does|do|did|will"
+    r"|would|can|could|should|might|must)\b|\w['’](?:s|re|ve|ll|d)\b",
+    re.IGNORECASE,
+)
+_THANKS_FOR = re.compile(r"^(?:thanks|thank\s+you)(?:\s+so\s+much)?\s+for\b", re.IGNORECASE)
+_CAPTION_LEAD = re.compile(
+    r"^(?:(?:a|an|the)\s+)?(?:photo(?:graph|graphy)?|picture|pic|image|snapshot)s?\s+of\s+", re.IGNORECASE
+)
+
+
+def split_sentences(text: str) -> list[str]:
+    """Sentences of a turn; a full stop after 'Mr', 'Dr', 'e.g' does not end one."""
+    sentences: list[str] = []
+    start = 0
+    for match in _SENTENCE_END.finditer(text):
+        before = text[start : match.start()].rstrip(".!?\"”')] ")
+        last_word = before.rsplit(None, 1)[-1].lower() if before.split() else ""
+        if text[match.start() - 1 : match.start()] == "." and last_word in _ABBREVIATIONS:
+            continue
+        piece = text[start : match.start()].strip()
+        if piece:
+            sentences.append(piece)
+        start = match.end()
+    tail = text[start:].strip()
+    if tail:
+        sentences.append(tail)
+    return sentences
+
+
+def _word_count(text: str) -> int:
+    return len(re.findall(r"[A-Za-z]+", text))
+
+
+def split_clauses(sentence: str) -> list[str]:
+    """Clauses that each carry one proposition: on ';' and dashes always, on 'and'/'but'/'so'
+    only before a new subject ('..., and I went'), or before a past-tense verb with the subject
+    carried over ('I ran a race and raised money' -> 'I ran a race' | 'I raised money')."""
+    clauses: list[str] = []
+    for part in _HARD_SPLIT.split(sentence):
+        pieces = _split_on(part, _SOFT_SPLIT)
+        for piece in pieces:
+            clauses.extend(_split_past(piece))
+    return [c.strip(" ,") for c in clauses if c.strip(" ,")]
+
+
+def _split_on(text: str, pattern: re.Pattern[str]) -> list[str]:
+    pieces: list[str] = []
+    start = 0
+    for match in pattern.finditer(text):
+        left = text[start : match.start()]
+        if _word_count(left) >= 3:  # "my kids and I" stays whole
+            pieces.append(left)
+            start = match.end()
+    pieces.append(text[start:])
+    return pieces
+
+
+def _split_past(clause: str) -> list[str]:
+    match = _PAST_SPLIT.search(clause)
+    subject = _LEADING_SUBJECT.match(_FILLER.sub("", clause).strip())
+    if not match or not subject or _word_count(clause[: match.start()]) < 3:
+        return [clause]
+    return [clause[: match.start()], f"{subject.group(1)} {clause[match.end() :]}"]
+
+
+# --- cleaning ------------------------------------------------------------------------------
+
+
+def _is_vocative(word: str, listener: str | None) -> bool:
+    """'Mel' or 'Melanie' addressed to Melanie."""
+    if not listener or not word[:1].isupper():
+        return False
+    low = word.lower()
+    return any(low == part or (len(low) >= 3 and part.startswith(low)) for part in listener.lower().split())
+
+
+def _clean(clause: str, listener: str | None) -> str:
+    """Strip interjections, the listener's name when addressed, and tag questions."""
+    text = _TAG_QUESTION.sub(".", clause.strip())
+    thanked = bool(re.match(r"^\W*(?:\w+\W+)?(?:thanks|thank\s+you)\b", text, re.IGNORECASE))
+    for _ in range(3):
+        before = text
+        text = _FILLER.sub("", text).strip()
+        lead = re.match(r"^([A-Z][a-z]+)\s*[,!.]+\s*", text)
+        if lead and _is_vocative(lead.group(1), listener):
+            text = text[lead.end() :]
+        only = re.fullmatch(r"([A-Z][a-z]+)\s*[,!.]*", text)
+        if only and _is_vocative(only.group(1), listener):
+            text = ""
+        if text == before:
+            break
+    tail = re.search(r",\s*([A-Z][a-z]+)\s*([.!?]*)$", text)
+    if tail and _is_vocative(tail.group(1), listener):
+        text = text[: tail.start()] + tail.group(2)
+    if thanked and re.match(r"^for\b", text, re.IGNORECASE):
+        return ""  # "Thanks, Mel, for the tip": gratitude, not a fact
+    return _restore_subject(text.strip(" ,"))
+
+
+def _restore_subject(clause: str) -> str:
+    """Chat drops the subject ('Gonna continue my edu', 'Researching adoption agencies'): put 'I' back."""
+    first = re.match(r"[A-Za-z]+", clause)
+    if not first:
+        return clause
+    word = first.group().lower()
+    rest = clause[first.end() :]
+    if word in ("gonna", "wanna"):
+        return f"I'm {word}{rest}" if word == "gonna" else f"I {word}{rest}"
+    if word == "been":
+        return f"I've been{rest}"
+    if (
+        word.endswith("ing")
+        and len(word) > 4
+        and word not in _ING_ADJECTIVES
+        and word not in CHAT_WORDS
+        and not _FINITE.search(clause)
+    ):
+        return f"I'm {word}{rest}"
+    return clause
+
+
+def _content_words(text: str, listener: str | None, speaker: str) -> list[str]:
+    words = re.findall(r"[A-Za-z]+(?:['’][A-Za-z]+)?", text)
+    content = []
+    for word in words:
+        low = re.sub(r"['’]s$", "", word.lower())
+        if "'" in low or "’" in low or low in STOPWORDS or low in CHAT_WORDS or low in PLAIN_WORDS or low in _PRONOUNS:
+            continue
+        if _is_vocative(word, listener) or low == speaker.lower():
+            continue
+        content.append(low)
+    return content
+
+
+def _is_chitchat(clause: str, listener: str | None, speaker: str) -> bool:
+    """No proposition: thanks, greetings, evaluations ('That's so cool!'), reactions ('Sounds great')."""
+    if _REACTION.match(clause) or _THANKS_FOR.match(clause):
+        return True
+    return not _content_words(clause, listener, speaker)
+
+
+def _is_question(clause: str, sentence_is_question: bool) -> bool:
+    return clause.rstrip().endswith("?") or (sentence_is_question and bool(_QUESTION_START.match(clause)))
+
+
+# --- dates ---------------------------------------------------------------------------------
+
+_AS_SUBJECT = re.compile(r"['’]s\b|\s+(?:is|was|were|are|has|had|will|would|seemed|felt)\b", re.IGNORECASE)
+_PREPOSITION_BEFORE = re.compile(r"\b(?:since|until|till|from|by|before|after|of|for|in|on|during|over)\s*$", re.I)
+
+
+def _resolve_dates(clause: str, anchor: datetime | None) -> tuple[str, ResolvedDate | None]:
+    """Replace each relative date by its absolute phrase ('yesterday' -> 'on 7 May 2023'); where the
+    expression is a subject ('Last night was amazing') keep it and add the label in brackets."""
+    if anchor is None:
+        return clause, None
+    found = resolve_relative(clause, anchor)
+    for date_found in reversed(found):
+        if not date_found.relative:
+            continue
+        start, end = date_found.char_start, date_found.char_end
+        if _AS_SUBJECT.match(clause, end):
+            clause = f"{clause[:end]} ({date_found.label}){clause[end:]}"
+            continue
+        phrase = date_found.adverbial
+        first, _, rest = phrase.partition(" ")
+        if first in ("on", "in") and rest and _PREPOSITION_BEFORE.search(clause[:start]):
+            phrase = rest
+        if not clause[:start].strip():
+            phrase = phrase[:1].upper() + phrase[1:]
+        clause = clause[:start] + phrase + clause[end:]
+    return clause, (found[0] if found else None)
+
+
+# --- subject / attribute / value ------------------------------------------------------------
+
+_NAME = r"[A-Z][\w’'-]*(?:\s+(?:and|&)\s+[A-Z][\w’'-]*)?"
+_LEAD = r"^(?:(?:On|In|During)\s[^,]{3,60}?\d{4},?\s+)?"
+_ADV = r"(?:\s+(?:really|also|still|now|currently|always|just|actually|absolutely|totally|truly|definitely|even|only"
+_ADV += r"|recently|finally|usually|already|mostly|so|genuinely|particularly|especially))*"
+_VALUE_CUT = re.compile(
+    r"\s+(?:because|since|so\s+that|which|who|when|while|after|before|but|and\s+then|until|as\s+well)\b|\s*[,;(:]"
+    r"|\s+[-–—]\s+"
+)
+_PLACE_CUT = re.compile(r"\s+(?:with|and|for|to|since|because|where|now)\b")
+_DATE_TAIL = re.compile(r"\s+(?:on|in|during|around)\s+(?:the\s+)?[^,]*?\d{4}\s*$")
+
+_PREDICATES: tuple[tuple[str, str, bool], ...] = (
+    # (regex after the subject, attribute, is the value a place or organisation)
+    (r"(?:lives|live|is\s+living|has\s+been\s+living|resides)\s+in\s+", "lives_in", True),
+    (r"moved\s+(?:back\s+)?to\s+", "lives_in", True),
+    (r"lived\s+in\s+", "lived_in", True),
+    (r"(?:works|work|is\s+working|has\s+been\s+working)\s+as\s+", "works_as", False),
+    (r"(?:works|work|is\s+working|has\s+been\s+working)\s+(?:at|for)\s+", "works_at", True),
+    (r"(?:is\s+(?:originally\s+)?from|comes\s+from|grew\s+up\s+in)\s+", "from", True),
+    (
+        r"(?:likes|enjoys|is\s+into|is\s+(?:a\s+)?(?:big\s+|huge\s+)?fan\s+of|is\s+keen\s+on|is\s+passionate\s+about"
+        r"|is\s+interested\s+in|prefers)\s+",
+        "likes",
+        False,
+    ),
+    (r"(?:loves|adores)\s+", "loves", False),
+    (r"(?:hates|dislikes|doesn['’]t\s+like|does\s+not\s+like|can['’]t\s+stand)\s+", "dislikes", False),
+    (r"(?:plays)\s+(?:the\s+)?", "plays", False),
+    (r"(?:studies|is\s+studying|majors\s+in|majored\s+in)\s+", "studies", False),
+    (r"is\s+(?=\d{1,3}\s+years?\s+old)", "age", False),
+    (
+        r"(?:has\s+got|has|owns)\s+(?!(?:\w+ly\s+|always\s+|never\s+|just\s+|already\s+|also\s+|still\s+)?"
+        r"(?:been|had|to|got|gotten|done|made|seen|known|come|gone|taken|given|found)\b|a\s+lot\b|lots\b)",
+        "has",
+        False,
+    ),
+    (r"(?:is|was|are|were)\s+", "is", False),
+)
+_PREDICATE_RES = [
+    (re.compile(rf"{_LEAD}(?P<s>{_NAME}){_ADV}\s+{verb}(?P<v>.+)$"), attribute, place)
+    for verb, attribute, place in _PREDICATES
+]
+_POSSESSIVE_RE = re.compile(
+    rf"{_LEAD}(?P<s>{_NAME})['’]s\s+(?P<a>(?:[a-z]+\s+){{0,2}}?[a-z]+)\s+(?:is|was)\s+(?P<v>.+)$"
+)
+
+
+def _normalise_key(words: str) -> str:
+    words = re.sub(r"\b(?:favourite|fave|fav)\b", "favorite", words.lower())
+    return re.sub(r"[^a-z0-9]+", "_", words).strip("_")
+
+
+def _value(raw: str, place: bool) -> str:
+    value = _VALUE_CUT.split(raw, maxsplit=1)[0]
+    if place:
+        value = _PLACE_CUT.split(value, maxsplit=1)[0]
+    value = _DATE_TAIL.sub("", value)
+    value = re.sub(r"^(?:a|an)\s+", "", value.strip(), flags=re.IGNORECASE)
+    return value.strip(" .!?\"'")
+
+
+def _valid_subject(subject: str) -> bool:
+    """A name, not a capitalised common word ('It', 'This', 'Thanks', 'Veggies')."""
+    for name in re.split(r"\s+(?:and|&)\s+", subject):
+        low = name.lower()
+        if low in STOPWORDS or low in CHAT_WORDS or low in PLAIN_WORDS or "'" in low or "’" in low:
+            return False
+        if low.endswith(("ing", "ies", "ness", "tion", "ment")):
+            return False
+    return True
+
+
+def _has_content(value: str) -> bool:
+    return any(w.lower() not in STOPWORDS for w in re.findall(r"[A-Za-z0-9]+", value))
+
+
+def relation_of(text: str) -> tuple[str, str, str]:
+    """(subject, attribute, value) for the common patterns conflict detection compares, else ('', '', '')."""
+    sentence = text.strip().rstrip(".!?")
+    possessive = _POSSESSIVE_RE.match(sentence)
+    if possessive and _valid_subject(possessive.group("s")):
+        value = _value(possessive.group("v"), False)
+        attribute = _normalise_key(possessive.group("a"))
+        if _has_content(value) and attribute:
+            return possessive.group("s"), attribute, value
+    for pattern, attribute, place in _PREDICATE_RES:
+        match = pattern.match(sentence)
+        if not match or not _valid_subject(match.group("s")):
+            continue
+        value = _value(match.group("v"), place)
+        if not _has_content(value):
+            continue
+        return match.group("s"), _refine(attribute, value), value
+    return "", "", ""
+
+
+def _refine(attribute: str, value: str) -> str:
+    """'has' -> 'has_pets' / 'has_children'; 'is' -> 'is_a' (a role or kind) or 'doing' (an activity)."""
+    words = value.lower().split()
+    if attribute == "has":
+        if any(w in _PETS for w in words[:4]):
+            return "has_pets"
+        if any(w in _CHILDREN for w in words[:3]):
+            return "has_children"
+    if attribute == "is" and words:
+        if words[0] in ("a", "an", "one") or re.match(r"^(?:a|an)\s", value):
+            return "is_a"
+        if words[0].endswith("ing") and len(words[0]) > 5 and words[0] not in _ING_ADJECTIVES:
+            return "doing"
+    return attribute
+
+
+# --- appositions ---------------------------------------------------------------------------
+
+_PROPER = r"[A-Z][A-Za-z]+(?:\s+(?:of\s+the\s+|of\s+)?[A-Z][A-Za-z]+)*"
+_CLOSES = r"(?=\s*(?:[.,;!?)]|$))"
+_APPOSITIONS = (
+    # my friend John / my best friend John
+    re.compile(r"\b(?P<det>my|our)\s+(?P<rel>(?:[a-z]+\s+)?[a-z]+)\s+(?P<name>[A-Z][a-z]+(?:\s+[A-Z][a-z]+)?)\b"),
+    # my home country, Sweden.
+    re.compile(rf"\b(?P<det>my|our)\s+(?P<rel>(?:[a-z]+\s+){{0,2}}[a-z]+),\s+(?P<name>{_PROPER}){_CLOSES}"),
+    # Oscar, my guinea pig.
+    re.compile(
+        rf"(?:^|(?<=[\s,;:(]))(?P<name>[A-Z][a-z]+),\s+(?P<det>my|our)\s+(?P<rel>(?:[a-z]+\s+){{0,2}}[a-z]+){_CLOSES}"
+    ),
+    # another cat named Bailey
+    re.compile(
+        r"\b(?P<det>my|our|a|an|another)\s+(?P<rel>(?:[a-z]+\s+){0,2}?[a-z]+)\s+(?:named|called)\s+(?P<name>"
+        + _PROPER
+        + r")"
+    ),
+)
+_FIRST_PERSON_HAS = re.compile(r"\b(?:I|we)\s+(?:\w+\s+)?(?:got|have|has|adopted|own|bought|found|rescued)\b", re.I)
+
+
+def _appositions(clause: str, speaker: str, listener: str | None) -> list[tuple[str, str, str, str, re.Match[str]]]:
+    """(text, subject, attribute, value, match) for each apposition naming something."""
+    found: list[tuple[str, str, str, str, re.Match[str]]] = []
+    for index, pattern in enumerate(_APPOSITIONS):
+        for match in pattern.finditer(clause):
+            rel = " ".join(match.group("rel").split())
+            name = match.group("name")
+            last = rel.split()[-1]
+            if (
+                last in STOPWORDS
+                or last in CHAT_WORDS
+                or _is_vocative(name.split()[0], listener)
+                or name.split()[0].lower() in STOPWORDS
+                or name.split()[0].lower() in CHAT_WORDS
+                or (index in (0, 2) and last not in _RELATION_NOUNS)
+            ):
+                continue
+            det = match.group("det").lower()
+            if det in ("my", "our") or _FIRST_PERSON_HAS.search(clause[: match.start()]):
+                found.append((f"{name} is {speaker}'s {rel}.", speaker, _normalise_key(rel), name, match))
+            else:
+                found.append((f"{name} is {det} {rel}.", name, "is_a", rel, match))
+    return found
+
+
+# --- the whole turn ------------------------------------------------------------------------
+
+
+def _finish(text: str) -> str:
+    text = re.sub(r"\s+", " ", text).strip(" ,;:-–—")
+    text = re.sub(r"[!.]+$", "", text).rstrip()
+    if not text:
+        return ""
+    return text[:1].upper() + text[1:] + "."
+
+
+def _caption_fact(turn: Turn) -> FactDraft | None:
+    caption = (turn.image_caption or "").strip().rstrip(".")
+    if not caption:
+        return None
+    subject = _CAPTION_LEAD.sub("", caption).strip()
+    text = f"{turn.speaker} shared a photo of {subject}."
+    return FactDraft(
+        text=text,
+        subject=turn.speaker,
+        source_ids=[turn.dia_id] if turn.dia_id else [],
+        entities=extract_entities(text, (turn.speaker,)),
+    )
+
+
+def _at(found: ResolvedDate | None) -> tuple[datetime | None, datetime | None]:
+    if found is None:
+        return None, None
+    return datetime.combine(found.start, time.min), datetime.combine(found.end, time.min)
+
+
+def _default_subject(text: str, speaker: str, listener: str | None) -> str:
+    for person in (speaker, listener):
+        if person and re.search(rf"\b{re.escape(person)}\b", text):
+            return person
+    return speaker
+
+
+def extract_facts(turn: Turn, anchor: datetime | None = None, listener: str | None = None) -> list[FactDraft]:
+    """The atomic facts of one turn (AMA's Constructor facts, offline).
+
+    `anchor` is the session date that relative dates resolve against (the
+    turn's own time when not given); `listener` resolves 'you' (the turn's
+    listener when not given). Questions, greetings and chit-chat give no fact;
+    a shared photo gives "<speaker> shared a photo of ...".
+    """
+    anchor = anchor or turn.time
+    listener = listener or turn.listener
+    speaker = turn.speaker
+    known = (speaker, listener or "")
+    sources = [turn.dia_id] if turn.dia_id else []
+    drafts: list[FactDraft] = []
+    seen: set[str] = set()
+
+    def add(draft: FactDraft) -> None:
+        key = draft.text.lower()
+        if key not in seen:
+            seen.add(key)
+            drafts.append(draft)
+
+    for sentence in split_sentences(turn.text):
+        sentence_is_question = _TAG_QUESTION.search(sentence) is None and sentence.rstrip().endswith("?")
+        for raw_clause in split_clauses(sentence):
+            clause = _clean(raw_clause, listener)
+            if not clause or _is_question(clause, sentence_is_question) or _is_chitchat(clause, listener, speaker):
+                continue
+            dated, found = _resolve_dates(clause, anchor)
+            when, until = _at(found)
+            covered = False
+            for text, subject, attribute, value, match in _appositions(dated, speaker, listener):
+                named = extract_entities(text, (*known, value if attribute != "is_a" else subject))
+                add(FactDraft(text=text, subject=subject, attribute=attribute, value=value, time=when,
+                              time_end=until, source_ids=sources, entities=named))  # fmt: skip
+                rest = dated[: match.start()] + dated[match.end() :]
+                covered = covered or not _content_words(rest, listener, speaker)
+            if covered:
+                continue
+            text = _finish(to_third_person(dated, speaker, listener, context=turn.text))
+            if not text:
+                continue
+            subject, attribute, value = relation_of(text)
+            add(
+                FactDraft(
+                    text=text,
+                    subject=subject or _default_subject(text, speaker, listener),
+                    attribute=attribute,
+                    value=value,
+                    time=when,
+                    time_end=until,
+                    source_ids=sources,
+                    entities=extract_entities(text, known),
+                )
+            )
+    caption = _caption_fact(turn)
+    if caption is not None:
+        add(caption)
+    return drafts

@@ -1,0 +1,344 @@
+"""The `strata` command: ingest conversations, ask, chat, inspect and undo changes, run the demo.
+
+Each subcommand is a thin shell over `strata.api.Memory`, so it does what the
+API, Studio and the server do. Every error a user can fix comes out as one line
+`strata: error: ...` with exit code 2; writes happen per turn, so an interrupted
+ingest keeps what it stored and the same command resumes it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, NoReturn
+
+from memory.errors import ConfigError, InputError, StrataError
+from memory.records import KINDS, Change
+from memory.registry import close_all
+from strata.api import Answer, Memory
+from strata.conversations import (
+    ConversationFileError,
+    LoadedConversation,
+    Question,
+    load_conversations,
+    load_questions,
+    load_turns,
+)
+from strata.demo import SAMPLE_CONVERSATION, run_demo
+from strata.ingestion import ingest_conversation, select_sessions
+
+PROG = "strata"
+EXIT_USER_ERROR = 2
+EXIT_INTERRUPTED = 130
+# name on the command line -> Context field (the API validates the values)
+SETTINGS = {
+    "data_dir": "folder of the embedded Chroma store and the ledger (STRATA_DATA_DIR, default .strata)",
+    "namespace": "whose memory: a user, an agent or a conversation id (STRATA_NAMESPACE, default 'default')",
+    "model": "chat model as provider:model, e.g. openai:gpt-4o-mini; empty or 'offline' uses no model (STRATA_MODEL)",
+    "base_url": "base URL of an OpenAI-compatible server (STRATA_BASE_URL)",
+    "embedder": "local:all-MiniLM-L6-v2 (default, offline) or openai:<model> (STRATA_EMBEDDER)",
+    "chroma_host": "Chroma server host; empty means embedded Chroma in --data-dir (STRATA_CHROMA_HOST)",
+    "chroma_port": "Chroma server port (STRATA_CHROMA_PORT, default 8000)",
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse whose usage errors are one line, like every other error of the command."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USER_ERROR, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
+def _settings_options(suppress: bool) -> argparse.ArgumentParser:
+    """The memory settings, accepted before or after the subcommand."""
+    parser = argparse.ArgumentParser(add_help=False)
+    group = parser.add_argument_group("memory settings (unset ones come from STRATA_* variables, then defaults)")
+    for name, help_text in SETTINGS.items():
+        group.add_argument(
+            f"--{name.replace('_', '-')}", dest=name, type=int if name == "chroma_port" else str,
+            default=argparse.SUPPRESS if suppress else None, metavar=name.split("_")[-1].upper(), help=help_text,
+        )
+    return parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog=PROG, parents=[_settings_options(suppress=False)],
+        description="Long-term memory for LLM agents: store conversations, then ask about them.",
+        epilog="Start with `strata demo`. Every subcommand has its own --help.",
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    common = [_settings_options(suppress=True)]
+
+    def command(name: str, run: Callable[[argparse.Namespace], int], help_text: str) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, parents=common, help=help_text, description=help_text)
+        sub.set_defaults(run=run)
+        return sub
+
+    ingest = command("ingest", _ingest, "store a conversation file (LoCoMo, a list of LoCoMo samples, or a turn list)")
+    ingest.add_argument("file", metavar="FILE", help="the conversation as JSON")
+    ingest.add_argument("--limit-sessions", type=int, metavar="N", help="store only the first N sessions")
+    ingest.add_argument("--json", action="store_true", help="print the summary as JSON")
+
+    ask = command("ask", _ask, "answer a question from memory (the question is not stored)")
+    ask.add_argument("question", metavar="QUESTION")
+    ask.add_argument("--retrieve-only", action="store_true", help="return the validated evidence, no answer")
+    ask.add_argument("--json", action="store_true", help="print the whole answer as JSON")
+
+    chat = command("chat", _chat, "talk: every line you type is stored and answered (/quit or EOF ends)")
+    chat.add_argument("--speaker", default="user", help="who is typing (default: user)")
+
+    stats = command("stats", _stats, "records per store, links, history and working memory")
+    stats.add_argument("--json", action="store_true", help="print the counts as JSON")
+
+    history = command("history", _history, "changes made to memory, newest first")
+    history.add_argument("--record", metavar="ID", help="only the changes of this record (e.g. fact:D1:3:0)")
+    history.add_argument("--limit", type=int, default=20, metavar="N", help="at most N changes (default 20)")
+
+    undo = command("undo", _undo, "reverse a change (the latest when no id is given)")
+    undo.add_argument("change_id", nargs="?", type=int, metavar="CHANGE_ID")
+
+    demo = command("demo", _demo, "ingest a conversation and answer some of its gold questions, offline")
+    demo.add_argument(
+        "--file", type=Path, help="a LoCoMo conversation with 'qa' (default: the shipped sample conversation)"
+    )
+    demo.add_argument("--questions", type=int, default=5, metavar="N", help="how many gold questions (default 5)")
+    return parser
+
+
+# --- helpers ---------------------------------------------------------------------------------
+
+
+def _settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings given on the command line; the rest come from STRATA_* variables and defaults."""
+    given = {name: getattr(args, name, None) for name in SETTINGS if name != "namespace"}
+    return {name: value for name, value in given.items() if value is not None}
+
+
+def _memory(args: argparse.Namespace, namespace: str | None = None, **overrides: Any) -> Memory:
+    return Memory(namespace or args.namespace or "default", **{**_settings(args), **overrides})
+
+
+def _where(memory: Memory) -> str:
+    context = memory.context("ask")
+    place = f"{context.chroma_host}:{context.chroma_port}" if context.chroma_host else context.data_dir
+    return f"namespace {context.namespace!r} in {place}"
+
+
+@contextmanager
+def _progress(total: int, label: str) -> Iterator[Callable[[], None]]:
+    """A per-turn progress bar on a terminal (silent when stderr is not one)."""
+    from tqdm import tqdm
+
+    with tqdm(total=total, desc=label, unit="turn", file=sys.stderr, disable=None, leave=False) as bar:
+        yield lambda: bar.update(1)
+
+
+def _require_memories(memory: Memory) -> None:
+    if memory.store.count("raw") == 0:
+        raise InputError(
+            f"{_where(memory)} holds no memories yet: store a conversation first (`strata ingest FILE`) "
+            "or check --data-dir and --namespace"
+        )
+
+
+def _print_answer(answer: Answer) -> None:
+    if answer.answer is not None:
+        print(f"answer: {answer.answer}")
+    else:
+        print("answer: (retrieval only)")
+    print(f"cited: {', '.join(answer.cited_ids) or '(none)'}")
+    print(f"evidence ids: {', '.join(answer.evidence_ids()) or '(none)'}")
+    for item in answer.evidence:
+        print(f"  {item.id:<18} {item.label or item.text}")
+    if answer.verdict is not None:
+        print(f"judge: {answer.verdict.action} after {answer.rounds} round(s) ({answer.verdict.policy})")
+    for note in answer.changes:
+        print(f"changed: {note.action} {note.record_id} (undo with `strata undo {note.change_id}`)")
+
+
+def _print_change(change: Change) -> None:
+    when = change.time.strftime("%Y-%m-%d %H:%M:%S")
+    state = " [undone]" if change.undone else ""
+    parts = [f"#{change.id}", when, change.action.value, change.record_id]
+    if change.old_status != change.new_status:
+        parts.append(f"status {change.old_status.value} -> {change.new_status.value}")
+    if change.old_text != change.new_text:
+        parts.append(f"{_short(change.old_text)!r} -> {_short(change.new_text)!r}")
+    parts.append(f"({change.reason}, {change.policy}){state}")
+    print(" ".join(parts))
+
+
+def _short(text: str, width: int = 70) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+# --- commands --------------------------------------------------------------------------------
+
+
+def _ingest(args: argparse.Namespace) -> int:
+    conversations = load_conversations(args.file)  # validates the whole file before anything is written
+    select_sessions(conversations[0], args.limit_sessions)  # a bad --limit-sessions fails before writing
+    base = _memory(args).context("ingest").namespace
+    summaries = []
+    for conversation in conversations:
+        # a benchmark file holds several conversations: each gets its own namespace under the given one
+        namespace = base if len(conversations) == 1 else f"{base}/{conversation.conversation_id}"
+        memory = _memory(args, namespace)
+        total = sum(len(s.turns) for s in select_sessions(conversation, args.limit_sessions))
+        with _progress(total, conversation.conversation_id) as tick:
+            summary = ingest_conversation(memory, conversation, args.limit_sessions, on_turn=tick)
+        summaries.append(summary)
+        if not args.json:
+            print(summary.line())
+    if args.json:
+        data = [s.model_dump(mode="json") for s in summaries]
+        print(json.dumps(data[0] if len(data) == 1 else data, indent=2))
+    return 0
+
+
+def _ask(args: argparse.Namespace) -> int:
+    if not args.question.strip():
+        raise InputError('the question is empty: ask something, e.g. strata ask "Where does Ann live?"')
+    memory = _memory(args)
+    _require_memories(memory)
+    answer = memory.retrieve(args.question) if args.retrieve_only else memory.ask(args.question)
+    if args.json:
+        print(answer.model_dump_json(indent=2))
+    else:
+        _print_answer(answer)
+    return 0
+
+
+def _chat(args: argparse.Namespace) -> int:
+    memory = _memory(args)
+    interactive = sys.stdin.isatty()
+    if interactive:
+        print(f"chatting as {args.speaker!r} with {_where(memory)}; /quit or Ctrl-D ends", file=sys.stderr)
+    while True:
+        if interactive:
+            print(f"{args.speaker}> ", end="", flush=True, file=sys.stderr)
+        line = sys.stdin.readline()
+        if not line:
+            break
+        text = line.strip()
+        if text in ("/quit", "/exit"):
+            break
+        if not text:
+            continue
+        try:
+            answer = memory.chat(text, speaker=args.speaker)
+        except InputError as error:  # one bad line does not end the conversation
+            print(f"{PROG}: error: {_one_line(error)}", file=sys.stderr)
+            continue
+        print(answer.answer or "(no answer)")
+        if answer.cited_ids:
+            print(f"  cited: {', '.join(answer.cited_ids)}")
+        sys.stdout.flush()
+    return 0
+
+
+def _stats(args: argparse.Namespace) -> int:
+    memory = _memory(args)
+    counts = memory.stats()
+    if args.json:
+        print(json.dumps(counts, indent=2, default=str))
+        return 0
+    print(_where(memory))
+    print(f"{'store':<10}{'active':>8}{'superseded':>12}{'deleted':>9}")
+    for kind in KINDS:
+        row = counts.get(kind, {})
+        print(f"{kind:<10}{row.get('active', 0):>8}{row.get('superseded', 0):>12}{row.get('deleted', 0):>9}")
+    links = counts.get("links", 0)
+    if isinstance(links, dict):
+        detail = ", ".join(f"{name} {count}" for name, count in sorted(links.items()))
+        print(f"links: {sum(links.values())}" + (f" ({detail})" if detail else ""))
+    else:
+        print(f"links: {links}")
+    print(f"history: {counts.get('history', 0)} changes")
+    print(f"working memory: {counts.get('working', 0)} turns")
+    return 0
+
+
+def _history(args: argparse.Namespace) -> int:
+    if args.limit < 1:
+        raise InputError(f"--limit must be at least 1, got {args.limit}")
+    memory = _memory(args)
+    changes = memory.history(args.record, args.limit)
+    if not changes:
+        subject = f"record {args.record!r}" if args.record else _where(memory)
+        print(f"no changes for {subject}")
+    for change in changes:
+        _print_change(change)
+    return 0
+
+
+def _undo(args: argparse.Namespace) -> int:
+    memory = _memory(args)
+    change = memory.undo(args.change_id)
+    print(f"undid change #{change.undoes} on {change.record_id}: it is {change.new_status.value} again")
+    print(f"text now: {change.new_text}")
+    print(f"(this undo is change #{change.id}; `strata undo {change.id}` does not redo: edit again instead)")
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    if args.questions < 0:
+        raise InputError(f"--questions must be 0 or more, got {args.questions}")
+    file = args.file or SAMPLE_CONVERSATION
+    if args.file is None and not SAMPLE_CONVERSATION.is_file():
+        raise ConfigError("the sample conversation is not installed with this copy: pass --file CONVERSATION.json")
+    conversation: LoadedConversation = load_turns(file)
+    # read separately and only for scoring: the memory never sees the gold questions
+    questions = load_questions(file)
+    # offline unless a model is named on the command line (STRATA_MODEL does not switch the demo online)
+    overrides = {"model": args.model or "offline"}
+    namespace = args.namespace or "demo"
+    print(f"demo: {file} ({conversation.turn_count()} turns in {len(conversation.sessions)} sessions, "
+          f"{len(questions)} gold questions), model: {overrides['model']}")
+    if args.data_dir:
+        return _run_demo(args, _memory(args, namespace, **overrides), conversation, questions)
+    with tempfile.TemporaryDirectory(prefix="strata-demo-") as folder:
+        try:
+            return _run_demo(args, _memory(args, namespace, **overrides, data_dir=folder), conversation, questions)
+        finally:
+            close_all()  # release the ledger before the folder is removed
+
+
+def _run_demo(
+    args: argparse.Namespace, memory: Memory, conversation: LoadedConversation, questions: list[Question]
+) -> int:
+    print(f"memory: {_where(memory)}")
+    with _progress(conversation.turn_count(), "ingest") as tick:
+        run_demo(memory, conversation, questions, args.questions, print, on_turn=tick)
+    return 0
+
+
+# --- entry point -----------------------------------------------------------------------------
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(str(error).split()) or type(error).__name__
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit code (0 ok, 2 a user error, 130 interrupted)."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.run(args))
+    except KeyboardInterrupt:
+        print(f"\n{PROG}: interrupted: every finished turn is stored; run the same command to continue",
+              file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except (StrataError, ConversationFileError, OSError) as error:
+        print(f"{PROG}: error: {_one_line(error)}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    finally:
+        close_all()

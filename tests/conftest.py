@@ -1,0 +1,66 @@
+"""Fixtures every test file may use: a fresh data folder, an offline environment,
+the real LoCoMo files, one embedder per session, and closed stores after each test.
+
+Tests run offline: no chat model is configured (the offline policies answer) and
+the embedder is loaded from the weights a package ships, never from the network.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+# CI clones the repo with `shared/` beside it, so the data is found relative to the repo.
+LOCOMO_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo"
+OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+               "ANONYMIZED_TELEMETRY": "False"}
+
+
+@pytest.fixture(autouse=True)
+def offline_env(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """No chat model, no network; returns the environment to hand to a subprocess."""
+    monkeypatch.delenv("STRATA_MODEL", raising=False)
+    monkeypatch.delenv("STRATA_BASE_URL", raising=False)
+    for name, value in OFFLINE_ENV.items():
+        monkeypatch.setenv(name, value)
+    return dict(os.environ)
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Path:
+    """A memory folder no other test shares (created on first write)."""
+    return tmp_path / "mem"
+
+
+@pytest.fixture(scope="session")
+def locomo_dir() -> Path:
+    """The LoCoMo development files, or a skip saying where they were looked for."""
+    if not (LOCOMO_DIR / "conv-26.json").is_file():
+        pytest.skip(f"LoCoMo data not found at {LOCOMO_DIR}: clone the repo with shared/ beside it")
+    return LOCOMO_DIR
+
+
+@pytest.fixture(scope="session")
+def embedder() -> Any:
+    """The local embedder, loaded once for the whole session (it takes seconds)."""
+    for name, value in OFFLINE_ENV.items():
+        os.environ.setdefault(name, value)
+    from memory.embeddings import get_embedder
+
+    loaded = get_embedder()
+    loaded.embed(["warm up"])
+    return loaded
+
+
+@pytest.fixture(autouse=True)
+def _close_stores() -> Iterator[None]:
+    """Close every ledger and Chroma client a test opened, so the next test starts clean."""
+    yield
+    from memory.registry import close_all
+
+    close_all()

@@ -1,0 +1,132 @@
+"""Memory on a Chroma server: `chroma run` started for real on a loopback port.
+
+The same ingest-and-ask as the embedded case, then what a server is for: two
+processes (each with its own data folder for the ledger) share one memory and
+see each other's writes. Also: the optional auth header reaches the server,
+and an unreachable server is a one-line ConfigError that says what to do.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from servers import LOOPBACK, REPO, HeaderRecordingProxy, ServerProcess, chroma_run, free_port
+
+from memory.chroma import collection_name
+from memory.errors import ConfigError
+from strata.api import Memory
+
+QUESTION = "What career is Caroline keen on?"
+ANSWER_TURN = "D1:11"  # "I'm keen on counseling or working in mental health ..."
+TURN_COUNT = 12
+
+# One process's part, run as `python -c`: ingest the turns, or ask and print the evidence ids.
+WORKER = r'''
+import json, sys
+from strata.api import Memory
+role, namespace, turns_file, data_dir = sys.argv[1:5]
+memory = Memory(namespace, data_dir=data_dir)  # the Chroma server comes from STRATA_CHROMA_HOST/PORT
+if role == "writer":
+    report = memory.add(json.load(open(turns_file)))
+    print("RESULT " + json.dumps({"stored": len(report.stored_ids)}))
+else:
+    answer = memory.ask(sys.argv[5])
+    print("RESULT " + json.dumps({"evidence": answer.evidence_ids(), "answer": answer.answer}))
+'''
+
+
+@pytest.fixture(scope="module")
+def chroma(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    base = tmp_path_factory.mktemp("chroma-server")
+    with chroma_run(base / "data", base / "chroma.log") as server:
+        yield server
+
+
+@pytest.fixture
+def turns(locomo_dir: Path) -> list[dict[str, Any]]:
+    from strata.conversations import load_turns
+
+    loaded = load_turns(locomo_dir / "conv-26.json").turns[:TURN_COUNT]
+    return [turn.model_dump(mode="json", exclude_none=True) for turn in loaded]
+
+
+def server_collections(server: ServerProcess) -> set[str]:
+    import chromadb
+    from chromadb.config import Settings
+
+    client = chromadb.HttpClient(host=LOOPBACK, port=server.port, settings=Settings(anonymized_telemetry=False))
+    return {collection.name for collection in client.list_collections()}
+
+
+@pytest.mark.slow
+def test_ingest_and_ask_against_a_chroma_server(chroma: ServerProcess, tmp_path: Path,
+                                                turns: list[dict[str, Any]]) -> None:
+    memory = Memory("server-ns", chroma_host=LOOPBACK, chroma_port=chroma.port, data_dir=tmp_path / "ledger")
+    report = memory.add(turns)
+    assert len(report.stored_ids) >= TURN_COUNT
+    answer = memory.ask(QUESTION)
+    assert ANSWER_TURN in answer.evidence_ids(), chroma.failure(f"evidence {answer.evidence_ids()}")
+    assert answer.answer
+    # The records live on the server, not in an embedded folder next to the ledger.
+    assert collection_name("server-ns", "raw") in server_collections(chroma)
+    assert not (tmp_path / "ledger" / "chroma").exists()
+
+
+@pytest.mark.slow
+def test_two_processes_sharing_the_server_see_each_others_writes(
+    chroma: ServerProcess, tmp_path: Path, turns: list[dict[str, Any]], offline_env: dict[str, str]
+) -> None:
+    turns_file = tmp_path / "turns.json"
+    turns_file.write_text(json.dumps(turns))
+    env = {**offline_env, "STRATA_CHROMA_HOST": LOOPBACK, "STRATA_CHROMA_PORT": str(chroma.port)}
+
+    def worker(*args: str) -> dict[str, Any]:
+        done = subprocess.run([sys.executable, "-c", WORKER, *args], cwd=REPO, env=env,
+                              capture_output=True, text=True, timeout=240)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return dict(json.loads(done.stdout.split("RESULT ", 1)[1]))
+
+    asked_first = worker("reader", "shared-ns", str(turns_file), str(tmp_path / "reader"), QUESTION)
+    assert ANSWER_TURN not in asked_first["evidence"]  # nothing is stored yet
+    written = worker("writer", "shared-ns", str(turns_file), str(tmp_path / "writer"))
+    assert written["stored"] >= TURN_COUNT
+    asked = worker("reader", "shared-ns", str(turns_file), str(tmp_path / "reader"), QUESTION)
+    assert ANSWER_TURN in asked["evidence"], chroma.failure(f"the reader did not see the writer's turns: {asked}")
+    # Each process kept its own ledger; the memory they share is the server's.
+    assert (tmp_path / "writer" / "ledger.sqlite3").exists() and (tmp_path / "reader" / "ledger.sqlite3").exists()
+    assert not (tmp_path / "writer" / "chroma").exists() and not (tmp_path / "reader" / "chroma").exists()
+
+
+@pytest.mark.slow
+def test_auth_header_reaches_the_chroma_server(chroma: ServerProcess, tmp_path: Path,
+                                               turns: list[dict[str, Any]]) -> None:
+    with HeaderRecordingProxy(chroma.url) as proxy:
+        memory = Memory("auth-ns", chroma_host=LOOPBACK, chroma_port=proxy.port, data_dir=tmp_path / "ledger",
+                        chroma_auth_header="X-Chroma-Token: s3cret-token")
+        memory.add(turns[:4])
+        answer = memory.ask("Where did Caroline go yesterday?")
+    assert "D1:3" in answer.evidence_ids()
+    assert proxy.headers, "no request went through the proxy"
+    assert {headers.get("x-chroma-token") for headers in proxy.headers} == {"s3cret-token"}
+
+
+def test_unreachable_chroma_server_is_a_one_line_config_error(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    closed = free_port()
+    memory = Memory("ns", chroma_host=LOOPBACK, chroma_port=closed, data_dir=tmp_path / "mem")
+    with pytest.raises(ConfigError) as raised:
+        memory.add("I moved to Lisbon last spring.")
+    message = str(raised.value)
+    assert "\n" not in message and f"{LOOPBACK}:{closed}" in message and "chroma run" in message
+    # The same from the environment, as a server or Studio would be configured.
+    monkeypatch.setenv("STRATA_CHROMA_HOST", LOOPBACK)
+    monkeypatch.setenv("STRATA_CHROMA_PORT", str(closed))
+    with pytest.raises(ConfigError, match="STRATA_CHROMA_HOST"):
+        Memory("ns", data_dir=tmp_path / "mem").ask("Where do I live?")
+    assert not (tmp_path / "mem" / "chroma").exists()  # never fell back to an embedded store

@@ -1,0 +1,131 @@
+"""The `strata` command as a user meets it: a subprocess, its exit code, stdout and stderr.
+
+Bad input must end in exit code 2 and one stderr line `strata: error: ...`
+with no traceback. A conversation file is validated whole before anything is
+written: a file with one bad turn stores nothing of itself, and whatever was
+stored before stays as it was.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from graph.context import Context
+from memory.errors import InputError
+from strata.api import Memory
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def strata(*args: str, env: dict[str, str], stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    """Run `python -m strata ARGS` from the repo, as a user would."""
+    return subprocess.run(
+        [sys.executable, "-m", "strata", *args], cwd=REPO, env=env, input=stdin, capture_output=True, text=True,
+        timeout=300,
+    )
+
+
+def assert_user_error(result: subprocess.CompletedProcess[str], *words: str) -> str:
+    """Exit code 2, exactly one stderr line starting `strata`, no traceback; returns the line."""
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2, (result.returncode, result.stderr)
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    assert lines[0].startswith("strata") and "error:" in lines[0], lines[0]
+    for word in words:
+        assert word in lines[0], lines[0]
+    return lines[0]
+
+
+def write_turns(path: Path, texts: list[str], session: int) -> Path:
+    turns = [
+        {"speaker": "Ann" if i % 2 else "Bo", "text": text, "dia_id": f"D{session}:{i}", "time": f"2024-05-0{session}"}
+        for i, text in enumerate(texts, start=1)
+    ]
+    path.write_text(json.dumps(turns), encoding="utf-8")
+    return path
+
+
+def test_missing_file(tmp_path: Path, data_dir: Path, offline_env: dict[str, str]) -> None:
+    result = strata("ingest", str(tmp_path / "nowhere.json"), "--data-dir", str(data_dir), env=offline_env)
+    assert_user_error(result, "nowhere.json", "no such file")
+    assert not data_dir.exists(), "a failed ingest must not even create the memory folder"
+
+
+def test_malformed_json(tmp_path: Path, data_dir: Path, offline_env: dict[str, str]) -> None:
+    bad = tmp_path / "broken.json"
+    bad.write_text('[{"speaker": "Ann", "text": "hello"},', encoding="utf-8")
+    result = strata("ingest", str(bad), "--data-dir", str(data_dir), env=offline_env)
+    assert_user_error(result, "broken.json", "not valid JSON", "line 1")
+
+
+def test_unknown_subcommand_is_a_usage_error(offline_env: dict[str, str]) -> None:
+    result = strata("remember", "this", env=offline_env)
+    assert_user_error(result, "invalid choice", "remember")
+
+
+def test_unknown_mode_through_the_api() -> None:
+    with pytest.raises(InputError) as caught:
+        Context(mode="x")  # type: ignore[arg-type]
+    message = str(caught.value)
+    assert "\n" not in message and "unknown mode 'x'" in message and "retrieve" in message
+    with pytest.raises(InputError, match="unknown mode"):
+        Memory("ann").context("x")
+
+
+def test_empty_question(data_dir: Path, offline_env: dict[str, str]) -> None:
+    for question in ("", "   "):
+        result = strata("ask", question, "--data-dir", str(data_dir), env=offline_env)
+        assert_user_error(result, "question is empty")
+
+
+def test_bad_turn_rejects_the_whole_file_and_keeps_earlier_data(
+    tmp_path: Path, data_dir: Path, offline_env: dict[str, str], embedder: object
+) -> None:
+    good = write_turns(tmp_path / "good.json", ["I adopted a cat called Miso.", "Lovely, what colour is she?"], 1)
+    stored = strata("ingest", str(good), "--data-dir", str(data_dir), "--namespace", "ann", "--json", env=offline_env)
+    assert stored.returncode == 0, stored.stderr
+    assert json.loads(stored.stdout)["new_turns"] == 2
+
+    bad = write_turns(tmp_path / "bad.json", ["We moved to Oslo.", "Since when?", "   "], 2)
+    result = strata("ingest", str(bad), "--data-dir", str(data_dir), "--namespace", "ann", env=offline_env)
+    assert_user_error(result, "bad.json", "turn 3", "empty text")
+
+    memory = Memory("ann", data_dir=str(data_dir))
+    raw_ids = sorted(record.id for record in memory.store.all("raw"))
+    assert raw_ids == ["raw:D1:1", "raw:D1:2"], "the earlier turns stay, and nothing of the bad file is stored"
+    assert memory.get(["raw:D1:1"])[0].text == "I adopted a cat called Miso."
+
+
+def test_ask_on_an_empty_memory_says_what_to_do(data_dir: Path, offline_env: dict[str, str]) -> None:
+    result = strata("ask", "Where does Ann live?", "--data-dir", str(data_dir), env=offline_env)
+    assert_user_error(result, "holds no memories", "strata ingest")
+
+
+def test_chat_stores_each_line_and_answers(data_dir: Path, offline_env: dict[str, str]) -> None:
+    lines = "I moved to Porto last week.\n\nMy sister Sofia lives in Lisbon.\n/quit\nnever read\n"
+    result = strata("chat", "--speaker", "Marco", "--data-dir", str(data_dir), "--namespace", "m", env=offline_env,
+                    stdin=lines)
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    stats = strata("stats", "--json", "--data-dir", str(data_dir), "--namespace", "m", env=offline_env)
+    counts = json.loads(stats.stdout)
+    assert counts["raw"]["active"] == 2, "two non-empty lines before /quit are stored, the blank one is skipped"
+
+
+def test_demo_on_the_shipped_sample(offline_env: dict[str, str]) -> None:
+    result = strata("demo", "--questions", "4", env=offline_env)
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    print(out)
+    assert "ingested" in out and "31 turns" in out
+    assert out.count("our answer:") == 4
+    assert out.count("evidence ids:") == 4
+    evidence_lines = [line for line in out.splitlines() if "evidence ids:" in line]
+    assert all("D" in line and ":" in line.split("evidence ids:")[1] for line in evidence_lines)
+    assert "gold evidence fully reached for" in out

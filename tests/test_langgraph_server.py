@@ -1,0 +1,294 @@
+"""The graph as the LangGraph server serves it: `langgraph dev` started for real, driven with the SDK.
+
+What a Studio user or a Platform deployment meets: langgraph.json served as is,
+the input and context schemas Studio turns into forms, an ingest run and an ask
+run on different threads, the roles streamed by name including the Judge's
+Retry rounds, and memory that outlives the server (it lives in the Chroma
+folder, not in the server's threads).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from servers import REPO, ServerProcess, langgraph_dev, log_tail, repo_mirror
+
+from graph.state import Evidence
+
+NAMESPACE = "caroline-and-melanie"
+TURN_COUNT = 12
+# D1:11 — "I'm keen on counseling or working in mental health - I'd love to support those with similar issues."
+QUESTION = "What career is Caroline keen on?"
+ANSWER_TURN = "D1:11"
+# Nothing in the stored turns says this, so the evidence is never enough and the Judge keeps retrying.
+UNANSWERABLE = "What is the name of the hotel where Melanie stayed in Tokyo in 2019?"
+RUN_TIMEOUT = 180.0
+
+
+def test_langgraph_json_serves_the_graph_without_edits() -> None:
+    """What `langgraph dev` and a Platform deployment read: the package, the graph, an env that
+    does not override the user's own settings (STRATA_*, LANGSMITH_*)."""
+    from langgraph_cli.config import validate_config_file
+
+    config = validate_config_file(REPO / "langgraph.json")
+    assert config["dependencies"] == ["."]
+    assert config["graphs"] == {"strata": "./graph/graph.py:graph"}
+    path, _, variable = config["graphs"]["strata"].partition(":")
+    assert (REPO / path).is_file() and variable == "graph"
+    env = config.get("env") or {}
+    assert isinstance(env, dict), "an env file would override what the user exports (langgraph dev lets it win)"
+    assert not [key for key in env if key.startswith(("STRATA_", "LANGSMITH_", "LANGCHAIN_"))]
+
+
+def test_schemas_studio_shows_have_names_defaults_and_descriptions() -> None:
+    from graph.graph import graph
+
+    check_context_schema(graph.get_context_jsonschema())
+    check_input_schema(graph.get_input_jsonschema())
+
+
+def check_context_schema(schema: dict[str, Any] | None) -> None:
+    assert schema is not None
+    fields = schema["properties"]
+    assert fields["namespace"]["type"] == "string" and fields["namespace"]["default"] == "default"
+    assert sorted(fields["mode"]["enum"]) == ["ask", "chat", "ingest", "retrieve"]
+    assert fields["mode"]["default"] == "ask"
+    assert fields["model"]["default"] == ""
+    assert fields["k_r"]["default"] == 2 and fields["k_r"]["type"] == "integer"
+    for name in ("chroma_host", "chroma_port", "chroma_auth_header", "data_dir"):
+        assert name in fields
+    undescribed = [name for name, spec in fields.items() if not spec.get("description")]
+    assert undescribed == []
+    # A chat model object cannot be a form field: it is there for Python apps, typed as anything.
+    assert "chat_model" not in schema.get("required", [])
+    assert fields["chat_model"].get("default") is None
+
+
+def check_input_schema(schema: dict[str, Any]) -> None:
+    fields = schema["properties"]
+    assert set(fields) == {"turns", "question"}
+    assert fields["turns"]["default"] == [] and fields["question"]["default"] == ""
+    assert all(spec.get("description") for spec in fields.values())
+    turn = schema["$defs"]["Turn"]["properties"]
+    assert {"speaker", "text", "time", "dia_id"} <= set(turn)
+
+
+# ----------------------------------------------------------------------------- the server
+
+
+class Served:
+    """One `langgraph dev` at a time over one memory folder, with the conversation ingested once."""
+
+    def __init__(self, base: Path, turns: list[dict[str, Any]]) -> None:
+        self.base = base
+        self.data_dir = base / "memory"
+        self.turns = turns
+        self.server: ServerProcess | None = None
+        self.ingested = False
+        self._stack: Any = None
+        self.starts = 0
+
+    def start(self) -> ServerProcess:
+        """A server run from a fresh mirror of the repo: it starts with no threads of its own."""
+        self.starts += 1
+        root = repo_mirror(self.base / f"root-{self.starts}")
+        self._stack = langgraph_dev(self.data_dir, root, self.base / f"langgraph-{self.starts}.log")
+        self.server = self._stack.__enter__()
+        return self.server
+
+    def stop(self) -> None:
+        if self._stack is not None:
+            self._stack.__exit__(None, None, None)
+        self._stack = None
+        self.server = None
+
+    def restart(self) -> ServerProcess:
+        self.stop()
+        return self.start()
+
+    def client(self) -> Any:
+        from langgraph_sdk import get_client
+
+        assert self.server is not None
+        return get_client(url=self.server.url, timeout=RUN_TIMEOUT)
+
+    def fail(self, what: str) -> str:
+        log = self.server.log_path if self.server else self.base / f"langgraph-{self.starts}.log"
+        return f"{what}\n--- server log tail ---\n{log_tail(log)}"
+
+    def run(self, coroutine: Any) -> Any:
+        try:
+            return asyncio.run(asyncio.wait_for(coroutine, RUN_TIMEOUT))
+        except Exception as exc:
+            raise AssertionError(self.fail(f"{type(exc).__name__}: {exc}")) from exc
+
+    def ensure_ingested(self) -> dict[str, Any]:
+        """Run 1, on its own thread: store the turns (mode ingest)."""
+        if not self.ingested:
+            result = self.run(_ingest(self.client(), self.turns))
+            assert result.get("stored_ids"), self.fail(f"ingest stored nothing: {result}")
+            self.ingested = True
+            self.ingest_result = result
+        return self.ingest_result
+
+
+async def _ingest(client: Any, turns: list[dict[str, Any]]) -> dict[str, Any]:
+    thread = await client.threads.create()
+    return dict(await client.runs.wait(
+        thread["thread_id"], "strata", input={"turns": turns}, context={"namespace": NAMESPACE, "mode": "ingest"},
+    ))
+
+
+async def _ask(client: Any, question: str, **context: Any) -> tuple[str, dict[str, Any]]:
+    thread = await client.threads.create()
+    result = await client.runs.wait(
+        thread["thread_id"], "strata", input={"question": question},
+        context={"namespace": NAMESPACE, "mode": "ask", **context},
+    )
+    return thread["thread_id"], dict(result)
+
+
+async def _stream_nodes(client: Any, question: str, k_r: int) -> tuple[list[str], dict[str, Any]]:
+    """The nodes a run's `updates` stream names, in order, and the last judge verdict."""
+    thread = await client.threads.create()
+    nodes: list[str] = []
+    verdict: dict[str, Any] = {}
+    async for part in client.runs.stream(
+        thread["thread_id"], "strata", input={"question": question},
+        context={"namespace": NAMESPACE, "mode": "ask", "k_r": k_r}, stream_mode="updates",
+    ):
+        if part.event == "error":
+            raise AssertionError(f"run failed: {part.data}")
+        if part.event == "updates" and isinstance(part.data, dict):
+            for node, update in part.data.items():
+                nodes.append(node)
+                if node == "judge" and isinstance(update, dict) and update.get("verdict"):
+                    verdict = update["verdict"]
+    return nodes, verdict
+
+
+def evidence_ids(result: dict[str, Any]) -> list[str]:
+    return list(dict.fromkeys(i for item in result.get("evidence") or [] for i in Evidence(**item).turn_ids()))
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory, locomo_dir: Path) -> Iterator[Served]:
+    from strata.conversations import load_turns
+
+    turns = [turn.model_dump(mode="json", exclude_none=True)
+             for turn in load_turns(locomo_dir / "conv-26.json").turns[:TURN_COUNT]]
+    under_test = Served(tmp_path_factory.mktemp("langgraph-dev"), turns)
+    under_test.start()
+    try:
+        yield under_test
+    finally:
+        under_test.stop()
+
+
+@pytest.mark.slow
+def test_served_schemas_are_studio_forms(served: Served) -> None:
+    async def schemas() -> dict[str, Any]:
+        client = served.client()
+        assistants = await client.assistants.search(graph_id="strata")
+        assert assistants, "langgraph dev made no assistant for the strata graph"
+        return dict(await client.assistants.get_schemas(assistants[0]["assistant_id"]))
+
+    found = served.run(schemas())
+    check_context_schema(found["context_schema"])
+    check_input_schema(found["input_schema"])
+    assert {"answer", "evidence", "verdict", "rounds", "trace"} <= set(found["output_schema"]["properties"])
+
+
+@pytest.mark.slow
+def test_ingest_on_one_thread_then_ask_on_another(served: Served) -> None:
+    ingested = served.ensure_ingested()
+    assert len(ingested["stored_ids"]) >= TURN_COUNT
+    _, result = served.run(_ask(served.client(), QUESTION))
+    assert ANSWER_TURN in evidence_ids(result), served.fail(f"evidence {evidence_ids(result)}: {result.get('answer')}")
+    assert result.get("answer")
+    assert result["verdict"]["action"] in ("Pass", "Retry", "Refresh")
+
+
+@pytest.mark.slow
+def test_stream_names_each_role_and_the_retry_rounds(served: Served) -> None:
+    served.ensure_ingested()
+    k_r = 2
+    nodes, verdict = served.run(_stream_nodes(served.client(), UNANSWERABLE, k_r))
+    assert nodes.count("research") == k_r + 1, f"nodes streamed: {nodes}"
+    assert nodes.count("judge") == k_r + 1
+    assert verdict.get("action") == "Retry", verdict
+    assert nodes[-1] == "working" and set(nodes) <= {"research", "judge", "refresher", "working"}
+    # A smaller K_r from the run's context is obeyed: one search, one Retry, then the answer.
+    nodes, _ = served.run(_stream_nodes(served.client(), UNANSWERABLE, 1))
+    assert nodes.count("research") == 2, f"nodes streamed: {nodes}"
+
+
+@pytest.mark.slow
+def test_ingest_streams_the_memory_role_for_each_turn(served: Served) -> None:
+    """An ingest run streamed: memory writes each turn first (write-ahead), then the others look at it."""
+
+    async def stream() -> list[str]:
+        client = served.client()
+        thread = await client.threads.create()
+        nodes: list[str] = []
+        turn = {"speaker": "Melanie", "text": "I signed up for a pottery class that starts next week.",
+                "time": "2023-05-08T14:30:00", "dia_id": "D1:90"}
+        async for part in client.runs.stream(
+            thread["thread_id"], "strata", input={"turns": [turn]},
+            context={"namespace": NAMESPACE + "-stream", "mode": "ingest"}, stream_mode="updates",
+        ):
+            if part.event == "updates" and isinstance(part.data, dict):
+                nodes.extend(part.data)
+        return nodes
+
+    nodes = served.run(stream())
+    assert nodes[0] == "memory" and nodes[-1] == "memory", nodes
+    assert {"research", "judge"} <= set(nodes)
+
+
+@pytest.mark.slow
+def test_memory_outlives_the_server(served: Served) -> None:
+    """A new server over the same memory folder, started with no threads at all, still answers."""
+    served.ensure_ingested()
+    old_root = served.server.cwd if served.server else None
+    server = served.restart()
+    assert server.cwd != old_root and not (server.cwd / ".langgraph_api").exists()
+    thread_id, result = served.run(_ask(served.client(), QUESTION))
+    assert ANSWER_TURN in evidence_ids(result), served.fail(f"evidence after restart: {evidence_ids(result)}")
+
+    async def threads() -> list[str]:
+        return [t["thread_id"] for t in await served.client().threads.search(limit=100)]
+
+    assert served.run(threads()) == [thread_id], "the restarted server had threads of its own"
+
+
+@pytest.mark.slow
+def test_config_configurable_works_like_context(served: Served) -> None:
+    """Older clients send `config={"configurable": ...}`; the server maps it to the runtime context."""
+    served.ensure_ingested()
+
+    async def ask() -> dict[str, Any]:
+        client = served.client()
+        thread = await client.threads.create()
+        return dict(await client.runs.wait(
+            thread["thread_id"], "strata", input={"question": QUESTION},
+            config={"configurable": {"namespace": NAMESPACE, "mode": "retrieve"}},
+        ))
+
+    result = served.run(ask())
+    assert result.get("answer") is None  # retrieve mode: the evidence, no answer
+    assert ANSWER_TURN in evidence_ids(result)
+
+
+def test_turns_json_matches_what_the_server_accepts() -> None:
+    """The turn shape the server tests send is the documented input (guards the payload itself)."""
+    from graph.state import validate_turns
+
+    turn = {"speaker": "Caroline", "text": "I went to a LGBTQ support group yesterday.", "time": "2023-05-08T13:56:00",
+            "dia_id": "D1:3"}
+    assert validate_turns([json.loads(json.dumps(turn))])[0].dia_id == "D1:3"

@@ -1,0 +1,380 @@
+"""StrataStore against what LangGraph's own store tests expect of a BaseStore.
+
+The cases follow LangGraph's store test-suite (namespaces with prefix, suffix,
+wildcards, max_depth, limit/offset; put/get/delete; filters with operators;
+query search with pagination and index=False; sync and async), with real
+words instead of character embeddings, plus what this backend adds: LoCoMo
+turns found by hybrid search, durability across a reopen, undoable deletes, and
+use as `compile(store=...)` in a LangGraph app.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TypedDict
+
+import pytest
+from langgraph.graph import START, StateGraph
+from langgraph.store.base import BaseStore, GetOp, InvalidNamespaceError, ListNamespacesOp, PutOp, SearchOp
+
+from memory.errors import InputError
+from memory.records import Record
+from memory.registry import close_all, open_store
+from memory.settings import StoreSettings
+from strata import Memory
+from strata.conversations import load_turns
+from strata.langgraph_store import StrataStore
+
+COLOURS = [
+    ("doc1", {"text": "red apple", "color": "red", "score": 4.5}),
+    ("doc2", {"text": "red car", "color": "red", "score": 3.0}),
+    ("doc3", {"text": "green apple", "color": "green", "score": 4.0}),
+    ("doc4", {"text": "blue car", "color": "blue", "score": 3.5}),
+]
+
+
+@pytest.fixture
+def store(data_dir: Path, embedder: Any) -> Iterator[StrataStore]:
+    opened = StrataStore(data_dir=str(data_dir))
+    yield opened
+    opened.close()
+
+
+def put_all(store: StrataStore, namespaces: list[tuple[str, ...]]) -> None:
+    for i, ns in enumerate(namespaces):
+        store.put(ns, f"id_{i}", {"data": f"value_{i:02d}"})
+
+
+# namespaces ------------------------------------------------------------------
+def test_list_namespaces_prefix_suffix_depth_and_paging(store: StrataStore) -> None:
+    namespaces = [
+        ("a", "b", "c"), ("a", "b", "d", "e"), ("a", "b", "d", "i"), ("a", "b", "f"), ("a", "c", "f"),
+        ("b", "a", "f"), ("users", "123"), ("users", "456", "settings"), ("admin", "users", "789"),
+    ]
+    put_all(store, namespaces)
+
+    assert sorted(store.list_namespaces(prefix=("a", "b"))) == [
+        ("a", "b", "c"), ("a", "b", "d", "e"), ("a", "b", "d", "i"), ("a", "b", "f"),
+    ]
+    assert sorted(store.list_namespaces(suffix=("f",))) == [("a", "b", "f"), ("a", "c", "f"), ("b", "a", "f")]
+    assert sorted(store.list_namespaces(prefix=("a",), suffix=("f",))) == [("a", "b", "f"), ("a", "c", "f")]
+    assert sorted(store.list_namespaces(prefix=("a", "b"), max_depth=3)) == [
+        ("a", "b", "c"), ("a", "b", "d"), ("a", "b", "f"),
+    ]
+    assert store.list_namespaces(prefix=("a", "b"), limit=2) == [("a", "b", "c"), ("a", "b", "d", "e")]
+    assert store.list_namespaces(prefix=("a", "b"), offset=2) == [("a", "b", "d", "i"), ("a", "b", "f")]
+    assert sorted(store.list_namespaces(prefix=("a", "*", "f"))) == [("a", "b", "f"), ("a", "c", "f")]
+    assert sorted(store.list_namespaces(suffix=("*", "f"))) == [("a", "b", "f"), ("a", "c", "f"), ("b", "a", "f")]
+    assert store.list_namespaces(prefix=("nonexistent",)) == []
+    assert store.list_namespaces(prefix=("users", "123")) == [("users", "123")]
+    assert store.list_namespaces(prefix=("*", "users"), suffix=("*", "settings")) == []
+    assert sorted(store.list_namespaces(max_depth=1)) == [("a",), ("admin",), ("b",), ("users",)]
+
+
+def test_list_namespaces_empty_store_and_deleted_items(store: StrataStore) -> None:
+    assert store.list_namespaces() == []
+    store.put(("only",), "k", {"text": "something"})
+    assert store.list_namespaces() == [("only",)]
+    store.delete(("only",), "k")
+    assert store.list_namespaces() == []  # a namespace with only tombstones is empty
+
+
+def test_list_namespaces_pagination(store: StrataStore) -> None:
+    for i in range(8):
+        store.put(("namespace", f"sub_{i:02d}"), f"id_{i:02d}", {"data": f"value_{i:02d}"})
+    assert store.list_namespaces(prefix=("namespace",), limit=3, offset=0) == [
+        ("namespace", f"sub_{i:02d}") for i in range(3)
+    ]
+    assert store.list_namespaces(prefix=("namespace",), limit=3, offset=3) == [
+        ("namespace", f"sub_{i:02d}") for i in range(3, 6)
+    ]
+    assert store.list_namespaces(prefix=("namespace",), limit=3, offset=6) == [
+        ("namespace", f"sub_{i:02d}") for i in range(6, 8)
+    ]
+
+
+def test_invalid_namespaces_are_refused(store: StrataStore) -> None:
+    doc = {"foo": "bar"}
+    for bad in [(), ("the", "thing.about"), ("some", "fun", ""), ("langgraph", "foo"), ("a/b",)]:
+        with pytest.raises(InvalidNamespaceError):
+            store.put(bad, "foo", doc)
+    with pytest.raises(InvalidNamespaceError):
+        store.batch([GetOp(("foo.bar",), "k")])
+    # "langgraph" is only reserved as the root label of the public put API
+    store.put(("foo", "langgraph", "foo"), "bar", doc)
+    assert store.get(("foo", "langgraph", "foo"), "bar").value == doc  # type: ignore[union-attr]
+    store.batch([PutOp(("langgraph", "foo"), "bar", doc)])
+    assert store.search(("langgraph", "foo"))[0].value == doc
+    store.delete(("langgraph", "foo"), "bar")
+    assert store.get(("langgraph", "foo"), "bar") is None
+
+
+# put / get / delete --------------------------------------------------------------
+def test_put_get_overwrite_delete_and_put_again(store: StrataStore) -> None:
+    ns = ("users", "ann", "memories")
+    assert store.get(ns, "missing") is None
+    store.put(ns, "m1", {"content": "Ann is vegetarian", "context": "said at dinner", "n": 1})
+    first = store.get(ns, "m1")
+    assert first is not None
+    assert first.value == {"content": "Ann is vegetarian", "context": "said at dinner", "n": 1}
+    assert first.namespace == ns and first.key == "m1"
+    assert isinstance(first.created_at, datetime) and first.created_at.tzinfo is not None
+
+    store.put(ns, "m1", {"content": "Ann eats fish again", "n": 2})
+    second = store.get(ns, "m1")
+    assert second is not None and second.value == {"content": "Ann eats fish again", "n": 2}
+    assert second.created_at == first.created_at
+    assert second.updated_at > first.updated_at
+
+    store.delete(ns, "m1")
+    assert store.get(ns, "m1") is None
+    assert store.search(ns) == []
+    store.delete(ns, "m1")  # deleting twice is harmless
+    store.delete(("never", "written"), "x")
+
+    store.put(ns, "m1", {"content": "Ann is vegan"})
+    third = store.get(ns, "m1")
+    assert third is not None and third.value == {"content": "Ann is vegan"}
+    assert third.created_at > first.created_at  # a new life after the delete
+
+
+def test_batch_reads_before_writes_and_last_put_wins(store: StrataStore) -> None:
+    ns = ("batch",)
+    results = store.batch([
+        PutOp(ns, "k", {"text": "one"}),
+        GetOp(ns, "k"),
+        PutOp(ns, "k", {"text": "two"}),
+        ListNamespacesOp(),
+    ])
+    assert results[0] is None and results[1] is None and results[3] == []
+    item = store.get(ns, "k")
+    assert item is not None and item.value == {"text": "two"}
+
+
+def test_bad_values_and_filters_are_one_line_errors(store: StrataStore) -> None:
+    with pytest.raises(InputError, match="must be a dict"):
+        store.batch([PutOp(("x",), "k", ["not", "a", "dict"])])  # type: ignore[arg-type]
+    with pytest.raises(InputError, match="JSON"):
+        store.put(("x",), "k", {"when": object()})
+    store.put(("x",), "k", {"n": 1})
+    with pytest.raises(InputError, match="unknown filter operator"):
+        store.search(("x",), filter={"n": {"$near": 1}})
+    with pytest.raises(NotImplementedError):
+        store.put(("x",), "k", {"n": 1}, ttl=5)
+
+
+# search --------------------------------------------------------------------------------
+def test_search_without_query_filters_and_pages(store: StrataStore) -> None:
+    for key, value in COLOURS:
+        store.put(("test",), key, value)
+    store.put(("test", "nested"), "doc5", {"text": "red bike", "color": "red", "score": 5.0, "meta": {"lang": "en"}})
+
+    everything = store.search(("test",))
+    assert {r.key for r in everything} == {"doc1", "doc2", "doc3", "doc4", "doc5"}
+    assert everything[0].key == "doc5"  # newest first, as LangGraph's SQL stores order them
+    assert all(r.score is None for r in everything)
+    assert {r.key for r in store.search(("test",), filter={"color": "red"})} == {"doc1", "doc2", "doc5"}
+    assert {r.key for r in store.search(("test",), filter={"score": {"$gt": 3.2, "$lt": 5}})} == {
+        "doc1", "doc3", "doc4",
+    }
+    assert {r.key for r in store.search(("test",), filter={"color": {"$ne": "red"}})} == {"doc3", "doc4"}
+    assert [r.key for r in store.search(("test",), filter={"meta": {"lang": "en"}})] == ["doc5"]
+    assert [r.key for r in store.search(("test",), filter={"meta.lang": "en"})] == ["doc5"]
+    assert {r.key for r in store.search(("test",), filter={"color": {"$in": ["green", "blue"]}})} == {"doc3", "doc4"}
+    assert [r.key for r in store.search(("test", "nested"))] == ["doc5"]
+    pages = [store.search(("test",), limit=2, offset=o) for o in (0, 2, 4)]
+    assert [len(p) for p in pages] == [2, 2, 1]
+    assert len({r.key for p in pages for r in p}) == 5
+    assert store.search(("test",), limit=0) == []
+
+
+def test_search_with_query_and_filters(store: StrataStore) -> None:
+    for key, value in COLOURS:
+        store.put(("test",), key, value)
+
+    results = store.search(("test",), query="apple", filter={"color": "red"})
+    assert [r.key for r in results][:1] == ["doc1"] and len(results) == 2
+    results = store.search(("test",), query="car", filter={"color": "red"})
+    assert [r.key for r in results][:1] == ["doc2"] and len(results) == 2
+    results = store.search(("test",), query="blue", filter={"score": {"$gt": 3.2}})
+    assert len(results) == 3 and results[0].key == "doc4"
+    results = store.search(("test",), query="apple", filter={"score": {"$gte": 4.0}, "color": "green"})
+    assert [r.key for r in results] == ["doc3"]
+    assert all(r.score is not None and r.score > 0 for r in store.search(("test",), query="fruit"))
+
+
+def test_update_changes_what_a_query_finds_and_index_false_is_not_ranked(store: StrataStore) -> None:
+    store.put(("test",), "doc1", {"text": "zany zebra Xerxes"})
+    store.put(("test",), "doc2", {"text": "something about dogs"})
+    store.put(("test",), "doc3", {"text": "text about birds"})
+    initial = store.search(("test",), query="Zany Xerxes")
+    assert initial[0].key == "doc1"
+    initial_score = initial[0].score
+    assert initial_score is not None
+
+    store.put(("test",), "doc1", {"text": "new text about dogs"})
+    after = store.search(("test",), query="Zany Xerxes")
+    after_score = next((r.score for r in after if r.key == "doc1"), 0.0)
+    assert after_score is not None and after_score < initial_score
+    assert store.search(("test",), query="new text about dogs")[0].key == "doc1"
+
+    store.put(("test",), "doc4", {"text": "new text about dogs"}, index=False)
+    top = store.search(("test",), query="new text about dogs", limit=3)
+    assert "doc4" not in [r.key for r in top]
+    everything = store.search(("test",), query="new text about dogs", limit=10)
+    assert everything[-1].key == "doc4" and everything[-1].score is None  # found, but never ranked
+
+
+def test_index_fields_choose_what_is_matched(store: StrataStore) -> None:
+    store.put(("docs",), "a", {"title": "gardening", "body": "tomatoes and basil"}, index=["title"])
+    store.put(("docs",), "b", {"title": "cooking", "body": "gardening tools for sale"}, index=["title"])
+    assert store.search(("docs",), query="gardening")[0].key == "a"
+    store.put(("docs",), "c", {"chapters": [{"content": "volcanoes erupt"}, {"content": "lava cools"}]},
+              index=["chapters[*].content"])
+    assert store.search(("docs",), query="volcano lava")[0].key == "c"
+
+
+def test_query_pagination_and_edge_cases(store: StrataStore) -> None:
+    for i in range(5):
+        store.put(("test",), f"doc{i}", {"text": f"test document number {i}"})
+    page1 = store.search(("test",), query="test", limit=2)
+    page2 = store.search(("test",), query="test", limit=2, offset=2)
+    assert len(page1) == 2 and len(page2) == 2
+    assert {r.key for r in page1}.isdisjoint({r.key for r in page2})
+    assert len(store.search(("test",), query="test", limit=10)) == 5
+    for query in ["", None, "test " * 100, "test!@#$%^&*()"]:
+        assert len(store.search(("test",), query=query, filter={"text": "test document number 3"})) == 1
+
+
+def test_locomo_turns_found_by_hybrid_search(store: StrataStore, locomo_dir: Path) -> None:
+    conversation = load_turns(locomo_dir / "conv-26.json")
+    ns = ("locomo", conversation.conversation_id)
+    for turn in conversation.sessions[0].turns:
+        store.put(ns, turn.dia_id or "", {"text": turn.text, "speaker": turn.speaker})
+
+    painted = store.search(ns, query="What did Melanie paint last year?", limit=3)
+    assert "D1:14" in [r.key for r in painted]
+    career = store.search(("locomo",), query="Caroline would like to work in counseling", limit=3)
+    assert "D1:11" in [r.key for r in career]
+    mel = store.search(ns, query="painting", filter={"speaker": "Melanie"}, limit=20)
+    assert mel and all(r.value["speaker"] == "Melanie" for r in mel)
+    assert mel[0].key in {"D1:14", "D1:16", "D1:12"}
+
+
+# this backend's own promises ------------------------------------------------------------
+def test_items_survive_a_reopen(data_dir: Path, embedder: Any) -> None:
+    first = StrataStore(data_dir=str(data_dir))
+    first.put(("users", "bo"), "pet", {"text": "Bo has a cat called Miso"})
+    first.close()
+    close_all()  # as after a restart: no cached client, ledger or mirror
+
+    reopened = StrataStore(data_dir=str(data_dir))
+    try:
+        item = reopened.get(("users", "bo"), "pet")
+        assert item is not None and item.value == {"text": "Bo has a cat called Miso"}
+        assert reopened.search(("users",), query="what pet does Bo have")[0].key == "pet"
+        assert reopened.list_namespaces() == [("users", "bo")]
+    finally:
+        reopened.close()
+
+
+def test_delete_and_overwrite_are_in_history_and_undoable(store: StrataStore, data_dir: Path) -> None:
+    ns = ("users", "cy")
+    store.put(ns, "home", {"text": "Cy lives in Leeds"})
+    store.put(ns, "home", {"text": "Cy lives in York"})
+    store.delete(ns, "home")
+    assert store.get(ns, "home") is None
+
+    memory = Memory("users/cy", data_dir=str(data_dir))  # the same namespace, seen through the API
+    changes = memory.history()
+    assert [c.action.value for c in changes[:2]] == ["delete", "update"]
+    assert changes[1].old_text == "Cy lives in Leeds" and changes[1].new_text == "Cy lives in York"
+
+    memory.undo()  # the delete
+    restored = store.get(ns, "home")
+    assert restored is not None and restored.value == {"text": "Cy lives in York"}
+    memory.undo()  # the overwrite: the older value comes back with its text
+    restored = store.get(ns, "home")
+    assert restored is not None and restored.value == {"text": "Cy lives in Leeds"}
+
+
+def test_records_the_memory_wrote_are_items(store: StrataStore, data_dir: Path, locomo_dir: Path) -> None:
+    conversation = load_turns(locomo_dir / "conv-26.json")
+    memory_store = open_store(StoreSettings(data_dir=str(data_dir)), "conv-26")
+    memory_store.add([
+        Record(
+            id=f"raw:{t.dia_id}", kind="raw", text=t.text, namespace="conv-26", dialogue_id=t.dia_id or "",
+            speaker=t.speaker, time=t.time, source_ids=[t.dia_id or ""],
+        )
+        for t in conversation.sessions[0].turns
+    ])
+    assert ("conv-26",) in store.list_namespaces()
+    item = store.get(("conv-26",), "raw:D1:14")
+    assert item is not None and item.value["speaker"] == "Melanie" and "lake sunrise" in item.value["text"]
+    found = store.search(("conv-26",), query="lake sunrise painting", limit=3)
+    assert found[0].key == "raw:D1:14"
+    store.delete(("conv-26",), "raw:D1:14")  # a tombstone, like any delete here
+    assert store.get(("conv-26",), "raw:D1:14") is None
+    assert memory_store.history()[0].record_id == "raw:D1:14"
+
+    own = StrataStore(data_dir=str(data_dir), include_memory=False)
+    try:
+        assert own.get(("conv-26",), "raw:D1:13") is None
+        assert own.list_namespaces() == []
+    finally:
+        own.close()
+
+
+# async and inside a LangGraph app -----------------------------------------------------------
+def test_async_api(store: StrataStore) -> None:
+    async def scenario() -> None:
+        ns = ("async", "user")
+        await asyncio.gather(*[store.aput(ns, key, value) for key, value in COLOURS])
+        item = await store.aget(ns, "doc3")
+        assert item is not None and item.value["text"] == "green apple"
+        found = await store.asearch(ns, query="apple", filter={"color": "red"})
+        assert [r.key for r in found][:1] == ["doc1"]
+        assert await store.alist_namespaces(prefix=("async",)) == [ns]
+        await store.adelete(ns, "doc3")
+        assert await store.aget(ns, "doc3") is None
+        with pytest.raises(InvalidNamespaceError):
+            await store.aput(("the", "thing.about"), "foo", {"a": "b"})
+        results = await store.abatch([GetOp(ns, "doc1"), SearchOp(ns, {"color": "blue"}, 5, 0, None)])
+        assert results[0].value["color"] == "red"  # type: ignore[union-attr]
+        assert [r.key for r in results[1]] == ["doc4"]  # type: ignore[union-attr]
+
+    asyncio.run(scenario())
+
+
+class Notes(TypedDict, total=False):
+    user: str
+    note: str
+    recalled: list[str]
+
+
+def test_compiled_app_uses_it_as_its_store(store: StrataStore) -> None:
+    """What an existing app does: `compile(store=...)`, then `store.put/search` inside its nodes."""
+
+    def save(state: Notes, store: BaseStore) -> dict[str, Any]:
+        store.put(("memories", state["user"]), str(uuid.uuid4()), {"content": state["note"]})
+        return {}
+
+    def recall(state: Notes, store: BaseStore) -> dict[str, Any]:
+        hits = store.search(("memories", state["user"]), query="what food does the user like", limit=1)
+        return {"recalled": [h.value["content"] for h in hits]}
+
+    builder = StateGraph(Notes)
+    builder.add_node("save", save)
+    builder.add_node("recall", recall)
+    builder.add_edge(START, "save")
+    builder.add_edge("save", "recall")
+    app = builder.compile(store=store)
+
+    app.invoke({"user": "dee", "note": "Dee's favourite food is ramen"})
+    result = app.invoke({"user": "dee", "note": "Dee plays the cello on Sundays"})
+    assert result["recalled"] == ["Dee's favourite food is ramen"]
+    assert store.list_namespaces(prefix=("memories",)) == [("memories", "dee")]

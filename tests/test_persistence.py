@@ -1,0 +1,102 @@
+"""A memory outlives the process that built it.
+
+One real LoCoMo conversation is ingested by the CLI in one process; a second,
+new process opens the same folder and must find the same records per store,
+the raw turns verbatim, the links and the ledger, and must reach the gold
+evidence of the conversation's own questions from what it finds there.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from strata.conversations import ADVERSARIAL_CATEGORY, Question, load_questions, load_turns
+
+REPO = Path(__file__).resolve().parents[1]
+NAMESPACE = "conv-30"
+SESSIONS = 6  # the first six sessions (119 turns) keep the test well under a minute
+QUESTIONS = 8
+MIN_REACHED = 6  # measured: see the printed per-question table
+
+# Runs in the second process: open the folder, report what is there, ask the questions.
+REOPEN = """
+import json, sys
+from evaluation.metrics import evidence_recall
+from strata.api import Memory
+
+data_dir, namespace, questions, raw_ids = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), json.loads(sys.argv[4])
+memory = Memory(namespace, data_dir=data_dir, model="offline")
+out = {"stats": memory.stats(), "raw": {r.id: r.model_dump(mode="json") for r in memory.get(raw_ids)},
+       "history": [c.model_dump(mode="json") for c in memory.history(limit=5)], "answers": []}
+for q in questions:
+    answer = memory.ask(q["question"])
+    coverage = evidence_recall(q["evidence"], [(e.kind, e.dialogue_id, e.source_ids) for e in answer.evidence])
+    out["answers"].append({"question": q["question"], "gold": q["evidence"], "evidence_ids": answer.evidence_ids(),
+                           "reached": list(coverage.reached), "answer": answer.answer})
+print(json.dumps(out))
+"""
+
+
+def pick(questions: list[Question], sessions: int, count: int) -> list[Question]:
+    """Questions of categories 1-4 whose gold turns all lie in the ingested sessions, spread over the file."""
+    usable = [
+        q for q in questions
+        if q.category != ADVERSARIAL_CATEGORY and q.evidence
+        and all(int(e.split(":")[0][1:]) <= sessions for e in q.evidence)
+    ]
+    step = max(1, len(usable) // count)
+    return usable[::step][:count]
+
+
+def test_memory_survives_a_new_process(locomo_dir: Path, data_dir: Path, offline_env: dict[str, str]) -> None:
+    file = locomo_dir / "conv-30.json"
+    ingest = subprocess.run(
+        [sys.executable, "-m", "strata", "ingest", str(file), "--limit-sessions", str(SESSIONS),
+         "--data-dir", str(data_dir), "--namespace", NAMESPACE, "--json"],
+        cwd=REPO, env=offline_env, capture_output=True, text=True, timeout=300,
+    )
+    assert ingest.returncode == 0, ingest.stderr
+    summary = json.loads(ingest.stdout)
+    conversation = load_turns(file)
+    turns = [t for s in conversation.sessions[:SESSIONS] for t in s.turns]
+    assert summary["turns"] == summary["new_turns"] == len(turns)
+    print(f"ingest: {summary['turns']} turns in {summary['seconds']:.1f} s ({summary['turns_per_second']:.1f} turns/s)")
+
+    chosen = pick(load_questions(file), SESSIONS, QUESTIONS)
+    assert len(chosen) == QUESTIONS
+    captioned = next(t for t in turns if t.image_caption)
+    samples = {f"raw:{t.dia_id}": t for t in (turns[0], turns[len(turns) // 2], turns[-1], captioned)}
+    reopen = subprocess.run(
+        [sys.executable, "-c", REOPEN, str(data_dir), NAMESPACE,
+         json.dumps([q.model_dump(include={"question", "evidence"}) for q in chosen]), json.dumps(list(samples))],
+        cwd=REPO, env=offline_env, capture_output=True, text=True, timeout=300,
+    )
+    assert reopen.returncode == 0, reopen.stderr
+    found = json.loads(reopen.stdout.strip().splitlines()[-1])
+
+    # the same records per store, links and history as the process that wrote them saw
+    assert found["stats"] == summary["stats"]
+    assert found["stats"]["raw"]["active"] == len(turns)
+    assert all(found["stats"][kind]["active"] > 0 for kind in ("fact", "episode"))
+    assert sum(found["stats"]["links"].values()) > len(turns)
+    assert found["stats"]["working"] > 0
+    # raw turns verbatim, with speaker, date and photo caption
+    for record_id, turn in samples.items():
+        record = found["raw"][record_id]
+        assert record["text"] == turn.text
+        assert record["speaker"] == turn.speaker
+        assert record["time"][:10] == turn.time.date().isoformat()
+        assert record["image_caption"] == (turn.image_caption or "")
+    assert len(found["history"]) == min(5, found["stats"]["history"])
+
+    reached = 0
+    for item in found["answers"]:
+        full = set(item["gold"]) <= set(item["reached"])
+        reached += full
+        print(f"{'REACHED' if full else 'missed '} gold {','.join(item['gold']):<16} {item['question']}")
+        print(f"        evidence {', '.join(item['evidence_ids'][:10])}")
+    print(f"gold evidence fully reached for {reached}/{len(found['answers'])} questions")
+    assert reached >= MIN_REACHED

@@ -1,0 +1,242 @@
+"""The Working role answers from the evidence only, briefly, with its sources.
+
+Evidence comes from real LoCoMo turns (conv-26, with their session dates)
+stored in a real Chroma memory; the model policy is exercised with LangChain's
+fake chat models, including the malformed replies real models send.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage
+from langgraph.runtime import Runtime
+
+import graph  # noqa: F401  (loads the graph package before the role modules it wires)
+from agents.common import evidence_of
+from agents.working import NOT_IN_MEMORY, answer_offline, classify, working
+from graph.context import Context
+from graph.state import Evidence, State
+from memory.records import Record, Turn
+from memory.registry import close_all, open_store
+from memory.settings import StoreSettings
+from memory.store import MemoryStore
+from strata.conversations import load_turns
+
+NAMESPACE = "ns"
+
+
+@pytest.fixture(scope="module")
+def conv26(locomo_dir: Path) -> dict[str, Turn]:
+    """conv-26's turns by dialogue id (speakers, text, captions and session dates only)."""
+    return {turn.dia_id or "": turn for turn in load_turns(locomo_dir / "conv-26.json").turns()}
+
+
+@pytest.fixture
+def store(data_dir: Path, embedder: object) -> Iterator[MemoryStore]:
+    yield open_store(StoreSettings(data_dir=str(data_dir)), NAMESPACE)
+    close_all()
+
+
+def runtime_for(data_dir: Path, chat_model: object = None) -> Runtime[Context]:
+    return Runtime(context=Context(namespace=NAMESPACE, data_dir=str(data_dir), mode="ask", chat_model=chat_model))
+
+
+def raw_record(turn: Turn) -> Record:
+    return Record(
+        id=f"raw:{turn.dia_id}", kind="raw", text=turn.text, namespace=NAMESPACE, dialogue_id=turn.dia_id or "",
+        session=turn.session_label(), speaker=turn.speaker, time=turn.time, source_ids=[turn.dia_id or ""],
+        image_caption=turn.image_caption or "",
+    )
+
+
+def stored_evidence(store: MemoryStore, records: list[Record]) -> list[Evidence]:
+    """Evidence as research hands it over: records written to Chroma, read back, labelled."""
+    store.add(records)
+    return [evidence_of(record, score=1.0, found_by=["dense"]) for record in store.get(r.id for r in records)]
+
+
+def turns_evidence(store: MemoryStore, conv26: dict[str, Turn], ids: list[str]) -> list[Evidence]:
+    return stored_evidence(store, [raw_record(conv26[i]) for i in ids])
+
+
+def ask(question: str, evidence: list[Evidence], data_dir: Path, chat_model: object = None) -> dict[str, object]:
+    state = State(question=question, evidence=evidence, stage="asking")
+    return working(state, runtime_for(data_dir, chat_model))
+
+
+def fake(*replies: str) -> GenericFakeChatModel:
+    return GenericFakeChatModel(messages=iter([AIMessage(content=reply) for reply in replies]))
+
+
+# --- the offline reader on real turns ---------------------------------------------------------
+
+
+def test_when_question_resolves_yesterday_against_the_session_date(
+    store: MemoryStore, conv26: dict[str, Turn], data_dir: Path
+) -> None:
+    # D1:3 "I went to a LGBTQ support group yesterday ..." was said on 8 May 2023.
+    evidence = turns_evidence(store, conv26, ["D1:1", "D1:2", "D1:3", "D1:4", "D1:5"])
+    out = ask("When did Caroline go to the LGBTQ support group?", evidence, data_dir)
+    assert "7 May 2023" in str(out["answer"])
+    assert out["cited_ids"] == ["D1:3"]
+    assert out["stage"] == "done"
+    assert out["trace"][-1].role == "working" and out["trace"][-1].policy == "offline"  # type: ignore[index]
+
+
+def test_last_year_becomes_the_year_before_the_session(
+    store: MemoryStore, conv26: dict[str, Turn], data_dir: Path
+) -> None:
+    # D1:14 "Yeah, I painted that lake sunrise last year!" (8 May 2023): gold answer 2022.
+    evidence = turns_evidence(store, conv26, ["D1:12", "D1:13", "D1:14", "D1:15"])
+    out = ask("When did Melanie paint a sunrise?", evidence, data_dir)
+    assert out["answer"] == "2022"
+    assert out["cited_ids"] == ["D1:14"]
+
+
+def test_what_question_gives_a_short_span(store: MemoryStore, conv26: dict[str, Turn], data_dir: Path) -> None:
+    # D2:8 Caroline: "Researching adoption agencies — it's been a dream ...": gold answer "Adoption agencies".
+    evidence = turns_evidence(store, conv26, ["D2:7", "D2:8", "D2:9"])
+    out = ask("What did Caroline research?", evidence, data_dir)
+    assert str(out["answer"]).lower() == "adoption agencies"
+    assert out["cited_ids"] == ["D2:8"]
+
+
+def test_answer_cut_before_the_next_predicate(store: MemoryStore, conv26: dict[str, Turn], data_dir: Path) -> None:
+    # D2:2: "Making a difference & raising awareness for mental health is super rewarding": gold "mental health".
+    evidence = turns_evidence(store, conv26, ["D2:1", "D2:2", "D2:3"])
+    out = ask("What did the charity race raise awareness for?", evidence, data_dir)
+    assert out["answer"] == "mental health"
+
+
+def test_where_question_takes_the_place(store: MemoryStore, conv26: dict[str, Turn], data_dir: Path) -> None:
+    # D4:3: "a gift from my grandma in my home country, Sweden".
+    evidence = turns_evidence(store, conv26, ["D4:2", "D4:3", "D4:4"])
+    out = ask("Which country is Caroline's grandma from?", evidence, data_dir)
+    assert out["answer"] == "Sweden"
+    assert out["cited_ids"] == ["D4:3"]
+
+
+def test_facts_with_resolved_dates_answer_when_questions(store: MemoryStore, data_dir: Path) -> None:
+    fact = Record(
+        id="fact:D1:3:0", kind="fact", text="Caroline went to an LGBTQ support group on 7 May 2023.",
+        namespace=NAMESPACE, dialogue_id="D1:3", speaker="Caroline", source_ids=["D1:3"], subject="Caroline",
+    )
+    evidence = stored_evidence(store, [fact])
+    out = ask("When did Caroline go to the LGBTQ support group?", evidence, data_dir)
+    assert out["answer"] == "7 May 2023"
+    assert out["cited_ids"] == ["D1:3"]
+
+
+@pytest.mark.parametrize(
+    ("question", "ids"),
+    [
+        # LoCoMo category 5: Melanie ran the race and realised it; the question asks about Caroline.
+        ("What did Caroline realize after her charity race?", ["D2:1", "D2:2", "D2:3"]),
+        # Caroline went to the council meeting; the question asks about Melanie.
+        ("What did Melanie see at the council meeting for adoption?", ["D8:8", "D8:9", "D8:10"]),
+        # Nothing about a pet snake was ever said.
+        ("What is the name of Caroline's pet snake?", ["D1:3", "D1:5", "D2:8"]),
+    ],
+)
+def test_adversarial_questions_are_not_in_memory(
+    question: str, ids: list[str], store: MemoryStore, conv26: dict[str, Turn], data_dir: Path
+) -> None:
+    out = ask(question, turns_evidence(store, conv26, ids), data_dir)
+    assert out["answer"] == NOT_IN_MEMORY
+    assert out["cited_ids"] == []
+
+
+def test_no_evidence_is_not_in_memory_without_asking_a_model(data_dir: Path) -> None:
+    model = fake()  # would raise StopIteration if it were called
+    out = ask("Where does Caroline live?", [], data_dir, chat_model=model)
+    assert out["answer"] == NOT_IN_MEMORY and out["cited_ids"] == []
+
+
+def test_questions_in_the_evidence_are_not_answers(conv26: dict[str, Turn]) -> None:
+    # D1:10 asks "What kinda jobs are you thinkin' of?"; D1:11 answers it.
+    evidence = [evidence_of(raw_record(conv26[i])) for i in ("D1:10", "D1:11")]
+    answer, cited = answer_offline("What jobs is Caroline thinking of?", evidence)
+    assert "counseling" in answer
+    assert cited == ["D1:11"]
+
+
+@pytest.mark.parametrize(
+    ("question", "kind"),
+    [
+        ("When did Melanie run a charity race?", "when"),
+        ("How long ago was Caroline's 18th birthday?", "when"),
+        ("How many children does Melanie have?", "how_many"),
+        ("Where has Melanie camped?", "where"),
+        ("What country is Caroline's grandma from?", "where"),
+        ("Who performed at the concert?", "who"),
+        ("Why did Caroline choose the adoption agency?", "why"),
+        ("Did Melanie make the black and white bowl?", "yes_no"),
+        ("How did Melanie feel after the accident?", "how"),
+        ("What did Caroline research?", "what"),
+    ],
+)
+def test_question_types(question: str, kind: str) -> None:
+    assert classify(question) == kind
+
+
+# --- the model policy -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def support_group(store: MemoryStore, conv26: dict[str, Turn]) -> list[Evidence]:
+    return turns_evidence(store, conv26, ["D1:2", "D1:3", "D1:5"])
+
+
+def test_model_answer_and_citations_are_kept_within_the_evidence(
+    support_group: list[Evidence], data_dir: Path
+) -> None:
+    reply = '{"answer": "7 May 2023", "cited_ids": ["D1:3", "raw:D1:5", "D9:99"]}'
+    out = ask("When did Caroline go to the LGBTQ support group?", support_group, data_dir, fake(reply))
+    assert out["answer"] == "7 May 2023"
+    assert out["cited_ids"] == ["D1:3", "D1:5"]  # a record id maps to its turn; an unknown id is dropped
+    assert out["trace"][-1].policy == "model:GenericFakeChatModel"  # type: ignore[index]
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        '```json\n{"answer": "7 May 2023", "cited_ids": ["D1:3"]}\n```',
+        'Here is the answer you asked for:\n{"answer": "7 May 2023", "cited_ids": "D1:3"}\nHope it helps.',
+    ],
+)
+def test_model_json_in_fences_or_prose_is_read(reply: str, support_group: list[Evidence], data_dir: Path) -> None:
+    out = ask("When did Caroline go to the LGBTQ support group?", support_group, data_dir, fake(reply))
+    assert out["answer"] == "7 May 2023"
+    assert out["cited_ids"] == ["D1:3"]
+    assert str(out["trace"][-1].policy).startswith("model:")  # type: ignore[index]
+
+
+def test_model_abstention_is_normalised(support_group: list[Evidence], data_dir: Path) -> None:
+    reply = '{"answer": "Not in memory", "cited_ids": ["D1:3"]}'
+    out = ask("What is Caroline's favorite food?", support_group, data_dir, fake(reply))
+    assert out["answer"] == NOT_IN_MEMORY and out["cited_ids"] == []
+
+
+@pytest.mark.parametrize(
+    ("reply", "problem"),
+    [
+        ("", "empty reply"),
+        ("I think she went there the day before.", "no JSON object"),
+        ('{"cited_ids": ["D1:3"]}', "field answer"),
+        ('{"answer": 7, "cited_ids": ["D1:3"]}', "field answer"),
+        ('{"answer": "7 May", "cited_ids": 3}', "field cited_ids"),
+        ('{"answer": "   ", "cited_ids": []}', "empty answer"),
+    ],
+)
+def test_malformed_model_output_falls_back_to_the_offline_reader(
+    reply: str, problem: str, support_group: list[Evidence], data_dir: Path
+) -> None:
+    out = ask("When did Caroline go to the LGBTQ support group?", support_group, data_dir, fake(reply))
+    assert "7 May 2023" in str(out["answer"])  # the offline reader's answer
+    assert out["cited_ids"] == ["D1:3"]
+    policy = str(out["trace"][-1].policy)  # type: ignore[index]
+    assert policy.startswith("offline (model output unusable:") and problem in policy
