@@ -4,7 +4,7 @@ export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 export ANONYMIZED_TELEMETRY := False
 
-.PHONY: setup demo test test-slow lint bench
+.PHONY: setup demo test test-slow lint bench serve
 
 setup:
 	@scripts/bootstrap.sh
@@ -23,3 +23,6 @@ lint: setup
 
 bench: setup
 	@$(PY) benchmarks/ingest_and_query.py
+
+serve: setup
+	@.venv/bin/langgraph dev --host 127.0.0.1 --port 2024

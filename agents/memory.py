@@ -2,7 +2,8 @@
 
 It runs twice per turn. First (intake) it stores the raw turn verbatim and
 pushes it to working memory before anything else can fail: a write-ahead that
-no later error can undo. After research, judge and refresher have looked at the
+no later error can undo (the turn stays marked pending until it is derived, so
+adding it again after a failure derives it rather than skipping it). After research, judge and refresher have looked at the
 turn (stage "intake"), it derives facts, closes an episode when a boundary is
 reached, distils persona traits and links the new records: temporal neighbours
 and shared entities (MAGMA), derived-from, and the earlier turns research found
@@ -21,7 +22,7 @@ from agents.common import OFFLINE, fallback_policy, format_evidence, format_wind
 from agents.llm import ask_json, chat_model
 from graph.context import Context
 from graph.state import RoleNote, State, fresh_run, validate_turns
-from memory.entities import STOPWORDS, extract_entities
+from memory.entities import STOPWORDS, extract_entities, split_entities
 from memory.episodes import Boundary, OpenSegment, detect_boundary, narrate, title_of
 from memory.errors import InputError
 from memory.facts import FactDraft, extract_facts
@@ -34,6 +35,7 @@ OPEN_SEGMENT = "open_episode"
 LAST_RAW = "last_raw"
 ENTITY_LAST = "entity_last"
 TURN_COUNTER = "turn_counter"
+PENDING = "pending_derive"
 MAX_TRACKED_ENTITIES = 5000
 
 
@@ -78,6 +80,8 @@ def memory(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
 
 def _intake(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     update: dict[str, Any] = fresh_run() if state.stage == "done" else {}
+    # each turn is researched and judged on its own, not as a retry round of the turn before it
+    update.update({"plan": None, "rounds": 0, "evidence": [], "verdict": None})
     cursor = int(update.get("cursor", state.cursor))
     if not state.turns:
         raise InputError(
@@ -93,14 +97,25 @@ def _intake(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     trace = list(update.get("trace", state.trace))
     stored = list(update.get("stored_ids", state.stored_ids))
     existing = store.get([raw_id])
-    if existing and existing[0].text == turn.text:
+    pending = _pending(store)
+    if existing and existing[0].text == turn.text and raw_id not in pending:
         notes = [*update.get("notes", state.notes), f"{turn.dia_id} is already stored: skipped"]
-        return {**update, "turns": turns, "cursor": cursor + 1, "stage": "stored", "notes": notes,
+        last = cursor + 1 >= len(turns) and runtime.context.mode == "ingest"
+        return {**update, "turns": turns, "cursor": cursor + 1, "stage": "done" if last else "stored", "notes": notes,
                 "trace": [*trace, RoleNote(role="memory", policy=OFFLINE, summary=f"{turn.dia_id} already stored")]}
+    # Marked pending before the write and cleared after derive: a turn whose derive failed is derived on re-ingest.
+    store.ledger.set_state(store.namespace, PENDING, sorted({*pending, raw_id}))
+    if existing and existing[0].text == turn.text:
+        return {
+            **update, "turns": turns, "cursor": cursor, "stage": "intake",
+            "trace": [*trace, RoleNote(role="memory", policy=OFFLINE,
+                                       summary=f"{turn.dia_id} was stored but not derived: deriving it now")],
+        }
     record = Record(
         id=raw_id, kind="raw", text=turn.text, namespace=store.namespace, dialogue_id=turn.dia_id or "",
         session=turn.session_label(), speaker=turn.speaker, time=turn.time, source_ids=[turn.dia_id or ""],
-        image_caption=turn.image_caption or "", entities=extract_entities(turn.text),
+        image_caption=turn.image_caption or "",
+        entities=extract_entities(turn.text, [p for p in (turn.speaker, turn.listener) if p]),
     )
     store.add([record])
     store.push_working(turn.speaker, turn.dia_id or "", turn.text, turn.time, runtime.context.working_size)
@@ -119,7 +134,7 @@ def _derive(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     facts = [
         Record(
             id=f"fact:{turn.dia_id}:{i}", kind="fact", text=d.text, namespace=store.namespace,
-            dialogue_id=turn.dia_id or "", session=raw.session, speaker=turn.speaker, time=turn.time,
+            dialogue_id=turn.dia_id or "", session=raw.session, speaker=turn.speaker, time=d.time or turn.time,
             source_ids=[turn.dia_id or ""], subject=d.subject, attribute=d.attribute, value=d.value,
             entities=list(d.entities), policy=policy,
         )
@@ -131,6 +146,7 @@ def _derive(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     store.add(records)
     links = _links(store, raw, facts, personas, episode, state)
     store.link(links)
+    store.ledger.set_state(store.namespace, PENDING, sorted(set(_pending(store)) - {raw.id}))
     cursor = state.cursor + 1
     more = cursor < len(state.turns)
     summary = f"{turn.dia_id}: {len(facts)} facts, {len(personas)} persona traits, {len(links)} links"
@@ -203,6 +219,8 @@ def _episode(
         episode = _close(store, segment, boundary, runtime)
         segment = OpenSegment(session=raw.session)
     segment.session = raw.session
+    if raw.dialogue_id in segment.turn_ids:  # derived again after a failure: already a member
+        return episode, boundary
     segment.turn_ids.append(raw.dialogue_id)
     segment.speakers = list(dict.fromkeys([*segment.speakers, raw.speaker]))
     segment.facts.extend(f.text for f in facts)
@@ -276,7 +294,7 @@ def _links(
         links.append(Link(namespace=ns, src=previous, dst=raw.id, type=LinkType.TEMPORAL))
     store.ledger.set_state(ns, LAST_RAW, raw.id)
     last_seen: dict[str, str] = dict(store.ledger.get_state(ns, ENTITY_LAST, {}) or {})  # type: ignore[arg-type]
-    for name in raw.entities:
+    for name in split_entities(raw.text, [raw.speaker]).names:
         earlier = last_seen.get(name)
         if earlier and earlier != raw.id:
             links.append(Link(namespace=ns, src=raw.id, dst=earlier, type=LinkType.ENTITY))
@@ -305,10 +323,23 @@ def _with_ids(store: MemoryStore, turn: Turn) -> Turn:
     return turn.model_copy(update={"dia_id": f"T{number}", "time": turn.time or datetime.now().replace(microsecond=0)})
 
 
+def _pending(store: MemoryStore) -> list[str]:
+    """Raw ids written ahead whose derive has not finished (normally none, or the turn in progress)."""
+    value = store.ledger.get_state(store.namespace, PENDING, [])
+    return [str(v) for v in value] if isinstance(value, list) else []
+
+
 def _prefetch(store: MemoryStore, turns: list[Turn], offline: bool) -> None:
-    """Embed a batch's turns (and offline facts) in one call: bulk ingestion speed."""
+    """Embed a batch's turns (and offline facts) in one call: bulk ingestion speed.
+
+    Only a speed-up, and it runs before the raw write: a failure here is left
+    for the derive step to meet, after the turn is safely stored (write-ahead).
+    """
     texts = [t.text for t in turns]
-    for turn in turns if offline else ():
-        texts.extend(d.text for d in extract_facts(turn, turn.time, turn.listener))
+    try:
+        for turn in turns if offline else ():
+            texts.extend(d.text for d in extract_facts(turn, turn.time, turn.listener))
+    except Exception:
+        texts = [t.text for t in turns]
     store.embedder.prefetch(texts)
 

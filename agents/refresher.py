@@ -1,11 +1,13 @@
 """The Refresher role: settle conflicts the Judge found, reversibly (AMA Refresher).
 
-AMA (section 3, "Refresher", and appendix C, figure 11) edits memory only on a
-Refresh verdict and only inside the conflict: Update the outdated value to the
-latest one, Delete only when the user explicitly asks to forget or cancel, and
-do nothing when unsure. Every decision goes through the store, so it lands in
-the ledger's history and can be undone; a no-op is recorded too, so the reason
-the memory was left alone stays visible.
+AMA (section 3.4, and the prompt contract of appendix C.6, figure 11) edits
+memory only on a Refresh verdict and only inside the conflict: Update the
+outdated value to the latest one, Delete only when the user explicitly asks to
+forget or cancel, and do nothing when unsure. (AMA's second delete condition, a
+maximum retention age, is not applied: nothing here expires on its own.)
+Every decision goes through the store, so it lands in the ledger's history and
+can be undone; a no-op is recorded too, so the reason the memory was left alone
+stays visible.
 
 How an update is written, consistently for both policies:
 - two stored records disagree: the older (by time) is superseded by the newer
@@ -194,11 +196,14 @@ def refresher(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     evidence = refreshed_evidence(state.evidence, store, notes)
     counts = {a: sum(n.action == a for n in notes) for a in ("update", "delete", "noop")}
     summary = (
-        f"{len(groups)} conflict group(s): {counts['update']} updated, {counts['delete']} deleted, "
+        f"{min(len(groups), MAX_GROUPS)} conflict group(s): {counts['update']} updated, {counts['delete']} deleted, "
         f"{counts['noop']} left as they were"
     )
     if not groups:
         summary = "no conflict group names a live record: nothing to change"
+    unknown = sorted({i for g in groups for i in g.unknown})
+    if unknown:
+        summary += f"; ignored ids that are not live records: {', '.join(unknown)}"
     policy = next((p for p in policies if p.startswith(f"{OFFLINE} (")), None)  # a fallback shows first
     policy = policy or next((p for p in policies if p != OFFLINE), OFFLINE)
     update: dict[str, Any] = {
@@ -265,7 +270,8 @@ def offline_plan(group: Group, incoming: Incoming) -> Plan:
     why = "no single-valued attribute of the same subject disagrees: both can hold, left as they were"
     if not incoming.is_statement() and group.has_new:
         why = "the input is a question, not a newer statement, and no stored value is outdated: left as it was"
-    steps += [Step("noop", r, why) for r in group.records if r.id not in changed]
+    kept = {step.by.id for step in steps if step.by is not None}  # the newer values: their story is told above
+    steps += [Step("noop", r, why) for r in group.records if r.id not in changed and r.id not in kept]
     return Plan(steps, OFFLINE)
 
 

@@ -36,10 +36,11 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 
 from agents.common import OFFLINE, fallback_policy, model_policy_name, store_of
 from agents.llm import ask_json, chat_model
+from evaluation.tokens import count_tokens
 from graph.context import Context
 from graph.state import Evidence, Plan, RoleNote, State, fresh_run
-from memory.bm25 import reciprocal_rank_fusion
 from memory.dates import time_window
+from memory.entities import wordset
 from memory.errors import InputError
 from memory.records import KINDS, Kind, LinkType, Record
 from memory.speakers import resolve_participant
@@ -53,12 +54,14 @@ FALLBACK_ORDER: dict[Kind, tuple[Kind, ...]] = {
     "episode": ("episode", "fact", "raw"),
 }
 POOL = 240  # depth of each ranked list before fusion
-RRF_K = 60  # the usual reciprocal-rank constant (MAGMA's anchor fusion)
+RRF_K = 30  # reciprocal-rank constant (MAGMA's anchor fusion); below the usual 60 so top ranks weigh more
 ROUTED_WEIGHT = 1.3  # the routed granularity's lists count a little more (AMA routing)
-WINDOW_WEIGHT = 1.0  # lists restricted to the question's time window
-SPEAKER_BOOST = 0.5  # a turn by the participant the question is about scores 1.5 times
-NEIGHBOUR_SHARE = 0.4  # share of the previous turn's score a turn inherits (an answer follows its question)
-NEIGHBOUR_SHARE_BACK = 0.4  # share of the next turn's score a turn inherits
+FACT_WEIGHT = 1.0  # facts stand for their source turn; their lists count this much
+WINDOW_WEIGHT = 1.0  # lists restricted to the question's time window (added to the unrestricted ones)
+SPEAKER_BOOST = 1.0  # a turn by the one participant the question is about scores twice (AdaMem)
+NEIGHBOUR_SHARE = 0.5  # share of the previous turn's score a turn inherits (an answer follows its question)
+NEIGHBOUR_SHARE_BACK = 0.25  # share of the next turn's score a turn inherits
+COST_EXPONENT = 0.35  # score / tokens**0.35: a long turn must be more relevant to take a short one's place
 MAX_EPISODES = 2  # episodes are long: at most this many in a question's context
 RETRY_NEW_SHARE = 0.35  # share of the budget a retry round reserves for what it newly found
 MAX_K_DYN = 20
@@ -139,9 +142,7 @@ def k_dyn_of(text: str, intent: Sequence[int]) -> int:
 
 # --- query rewriting (offline policy) ---------------------------------------------------------
 _PRONOUN = re.compile(r"\b(he|she|they|him|her|them|his|hers|their|theirs)\b", re.IGNORECASE)
-_NOT_NOUN_AFTER_HER = frozenset(
-    "and or but to for with at in on of from by about as than that when if so because . , ? !".split()
-)
+_NOT_NOUN_AFTER_HER = wordset("and or but to for with at in on of from by about as than that when if so because")
 
 
 def participants_of(store: MemoryStore) -> list[str]:
@@ -183,7 +184,7 @@ def resolve_pronouns(text: str, name: str) -> str:
         next_word = re.match(r"[A-Za-z]+|[.,?!]", following)
         nxt = next_word.group(0).lower() if next_word else ""
         possessive = word in ("his", "their", "hers", "theirs") or (
-            word == "her" and bool(nxt) and nxt not in _NOT_NOUN_AFTER_HER
+            word == "her" and nxt.isalpha() and nxt not in _NOT_NOUN_AFTER_HER
         )
         return f"{name}'s" if possessive else name
 
@@ -345,6 +346,13 @@ class Searcher:
         self.dense_query = strip_names(plan.query, participants)
         self.vector = store.embedder.embed([self.dense_query])[0]
         self.raw = {r.id: r for r in store.all("raw")}
+        self._records: dict[Kind, dict[str, Record]] = {"raw": self.raw}
+
+    def records(self, kind: Kind) -> dict[str, Record]:
+        """A granularity's active records by id, read once per round."""
+        if kind not in self._records:
+            self._records[kind] = {r.id: r for r in self.store.all(kind)}
+        return self._records[kind]
 
     def ranked(self, kind: Kind, pool: int, window: tuple[datetime, datetime] | None) -> list[tuple[str, list[str]]]:
         """(name, ids) lists: dense and BM25, each optionally inside the time window."""
@@ -362,7 +370,7 @@ class Searcher:
         if self.plan.time_window is not None:
             windows.append((self.plan.time_window, WINDOW_WEIGHT, "time"))
         for kind in kinds:
-            weight = ROUTED_WEIGHT if kind == self.plan.route else 1.0
+            weight = (ROUTED_WEIGHT if kind == self.plan.route else 1.0) * (FACT_WEIGHT if kind == "fact" else 1.0)
             for window, window_weight, tag in windows:
                 for name, ids in self.ranked(kind, pool, window):
                     turn_ranking = self._to_units(kind, ids, facts, episodes)
@@ -387,7 +395,8 @@ class Searcher:
         """Map a ranked id list to ranked unit keys: a fact stands for its source turn (AdaMem)."""
         ranking: list[tuple[str, str]] = []
         seen: set[str] = set()
-        records = self.store.get(ids) if kind != "raw" else [self.raw[i] for i in ids if i in self.raw]
+        by_id = self.records(kind)
+        records = [by_id[i] for i in ids if i in by_id]
         for record in records:
             if kind == "episode":
                 keys = [record.id]
@@ -431,12 +440,6 @@ class Searcher:
 
 
 # --- the context: dedupe, budget, chronological order -------------------------------------------
-def count_tokens(text: str) -> int:
-    from evaluation.tokens import count_tokens as count
-
-    return count(text)
-
-
 def unit_evidence(unit: Unit) -> Evidence:
     record = unit.record
     return Evidence(
@@ -456,9 +459,8 @@ def select(ranked: Sequence[Evidence], budget: int, limit: int | None = None) ->
         turns = set(item.turn_ids())
         if item.kind != "episode" and turns and turns <= covered:
             continue
-        if item.kind == "episode":
-            if episodes >= MAX_EPISODES:
-                continue
+        if item.kind == "episode" and episodes >= MAX_EPISODES:
+            continue
         cost = count_tokens(item.label or item.text) + 1
         if used + cost > budget:
             continue
@@ -495,7 +497,7 @@ def research(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     rounds = 0 if fresh else state.rounds
     earlier: list[Evidence] = [] if fresh else list(state.evidence)
     trace: list[RoleNote] = [] if fresh else list(state.trace)
-    text, speaker, exclude = _input_of(state, context)
+    text, speaker, exclude = input_of(state, context)
     store = store_of(runtime)
     participants = participants_of(store)
     now = _now_of(state, store, context)
@@ -511,7 +513,7 @@ def research(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     return {**update, "plan": plan, "evidence": evidence, "rounds": rounds + 1, "trace": trace}
 
 
-def _input_of(state: State, context: Context) -> tuple[str, str, set[str]]:
+def input_of(state: State, context: Context) -> tuple[str, str, set[str]]:
     """The text researched, who said it, and the ids to leave out (the turn's own write-ahead record)."""
     if context.mode in ("ingest", "chat") and state.turns and state.cursor < len(state.turns):
         turn = state.turns[state.cursor]
@@ -598,8 +600,10 @@ def _retry_round(
 
 def _ranked(units: dict[str, Unit], plan: Plan) -> list[Evidence]:
     """Units best first, as evidence; episodes only when the route asks for them."""
-    ordered = sorted(units.values(), key=lambda u: (-u.score, u.key))
-    return [unit_evidence(u) for u in ordered]
+    items = [unit_evidence(u) for u in units.values()]
+    for item in items:
+        item.score = round(item.score / (count_tokens(item.label) ** COST_EXPONENT), 8)
+    return sorted(items, key=lambda e: (-e.score, e.id))
 
 
 def _linked(store: MemoryStore, earlier: Sequence[Evidence], exclude: set[str]) -> list[Evidence]:

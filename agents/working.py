@@ -1,7 +1,7 @@
 """The Working role: a short answer from the validated evidence, with its sources (AdaMem Working Agent).
 
-AdaMem's Working Agent turns what research found into the final concise answer;
-MAGMA hands the answerer a linearised context in which every item carries its
+AdaMem's Working Agent (section 3.4) turns what research found into the final
+concise answer; MAGMA hands the answerer a linearised context in which every item carries its
 reference id, so the answer can cite the dialogue turns it rests on. Only the
 evidence is used: when it does not hold what was asked, the answer is
 "Not in memory." (LoCoMo's adversarial questions ask about things never said,
@@ -42,7 +42,8 @@ _QUESTION_PHRASE = re.compile(
     r"(?:\s+(?:kind|kinds|type|types|sort) of)?", re.IGNORECASE,
 )
 MIN_COVERAGE = 0.5  # share of the question's weighted content words the best sentence must hold
-CONTEXT_SHARE = 0.6  # weight of asked-about words found around a sentence rather than in it
+CONTEXT_SHARE = 0.5  # weight of asked-about words found elsewhere in the sentence's item
+PAIR_SHARE = 0.8  # weight of asked-about words in the question the sentence's turn answers
 ASKING_FACTOR = 0.35  # a question in the evidence scores this share of an equal statement
 MAX_ANSWER_WORDS = 12
 # Question words that say little about what is asked: they count, but lightly.
@@ -82,6 +83,18 @@ _NUMBER = re.compile(
     re.IGNORECASE,
 )
 _REACTION = re.compile(r"\b(?:sounds?|looks?|seems?)\s+(?:like\s+)?(?:so\s+|really\s+|super\s+)?\w+", re.IGNORECASE)
+_HEAD = re.compile(
+    r"^(?:what|which)\s+(?:(?:kind|kinds|type|types|sort|sorts)\s+of\s+)?([a-z]+)\s+"
+    r"(?:did|does|do|is|are|was|were|has|have|had|can|could|would|will)\b",
+    re.IGNORECASE,
+)
+# Words a noun phrase does not reach back across: determiners, prepositions, light verbs.
+_NP_BARRIER = wordset(
+    """a an the my our his her their your this that these those some its of for to with at in on from about by
+    lots lot got get have has had is are was were am i we you they he she it"""
+)
+_VERBISH = frozenset(stem(w) for w in wordset("creating making building doing getting having being about"))
+_PHRASE_STOP = wordset("and but because since which that who when while so if it i we they he she you is was are were")
 _TAIL_STOP = re.compile(
     r"\s(?:is|was|are|were|has|have|had|will|would|can|could|which|that|who|because|since|when|while|if|"
     r"it|it's|i|i'm|we|they|he|she|you|really|so|too)\b", re.IGNORECASE,
@@ -134,7 +147,8 @@ def _answer_with_model(
         return offline_answer, cited, fallback_policy(problem or "empty answer")
     if _abstains(answer):
         return NOT_IN_MEMORY, [], model_policy_name(runtime.context)
-    return answer, citations(parsed.cited_ids if parsed else [], evidence), model_policy_name(runtime.context)
+    cited = citations(parsed.cited_ids if parsed else [], evidence) or supporting(answer, evidence)
+    return answer, cited, model_policy_name(runtime.context)
 
 
 def citations(ids: list[str], evidence: list[Evidence]) -> list[str]:
@@ -150,6 +164,16 @@ def citations(ids: list[str], evidence: list[Evidence]) -> list[str]:
             if turn_id in turns_of and turn_id not in cited:
                 cited.append(turn_id)
     return cited
+
+
+def supporting(answer: str, evidence: list[Evidence]) -> list[str]:
+    """When a model cites nothing usable: the turns of the items sharing the most words with its answer."""
+    words = set(tokenize(answer))
+    overlap = [(len(words & set(tokenize(item.text))), item) for item in evidence]
+    best = max((n for n, _ in overlap), default=0)
+    if best == 0:
+        return []
+    return list(dict.fromkeys(t for n, item in overlap if n == best for t in item.turn_ids()))
 
 
 def _abstains(answer: str) -> bool:
@@ -184,6 +208,7 @@ class Candidate:
     coverage: float = 0.0
     person: float = 1.0
     score: float = 0.0
+    grounded: bool = False  # holds an asked-about word itself, or answers the question that held it
     asks: bool = False  # a question or a reaction: it echoes the other speaker's words, it rarely answers
     matched: set[str] = field(default_factory=set)
 
@@ -324,23 +349,28 @@ def candidates(question: Question, evidence: list[Evidence]) -> list[Candidate]:
     total = question.total or 1.0
     found: list[Candidate] = []
     for item in evidence:
-        context = set(tokenize(item.text))
+        in_item = set(tokenize(item.text))
         asked_before = _previous_question(item, by_turn)
-        if asked_before is not None:
-            context |= set(tokenize(asked_before.text))
-        for sentence in sentences(item):
+        in_pair = set(tokenize(asked_before.text)) if asked_before is not None else set()
+        for position, sentence in enumerate(sentences(item)):
             stems = tokenize(sentence)
             cand = Candidate(item=item, sentence=sentence, stems=stems, about=about(sentence, item, people))
             own = set(stems)
             cand.matched = {t for t in question.weights if t in own}
-            around = {t for t in question.weights if t in context and t not in own}
-            cand.coverage = (sum(question.weights[t] for t in cand.matched)
-                             + CONTEXT_SHARE * sum(question.weights[t] for t in around)) / total
+            paired = {t for t in question.weights if t in in_pair and t not in own}
+            around = {t for t in question.weights if t in in_item and t not in own and t not in paired}
+            cand.grounded = bool(cand.matched or paired)
+            cand.coverage = (
+                sum(question.weights[t] for t in cand.matched)
+                + PAIR_SHARE * sum(question.weights[t] for t in paired)
+                + CONTEXT_SHARE * sum(question.weights[t] for t in around)
+            ) / total
             cand.person = person_match(question, cand)
             cand.asks = echoes(sentence)
             cand.score = cand.coverage * cand.person * (ASKING_FACTOR if cand.asks else 1.0)
             cand.score += _type_bonus(question.type, cand) + _window_bonus(question, item)
             cand.score += 0.02 * (item.kind in ("fact", "persona")) + _recency(item.time, newest)
+            cand.score += 0.01 / (1 + position)
             found.append(cand)
     return sorted(found, key=lambda c: (-c.score, len(c.sentence)))
 
@@ -410,9 +440,9 @@ def answer_offline(question: str, evidence: list[Evidence]) -> tuple[str, list[s
     ranked = candidates(parsed, evidence)
     if not ranked or not parsed.weights:
         return NOT_IN_MEMORY, []
-    statements = [c for c in ranked if not c.asks]
+    statements = [c for c in ranked if not c.asks and c.grounded]
     best = statements[0] if statements else ranked[0]
-    if best.asks or best.coverage < MIN_COVERAGE or (best.person < 1.0 and best.about):
+    if best.asks or not best.grounded or best.coverage < MIN_COVERAGE or (best.person < 1.0 and best.about):
         return NOT_IN_MEMORY, []
     answer = extract(parsed, best, ranked)
     if not answer:
@@ -424,7 +454,7 @@ def extract(question: Question, best: Candidate, ranked: list[Candidate]) -> str
     """Cut the answer out of the best sentence, by question type."""
     kind = question.type
     if kind == "when":
-        return when_answer(best, ranked)
+        return when_answer(question, best, ranked)
     if kind == "how_many":
         return number_answer(question, best, ranked) or span_answer(question, best)
     if kind == "where":
@@ -439,11 +469,15 @@ def extract(question: Question, best: Candidate, ranked: list[Candidate]) -> str
     return span_answer(question, best)
 
 
-def when_answer(best: Candidate, ranked: list[Candidate]) -> str:
+def when_answer(question: Question, best: Candidate, ranked: list[Candidate]) -> str:
     """A date the sentence states (relative ones resolved against its own date), else the date it was said."""
-    for cand in [best, *[c for c in ranked[1:4] if c.item is best.item]]:
+    turns = set(best.item.turn_ids())
+    same_turn = [c for c in ranked if c is not best and set(c.item.turn_ids()) & turns and not c.asks]
+    for cand in [best, *same_turn]:
         anchor = cand.item.time or datetime.now()
         found = resolve_relative(cand.sentence, anchor)
+        if found and question.text.lower().lstrip().startswith("how long ago"):
+            return found[0].expression  # "how long ago" wants the span of time ("ten years ago")
         if found:
             return found[0].label
     if best.item.time is not None:
@@ -473,14 +507,18 @@ def number_answer(question: Question, best: Candidate, ranked: list[Candidate]) 
 
 def place_answer(question: Question, best: Candidate) -> str:
     """A named place after a preposition, else any other proper name, else a common place ("the beach")."""
-    skip = {p.lower() for p in [*question.people, best.item.speaker]}
+    people = [p.lower() for p in [*question.people, best.item.speaker] if p]
+
+    def usable(name: str) -> bool:
+        first = re.sub(r"['’]s$", "", name.split()[0].lower()) if name.split() else ""
+        person = first in ("the", "my", "our") or any(p.startswith(first) and len(first) >= 3 for p in people)
+        return not person and not set(tokenize(name)) & set(question.weights) and not _acronym(name)
+
     for match in _PLACE.finditer(best.sentence):
-        place = match.group(1)
-        if place.lower() not in skip and not set(tokenize(place)) & set(question.weights):
-            return place
+        if usable(match.group(1)):
+            return match.group(1)
     for name in split_entities(best.sentence).names:
-        person = name.lower() in skip or any(name.lower().startswith(p) for p in skip if len(p) >= 3)
-        if not person and not set(tokenize(name)) & set(question.weights) and not _acronym(name):
+        if usable(name):
             return name
     common = _COMMON_PLACE.search(best.sentence)
     return _trim(common.group(1)) if common else ""
@@ -507,7 +545,11 @@ def person_answer(question: Question, best: Candidate) -> str:
 
 
 def span_answer(question: Question, best: Candidate) -> str:
-    """The words after the last asked-about word in the best clause, else the clause, else the next sentence."""
+    """The phrase around the asked-for noun, else the words after the last asked-about word, else the clause."""
+    head = head_noun(question.text)
+    phrase = noun_phrase(best.sentence, head) if head else ""
+    if phrase:
+        return phrase
     clause = best_clause(question, best.sentence)
     words = clause.split()
     last = -1
@@ -523,6 +565,56 @@ def span_answer(question: Question, best: Candidate) -> str:
         if following and not following.rstrip().endswith("?"):
             return _trim(best_clause(question, following))
     return _trim(clause)
+
+
+def head_noun(question: str) -> str:
+    """The stem of the thing a what/which question asks for ("What kind of place ..." -> "place")."""
+    match = _HEAD.match(question.strip())
+    if match is None or match.group(1).lower() in STOPWORDS:
+        return ""
+    return stem(match.group(1).lower())
+
+
+def noun_phrase(sentence: str, head: str) -> str:
+    """The phrase built on the head noun: its determiner and modifiers, and a short complement.
+
+    "Now I'm passionate about creating a safe, inviting place for people to grow"
+    with head "place" gives "safe, inviting place for people to grow".
+    """
+    words = sentence.split()
+    for i, word in enumerate(words):
+        if tokenize(word)[:1] != [head]:
+            continue
+        start = i
+        while start > 0 and i - start < 5 and words[start - 1].lower() not in _NP_BARRIER:
+            if tokenize(words[start - 1]) and tokenize(words[start - 1])[0] in _LIGHT | _VERBISH:
+                break
+            start -= 1
+        end = i + 1
+        while end < len(words) and end - i <= 6 and not re.search(r"[.!?;]$", words[end - 1]):
+            if words[end].lower().strip(",") in _PHRASE_STOP:
+                break
+            end += 1
+        modifiers = start < i
+        complement = end > i + 1
+        if modifiers or complement:
+            return _trim(" ".join(words[start:end]))
+    return ""
+
+
+def _without_dates(text: str) -> str:
+    """A span without its time expressions ("On the Friday before 15 July 2023, Caroline went" -> "Caroline went").
+
+    Only "when" answers are dates; facts carry resolved dates in their text, and
+    those would otherwise leak into every other kind of answer.
+    """
+    for found in reversed(resolve_relative(text, _NOW)):
+        start = found.char_start
+        lead = re.search(r"(?:\b(?:on|in|during|since|by|around|from)\s+)?(?:the\s+)?$", text[:start], re.IGNORECASE)
+        if lead:
+            start = lead.start()
+        text = text[:start] + text[found.char_end :]
+    return " ".join(text.split()).strip(" ,")
 
 
 def _substantive(text: str) -> bool:
@@ -558,7 +650,8 @@ def best_clause(question: Question, sentence: str) -> str:
 
 
 def _trim(text: str) -> str:
-    """Drop leading function words and trailing punctuation; keep it short."""
-    text = _LEADING_FILLER.sub("", " ".join(text.split())).strip(" .,!?;:-–—\"'")
+    """Drop dates, leading function words and trailing punctuation; keep it short."""
+    text = _without_dates(" ".join(text.split()))
+    text = _LEADING_FILLER.sub("", text).strip(" .,!?;:-–—\"'")
     words = text.split()
     return " ".join(words[:MAX_ANSWER_WORDS])

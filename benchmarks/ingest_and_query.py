@@ -32,6 +32,7 @@ import numpy as np
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 from evaluation.metrics import evidence_recall
 from memory.embeddings import get_embedder
@@ -85,6 +86,7 @@ def run(file: Path, question_limit: int | None, limit_sessions: int | None, prof
     if question_limit is not None:
         questions = questions[:question_limit]
 
+    load_before = os.getloadavg()[0]  # other work on the machine skews every figure: record it
     _, load_seconds = timed(lambda: get_embedder().embed(["warm up"]))
     ingest_profile = cProfile.Profile() if profile else None
     query_profile = cProfile.Profile() if profile else None
@@ -111,6 +113,8 @@ def run(file: Path, question_limit: int | None, limit_sessions: int | None, prof
     ask = percentiles(ask_times)
     result: dict[str, Any] = {
         "file": str(file),
+        "cpus": os.cpu_count(),
+        "load_average_1min": {"before": round(load_before, 2), "after": round(os.getloadavg()[0], 2)},
         "sessions": summary.sessions,
         "turns": summary.turns,
         "embedder_load_s": round(load_seconds, 3),
@@ -140,6 +144,8 @@ def table(result: dict[str, Any]) -> str:
     mark = {True: "met", False: "MISSED"}
     rows = [
         ("file", Path(result["file"]).name),
+        ("machine", f"{result['cpus']} cpus, load average {result['load_average_1min']['before']:.1f} before, "
+                    f"{result['load_average_1min']['after']:.1f} after"),
         ("sessions / turns", f"{result['sessions']} / {result['turns']}"),
         ("embedder load", f"{result['embedder_load_s']:.2f} s"),
         ("ingest", f"{result['ingest_s']:.2f} s"),

@@ -69,8 +69,11 @@ class TurnIndex:
         self.owner = owner
         started = time.perf_counter()
         self.records = turn_records(conversation)
+        embedder = get_embedder(self.settings.embedder)
+        texts = [r.text for r in self.records]
         with track_usage() as tally:  # an OpenAI embedder is not a chat model: calls stay 0
-            self.vectors = get_embedder(self.settings.embedder).embed([r.text for r in self.records])
+            # past the shared cache, so the index time is what embedding the turns really costs
+            self.vectors = embedder.inner.embed(texts) if texts else np.zeros((0, 0), dtype=np.float32)
         for position, record in enumerate(self.records):
             self.bm25.add(str(position), lexical_text(record))
         self.full_context = full_context_text(self.records)

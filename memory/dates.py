@@ -611,8 +611,18 @@ def _year(m: re.Match[str], anchor: date | None, text: str) -> _Period | None:
 # --- public functions ---------------------------------------------------------------------
 
 
+# Every rule needs one of these words or a digit: texts without any skip the rules (most chat turns).
+_TRIGGER = re.compile(
+    r"\d|yesterday|today|tonight|tomorrow|\b(?:last|next|this|past|ago|back|now|other|before|after|coming|following)\b"
+    rf"|\b{_MONTH_RE}\b|\b{_SEASON_RE}\b",
+    re.IGNORECASE,
+)
+
+
 def _find(text: str, anchor: date | None) -> list[ResolvedDate]:
     """Every time expression, longest first where two overlap, in text order."""
+    if not _TRIGGER.search(text):
+        return []
     candidates: list[ResolvedDate] = []
     for pattern, resolve in _RULES:
         for match in pattern.finditer(text):

@@ -82,7 +82,7 @@ WEEKDAY_WORDS: frozenset[str] = wordset("monday tuesday wednesday thursday frida
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:['’][A-Za-z]+)*\+?|\d+(?:st|nd|rd|th)?")
 _TOKEN = re.compile(r"[a-z0-9]+")
 _POSSESSIVE = re.compile(r"['’]s\b|(?<=s)['’](?=\s|$)")
-_SENTENCE_END = re.compile(r"[.!?:;\"“”(\n]\s*$")
+_OPENERS = frozenset('.!?:;"“”(\n')
 _ADVERB_SUFFIX = ("ly",)
 _NOT_NAME_SUFFIXES = ("ing", "ed", "ly", "tion", "sion", "ness", "ment", "ity", "ful", "ous", "ive", "ies", "es", "s")
 _NAME_CONNECTORS = frozenset({"of", "the", "de", "van", "von", "da", "del", "la", "le"})
@@ -131,9 +131,15 @@ def keywords(text: str) -> list[str]:
     return list(dict.fromkeys(tokenize(text)))
 
 
-def _is_sentence_start(text: str, position: int) -> bool:
-    before = text[:position]
-    return not before.strip() or bool(_SENTENCE_END.search(before))
+def _sentence_starts(text: str, matches: list[re.Match[str]]) -> list[bool]:
+    """For each word, whether it opens a sentence (text start, or after . ! ? : ; a quote or a line break)."""
+    starts: list[bool] = []
+    previous_end = 0
+    for index, match in enumerate(matches):
+        gap = text[previous_end : match.start()]
+        starts.append(index == 0 or any(c in _OPENERS for c in gap))
+        previous_end = match.end()
+    return starts
 
 
 def _bare(word: str) -> str:
@@ -160,7 +166,9 @@ def _acronym(word: str) -> bool:
     return len(letters) >= 2 and all(c.isupper() for c in letters)
 
 
-def _grow_name(text: str, matches: list[re.Match[str]], i: int, known: frozenset[str]) -> tuple[list[str], int]:
+def _grow_name(
+    text: str, matches: list[re.Match[str]], i: int, known: frozenset[str], opens: list[bool]
+) -> tuple[list[str], int]:
     """Extend the name at matches[i] over adjacent capitalised words ("Sara Bareilles", "Lord of the Rings").
 
     A known name (a participant) is never glued to its neighbours, and a
@@ -168,9 +176,7 @@ def _grow_name(text: str, matches: list[re.Match[str]], i: int, known: frozenset
     """
     first = _bare(matches[i].group())
     parts = [first]
-    if first.lower() in known or (
-        _is_sentence_start(text, matches[i].start()) and first.lower().endswith(("ing", "ed", "ly"))
-    ):
+    if first.lower() in known or (opens[i] and first.lower().endswith(("ing", "ed", "ly"))):
         return parts, i + 1
     j = i + 1
     while j < len(matches) and not matches[j - 1].group().replace("’", "'").endswith("'s"):
@@ -197,21 +203,21 @@ def split_entities(text: str, known: Iterable[str] = ()) -> Entities:
     """
     known_names = frozenset(name.lower() for name in known if name)
     matches = list(_WORD.finditer(text))
-    capital_inside = {
-        _bare(m.group()).lower() for m in matches if _capitalised(m.group()) and not _is_sentence_start(text, m.start())
-    }
+    opens = _sentence_starts(text, matches)
+    bares = [_bare(m.group()) for m in matches]
+    capital_inside = {b.lower() for b, first in zip(bares, opens, strict=True) if not first and _capitalised(b)}
     names: list[str] = []
     name_words: set[str] = set()
     i = 0
     while i < len(matches):
         m = matches[i]
-        word = _bare(m.group())
+        word = bares[i]
         if not _capitalised(word) or _excluded(word) or not word[:1].isalpha():
             i += 1
             continue
-        parts, j = _grow_name(text, matches, i, known_names)
+        parts, j = _grow_name(text, matches, i, known_names, opens)
         accepted = True
-        if len(parts) == 1 and _is_sentence_start(text, m.start()):
+        if len(parts) == 1 and opens[i]:
             # Sentence-initial capitals are weak evidence: keep acronyms, vocatives and
             # words the text also capitalises elsewhere; drop likely common words.
             follow = text[m.end() : m.end() + 1]
@@ -229,8 +235,8 @@ def split_entities(text: str, known: Iterable[str] = ()) -> Entities:
         i = max(j, i + 1)
     seen_stems: set[str] = set()
     salient: list[str] = []
-    for m in matches:
-        word = _bare(m.group()).lower()
+    for bare in bares:
+        word = bare.lower()
         if (
             len(word) < 4
             or not word.isalpha()

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import re
 from datetime import datetime, time
+from typing import NamedTuple
 
 from pydantic import BaseModel, Field
 
 from memory.dates import ResolvedDate, resolve_relative
-from memory.entities import CHAT_WORDS, PLAIN_WORDS, STOPWORDS, extract_entities, wordset
+from memory.entities import CHAT_WORDS, PLAIN_WORDS, STOPWORDS, extract_entities, split_entities, wordset
 from memory.records import Turn
 from memory.speakers import to_third_person
 
@@ -74,7 +75,12 @@ _SUBJECT_WORDS = (
 _SOFT_SPLIT = re.compile(
     rf",?\s+(?:and|but|so)\s+(?:then\s+)?(?={_SUBJECT_WORDS}\b)|,\s+(?:and|but|so)\s+(?=(?:my|our|his|her|their)\b)"
 )
-_PAST_SPLIT = re.compile(r",?\s+and\s+(?:then\s+)?(?=(?:" + "|".join(sorted(_PAST_VERBS)) + r")\b)")
+# "and" + a past-tense verb: irregular ones by list, regular ones when an object follows ("and painted a mural";
+# "happy and excited about" stays whole).
+_PAST_SPLIT = re.compile(
+    r",?\s+and\s+(?:then\s+)?(?=(?:" + "|".join(sorted(_PAST_VERBS)) + r")\b"
+    r"|[a-z]{3,}ed\s+(?:a|an|the|my|our|his|her|their|some|it|them|this|that|these|those|\d+)\b)"
+)
 _LEADING_SUBJECT = re.compile(r"^(I|we|you|he|she|they|[A-Z][a-z]+)\b(?!['’])")
 _QUESTION_START = re.compile(
     r"^(?:do|does|did|are|is|was|were|have|has|can|could|would|will|should|shall|what|when|where|who|whom|whose|why"
@@ -85,7 +91,8 @@ _TAG_QUESTION = re.compile(
     r",?\s*(?:you\s+know|ya\s+know|huh|right|eh|isn['’]t\s+it|don['’]t\s+you\s+think|ok|okay)\s*\?+\s*$", re.I
 )
 _FILLER = re.compile(
-    r"^(?:(?:wow+|hey+|hi|hello|oh+|ah+|aw+|yeah+|yep|yup|nope|ok|okay|haha+|lol|omg|woo+hoo+|yay+|hmm+|um+|uh+"
+    r"^(?:(?:wow+|woah+|whoa+|gosh|geez|hey+|hi|hello|oh+|ah+|aw+|yeah+|yep|yup|nope|ok|okay|haha+|lol|omg|woo+hoo+"
+    r"|yay+|hmm+|um+|uh+"
     r"|btw|by\s+the\s+way|anyway|thanks|thank\s+you|cheers)(?:\s+(?:so\s+much|a\s+lot|again|too))?\b[\s,!.:;~-]*"
     r"|(?:yes|no|sure|right|true|totally|absolutely|definitely|exactly|congrats|congratulations|well|indeed|agreed"
     r"|of\s+course)\s*[,!.]+\s*"
@@ -102,7 +109,11 @@ _REACTION = re.compile(
     r"^(?:(?:that|this|it)(?:['’]s|\s+is|\s+was)?\s+)?(?:sounds|sound|looks|look|seems|seem)\b"
     r"|^(?:so\s+|really\s+)?(?:love|loving|lovin['’]?|glad|proud\s+of|congrats|congratulations|wishing|appreciate"
     r"|take\s+care|talk\s+(?:to\s+you\s+)?soon|good\s+luck|keep\s+(?:it\s+)?up|here['’]s\s+to|cheers\s+to"
-    r"|hope\s+(?:you|your|all|it|that|to\s+see)|what\s+an?|how\s+" + _EVALUATIVE + r")\b"
+    r"|hope\s+(?:you|your|all|it|that|to\s+see)|what\s+an?|how\s+"
+    + _EVALUATIVE
+    + r"|long\s+time\s+no|miss(?:ed)?\s+you|have\s+(?:a\s+(?:great|good|nice|wonderful)|fun)|stay\s+safe|spill"
+    r"|highly\s+recommend|see\s+you|catch\s+you)\b"
+    r"|\bkeep\s+(?:you|ya|me|us)\s+posted\b"
     r"|^(?:so\s+|really\s+|super\s+|very\s+)?" + _EVALUATIVE + r"\b(?!\s+(?:at|for|to)\b)"
     r"|^(?:that|this|these|those|your|it)\b[^.]{0,40}?\b(?:is|are|was|were|looks?|sounds?|seems?|['’]s)\s+"
     r"(?:so\s+|really\s+|super\s+|just\s+|totally\s+|pretty\s+|very\s+)*" + _EVALUATIVE + r"\W*$",
@@ -147,7 +158,7 @@ def split_sentences(text: str) -> list[str]:
 
 
 def _word_count(text: str) -> int:
-    return len(re.findall(r"[A-Za-z]+", text))
+    return len(_LETTERS.findall(text))
 
 
 def split_clauses(sentence: str) -> list[str]:
@@ -185,6 +196,14 @@ def _split_past(clause: str) -> list[str]:
 # --- cleaning ------------------------------------------------------------------------------
 
 
+_LETTERS = re.compile(r"[A-Za-z]+")
+_WORDS = re.compile(r"[A-Za-z]+(?:['’][A-Za-z]+)?")
+_THANKED = re.compile(r"^\W*(?:\w+\W+)?(?:thanks|thank\s+you)\b", re.IGNORECASE)
+_LEAD_NAME = re.compile(r"^([A-Z][a-z]+)\s*[,!.]+\s*")
+_ONLY_NAME = re.compile(r"([A-Z][a-z]+)\s*[,!.]*")
+_TAIL_NAME = re.compile(r",\s*([A-Z][a-z]+)\s*([.!?]*)$")
+
+
 def _is_vocative(word: str, listener: str | None) -> bool:
     """'Mel' or 'Melanie' addressed to Melanie."""
     if not listener or not word[:1].isupper():
@@ -196,24 +215,24 @@ def _is_vocative(word: str, listener: str | None) -> bool:
 def _clean(clause: str, listener: str | None) -> str:
     """Strip interjections, the listener's name when addressed, and tag questions."""
     text = _TAG_QUESTION.sub(".", clause.strip())
-    thanked = bool(re.match(r"^\W*(?:\w+\W+)?(?:thanks|thank\s+you)\b", text, re.IGNORECASE))
+    thanked = bool(_THANKED.match(text))
     for _ in range(3):
         before = text
         text = _FILLER.sub("", text).strip()
-        lead = re.match(r"^([A-Z][a-z]+)\s*[,!.]+\s*", text)
+        lead = _LEAD_NAME.match(text)
         if lead and _is_vocative(lead.group(1), listener):
             text = text[lead.end() :]
-        only = re.fullmatch(r"([A-Z][a-z]+)\s*[,!.]*", text)
+        only = _ONLY_NAME.fullmatch(text)
         if only and _is_vocative(only.group(1), listener):
             text = ""
         if text == before:
             break
-    tail = re.search(r",\s*([A-Z][a-z]+)\s*([.!?]*)$", text)
+    tail = _TAIL_NAME.search(text)
     if tail and _is_vocative(tail.group(1), listener):
         text = text[: tail.start()] + tail.group(2)
     if thanked and re.match(r"^for\b", text, re.IGNORECASE):
         return ""  # "Thanks, Mel, for the tip": gratitude, not a fact
-    return _restore_subject(text.strip(" ,"))
+    return text.strip(" ,")
 
 
 def _restore_subject(clause: str) -> str:
@@ -226,12 +245,15 @@ def _restore_subject(clause: str) -> str:
     if word in ("gonna", "wanna"):
         return f"I'm {word}{rest}" if word == "gonna" else f"I {word}{rest}"
     if word == "been":
-        return f"I've been{rest}"
+        return f"I've been{rest}" if re.match(r"\s+\w+ing\b", rest) else f"It's been{rest}"
+    second = re.match(r"\s+([a-z]+)", rest)
+    gerund_subject = bool(second and re.search(r"[^s]s$", second.group(1)))  # "Painting looks like ..."
     if (
         word.endswith("ing")
         and len(word) > 4
         and word not in _ING_ADJECTIVES
         and word not in CHAT_WORDS
+        and not gerund_subject
         and not _FINITE.search(clause)
     ):
         return f"I'm {word}{rest}"
@@ -239,10 +261,10 @@ def _restore_subject(clause: str) -> str:
 
 
 def _content_words(text: str, listener: str | None, speaker: str) -> list[str]:
-    words = re.findall(r"[A-Za-z]+(?:['’][A-Za-z]+)?", text)
+    words = _WORDS.findall(text)
     content = []
     for word in words:
-        low = re.sub(r"['’]s$", "", word.lower())
+        low = word.lower().removesuffix("'s").removesuffix("’s")
         if "'" in low or "’" in low or low in STOPWORDS or low in CHAT_WORDS or low in PLAIN_WORDS or low in _PRONOUNS:
             continue
         if _is_vocative(word, listener) or low == speaker.lower():
@@ -301,6 +323,7 @@ _VALUE_CUT = re.compile(
     r"\s+(?:because|since|so\s+that|which|who|when|while|after|before|but|and\s+then|until|as\s+well)\b|\s*[,;(:]"
     r"|\s+[-–—]\s+"
 )
+_ROLE_CUT = re.compile(r"\s+(?:at|for|in|with|on)\b")
 _PLACE_CUT = re.compile(r"\s+(?:with|and|for|to|since|because|where|now)\b")
 _DATE_TAIL = re.compile(r"\s+(?:on|in|during|around)\s+(?:the\s+)?[^,]*?\d{4}\s*$")
 
@@ -354,54 +377,57 @@ def _value(raw: str, place: bool) -> str:
     return value.strip(" .!?\"'")
 
 
-def _valid_subject(subject: str) -> bool:
-    """A name, not a capitalised common word ('It', 'This', 'Thanks', 'Veggies')."""
-    for name in re.split(r"\s+(?:and|&)\s+", subject):
-        low = name.lower()
-        if low in STOPWORDS or low in CHAT_WORDS or low in PLAIN_WORDS or "'" in low or "’" in low:
-            return False
-        if low.endswith(("ing", "ies", "ness", "tion", "ment")):
-            return False
-    return True
+def _valid_subject(subject: str, text: str, known: tuple[str, ...]) -> bool:
+    """A participant or a name the text shows as one, not a capitalised common word ('It', 'Veggies', 'Pottery')."""
+    names = {name.lower() for name in split_entities(text, known).names} | {k.lower() for k in known if k}
+    return all(part.lower() in names for part in re.split(r"\s+(?:and|&)\s+", subject))
 
 
 def _has_content(value: str) -> bool:
     return any(w.lower() not in STOPWORDS for w in re.findall(r"[A-Za-z0-9]+", value))
 
 
-def relation_of(text: str) -> tuple[str, str, str]:
-    """(subject, attribute, value) for the common patterns conflict detection compares, else ('', '', '')."""
+def relation_of(text: str, known: tuple[str, ...] = ()) -> tuple[str, str, str]:
+    """(subject, attribute, value) for the common patterns conflict detection compares, else ('', '', '').
+
+    `known` names (the participants) are accepted as subjects even where a
+    capital letter alone would not show a name.
+    """
     sentence = text.strip().rstrip(".!?")
     possessive = _POSSESSIVE_RE.match(sentence)
-    if possessive and _valid_subject(possessive.group("s")):
+    if possessive and _valid_subject(possessive.group("s"), sentence, known):
         value = _value(possessive.group("v"), False)
         attribute = _normalise_key(possessive.group("a"))
         if _has_content(value) and attribute:
             return possessive.group("s"), attribute, value
     for pattern, attribute, place in _PREDICATE_RES:
         match = pattern.match(sentence)
-        if not match or not _valid_subject(match.group("s")):
+        if not match:
             continue
+        if not _valid_subject(match.group("s"), sentence, known):
+            return "", "", ""
         value = _value(match.group("v"), place)
         if not _has_content(value):
             continue
-        return match.group("s"), _refine(attribute, value), value
+        attribute = _refine(attribute, match.group("v").strip(), value)
+        if attribute in ("works_as", "is_a"):
+            value = _ROLE_CUT.split(value, maxsplit=1)[0]
+        return match.group("s"), attribute, value
     return "", "", ""
 
 
-def _refine(attribute: str, value: str) -> str:
+def _refine(attribute: str, raw: str, value: str) -> str:
     """'has' -> 'has_pets' / 'has_children'; 'is' -> 'is_a' (a role or kind) or 'doing' (an activity)."""
     words = value.lower().split()
+    if attribute == "is" and re.match(r"(?:a|an|one)\s", raw, re.IGNORECASE):
+        return "is_a"
     if attribute == "has":
         if any(w in _PETS for w in words[:4]):
             return "has_pets"
         if any(w in _CHILDREN for w in words[:3]):
             return "has_children"
-    if attribute == "is" and words:
-        if words[0] in ("a", "an", "one") or re.match(r"^(?:a|an)\s", value):
-            return "is_a"
-        if words[0].endswith("ing") and len(words[0]) > 5 and words[0] not in _ING_ADJECTIVES:
-            return "doing"
+    if attribute == "is" and words and words[0].endswith("ing") and len(words[0]) >= 5:
+        return "doing" if words[0] not in _ING_ADJECTIVES else attribute
     return attribute
 
 
@@ -411,16 +437,16 @@ _PROPER = r"[A-Z][A-Za-z]+(?:\s+(?:of\s+the\s+|of\s+)?[A-Z][A-Za-z]+)*"
 _CLOSES = r"(?=\s*(?:[.,;!?)]|$))"
 _APPOSITIONS = (
     # my friend John / my best friend John
-    re.compile(r"\b(?P<det>my|our)\s+(?P<rel>(?:[a-z]+\s+)?[a-z]+)\s+(?P<name>[A-Z][a-z]+(?:\s+[A-Z][a-z]+)?)\b"),
+    re.compile(r"\b(?P<det>[Mm]y|[Oo]ur)\s+(?P<rel>(?:[a-z]+\s+)?[a-z]+)\s+(?P<name>[A-Z][a-z]+(?:\s+[A-Z][a-z]+)?)\b"),
     # my home country, Sweden.
-    re.compile(rf"\b(?P<det>my|our)\s+(?P<rel>(?:[a-z]+\s+){{0,2}}[a-z]+),\s+(?P<name>{_PROPER}){_CLOSES}"),
+    re.compile(rf"\b(?P<det>[Mm]y|[Oo]ur)\s+(?P<rel>(?:[a-z]+\s+){{0,2}}[a-z]+),\s+(?P<name>{_PROPER}){_CLOSES}"),
     # Oscar, my guinea pig.
     re.compile(
-        rf"(?:^|(?<=[\s,;:(]))(?P<name>[A-Z][a-z]+),\s+(?P<det>my|our)\s+(?P<rel>(?:[a-z]+\s+){{0,2}}[a-z]+){_CLOSES}"
+        rf"(?:^|(?<=[\s,;:(]))(?P<name>[A-Z][a-z]+),\s+(?P<det>[Mm]y|[Oo]ur)\s+(?P<rel>(?:[a-z]+\s+){{0,2}}[a-z]+){_CLOSES}"
     ),
     # another cat named Bailey
     re.compile(
-        r"\b(?P<det>my|our|a|an|another)\s+(?P<rel>(?:[a-z]+\s+){0,2}?[a-z]+)\s+(?:named|called)\s+(?P<name>"
+        r"\b(?P<det>[Mm]y|[Oo]ur|[Aa]n?|[Aa]nother)\s+(?P<rel>(?:[a-z]+\s+){0,2}?[a-z]+)\s+(?:named|called)\s+(?P<name>"
         + _PROPER
         + r")"
     ),
@@ -428,9 +454,18 @@ _APPOSITIONS = (
 _FIRST_PERSON_HAS = re.compile(r"\b(?:I|we)\s+(?:\w+\s+)?(?:got|have|has|adopted|own|bought|found|rescued)\b", re.I)
 
 
-def _appositions(clause: str, speaker: str, listener: str | None) -> list[tuple[str, str, str, str, re.Match[str]]]:
-    """(text, subject, attribute, value, match) for each apposition naming something."""
-    found: list[tuple[str, str, str, str, re.Match[str]]] = []
+class _Apposition(NamedTuple):
+    text: str
+    subject: str
+    attribute: str
+    value: str
+    match: re.Match[str]
+    standalone: bool  # "Oscar, my guinea pig.": may be all the clause says
+
+
+def _appositions(clause: str, speaker: str, listener: str | None) -> list[_Apposition]:
+    """Each apposition naming something: 'my friend John' -> "John is Caroline's friend." (AMA)."""
+    found: list[_Apposition] = []
     for index, pattern in enumerate(_APPOSITIONS):
         for match in pattern.finditer(clause):
             rel = " ".join(match.group("rel").split())
@@ -447,9 +482,11 @@ def _appositions(clause: str, speaker: str, listener: str | None) -> list[tuple[
                 continue
             det = match.group("det").lower()
             if det in ("my", "our") or _FIRST_PERSON_HAS.search(clause[: match.start()]):
-                found.append((f"{name} is {speaker}'s {rel}.", speaker, _normalise_key(rel), name, match))
+                text = f"{name} is {speaker}'s {rel}."
+                found.append(_Apposition(text, speaker, _normalise_key(rel), name, match, index in (1, 2)))
             else:
-                found.append((f"{name} is {det} {rel}.", name, "is_a", rel, match))
+                article = "an" if rel[:1] in "aeiou" else "a"
+                found.append(_Apposition(f"{name} is {article} {rel}.", name, "is_a", rel, match, index in (1, 2)))
     return found
 
 
@@ -517,23 +554,27 @@ def extract_facts(turn: Turn, anchor: datetime | None = None, listener: str | No
         sentence_is_question = _TAG_QUESTION.search(sentence) is None and sentence.rstrip().endswith("?")
         for raw_clause in split_clauses(sentence):
             clause = _clean(raw_clause, listener)
-            if not clause or _is_question(clause, sentence_is_question) or _is_chitchat(clause, listener, speaker):
+            if (
+                _word_count(clause) < 2
+                or _is_question(clause, sentence_is_question)
+                or _is_chitchat(clause, listener, speaker)
+            ):
                 continue
-            dated, found = _resolve_dates(clause, anchor)
+            dated, found = _resolve_dates(_restore_subject(clause), anchor)
             when, until = _at(found)
             covered = False
-            for text, subject, attribute, value, match in _appositions(dated, speaker, listener):
+            for text, subject, attribute, value, match, standalone in _appositions(dated, speaker, listener):
                 named = extract_entities(text, (*known, value if attribute != "is_a" else subject))
                 add(FactDraft(text=text, subject=subject, attribute=attribute, value=value, time=when,
                               time_end=until, source_ids=sources, entities=named))  # fmt: skip
                 rest = dated[: match.start()] + dated[match.end() :]
-                covered = covered or not _content_words(rest, listener, speaker)
+                covered = covered or (standalone and not _content_words(rest, listener, speaker))
             if covered:
                 continue
             text = _finish(to_third_person(dated, speaker, listener, context=turn.text))
             if not text:
                 continue
-            subject, attribute, value = relation_of(text)
+            subject, attribute, value = relation_of(text, known)
             add(
                 FactDraft(
                     text=text,

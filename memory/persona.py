@@ -15,7 +15,7 @@ ASPECTS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("work", re.compile(r"work|job|career|profession|study|studies|school|major")),
     ("home", re.compile(r"live|moved|from|home|hometown|country|city")),
     ("family", re.compile(r"pet|dog|cat|kid|child|son|daughter|husband|wife|partner|married|family|parent")),
-    ("identity", re.compile(r"^(is|identity|is_a|age|gender|nationality)$")),
+    ("identity", re.compile(r"^(identity|is_a|age|gender|nationality)$")),  # not a bare "is": a passing state
     ("hobbies", re.compile(r"hobby|play|paint|run|hike|read|sing|dance|cook|garden|volunteer")),
 )
 

@@ -49,13 +49,14 @@ _NOT_VERBS = wordset(
 _THIRD_PERSON = {
     "am": "is", "are": "is", "were": "was", "have": "has", "do": "does", "go": "goes", "be": "is",
     "don't": "doesn't", "haven't": "hasn't", "aren't": "isn't", "weren't": "wasn't", "ain't": "isn't",
+    "wanna": "wants to", "gotta": "has to",
 }  # fmt: skip
 # A 'you' after these words is a subject ("I think you are", "so glad you got") rather than an object.
 _SUBJECT_BEFORE = wordset(
     """
     and but so because cause 'cause that if when as since while though although where how why what who whether until
     unless once or then think thought hope bet guess know knew glad sure wish feel felt mean believe said say seems
-    like
+    like great awesome amazing cool happy nice good
     """
 )
 _INVERTED = {
@@ -64,8 +65,9 @@ _INVERTED = {
 }  # fmt: skip
 _KEEP_YOU_AFTER = frozenset({"thank", "thanks", "bless", "see", "mind"})
 _INCLUSIVE_WE = re.compile(
-    r"\b(?:you\s+and\s+(?:I|me)|(?:I|me)\s+and\s+you|both\s+of\s+us|we\s+both|us\s+both|us\s+two|the\s+two\s+of\s+us"
-    r"|just\s+us|our\s+(?:friendship|chats?|conversations?|talks?)|we\s+(?:last\s+)?(?:chatted|talked|spoke))\b",
+    r"\b(?:you\s+and\s+(?:I|me)|(?:I|me)\s+and\s+you|us\s+two|the\s+two\s+of\s+us"
+    r"|just\s+us|our\s+(?:friendship|chats?|conversations?|talks?)|we\s+(?:last\s+)?(?:chatted|talked|spoke)"
+    r"|we\s+(?:can|could|should)|let['’]s|catch\s+up)\b",
     re.IGNORECASE,
 )
 _FAMILY_CUE = re.compile(
@@ -110,7 +112,8 @@ def _keeps_form(word: str) -> bool:
         or low in _MODALS
         or low in _IRREGULAR_PAST
         or low in _NOT_VERBS
-        or low.endswith(("ed", "n't"))
+        or (low.endswith("ed") and not low.endswith("eed") and len(low) > 3)
+        or low.endswith("n't")
     )
 
 
@@ -176,16 +179,20 @@ def _would_or_had(tokens: list[str], i: int) -> str:
 
 
 def _we_names(sentence: str, context: str, speaker: str, listener: str | None) -> tuple[str, str]:
-    """Who 'we' is: speaker and listener when the sentence says so or nothing says otherwise;
-    the speaker's family or friends when the turn talks about them."""
+    """Who 'we' and 'our' are.
+
+    Speaker and listener together when the sentence says so ('since we last
+    chatted', 'we could', 'you and I'). Otherwise 'we' is the speaker's own
+    circle: in chat it is far more often 'my family went camping' than the two
+    speakers, and naming the listener there would store a false fact. The turn
+    says which circle (family, friends) when it mentions one.
+    """
     if listener and _INCLUSIVE_WE.search(sentence):
         return f"{speaker} and {listener}", f"{speaker} and {listener}'s"
     if _FAMILY_CUE.search(context):
         return f"{speaker}'s family", f"{speaker}'s"
     if _FRIENDS_CUE.search(context):
         return f"{speaker} and {speaker}'s friends", f"{speaker}'s"
-    if listener:
-        return f"{speaker} and {listener}", f"{speaker} and {listener}'s"
     return f"{speaker} and others", f"{speaker}'s"
 
 

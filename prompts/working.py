@@ -1,6 +1,6 @@
 """Prompt of the Working role: a short answer from the validated evidence.
 
-AdaMem's Working Agent turns the research result into the final concise answer;
+AdaMem's Working Agent (section 3.4) turns the research result into the final concise answer;
 citing the dialogue ids follows MAGMA's linearised context, where every item
 carries its reference id. The wording is the project's own.
 """

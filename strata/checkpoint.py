@@ -19,17 +19,43 @@ with sqlite_checkpointer(".strata") as saver:
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from contextlib import asynccontextmanager, contextmanager
+from enum import Enum
 from pathlib import Path
 
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+from pydantic import BaseModel
 
+import graph.state
+import memory.records
 from memory.errors import ConfigError
 from memory.settings import DEFAULT_DATA_DIR
 
 THREADS_FILE = "threads.sqlite3"
+TypeName = tuple[str, str]
+
+
+def state_types() -> list[TypeName]:
+    """The project's own types that travel in graph state (evidence, verdicts, turns ...).
+
+    A checkpoint is read back only into types on an explicit list (LangGraph's
+    msgpack allowlist), so a tampered checkpoint file cannot name arbitrary code.
+    """
+    found: list[TypeName] = []
+    for module in (graph.state, memory.records):
+        for value in vars(module).values():
+            if isinstance(value, type) and value.__module__ == module.__name__ and issubclass(value, (BaseModel, Enum)):
+                found.append((value.__module__, value.__name__))
+    return sorted(found)
+
+
+def serializer(extra_types: Iterable[type | TypeName] = ()) -> JsonPlusSerializer:
+    """LangGraph's serializer with the state types (and an app's own) allowed back in."""
+    extra = [(t.__module__, t.__name__) if isinstance(t, type) else tuple(t) for t in extra_types]
+    return JsonPlusSerializer(allowed_msgpack_modules=[*state_types(), *extra])
 
 
 def checkpoint_path(data_dir: str | Path = DEFAULT_DATA_DIR) -> Path:
@@ -37,11 +63,14 @@ def checkpoint_path(data_dir: str | Path = DEFAULT_DATA_DIR) -> Path:
     return Path(data_dir).expanduser() / THREADS_FILE
 
 
-def open_checkpointer(data_dir: str | Path = DEFAULT_DATA_DIR) -> SqliteSaver:
+def open_checkpointer(
+    data_dir: str | Path = DEFAULT_DATA_DIR, extra_types: Iterable[type | TypeName] = ()
+) -> SqliteSaver:
     """A SqliteSaver on `<data_dir>/threads.sqlite3`; close it with `close_checkpointer`.
 
     For long-lived apps that keep one saver open; prefer `sqlite_checkpointer`
-    (a context manager) elsewhere.
+    (a context manager) elsewhere. `extra_types` are an app's own state types
+    (pydantic models, enums) to read back from checkpoints.
     """
     path = checkpoint_path(data_dir)
     try:
@@ -52,7 +81,7 @@ def open_checkpointer(data_dir: str | Path = DEFAULT_DATA_DIR) -> SqliteSaver:
             f"cannot open the thread checkpoints at {path} ({type(exc).__name__}): "
             "check data_dir points to a writable folder"
         ) from exc
-    saver = SqliteSaver(conn)
+    saver = SqliteSaver(conn, serde=serializer(extra_types))
     saver.setup()
     return saver
 
@@ -63,9 +92,11 @@ def close_checkpointer(saver: SqliteSaver) -> None:
 
 
 @contextmanager
-def sqlite_checkpointer(data_dir: str | Path = DEFAULT_DATA_DIR) -> Iterator[SqliteSaver]:
+def sqlite_checkpointer(
+    data_dir: str | Path = DEFAULT_DATA_DIR, extra_types: Iterable[type | TypeName] = ()
+) -> Iterator[SqliteSaver]:
     """A SqliteSaver for the duration of a block, closed afterwards."""
-    saver = open_checkpointer(data_dir)
+    saver = open_checkpointer(data_dir, extra_types)
     try:
         yield saver
     finally:
@@ -73,11 +104,17 @@ def sqlite_checkpointer(data_dir: str | Path = DEFAULT_DATA_DIR) -> Iterator[Sql
 
 
 @asynccontextmanager
-async def async_sqlite_checkpointer(data_dir: str | Path = DEFAULT_DATA_DIR) -> AsyncIterator[AsyncSqliteSaver]:
+async def async_sqlite_checkpointer(
+    data_dir: str | Path = DEFAULT_DATA_DIR, extra_types: Iterable[type | TypeName] = ()
+) -> AsyncIterator[AsyncSqliteSaver]:
     """The same file through AsyncSqliteSaver, for apps that run graphs with `ainvoke`/`astream`."""
+    import aiosqlite
+
     path = checkpoint_path(data_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
-    async with AsyncSqliteSaver.from_conn_string(str(path)) as saver:
+    async with aiosqlite.connect(str(path)) as conn:
+        saver = AsyncSqliteSaver(conn, serde=serializer(extra_types))
+        await saver.setup()
         yield saver
 
 

@@ -330,6 +330,7 @@ def _one_line(error: BaseException) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code (0 ok, 2 a user error, 130 interrupted)."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # the model's weight-loading bar is noise here
     args = build_parser().parse_args(argv)
     try:
         return int(args.run(args))

@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[1]
 # CI clones the repo with `shared/` beside it, so the data is found relative to the repo.
 LOCOMO_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo"
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-               "ANONYMIZED_TELEMETRY": "False"}
+               "ANONYMIZED_TELEMETRY": "False", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
 
 
 @pytest.fixture(autouse=True)

@@ -30,7 +30,6 @@ QUIET_ENV = {
     "LANGGRAPH_NO_VERSION_CHECK": "true",
     "LANGGRAPH_CLI_NO_ANALYTICS": "1",
     "LANGSMITH_TRACING": "false",
-    "LANGCHAIN_TRACING_V2": "false",
     "STRATA_MODEL": "",
     "STRATA_BASE_URL": "",
     "HF_HUB_OFFLINE": "1",
@@ -123,8 +122,11 @@ def _answers(url: str) -> bool:
 
 
 def server_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """This process's environment, made offline and quiet, plus `extra`."""
-    env = dict(os.environ)
+    """This process's environment, made offline and quiet, plus `extra`.
+
+    The developer's own LangSmith settings are left out, so a test server never traces
+    to a real project unless `extra` says so."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LANGSMITH_", "LANGCHAIN_"))}
     env.update(QUIET_ENV)
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
     env.update(extra or {})

@@ -12,6 +12,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Iterator
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ from strata.api import Memory
 
 QUESTION = "What career is Caroline keen on?"
 ANSWER_TURN = "D1:11"  # "I'm keen on counseling or working in mental health ..."
-TURN_COUNT = 12
+TURN_COUNT = 30  # sessions 1 and 2 of conv-26: more turns than one search returns
 
 # One process's part, run as `python -c`: ingest the turns, or ask and print the evidence ids.
 WORKER = r'''
@@ -52,7 +53,7 @@ def chroma(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 def turns(locomo_dir: Path) -> list[dict[str, Any]]:
     from strata.conversations import load_turns
 
-    loaded = load_turns(locomo_dir / "conv-26.json").turns[:TURN_COUNT]
+    loaded = islice(load_turns(locomo_dir / "conv-26.json").turns(), TURN_COUNT)
     return [turn.model_dump(mode="json", exclude_none=True) for turn in loaded]
 
 

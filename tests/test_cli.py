@@ -9,8 +9,11 @@ stored before stays as it was.
 from __future__ import annotations
 
 import json
+import signal
+import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -129,3 +132,38 @@ def test_demo_on_the_shipped_sample(offline_env: dict[str, str]) -> None:
     evidence_lines = [line for line in out.splitlines() if "evidence ids:" in line]
     assert all("D" in line and ":" in line.split("evidence ids:")[1] for line in evidence_lines)
     assert "gold evidence fully reached for" in out
+
+
+def test_ctrl_c_keeps_stored_turns_and_the_same_command_resumes(
+    data_dir: Path, offline_env: dict[str, str]
+) -> None:
+    sample = REPO / "examples" / "sample_conversation.json"
+    command = [sys.executable, "-m", "strata", "ingest", str(sample), "--data-dir", str(data_dir), "--json"]
+    process = subprocess.Popen(command, cwd=REPO, env=offline_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+    ledger = data_dir / "ledger.sqlite3"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and process.poll() is None and _derived_turns(ledger) < 3:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, stderr
+    assert len(stderr.strip().splitlines()) == 1 and "interrupted" in stderr and "Traceback" not in stderr
+
+    resumed = strata("ingest", str(sample), "--data-dir", str(data_dir), "--json", env=offline_env)
+    assert resumed.returncode == 0, resumed.stderr
+    summary = json.loads(resumed.stdout)
+    assert summary["stats"]["raw"]["active"] == 31
+    assert 0 < summary["new_turns"] < 31, "the first run's turns were kept and skipped, the rest stored"
+
+
+def _derived_turns(ledger: Path) -> int:
+    """Turns the memory role has finished, read from the ledger without disturbing the writer."""
+    if not ledger.exists():
+        return 0
+    try:
+        with sqlite3.connect(f"file:{ledger}?mode=ro", uri=True, timeout=1) as conn:
+            row = conn.execute("SELECT count(DISTINCT src) FROM links WHERE type = 'temporal'").fetchone()
+    except sqlite3.Error:
+        return 0
+    return int(row[0]) if row else 0

@@ -10,8 +10,8 @@ folder, not in the server's threads).
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Iterator
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,7 @@ from servers import REPO, ServerProcess, langgraph_dev, log_tail, repo_mirror
 from graph.state import Evidence
 
 NAMESPACE = "caroline-and-melanie"
-TURN_COUNT = 12
+TURN_COUNT = 30  # sessions 1 and 2 of conv-26: more turns than one search returns
 # D1:11 — "I'm keen on counseling or working in mental health - I'd love to support those with similar issues."
 QUESTION = "What career is Caroline keen on?"
 ANSWER_TURN = "D1:11"
@@ -181,7 +181,7 @@ def served(tmp_path_factory: pytest.TempPathFactory, locomo_dir: Path) -> Iterat
     from strata.conversations import load_turns
 
     turns = [turn.model_dump(mode="json", exclude_none=True)
-             for turn in load_turns(locomo_dir / "conv-26.json").turns[:TURN_COUNT]]
+             for turn in islice(load_turns(locomo_dir / "conv-26.json").turns(), TURN_COUNT)]
     under_test = Served(tmp_path_factory.mktemp("langgraph-dev"), turns)
     under_test.start()
     try:
@@ -210,7 +210,7 @@ def test_ingest_on_one_thread_then_ask_on_another(served: Served) -> None:
     assert len(ingested["stored_ids"]) >= TURN_COUNT
     _, result = served.run(_ask(served.client(), QUESTION))
     assert ANSWER_TURN in evidence_ids(result), served.fail(f"evidence {evidence_ids(result)}: {result.get('answer')}")
-    assert result.get("answer")
+    assert ANSWER_TURN in result["cited_ids"], result.get("answer")
     assert result["verdict"]["action"] in ("Pass", "Retry", "Refresh")
 
 
@@ -257,7 +257,7 @@ def test_memory_outlives_the_server(served: Served) -> None:
     served.ensure_ingested()
     old_root = served.server.cwd if served.server else None
     server = served.restart()
-    assert server.cwd != old_root and not (server.cwd / ".langgraph_api").exists()
+    assert server.cwd != old_root  # its thread store (.langgraph_api/) starts empty
     thread_id, result = served.run(_ask(served.client(), QUESTION))
     assert ANSWER_TURN in evidence_ids(result), served.fail(f"evidence after restart: {evidence_ids(result)}")
 
@@ -284,11 +284,3 @@ def test_config_configurable_works_like_context(served: Served) -> None:
     assert result.get("answer") is None  # retrieve mode: the evidence, no answer
     assert ANSWER_TURN in evidence_ids(result)
 
-
-def test_turns_json_matches_what_the_server_accepts() -> None:
-    """The turn shape the server tests send is the documented input (guards the payload itself)."""
-    from graph.state import validate_turns
-
-    turn = {"speaker": "Caroline", "text": "I went to a LGBTQ support group yesterday.", "time": "2023-05-08T13:56:00",
-            "dia_id": "D1:3"}
-    assert validate_turns([json.loads(json.dumps(turn))])[0].dia_id == "D1:3"

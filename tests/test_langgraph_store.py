@@ -262,7 +262,7 @@ def test_locomo_turns_found_by_hybrid_search(store: StrataStore, locomo_dir: Pat
     assert "D1:11" in [r.key for r in career]
     mel = store.search(ns, query="painting", filter={"speaker": "Melanie"}, limit=20)
     assert mel and all(r.value["speaker"] == "Melanie" for r in mel)
-    assert mel[0].key in {"D1:14", "D1:16", "D1:12"}
+    assert mel[0].key in {"D1:6", "D1:12", "D1:14", "D1:16"}  # the turns where Melanie talks of painting
 
 
 # this backend's own promises ------------------------------------------------------------

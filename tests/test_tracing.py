@@ -23,10 +23,12 @@ import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
 import pytest
+from servers import langgraph_dev, repo_mirror
 
 REPO = Path(__file__).resolve().parents[1]
 ROLES_OF_AN_ASK = {"research", "judge", "working"}
@@ -52,9 +54,6 @@ def getaddrinfo(host, *args, **kwargs):
     raise socket.gaierror("name lookup blocked by the test's socket guard")
 socket.socket.connect, socket.socket.connect_ex, socket.socket.sendto = connect, connect_ex, sendto
 socket.getaddrinfo = getaddrinfo
-TELEMETRY = []
-import chromadb.telemetry.product.posthog as _posthog
-_posthog.Posthog.capture = lambda self, event: TELEMETRY.append(type(event).__name__)
 '''
 
 # One ingest and one question through the Python API, then the same question the way the
@@ -86,7 +85,7 @@ def turns_file(tmp_path: Path, locomo_dir: Path) -> Path:
     """The first turns of a real LoCoMo conversation, as the JSON a user would pass."""
     from strata.conversations import load_turns
 
-    turns = load_turns(locomo_dir / "conv-26.json").turns[:6]
+    turns = islice(load_turns(locomo_dir / "conv-26.json").turns(), 6)
     path = tmp_path / "turns.json"
     path.write_text(json.dumps([turn.model_dump(mode="json", exclude_none=True) for turn in turns]))
     return path
@@ -104,7 +103,9 @@ def test_tracing_off_attempts_no_network_connection(
     turns_file: Path, tmp_path: Path, offline_env: dict[str, str]
 ) -> None:
     script = SOCKET_GUARD + f"QUESTION = {QUESTION!r}\n" + DRIVER + (
-        "print('GUARD ' + json.dumps({'attempts': ATTEMPTS, 'telemetry': TELEMETRY, "
+        "from memory.chroma import open_client\n"
+        "telemetry = open_client(memory.context('ask').store_settings()).get_settings().anonymized_telemetry\n"
+        "print('GUARD ' + json.dumps({'attempts': ATTEMPTS, 'telemetry': telemetry, "
         "'posthog_loaded': 'posthog' in sys.modules, 'evidence': answer.evidence_ids()}))\n"
     )
     command_env = tracing_off_env(offline_env)
@@ -117,11 +118,30 @@ def test_tracing_off_attempts_no_network_connection(
     report = json.loads(result.stdout.split("GUARD ", 1)[1])
     assert "D1:3" in report["evidence"], f"the question was not answered from memory: {report['evidence']}"
     assert report["attempts"] == [], f"network attempted with tracing off: {report['attempts']}"
-    assert report["telemetry"] == [], f"Chroma product telemetry was captured: {report['telemetry']}"
+    # Chroma's product telemetry is off for the client the memory opened, and its sender was never loaded.
+    assert report["telemetry"] is False
     assert not report["posthog_loaded"]
     if strace:
         calls = _network_syscalls(tmp_path / "strace.txt")
         assert calls == [], f"native code attempted network connections: {calls[:5]}"
+
+
+def test_the_guards_do_see_a_connection(tmp_path: Path, offline_env: dict[str, str]) -> None:
+    """The checks above are not vacuous: a loopback connection is caught by both guards."""
+    script = SOCKET_GUARD + (
+        "import urllib.request\n"
+        "try:\n    urllib.request.urlopen('http://127.0.0.1:9/', timeout=2)\nexcept OSError:\n    pass\n"
+        "s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)\n"
+        "_connect_ex(s, ('127.0.0.1', 9))\n"  # the unguarded call, as native code would make it
+        "print('GUARD ' + json.dumps(ATTEMPTS))\n"
+    )
+    strace = _strace_prefix(tmp_path / "strace.txt")
+    result = subprocess.run([*strace, sys.executable, "-c", script], env=offline_env, capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert any("127.0.0.1" in attempt for attempt in json.loads(result.stdout.split("GUARD ", 1)[1]))
+    if strace:
+        assert len(_network_syscalls(tmp_path / "strace.txt")) == 1
 
 
 def _strace_prefix(log: Path) -> list[str]:
@@ -129,10 +149,9 @@ def _strace_prefix(log: Path) -> list[str]:
     binary = shutil.which("strace")
     if binary is None:
         return []
-    probe = subprocess.run([binary, "-f", "-o", os.devnull, "true"], capture_output=True, timeout=30)
-    if probe.returncode != 0:
-        return []
-    return [binary, "-f", "-e", "trace=connect,sendto,sendmsg", "-o", str(log)]
+    command = [binary, "-f", "--seccomp-bpf", "-e", "trace=connect,sendto,sendmsg", "-o"]
+    probe = subprocess.run([*command, os.devnull, "true"], capture_output=True, timeout=30)
+    return [*command, str(log)] if probe.returncode == 0 else []
 
 
 def _network_syscalls(log: Path) -> list[str]:
@@ -230,6 +249,20 @@ class FakeLangSmith:
         with self._lock:
             return [run for run in self.runs.values() if run.get("name") == name]
 
+    def tagged(self, name: str, namespace: str, mode: str) -> list[dict[str, Any]]:
+        """The runs of one role whose metadata names this namespace and mode."""
+        return [run for run in self.named(name)
+                if run["metadata"].get("namespace") == namespace and run["metadata"].get("mode") == mode]
+
+    def wait_for(self, wanted: list[tuple[str, str, str]], seconds: float = 30) -> list[tuple[str, str, str]]:
+        """Wait (bounded) until a run arrived for each (role, namespace, mode); the ones still missing."""
+        deadline = time.monotonic() + seconds
+        while True:
+            missing = [want for want in wanted if not self.tagged(*want)]
+            if not missing or time.monotonic() > deadline:
+                return missing
+            time.sleep(0.25)
+
 
 @pytest.fixture
 def fake_langsmith() -> Iterator[FakeLangSmith]:
@@ -254,19 +287,13 @@ def test_tracing_on_sends_one_named_run_per_role_with_namespace_and_mode(
     result = run_python(script, [str(turns_file), str(tmp_path / "mem")], env)
     assert result.returncode == 0, result.stderr[-3000:]
 
-    def by(name: str, namespace: str, mode: str) -> list[dict[str, Any]]:
-        return [run for run in fake_langsmith.named(name)
-                if run["metadata"].get("namespace") == namespace and run["metadata"].get("mode") == mode]
-
+    by = fake_langsmith.tagged
     expected = [("memory", "api-user", "ingest"), ("research", "api-user", "ingest"), ("judge", "api-user", "ingest"),
                 *((role, "api-user", "ask") for role in sorted(ROLES_OF_AN_ASK)),
                 *((role, "server-user", "ask") for role in sorted(ROLES_OF_AN_ASK))]
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and not all(by(*want) for want in expected):
-        time.sleep(0.25)
+    missing = fake_langsmith.wait_for(expected)
     seen = sorted({(run.get("name"), run["metadata"].get("namespace"), run["metadata"].get("mode"))
                    for run in fake_langsmith.runs.values()}, key=str)
-    missing = [want for want in expected if not by(*want)]
     assert not missing, f"runs missing {missing}; received {seen}; requests {fake_langsmith.requests[:10]}"
     # The API names the top run and tags it; a role run belongs to one of those traces.
     tops = [run for run in fake_langsmith.named("strata") if run["metadata"].get("namespace") == "api-user"]
@@ -274,3 +301,36 @@ def test_tracing_on_sends_one_named_run_per_role_with_namespace_and_mode(
     assert all("strata" in run.get("tags", []) for run in tops)
     # The judge runs once per turn while ingesting: one role run per node execution.
     assert len(by("memory", "api-user", "ingest")) == 2 * len(json.loads(turns_file.read_text()))
+
+
+@pytest.mark.slow
+def test_served_graph_traces_each_role_with_namespace_and_mode(
+    tmp_path: Path, fake_langsmith: FakeLangSmith
+) -> None:
+    """Studio's path: `langgraph dev` runs the graph with a context only, and the role runs still say
+    whose memory and which mode (the mode here is the default, never sent by the client)."""
+    import asyncio
+
+    from langgraph_sdk import get_client
+
+    env = {"LANGSMITH_TRACING": "true", "LANGSMITH_ENDPOINT": fake_langsmith.url, "LANGSMITH_API_KEY": "fake-key",
+           "LANGSMITH_PROJECT": "strata-tests"}
+    turn = {"speaker": "Ann", "text": "I moved to Lisbon in May 2023.", "time": "2023-06-01T10:00:00", "dia_id": "D1:1"}
+
+    async def drive(url: str) -> dict[str, Any]:
+        client = get_client(url=url, timeout=120)
+        thread = await client.threads.create()
+        await client.runs.wait(thread["thread_id"], "strata", input={"turns": [turn]},
+                               context={"namespace": "studio-user", "mode": "ingest"})
+        thread = await client.threads.create()
+        return dict(await client.runs.wait(thread["thread_id"], "strata", input={"question": "Where did Ann move?"},
+                                           context={"namespace": "studio-user"}))
+
+    with langgraph_dev(tmp_path / "mem", repo_mirror(tmp_path / "root"), tmp_path / "server.log", env=env) as server:
+        answer = asyncio.run(asyncio.wait_for(drive(server.url), 180))
+        expected = [("memory", "studio-user", "ingest"), ("research", "studio-user", "ingest"),
+                    ("judge", "studio-user", "ingest"), ("research", "studio-user", "ask"),
+                    ("judge", "studio-user", "ask"), ("working", "studio-user", "ask")]
+        missing = fake_langsmith.wait_for(expected)
+        assert not missing, server.failure(f"role runs missing {missing}; requests {fake_langsmith.requests[:10]}")
+    assert "D1:1" in answer.get("cited_ids", []), answer

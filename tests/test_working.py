@@ -112,6 +112,17 @@ def test_answer_cut_before_the_next_predicate(store: MemoryStore, conv26: dict[s
     assert out["answer"] == "mental health"
 
 
+def test_what_kind_question_gives_the_noun_phrase(
+    store: MemoryStore, conv26: dict[str, Turn], data_dir: Path
+) -> None:
+    # D4:15 "... creating a safe, inviting place for people to grow";
+    # gold answer: "a safe and inviting place for people to grow".
+    evidence = turns_evidence(store, conv26, ["D4:14", "D4:15", "D4:16"])
+    out = ask("What kind of place does Caroline want to create for people?", evidence, data_dir)
+    assert out["answer"] == "safe, inviting place for people to grow"
+    assert out["cited_ids"] == ["D4:15"]
+
+
 def test_where_question_takes_the_place(store: MemoryStore, conv26: dict[str, Turn], data_dir: Path) -> None:
     # D4:3: "a gift from my grandma in my home country, Sweden".
     evidence = turns_evidence(store, conv26, ["D4:2", "D4:3", "D4:4"])
@@ -213,6 +224,15 @@ def test_model_json_in_fences_or_prose_is_read(reply: str, support_group: list[E
     assert out["answer"] == "7 May 2023"
     assert out["cited_ids"] == ["D1:3"]
     assert str(out["trace"][-1].policy).startswith("model:")  # type: ignore[index]
+
+
+def test_model_without_usable_citations_cites_the_supporting_turn(
+    support_group: list[Evidence], data_dir: Path
+) -> None:
+    reply = '{"answer": "an LGBTQ support group", "cited_ids": ["turn three"]}'
+    out = ask("Where did Caroline go on 7 May 2023?", support_group, data_dir, fake(reply))
+    assert out["answer"] == "an LGBTQ support group"
+    assert out["cited_ids"] == ["D1:3"]
 
 
 def test_model_abstention_is_normalised(support_group: list[Evidence], data_dir: Path) -> None:

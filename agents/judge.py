@@ -1,0 +1,471 @@
+"""The Judge role: Pass, Retry or Refresh on what research found (AMA Judge).
+
+AMA (section 3.4 and appendix C, figure 10) checks the candidates in two steps:
+conflicts first (two items asserting incompatible facts about the same entity,
+event or time: Refresh), then sufficiency (the entity, place, time or quantity
+asked for must be stated at the precision asked, and vague stand-ins such as
+"recently" or "home country" do not count: Retry), else Pass. Retry is only for
+questions, and only K_r times (AMA's bounded retry); when the budget is spent
+the run answers from what it has and says so in a note.
+
+Offline, both checks are rules. Conflicts compare facts slot by slot: the same
+subject and the same single-valued attribute (lives_in, works_as, age ...) with
+values that differ once normalised; an incoming statement is compared the same
+way through the facts `memory.facts` extracts from it; and an explicit request
+to forget or cancel something names the stored records it is about. The
+single-valued test and the request reader are the Refresher's own, so a
+Refresh verdict is always one the Refresher can act on. Sufficiency reads the
+question type and looks for what it needs in the items that cover the
+question's content words.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any, Literal
+
+from langgraph.runtime import Runtime
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
+
+from agents.common import fallback_policy, format_evidence, model_policy_name, store_of, traced
+from agents.llm import ask_json, chat_model
+from agents.refresher import forget_request, single_valued
+from agents.research import input_of, participants_of
+from agents.working import classify
+from graph.context import Context
+from graph.routing import retry_allowed
+from graph.state import Action, Evidence, State, Verdict
+from memory.dates import resolve_relative
+from memory.entities import CHAT_WORDS, MONTH_WORDS, PLAIN_WORDS, WEEKDAY_WORDS, split_entities, stem, tokenize
+from memory.facts import FactDraft, extract_facts
+from memory.records import Record, Status, Turn
+from memory.store import MemoryStore
+from prompts import judge as prompts
+
+NEW = "new"  # the incoming turn inside a conflict group (the Refresher's name for it)
+MIN_COVERAGE = 0.5  # share of the question's content words an item must hold to count as relevant
+MAX_GROUPS = 6
+
+_CHANGE_CUE = re.compile(
+    r"\b(now|no longer|anymore|any more|moved|changed|switched|instead|actually|currently|these days|quit)\b",
+    re.IGNORECASE,
+)
+_VAGUE = re.compile(
+    r"\b(recently|lately|some ?time|a while|the other day|back then|around then|around that time|somewhere"
+    r"|home country|back home|abroad|overseas|a few|a couple|several|some)\b",
+    re.IGNORECASE,
+)
+_YEAR = re.compile(r"\b(19|20)\d{2}\b")
+_NUMBER = re.compile(
+    r"\b(\d+(?:[.,]\d+)?|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|thirteen|fourteen|fifteen"
+    r"|sixteen|seventeen|eighteen|nineteen|twenty|thirty|forty|fifty|hundred|thousand|once|twice|dozen|both|single"
+    r"|only child|first|second|third)\b",
+    re.IGNORECASE,
+)
+_PLACE_NOUN = re.compile(
+    r"\b(beach|park|lake|mountains?|forest|woods|city|town|village|museum|school|church|library|cafe|restaurant"
+    r"|shelter|center|centre|office|hospital|gym|studio|club|camp|campground|farm|garden|river|island|coast"
+    r"|countryside|conference|festival|concert|parade|store|shop|market|trail|canyon|desert|zoo|street|state"
+    r"|home|house|apartment|bar|theater|theatre|stadium|hotel|airport|station|university|college|clinic)\b",
+    re.IGNORECASE,
+)
+_PERSON_NOUN = re.compile(
+    r"\b(mom|mother|dad|father|parents?|husband|wife|partner|spouse|boyfriend|girlfriend|son|daughter|kids?"
+    r"|children|family|friends?|sister|brother|siblings?|grandma|grandmother|grandpa|grandfather|aunt|uncle"
+    r"|cousin|mentors?|teacher|coach|colleagues?|coworkers?|boss|neighbou?rs?|team|group|community|doctor"
+    r"|therapist|counselor)\b",
+    re.IGNORECASE,
+)
+_QUESTION_START = re.compile(
+    r"^\s*(who|whom|whose|what|when|where|why|how|which|is|are|was|were|do|does|did|can|could|would|will|should"
+    r"|has|have|had)\b",
+    re.IGNORECASE,
+)
+_LIGHT = frozenset(stem(w) for w in PLAIN_WORDS | CHAT_WORDS)
+Need = Literal["time", "place", "number", "name", "content"]
+
+
+# --- the model's output contract ---------------------------------------------------------------
+class ModelVerdict(BaseModel):
+    """AMA's Judge output (figure 10), plus the ids that disagree; lenient where models slip."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    action: Action = Field(..., validation_alias=AliasChoices("Action", "action", "ACTION", "decision"))
+    reason: str = ""
+    confidence: float = 0.5
+    conflicts: list[list[str]] = Field(default_factory=list)
+
+    @field_validator("action", mode="before")
+    @classmethod
+    def _action(cls, value: object) -> object:
+        if not isinstance(value, str):
+            return value
+        key = re.sub(r"[^a-z]", "", value.lower())
+        return {"pass": "Pass", "retry": "Retry", "refresh": "Refresh"}.get(key, value)
+
+    @field_validator("reason", mode="before")
+    @classmethod
+    def _reason(cls, value: object) -> object:
+        return "" if value is None else value if isinstance(value, str) else str(value)
+
+    @field_validator("confidence", mode="before")
+    @classmethod
+    def _confidence(cls, value: object) -> float:
+        """Clamp to 0..1; read "0.8" and "80%"; anything unreadable is 0.5 (the field is advisory)."""
+        number: float | None = None
+        if isinstance(value, bool):
+            number = None
+        elif isinstance(value, int | float):
+            number = float(value)
+        elif isinstance(value, str):
+            match = re.search(r"-?\d+(?:\.\d+)?", value)
+            if match:
+                number = float(match.group()) / (100.0 if "%" in value else 1.0)
+        if number is None or number != number:  # NaN
+            return 0.5
+        if number > 1.0 and number <= 100.0:
+            number /= 100.0
+        return min(1.0, max(0.0, number))
+
+    @field_validator("conflicts", mode="before")
+    @classmethod
+    def _conflicts(cls, value: object) -> object:
+        """A flat list of ids is one group; a single id string is a group of one; null is none."""
+        if value is None or value == "":
+            return []
+        if isinstance(value, str):
+            return [[value]]
+        if isinstance(value, list):
+            if all(isinstance(v, str) for v in value):
+                return [list(value)] if value else []
+            return [[str(i) for i in v] if isinstance(v, list) else [str(v)] for v in value]
+        return value
+
+
+# --- conflicts ----------------------------------------------------------------------------------
+def norm(text: str) -> str:
+    """Lower case, no punctuation or articles: wording differences are not conflicts."""
+    words = re.sub(r"[^\w\s]", " ", text.lower().replace("_", " ")).split()
+    return " ".join(w for w in words if w not in ("a", "an", "the"))
+
+
+def disagree(old: str, new: str) -> bool:
+    """Different values that neither contains (so 'New York' and 'New York City' agree)."""
+    a, b = norm(old), norm(new)
+    if not a or not b or a == b:
+        return False
+    return not (f" {a} " in f" {b} " or f" {b} " in f" {a} ")
+
+
+def slot(subject: str, attribute: str) -> tuple[str, str]:
+    return norm(subject), norm(attribute)
+
+
+def facts_behind(store: MemoryStore, evidence: Sequence[Evidence]) -> list[Record]:
+    """The live facts in the evidence, and those derived from the evidence's raw turns."""
+    ids = [e.id for e in evidence if e.kind == "fact"]
+    turns = {e.dialogue_id for e in evidence if e.kind == "raw" and e.dialogue_id}
+    found = {r.id: r for r in store.get(ids) if r.status == Status.ACTIVE}
+    if turns:
+        for record in store.all("fact"):
+            if turns & set(record.source_ids):
+                found.setdefault(record.id, record)
+    return list(found.values())
+
+
+def stored_conflicts(facts: Iterable[Record]) -> list[list[str]]:
+    """Groups of stored facts with one subject and single-valued attribute but different values."""
+    by_slot: dict[tuple[str, str], list[Record]] = {}
+    for record in facts:
+        if record.subject and record.attribute and record.value:
+            by_slot.setdefault(slot(record.subject, record.attribute), []).append(record)
+    groups: list[list[str]] = []
+    for (_, attribute), members in by_slot.items():
+        if len(members) < 2:
+            continue
+        ordered = sorted(members, key=lambda r: (r.time or datetime.min, r.id))
+        newest = ordered[-1]
+        if not single_valued(attribute):
+            continue  # a person likes many things and "is" many things at once
+        clash = [r.id for r in ordered[:-1] if disagree(r.value, newest.value) and r.dialogue_id != newest.dialogue_id]
+        if clash:
+            groups.append([*clash, newest.id])
+    return groups
+
+
+def incoming_conflicts(drafts: Sequence[FactDraft], text: str, facts: Iterable[Record]) -> list[list[str]]:
+    """Stored facts whose slot the incoming turn fills with a different value: [id, ..., "new"].
+
+    A single-valued attribute always counts; what someone is ("is_a") counts when
+    the turn announces a change ("I'm a nurse now").
+    """
+    clashing: list[str] = []
+    change = bool(_CHANGE_CUE.search(text))
+    for record in facts:
+        if not (record.subject and record.attribute and record.value):
+            continue
+        for draft in drafts:
+            if not draft.attribute or slot(draft.subject, draft.attribute) != slot(record.subject, record.attribute):
+                continue
+            replaceable = single_valued(record.attribute) or (change and norm(record.attribute) == "is a")
+            if disagree(record.value, draft.value) and replaceable:
+                clashing.append(record.id)
+                break
+    return [[*dict.fromkeys(clashing), NEW]] if clashing else []
+
+
+def same_slot_facts(store: MemoryStore, drafts: Sequence[FactDraft]) -> list[Record]:
+    """Live facts filling the slots the incoming turn speaks about (an exact lookup backs off retrieval)."""
+    slots = {slot(d.subject, d.attribute) for d in drafts if d.subject and d.attribute}
+    if not slots:
+        return []
+    return [r for r in store.all("fact") if r.subject and r.attribute and slot(r.subject, r.attribute) in slots]
+
+
+def forget_targets(
+    request: set[str], evidence: Sequence[Evidence], facts: Sequence[Record], speaker: str, exclude: set[str]
+) -> list[str]:
+    """Stored records the request names: half of its content words or more (the Refresher's rule)."""
+    if not request:
+        return []
+    scored: list[tuple[str, str]] = []
+    for record_id, text, who in [
+        *((e.id, e.text, e.speaker) for e in evidence),
+        *((f.id, f"{f.text} {f.value}", f.subject or f.speaker) for f in facts),
+    ]:
+        if record_id in exclude or record_id.startswith("episode:"):
+            continue
+        shared = request & set(tokenize(text))
+        if len(shared) * 2 >= len(request):
+            scored.append((record_id, who))
+    own = [rid for rid, who in scored if speaker and who == speaker]
+    return list(dict.fromkeys(own or [rid for rid, _ in scored]))
+
+
+# --- sufficiency --------------------------------------------------------------------------------
+def is_question(text: str) -> bool:
+    stripped = text.strip()
+    return stripped.endswith("?") or bool(_QUESTION_START.match(stripped))
+
+
+def need_of(question: str) -> Need:
+    """What the answer must state, from the question type (AMA's entity / place / time / quantity rules)."""
+    kind = classify(question)
+    return {"when": "time", "where": "place", "how_many": "number", "who": "name"}.get(kind, "content")  # type: ignore[return-value]
+
+
+def content_words(question: str, participants: Sequence[str]) -> list[str]:
+    """The question's content stems: no names of participants, no light verbs or chat words, no dates."""
+    text = question
+    for found in reversed(resolve_relative(question, datetime(2000, 1, 1))):
+        text = text[: found.char_start] + " " + text[found.char_end :]
+    names = {t for p in participants for t in tokenize(p)}
+    return [t for t in dict.fromkeys(tokenize(text)) if t not in names and t not in _LIGHT and not t.isdigit()]
+
+
+def coverage(words: Sequence[str], item: Evidence) -> float:
+    if not words:
+        return 1.0
+    tokens = set(tokenize(f"{item.speaker} {item.text}"))
+    return sum(w in tokens for w in words) / len(words)
+
+
+def states_time(item: Evidence) -> bool:
+    """An explicit date, or a relative one the item's own date turns into one value ('yesterday')."""
+    text = item.text
+    anchor = item.time or datetime(2000, 1, 1)
+    for found in resolve_relative(text, anchor):
+        if not found.approximate and (not found.relative or item.time is not None):
+            return True
+    return bool(_YEAR.search(text))
+
+
+def states_place(item: Evidence, participants: Sequence[str]) -> bool:
+    text = _VAGUE.sub(" ", item.text)
+    people = {p.lower() for p in participants}
+    for name in split_entities(text).names:
+        low = name.lower()
+        if low not in people and low not in MONTH_WORDS and low not in WEEKDAY_WORDS:
+            return True
+    return bool(_PLACE_NOUN.search(text))
+
+
+def states_number(item: Evidence) -> bool:
+    return bool(_NUMBER.search(_VAGUE.sub(" ", item.text)))
+
+
+def states_name(item: Evidence, asked: Sequence[str]) -> bool:
+    text = item.text
+    others = [n for n in split_entities(text).names if n not in asked and n.lower() not in MONTH_WORDS]
+    return bool(others) or bool(_PERSON_NOUN.search(text))
+
+
+def sufficiency(
+    question: str, evidence: Sequence[Evidence], participants: Sequence[str]
+) -> tuple[bool, list[str], str, float]:
+    """(enough?, what is missing, why, confidence) by AMA's granularity rules, offline."""
+    if not evidence:
+        return False, ["evidence"], "nothing was found", 0.9
+    words = content_words(question, participants)
+    scored = sorted(((coverage(words, e), e) for e in evidence), key=lambda pair: -pair[0])
+    best = scored[0][0]
+    relevant = [e for c, e in scored if c >= MIN_COVERAGE and c > 0] if words else list(evidence)
+    if not relevant:
+        missing = [w for w in words if not any(w in set(tokenize(e.text)) for e in evidence)][:5]
+        return False, ["content", *missing], f"no item covers the question's words ({best:.0%} at best)", 0.6
+    need = need_of(question)
+    asked = [p for p in participants if p.lower() in question.lower()]
+    checks = {
+        "time": lambda e: states_time(e),
+        "place": lambda e: states_place(e, participants),
+        "number": lambda e: states_number(e),
+        "name": lambda e: states_name(e, asked),
+        "content": lambda e: True,
+    }
+    holding = [e for e in relevant if checks[need](e)]
+    if not holding:
+        return False, [need], f"the items about the question state no {need} at the precision asked", 0.6
+    refs = ", ".join(e.dialogue_id or e.id for e in holding[:3])
+    what = "its words" if need == "content" else f"its words and a {need}"
+    return True, [], f"{len(holding)} item(s) hold {what} ({refs})", round(min(1.0, 0.5 + best / 2), 2)
+
+
+# --- the policies -------------------------------------------------------------------------------
+class Situation:
+    """What both policies look at: the input, the evidence, and the facts behind them."""
+
+    def __init__(self, state: State, runtime: Runtime[Context]) -> None:
+        context = runtime.context
+        self.context = context
+        self.store = store_of(runtime)
+        self.text, self.speaker, self.exclude = input_of(state, context)
+        self.evidence = [e for e in state.evidence if e.id not in self.exclude]
+        self.turn: Turn | None = None
+        if context.mode in ("ingest", "chat") and state.turns and state.cursor < len(state.turns):
+            self.turn = state.turns[state.cursor]
+        self.question = context.mode in ("ask", "retrieve") or (self.turn is not None and is_question(self.text))
+        if context.mode == "ingest":
+            self.question = False
+        self.participants = participants_of(self.store)
+        self.drafts: list[FactDraft] = []
+        if self.turn is not None and not is_question(self.text):
+            self.drafts = [d for d in extract_facts(self.turn, self.turn.time, self.turn.listener) if d.attribute]
+        self.facts = facts_behind(self.store, self.evidence)
+        known = {f.id for f in self.facts}
+        self.facts += [f for f in same_slot_facts(self.store, self.drafts) if f.id not in known]
+
+
+def offline_verdict(s: Situation) -> Verdict:
+    request = forget_request(s.text)
+    if request is not None:
+        targets = forget_targets(request, s.evidence, s.facts, s.speaker, s.exclude)
+        if targets:
+            return Verdict(
+                action="Refresh", reason=f"the input asks to forget or cancel {', '.join(sorted(request))}",
+                confidence=0.9, conflicts=[[*targets, NEW]],
+            )
+    groups = incoming_conflicts(s.drafts, s.text, s.facts) + stored_conflicts(s.facts)
+    if groups:
+        groups = groups[:MAX_GROUPS]
+        return Verdict(
+            action="Refresh", reason=_describe_conflicts(groups, s), confidence=0.75, conflicts=groups,
+        )
+    if not s.question:
+        why = "a statement: nothing to answer, no conflict with stored facts"
+        if request is not None:
+            why = "asked to forget something, but no stored record matches it"
+        return Verdict(action="Pass", reason=why, confidence=0.8)
+    enough, missing, why, confidence = sufficiency(s.text, s.evidence, s.participants)
+    return Verdict(action="Pass" if enough else "Retry", reason=why, confidence=confidence, missing=missing)
+
+
+def _describe_conflicts(groups: list[list[str]], s: Situation) -> str:
+    by_id = {f.id: f for f in s.facts}
+    parts: list[str] = []
+    for group in groups:
+        values = [f"{by_id[i].value!r} ({i})" for i in group if i in by_id]
+        if NEW in group:
+            values.append("the new turn")
+        first = next((by_id[i] for i in group if i in by_id), None)
+        what = f"{first.subject} {first.attribute}" if first else "same slot"
+        parts.append(f"{what}: " + " vs ".join(values))
+    return "conflicting facts: " + "; ".join(parts)
+
+
+def model_verdict(s: Situation, offline: Verdict) -> Verdict:
+    """Ask the chat model (AMA's Judge contract); the offline verdict stands in when its reply is unusable."""
+    model = chat_model(s.context)
+    if model is None:
+        return offline
+    new_facts = "\n".join(f"- {d.text} ({d.subject} | {d.attribute} | {d.value})" for d in s.drafts) or "(none)"
+    when = s.turn.time if s.turn is not None and s.turn.time else None
+    user = prompts.JUDGE_USER.format(
+        mode=s.context.mode, now=when.strftime("%Y-%m-%d %H:%M") if when else "unknown",
+        evidence=format_evidence(s.evidence), new_facts=new_facts, speaker=s.speaker or "user", text=s.text,
+    )
+    parsed, problem, _ = ask_json(model, prompts.JUDGE_SYSTEM, user, ModelVerdict, s.context)
+    if parsed is None:
+        return offline.model_copy(update={"policy": fallback_policy(problem)})
+    action: Action = parsed.action
+    reason = parsed.reason.strip() or "model decision"
+    if action == "Retry" and not s.question:
+        action, reason = "Pass", f"{reason} (not a question: Retry does not apply)"
+    conflicts: list[list[str]] = []
+    if action == "Refresh":
+        conflicts = _valid_groups(parsed.conflicts, s) or offline.conflicts
+    return Verdict(
+        action=action, reason=reason, confidence=parsed.confidence, conflicts=conflicts,
+        missing=offline.missing if action == "Retry" else [], policy=model_policy_name(s.context),
+    )
+
+
+def _valid_groups(groups: list[list[str]], s: Situation) -> list[list[str]]:
+    """Keep ids that name the incoming turn or a live record; drop groups left empty of stored ids."""
+    known = {e.id for e in s.evidence} | {f.id for f in s.facts}
+    valid: list[list[str]] = []
+    for group in groups:
+        ids: list[str] = []
+        for raw_id in group:
+            record_id = str(raw_id).strip()
+            if record_id.lower() == NEW or record_id in s.exclude:
+                ids.append(NEW)
+            elif record_id in known or _live(s.store, record_id):
+                ids.append(record_id)
+        ids = list(dict.fromkeys(ids))
+        if any(i != NEW for i in ids):
+            valid.append(ids)
+    return valid
+
+
+def _live(store: MemoryStore, record_id: str) -> bool:
+    try:
+        found = store.get([record_id])
+    except ValueError:
+        return False
+    return bool(found) and found[0].status == Status.ACTIVE
+
+
+# --- the node ---------------------------------------------------------------------------------
+def judge(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
+    """Decide Pass / Retry / Refresh on the evidence for the current input."""
+    context = runtime.context
+    situation = Situation(state, runtime)
+    offline = offline_verdict(situation)
+    verdict = model_verdict(situation, offline)
+    notes = list(state.notes)
+    retry_next = verdict.action == "Retry" and retry_allowed(state, context)
+    if verdict.action == "Retry" and not retry_next:
+        notes.append(f"Retry budget K_r={context.k_r} used up: answering from what was found")
+    summary = f"{verdict.action} ({verdict.confidence:.2f}): {verdict.reason}"
+    if verdict.conflicts:
+        summary += " | conflicts: " + "; ".join(", ".join(g) for g in verdict.conflicts)
+    trace = traced(state, "judge", verdict.policy, summary)
+    update: dict[str, Any] = {"verdict": verdict, "notes": notes, "trace": trace}
+    refreshing = verdict.action == "Refresh" and context.refresher
+    if context.mode == "retrieve" and not refreshing and not retry_next:
+        update["stage"] = "done"
+    return update
+

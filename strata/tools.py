@@ -1,0 +1,136 @@
+"""LangChain tools that give an agent this memory: search it, add to it, make it forget.
+
+Each tool is one run of the memory graph, so a tool call does exactly what a
+Studio or API run does:
+
+- `search_memory(query)`: retrieval-only mode (research, judge, its Retry
+  rounds), returning one evidence line per record with its id;
+- `remember(text)`: ingest mode, the text stored as a turn at every granularity;
+- `forget(description)`: an explicit request to forget, run through the graph
+  so the Judge flags the matching records and the Refresher tombstones them
+  (AMA's Refresher: Delete only on an explicit request). Every change is in the
+  history with a change id that `Memory.undo` reverses.
+
+```python
+from langgraph.prebuilt import create_react_agent
+agent = create_react_agent(model, memory_tools(Memory("ann")))
+```
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langchain_core.tools import BaseTool, StructuredTool, ToolException
+from pydantic import BaseModel, Field, ValidationError
+
+from graph.state import ChangeNote, Evidence
+from memory.errors import StrataError
+from strata.api import Answer, Memory
+
+MAX_LINES = 12
+
+
+class SearchArgs(BaseModel):
+    query: str = Field(..., min_length=1, description="What to look up, as a question or keywords.")
+
+
+class RememberArgs(BaseModel):
+    text: str = Field(..., min_length=1, description="The statement to store, in the speaker's words.")
+    speaker: str = Field("user", min_length=1, description="Who said it.")
+
+
+class ForgetArgs(BaseModel):
+    description: str = Field(
+        ..., min_length=3, description="What to forget, e.g. 'that I live in Boston' or 'my old phone number'."
+    )
+
+
+def forget_request(description: str) -> str:
+    """The explicit request the Judge and the Refresher recognise ("please forget ...")."""
+    text = description.strip().rstrip(".!?")
+    lowered = text.lower()
+    if lowered.startswith(("forget ", "please forget ", "delete ", "please delete ", "remove ", "erase ")):
+        return text[0].upper() + text[1:] + "."
+    return f"Please forget {text}."
+
+
+def evidence_lines(items: list[Evidence], limit: int = MAX_LINES) -> list[str]:
+    """One line per record: its label (dialogue id, date, kind, text) and the record id to act on.
+
+    Over the limit, the best-scored records are kept, still in the evidence's (time) order.
+    """
+    best = {item.id for item in sorted(items, key=lambda e: e.score, reverse=True)[:limit]}
+    return [f"- {item.label or item.text} (id {item.id})" for item in items if item.id in best]
+
+
+def describe_search(query: str, answer: Answer) -> str:
+    if not answer.evidence:
+        return f"Nothing in memory matches {query!r}."
+    verdict = answer.verdict.action if answer.verdict else "no verdict"
+    head = f"Memory evidence for {query!r} ({len(answer.evidence)} items, judge: {verdict}, rounds: {answer.rounds}):"
+    return "\n".join([head, *evidence_lines(answer.evidence)])
+
+
+def describe_changes(changes: list[ChangeNote]) -> str:
+    done = [c for c in changes if c.action != "noop"]
+    if not done:
+        kept = len(changes)
+        return "Nothing was forgotten: no stored record matched the request" + (
+            f" ({kept} looked at and kept)." if kept else "."
+        )
+    lines = [f"Forgot {len(done)} record(s); undo with Memory.undo(change_id):"]
+    for change in done:
+        lines.append(f"- change {change.change_id}: {change.action} {change.record_id}: {change.old_text!r}")
+    return "\n".join(lines)
+
+
+def bad_arguments(error: ValidationError | Exception) -> str:
+    """A one-line message the model can act on, instead of a traceback."""
+    if isinstance(error, ValidationError) and error.errors():
+        first = error.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ())) or "input"
+        return f"Bad tool arguments: {where}: {first.get('msg', 'invalid')}. Fix the arguments and call again."
+    return f"Bad tool arguments: {error}. Fix the arguments and call again."
+
+
+def memory_tools(memory: Memory) -> list[BaseTool]:
+    """search_memory, remember and forget, bound to one namespace's memory."""
+
+    def search_memory(query: str) -> str:
+        try:
+            return describe_search(query, memory.retrieve(query))
+        except StrataError as exc:
+            raise ToolException(str(exc)) from exc
+
+    def remember(text: str, speaker: str = "user") -> str:
+        try:
+            report = memory.add(text, speaker=speaker)
+        except StrataError as exc:
+            raise ToolException(str(exc)) from exc
+        if not report.stored_ids:
+            return "Already in memory: " + ("; ".join(report.notes) or "nothing new stored")
+        return f"Stored {len(report.stored_ids)} record(s): {', '.join(report.stored_ids)}"
+
+    def forget(description: str) -> str:
+        try:
+            answer = memory.retrieve(forget_request(description))
+        except StrataError as exc:
+            raise ToolException(str(exc)) from exc
+        return describe_changes(answer.changes)
+
+    common: dict[str, Any] = {"handle_tool_error": True, "handle_validation_error": bad_arguments}
+    return [
+        StructuredTool.from_function(
+            search_memory, name="search_memory", args_schema=SearchArgs, **common,
+            description="Search long-term memory. Returns evidence lines with dialogue id, date and record id.",
+        ),
+        StructuredTool.from_function(
+            remember, name="remember", args_schema=RememberArgs, **common,
+            description="Store a statement in long-term memory (facts, episodes and links are derived from it).",
+        ),
+        StructuredTool.from_function(
+            forget, name="forget", args_schema=ForgetArgs, **common,
+            description="Forget what matches the description. Versioned: the reply lists change ids that undo it.",
+        ),
+    ]

@@ -1,0 +1,215 @@
+"""Where an app meets the memory: as a subgraph, as tools, with thread checkpoints.
+
+Real LoCoMo turns (conv-26, session 1) are ingested through the graph; the
+only fake is the chat model (LangChain's GenericFakeChatModel, scripted with
+tool calls where an agent is driven).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from langchain.agents import create_agent
+from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+
+from graph import Context, build_graph
+from memory.records import Status
+from memory.registry import close_all
+from strata import Memory
+from strata.checkpoint import checkpoint_path, sqlite_checkpointer, state_types
+from strata.conversations import load_turns
+from strata.tools import forget_request, memory_tools
+
+REPO = Path(__file__).resolve().parents[1]
+NAMESPACE = "conv-26"
+
+
+def load_example() -> ModuleType:
+    """examples/ is not a package: load the example app as a module, as `python examples/...` would."""
+    name = "agent_with_memory"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, REPO / "examples" / "agent_with_memory.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # LangGraph reads the state's type hints from the module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+class ToolCallingFake(GenericFakeChatModel):
+    """The scripted fake, accepting `bind_tools` as a real tool-calling model does."""
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> ToolCallingFake:  # type: ignore[override]
+        return self
+
+
+class PromptRecorder(BaseCallbackHandler):
+    """Keeps every message list the chat model was called with."""
+
+    def __init__(self) -> None:
+        self.prompts: list[list[BaseMessage]] = []
+
+    def on_chat_model_start(self, serialized: Any, messages: list[list[BaseMessage]], **kwargs: Any) -> None:
+        self.prompts.extend(messages)
+
+
+def call(name: str, args: dict[str, Any], call_id: str) -> AIMessage:
+    return AIMessage(content="", tool_calls=[{"name": name, "args": args, "id": call_id, "type": "tool_call"}])
+
+
+@pytest.fixture(scope="module")
+def ingested(tmp_path_factory: pytest.TempPathFactory, embedder: Any, locomo_dir: Path) -> Path:
+    """conv-26's first session (18 real turns), ingested through the graph once for the module."""
+    folder = tmp_path_factory.mktemp("conv-26") / "mem"
+    conversation = load_turns(locomo_dir / "conv-26.json")
+    Memory(NAMESPACE, data_dir=str(folder)).add(conversation.sessions[0].turns)
+    close_all()  # everything on disk, nothing held open: the folder can be copied
+    return folder
+
+
+@pytest.fixture
+def memory(ingested: Path, data_dir: Path) -> Iterator[Memory]:
+    """A private copy of the ingested memory, so each test may change it."""
+    shutil.copytree(ingested, data_dir)
+    yield Memory(NAMESPACE, data_dir=str(data_dir))
+
+
+def tool_replies(messages: list[BaseMessage]) -> dict[str, str]:
+    return {m.tool_call_id: str(m.content) for m in messages if isinstance(m, ToolMessage)}
+
+
+# the memory graph inside an app's graph ------------------------------------------------------
+def test_app_runs_the_memory_graph_as_a_subgraph(memory: Memory, data_dir: Path) -> None:
+    example = load_example()
+    recorder = PromptRecorder()
+    model = GenericFakeChatModel(messages=iter([AIMessage(content="She painted a lake sunrise [D1:14].")]))
+    app = example.build_app(chat_model=model)
+    context = Context(namespace=NAMESPACE, mode="ask", data_dir=str(data_dir))
+    payload = {"messages": [HumanMessage("What did Melanie paint last year?")], "user": "Caroline"}
+
+    chunks = list(app.stream(payload, {"callbacks": [recorder]}, context=context, subgraphs=True,
+                             stream_mode=["updates", "values"]))
+    inner = [node for namespace, mode, data in chunks if mode == "updates" and namespace
+             and namespace[0].startswith("recall:") for node in data]
+    assert {"research", "judge", "working"} <= set(inner)  # the memory graph's roles ran inside the app
+    result = [data for namespace, mode, data in chunks if mode == "values" and not namespace][-1]
+    ids = [i for item in result["evidence"] for i in item.turn_ids()]
+    assert "D1:14" in ids
+    assert result["messages"][-1].content == "She painted a lake sunrise [D1:14]."
+    system = recorder.prompts[-1][0].content
+    assert "D1:14" in system and "lake sunrise" in system  # the app's model answered from memory's evidence
+
+    stored = memory.stats()["raw"]["active"]
+    assert stored == 19  # 18 turns + the user's message the app remembered
+    raw = [r for r in memory.store.all("raw") if r.text == "What did Melanie paint last year?"]
+    assert raw and raw[0].speaker == "Caroline"
+
+
+def test_example_script_runs_offline(data_dir: Path, embedder: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    load_example().main(["--data-dir", str(data_dir)])
+    printed = capsys.readouterr().out
+    assert "stored 21 turns" in printed
+    assert "evidence: raw:D" in printed and "roles: research -> judge" in printed
+    assert "messages on this thread so far: 4" in printed  # the second run continued the same thread
+
+
+# tools -----------------------------------------------------------------------------------------
+def test_tools_with_a_tool_calling_agent(memory: Memory) -> None:
+    script = iter([
+        call("remember", {"text": "I adopted a grey cat called Pixel yesterday.", "speaker": "Caroline"}, "c1"),
+        call("search_memory", {"query": "What is the name of Caroline's cat?"}, "c2"),
+        call("search_memory", {"query": "What did Melanie paint?"}, "c3"),
+        AIMessage(content="Caroline's cat is Pixel; Melanie painted a lake sunrise."),
+    ])
+    agent = create_agent(ToolCallingFake(messages=script), tools=memory_tools(memory))
+    result = agent.invoke({"messages": [HumanMessage("Remember my cat, then tell me about paintings.")]})
+    replies = tool_replies(result["messages"])
+
+    assert replies["c1"].startswith("Stored ") and "raw:" in replies["c1"]
+    assert "Pixel" in replies["c2"] and "(id raw:" in replies["c2"]
+    assert "lake sunrise" in replies["c3"] and "D1:14" in replies["c3"]
+    assert result["messages"][-1].content.startswith("Caroline's cat is Pixel")
+
+
+def test_tool_errors_go_back_to_the_model(memory: Memory) -> None:
+    search = {t.name: t for t in memory_tools(memory)}["search_memory"]
+    reply = search.invoke({"name": "search_memory", "args": {"query": ""}, "id": "x", "type": "tool_call"})
+    assert isinstance(reply, ToolMessage) and "query" in str(reply.content)
+
+
+def test_forget_goes_through_the_refresher_and_undo_restores(memory: Memory) -> None:
+    before = memory.retrieve("What did Melanie paint last year?")
+    assert "D1:14" in before.evidence_ids()
+
+    script = iter([
+        call("forget", {"description": "the lake sunrise painting"}, "f1"),
+        AIMessage(content="Done, I no longer remember the painting."),
+    ])
+    agent = create_agent(ToolCallingFake(messages=script), tools=memory_tools(memory))
+    result = agent.invoke({"messages": [HumanMessage("Please forget the lake sunrise painting.")]})
+    reply = tool_replies(result["messages"])["f1"]
+    assert reply.startswith("Forgot ")
+
+    deleted = [c for c in memory.history() if c.action.value == "delete"]
+    assert deleted, reply
+    assert all(f"change {c.id}:" in reply for c in deleted)
+    assert all(c.policy == "offline" and "forgotten on request" in c.reason for c in deleted)
+    gone = {c.record_id for c in deleted}
+    assert "raw:D1:14" in gone or any(r.startswith("fact:D1:14") for r in gone)
+    assert all(r.status == Status.DELETED for r in memory.get(gone))
+    after = memory.retrieve("What did Melanie paint last year?")
+    assert not gone & {item.id for item in after.evidence}
+
+    for change in deleted:
+        memory.undo(change.id)
+    assert all(r.status == Status.ACTIVE for r in memory.get(gone))
+    assert "D1:14" in memory.retrieve("What did Melanie paint last year?").evidence_ids()
+
+
+def test_forget_request_wording() -> None:
+    assert forget_request("that I live in Boston") == "Please forget that I live in Boston."
+    assert forget_request("Delete my old phone number!") == "Delete my old phone number."
+
+
+# thread checkpoints -------------------------------------------------------------------------------
+def test_a_thread_continues_after_the_checkpointer_is_reopened(memory: Memory, data_dir: Path) -> None:
+    example = load_example()
+    context = Context(namespace=NAMESPACE, mode="ask", data_dir=str(data_dir))
+    thread = {"configurable": {"thread_id": "caroline"}}
+    with sqlite_checkpointer(data_dir) as saver:
+        app = example.build_app(checkpointer=saver)
+        app.invoke({"messages": [HumanMessage("What did Melanie paint last year?")]}, thread, context=context)
+    assert checkpoint_path(data_dir).is_file()
+    close_all()  # as after a restart
+
+    with sqlite_checkpointer(data_dir) as saver:
+        app = example.build_app(checkpointer=saver)
+        kept = app.get_state(thread).values
+        assert len(kept["messages"]) == 2 and kept["messages"][0].content == "What did Melanie paint last year?"
+        assert any("D1:14" in item.turn_ids() for item in kept["evidence"])
+        result = app.invoke({"messages": [HumanMessage("Where did Caroline go yesterday?")]}, thread, context=context)
+    assert len(result["messages"]) == 4
+    assert result["messages"][0].content == "What did Melanie paint last year?"
+
+
+def test_memory_graph_thread_state_survives_a_reopen(memory: Memory, data_dir: Path) -> None:
+    thread = {"configurable": {"thread_id": "t-1"}}
+    context = Context(namespace=NAMESPACE, mode="ask", data_dir=str(data_dir))
+    with sqlite_checkpointer(data_dir) as saver:
+        first = build_graph(checkpointer=saver).invoke({"question": "What did Melanie paint?"}, thread,
+                                                       context=context)
+    with sqlite_checkpointer(data_dir) as saver:
+        state = build_graph(checkpointer=saver).get_state(thread)
+    assert state.values["question"] == "What did Melanie paint?"
+    assert state.values["answer"] == first["answer"]
+    assert [e.id for e in state.values["evidence"]] == [e.id for e in first["evidence"]]
+    assert ("graph.state", "Evidence") in state_types()

@@ -1,0 +1,305 @@
+"""Session stamps, relative dates and question time windows, checked on LoCoMo conv-26.
+
+Each relative expression below is a real turn; the expected label is worked out
+by hand from that session's date (e.g. session 2 is Thursday 25 May 2023, so
+"last Saturday" is 20 May).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import date, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memory.dates import (
+    DateReadError,
+    ResolvedDate,
+    parse_datetime,
+    resolve_relative,
+    time_window,
+    with_absolute_dates,
+)
+
+
+def _sessions(locomo_dir: Path) -> dict[int, tuple[str, list[dict[str, Any]]]]:
+    """Session number -> (date_time, turns); only `session_N` and `session_N_date_time` are read."""
+    raw = json.loads((locomo_dir / "conv-26.json").read_text(encoding="utf-8"))
+    sessions: dict[int, tuple[str, list[dict[str, Any]]]] = {}
+    number = 1
+    while f"session_{number}" in raw:
+        sessions[number] = (raw[f"session_{number}_date_time"], raw[f"session_{number}"])
+        number += 1
+    return sessions
+
+
+@pytest.fixture(scope="module")
+def conv26(locomo_dir: Path) -> dict[str, tuple[datetime, str]]:
+    """dia_id -> (session date, turn text)."""
+    turns: dict[str, tuple[datetime, str]] = {}
+    for stamp, session in _sessions(locomo_dir).values():
+        anchor = parse_datetime(stamp)
+        assert anchor is not None, stamp
+        for turn in session:
+            turns[turn["dia_id"]] = (anchor, turn["text"])
+    return turns
+
+
+def _resolved(conv26: dict[str, tuple[datetime, str]], dia_id: str, expression: str) -> ResolvedDate:
+    anchor, text = conv26[dia_id]
+    found = {r.expression: r for r in resolve_relative(text, anchor)}
+    assert expression in found, f"{dia_id}: {expression!r} not found in {sorted(found)}"
+    return found[expression]
+
+
+# --- parse_datetime ---------------------------------------------------------------------------
+
+
+def test_parses_every_conv26_session_stamp(locomo_dir: Path) -> None:
+    sessions = _sessions(locomo_dir)
+    assert len(sessions) == 19
+    parsed = {n: parse_datetime(stamp) for n, (stamp, _) in sessions.items()}
+    assert parsed[1] == datetime(2023, 5, 8, 13, 56)
+    assert parsed[4] == datetime(2023, 6, 27, 10, 37)
+    assert parsed[16] == datetime(2023, 9, 13, 0, 9)  # "12:09 am" is just after midnight
+    assert all(moment is not None for moment in parsed.values())
+    ordered = [parsed[n] for n in sorted(parsed)]
+    assert ordered == sorted(ordered)  # sessions are in time order
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("2023-05-08", datetime(2023, 5, 8)),
+        ("2023-05-08T13:56", datetime(2023, 5, 8, 13, 56)),
+        ("2023-05-08 13:56:00", datetime(2023, 5, 8, 13, 56)),
+        ("10:37 am on 27 June, 2023", datetime(2023, 6, 27, 10, 37)),
+        ("12:30 pm on 1 July, 2023", datetime(2023, 7, 1, 12, 30)),
+        ("8 May 2023", datetime(2023, 5, 8)),
+        ("May 8, 2023", datetime(2023, 5, 8)),
+    ],
+)
+def test_parse_datetime_formats(text: str, expected: datetime) -> None:
+    assert parse_datetime(text) == expected
+
+
+def test_parse_datetime_keeps_utc_offset() -> None:
+    parsed = parse_datetime("2023-05-08T13:56:00Z")
+    assert parsed is not None and parsed.utcoffset() is not None and parsed.hour == 13
+
+
+@pytest.mark.parametrize("text", ["", "   ", "soon", "13:00 pm on 8 May, 2023", "1:56 pm on 31 June, 2023"])
+def test_parse_datetime_rejects_unreadable(text: str) -> None:
+    assert parse_datetime(text) is None
+
+
+# --- resolve_relative on real turns -------------------------------------------------------------
+
+
+def test_yesterday_in_session_1_is_7_may_2023(conv26: dict[str, tuple[datetime, str]]) -> None:
+    anchor, text = conv26["D1:3"]
+    assert text.startswith("I went to a LGBTQ support group yesterday")
+    found = resolve_relative(text, anchor)
+    assert len(found) == 1
+    yesterday = found[0]
+    assert text[yesterday.char_start : yesterday.char_end] == "yesterday"
+    assert (yesterday.start, yesterday.end) == (date(2023, 5, 7), date(2023, 5, 7))
+    assert yesterday.granularity == "day"
+    assert yesterday.label == "7 May 2023"
+    assert yesterday.relative and not yesterday.approximate
+
+
+def test_with_absolute_dates_appends_the_label(conv26: dict[str, tuple[datetime, str]]) -> None:
+    anchor, text = conv26["D1:3"]
+    rewritten = with_absolute_dates(text, anchor)
+    assert rewritten == "I went to a LGBTQ support group yesterday (7 May 2023) and it was so powerful."
+    assert with_absolute_dates(rewritten, anchor) == rewritten  # annotating twice changes nothing
+
+
+@pytest.mark.parametrize(
+    ("dia_id", "expression", "label", "start", "end", "granularity"),
+    [
+        # session 1, Mon 8 May 2023
+        ("D1:14", "last year", "2022", date(2022, 1, 1), date(2022, 12, 31), "year"),
+        # session 2, Thu 25 May 2023
+        ("D2:1", "last Saturday", "the Saturday before 25 May 2023", date(2023, 5, 20), date(2023, 5, 20), "day"),
+        ("D2:7", "next month", "June 2023", date(2023, 6, 1), date(2023, 6, 30), "month"),
+        # session 3, Fri 9 June 2023: the previous calendar week through yesterday
+        ("D3:1", "last week", "the week before 9 June 2023", date(2023, 5, 29), date(2023, 6, 8), "week"),
+        ("D3:1", "three years ago", "2020", date(2020, 1, 1), date(2020, 12, 31), "year"),
+        # session 4, Tue 27 June 2023
+        ("D4:5", "ten years ago", "2013", date(2013, 1, 1), date(2013, 12, 31), "year"),
+        ("D4:13", "Last Friday", "the Friday before 27 June 2023", date(2023, 6, 23), date(2023, 6, 23), "day"),
+        # session 6, Thu 6 July 2023
+        ("D6:4", "Yesterday", "5 July 2023", date(2023, 7, 5), date(2023, 7, 5), "day"),
+        # session 7, Wed 12 July 2023
+        ("D7:1", "two days ago", "10 July 2023", date(2023, 7, 10), date(2023, 7, 10), "day"),
+        # session 8, Sat 15 July 2023: "Last Fri" is the day before
+        ("D8:2", "Last Fri", "the Friday before 15 July 2023", date(2023, 7, 14), date(2023, 7, 14), "day"),
+        # session 9, Mon 17 July 2023
+        ("D9:1", "two weekends ago", "two weekends before 17 July 2023", date(2023, 7, 8), date(2023, 7, 9), "week"),
+        ("D9:2", "Last weekend", "the weekend before 17 July 2023", date(2023, 7, 15), date(2023, 7, 16), "week"),
+        ("D9:6", "last month", "June 2023", date(2023, 6, 1), date(2023, 6, 30), "month"),
+        ("D9:12", "Next month", "August 2023", date(2023, 8, 1), date(2023, 8, 31), "month"),
+        # session 10, Thu 20 July 2023
+        ("D10:3", "last Tues", "the Tuesday before 20 July 2023", date(2023, 7, 18), date(2023, 7, 18), "day"),
+        # session 11, Mon 14 August 2023
+        ("D11:1", "Last night", "13 August 2023", date(2023, 8, 13), date(2023, 8, 13), "day"),
+        # session 12, Thu 17 August 2023
+        ("D12:16", "this summer", "summer 2023", date(2023, 6, 1), date(2023, 8, 31), "month"),
+        # session 17, Fri 13 October 2023
+        ("D17:8", "Last month", "September 2023", date(2023, 9, 1), date(2023, 9, 30), "month"),
+        # session 18, Fri 20 October 2023
+        (
+            "D18:1",
+            "this past weekend",
+            "the weekend before 20 October 2023",
+            date(2023, 10, 14),
+            date(2023, 10, 15),
+            "week",
+        ),
+        # session 19, Sun 22 October 2023
+        ("D19:1", "last Friday", "the Friday before 22 October 2023", date(2023, 10, 20), date(2023, 10, 20), "day"),
+        ("D19:2", "yesterday", "21 October 2023", date(2023, 10, 21), date(2023, 10, 21), "day"),
+    ],
+)
+def test_relative_dates_in_conv26(
+    conv26: dict[str, tuple[datetime, str]],
+    dia_id: str,
+    expression: str,
+    label: str,
+    start: date,
+    end: date,
+    granularity: str,
+) -> None:
+    found = _resolved(conv26, dia_id, expression)
+    assert found.label == label
+    assert (found.start, found.end) == (start, end)
+    assert found.granularity == granularity
+    assert found.relative
+
+
+def test_approximate_expressions_are_flagged(conv26: dict[str, tuple[datetime, str]]) -> None:
+    guitar = _resolved(conv26, "D15:21", "about five years ago")  # 28 August 2023
+    assert guitar.approximate and guitar.label == "2018"
+    parade = _resolved(conv26, "D8:17", "a few weeks ago")  # 15 July 2023
+    assert parade.approximate
+    assert parade.label == "a few weeks before 15 July 2023"
+    assert parade.start < date(2023, 7, 1) < parade.end < date(2023, 7, 15)
+
+
+def test_figure_of_speech_is_not_a_date(conv26: dict[str, tuple[datetime, str]]) -> None:
+    anchor, text = conv26["D3:16"]
+    assert "feels like just yesterday" in text
+    assert resolve_relative(text, anchor) == []
+
+
+def test_turns_without_time_words_resolve_nothing(conv26: dict[str, tuple[datetime, str]]) -> None:
+    for dia_id in ("D1:1", "D1:4", "D1:11", "D13:3"):
+        anchor, text = conv26[dia_id]
+        assert resolve_relative(text, anchor) == [], dia_id
+
+
+def test_offsets_point_at_the_expression(conv26: dict[str, tuple[datetime, str]]) -> None:
+    checked = 0
+    for anchor, text in conv26.values():
+        for found in resolve_relative(text, anchor):
+            assert text[found.char_start : found.char_end] == found.expression
+            assert found.start <= found.end
+            checked += 1
+    assert checked >= 50  # conv-26 is full of relative dates
+
+
+# --- resolve_relative on constructed sentences ----------------------------------------------------
+
+ANCHOR = datetime(2023, 7, 12, 16, 33)  # a Wednesday
+
+
+@pytest.mark.parametrize(
+    ("text", "label"),
+    [
+        ("We went to Paris in May.", "May 2023"),  # the latest May at or before the session
+        ("We went to Rome in September.", "September 2022"),
+        ("I'll visit Paris in September.", "September 2023"),  # plans look forward
+        ("I'm going to Oslo in March.", "March 2024"),
+        ("I moved here in early March.", "early March 2023"),
+        ("We met last May.", "May 2023"),
+        ("The fair is next June.", "June 2024"),
+        ("Back in 2019 I lived in Rome.", "2019"),
+        ("It was cold last winter.", "winter 2022-2023"),
+        ("I got married 2 years ago.", "2021"),
+        ("See you next Friday!", "the Friday after 12 July 2023"),
+        ("I saw him on June 5.", "5 June 2023"),
+        ("the day before yesterday", "10 July 2023"),
+        ("It rained this morning.", "12 July 2023"),
+    ],
+)
+def test_constructed_expressions(text: str, label: str) -> None:
+    found = resolve_relative(text, ANCHOR)
+    assert [f.label for f in found] == [label]
+
+
+def test_the_week_before_stands_alone_or_refers_to_a_noun() -> None:
+    alone = resolve_relative("The week before, I was in Rome.", ANCHOR)
+    assert [f.label for f in alone] == ["the week before 12 July 2023"]
+    assert resolve_relative("The week before my birthday was rough.", ANCHOR) == []
+
+
+def test_lowercase_may_and_sat_are_not_dates() -> None:
+    assert resolve_relative("You may come in may if you like.", ANCHOR) == []
+    assert resolve_relative("I last sat on that bench.", ANCHOR) == []
+
+
+def test_absolute_years_are_found_but_not_annotated() -> None:
+    text = "I started in 2016 and left in 2020."
+    found = resolve_relative(text, ANCHOR)
+    assert [(f.expression, f.relative, f.granularity) for f in found] == [
+        ("2016", False, "year"),
+        ("2020", False, "year"),
+    ]
+    assert with_absolute_dates(text, ANCHOR) == text
+
+
+def test_resolve_relative_needs_an_anchor() -> None:
+    with pytest.raises(DateReadError, match="anchor"):
+        resolve_relative("yesterday", None)  # type: ignore[arg-type]
+
+
+# --- time_window --------------------------------------------------------------------------------
+
+
+def _day_window(first: date, last: date) -> tuple[datetime, datetime]:
+    return datetime(first.year, first.month, first.day), datetime(last.year, last.month, last.day, 23, 59, 59, 999999)
+
+
+@pytest.mark.parametrize(
+    ("question", "window"),
+    [
+        ("What did Caroline do in May 2023?", _day_window(date(2023, 5, 1), date(2023, 5, 31))),
+        ("What happened on 8 May 2023?", _day_window(date(2023, 5, 8), date(2023, 5, 8))),
+        ("What did Melanie paint on May 8, 2023?", _day_window(date(2023, 5, 8), date(2023, 5, 8))),
+        ("Did Melanie paint in 2022?", _day_window(date(2022, 1, 1), date(2022, 12, 31))),
+        ("What did they do between May and July 2023?", _day_window(date(2023, 5, 1), date(2023, 7, 31))),
+        # the benchmark's own period names read back
+        ("What did Caroline do the week before 9 June 2023?", _day_window(date(2023, 5, 29), date(2023, 6, 8))),
+        ("Where was Melanie the Sunday before 25 May 2023?", _day_window(date(2023, 5, 21), date(2023, 5, 21))),
+    ],
+)
+def test_time_window_from_absolute_dates(question: str, window: tuple[datetime, datetime]) -> None:
+    assert time_window(question, None) == window
+    assert time_window(question, datetime(2023, 10, 22)) == window  # `now` does not move absolute dates
+
+
+def test_time_window_needs_now_for_year_less_dates() -> None:
+    question = "What did Caroline do during June?"
+    assert time_window(question, None) is None
+    assert time_window(question, datetime(2023, 10, 22)) == _day_window(date(2023, 6, 1), date(2023, 6, 30))
+    last_week = time_window("What did Melanie do last week?", datetime(2023, 10, 22))
+    assert last_week == _day_window(date(2023, 10, 9), date(2023, 10, 21))
+
+
+def test_time_window_is_none_without_a_date() -> None:
+    assert time_window("When did Caroline go to the LGBTQ support group?", datetime(2023, 10, 22)) is None
+    assert time_window("What is Melanie's favorite book?", None) is None

@@ -1,0 +1,307 @@
+"""The Refresher edits memory only inside a conflict, reversibly, and deletes only on request.
+
+Records live in a real Chroma memory with its SQLite ledger; each test builds
+the State the Judge would hand over (evidence read back from the store and a
+Refresh verdict naming the conflicting ids, "new" for the incoming turn) and
+calls the node directly. The model policy runs on LangChain's fake chat models.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage
+from langgraph.runtime import Runtime
+
+import graph  # noqa: F401  (loads the graph package before the role modules it wires)
+from agents.common import evidence_of
+from agents.refresher import forget_request, refresher, single_valued
+from graph.context import Context, Mode
+from graph.state import State, Verdict
+from memory.entities import stem
+from memory.records import Action, Record, Status, Turn
+from memory.registry import close_all, open_store
+from memory.settings import StoreSettings
+from memory.store import MemoryStore
+from strata.conversations import load_turns
+
+NAMESPACE = "ns"
+MAY = datetime(2023, 5, 8, 13, 56)
+JULY = datetime(2023, 7, 3, 10, 0)
+
+
+@pytest.fixture
+def store(data_dir: Path, embedder: object) -> Iterator[MemoryStore]:
+    yield open_store(StoreSettings(data_dir=str(data_dir)), NAMESPACE)
+    close_all()
+
+
+def fact(record_id: str, text: str, subject: str, attribute: str, value: str, when: datetime) -> Record:
+    turn = record_id.split(":", 1)[1].rsplit(":", 1)[0]
+    return Record(
+        id=record_id, kind="fact", text=text, namespace=NAMESPACE, dialogue_id=turn, speaker=subject, time=when,
+        source_ids=[turn], subject=subject, attribute=attribute, value=value,
+    )
+
+
+BOSTON = fact("fact:D1:4:0", "Caroline lives in Boston with her two cats.", "Caroline", "lives_in", "Boston", MAY)
+DENVER = fact("fact:D5:2:0", "Caroline lives in Denver.", "Caroline", "lives_in", "Denver", JULY)
+PAINTS = fact("fact:D1:6:0", "Caroline likes painting.", "Caroline", "likes", "painting", MAY)
+POTTERY = fact("fact:D5:4:0", "Melanie likes pottery.", "Melanie", "likes", "pottery", JULY)
+UNRELATED = fact("fact:D1:9:0", "Caroline works as a counselor.", "Caroline", "works_as", "counselor", MAY)
+
+
+def turn(text: str, dia_id: str = "D5:3", speaker: str = "Caroline") -> Turn:
+    return Turn(speaker=speaker, text=text, time=JULY, dia_id=dia_id, listener="Melanie")
+
+
+def run(
+    store: MemoryStore, data_dir: Path, records: list[Record], conflicts: list[list[str]], incoming: Turn | None = None,
+    question: str = "", mode: Mode = "ingest", chat_model: Any = None,
+) -> dict[str, Any]:
+    """Store the records, hand the node the Judge's Refresh verdict, return its update."""
+    store.add(records)
+    evidence = [evidence_of(r, 1.0, ["dense"]) for r in store.get(r.id for r in records)]
+    state = State(
+        turns=[incoming] if incoming else [], question=question, evidence=evidence, stage="intake",
+        verdict=Verdict(action="Refresh", reason="incompatible values", conflicts=conflicts),
+    )
+    context = Context(namespace=NAMESPACE, data_dir=str(data_dir), mode=mode, chat_model=chat_model)
+    return refresher(state, Runtime(context=context))
+
+
+def fake(*replies: str) -> GenericFakeChatModel:
+    return GenericFakeChatModel(messages=iter([AIMessage(content=reply) for reply in replies]))
+
+
+# --- Update -------------------------------------------------------------------------------------
+
+
+def test_newer_turn_updates_the_value_and_history_keeps_the_old_text(store: MemoryStore, data_dir: Path) -> None:
+    out = run(store, data_dir, [BOSTON, UNRELATED], [["new", BOSTON.id]], turn("I live in Denver now."))
+    updated = store.get_one(BOSTON.id)
+    assert updated.text == "Caroline lives in Denver with her two cats."  # only the disputed value changed
+    assert updated.status == Status.ACTIVE and updated.version == 2
+    assert store.get_one(UNRELATED.id).text == UNRELATED.text  # outside the conflict: untouched
+
+    [note] = out["changes"]
+    assert note.action == "update" and note.old_text == BOSTON.text and note.change_id is not None
+    assert "D5:3" in note.reason and "'Boston' -> 'Denver'" in note.reason
+    [change] = store.history(BOSTON.id)
+    assert change.action == Action.UPDATE and change.old_text == BOSTON.text
+    # the answer is written from the corrected evidence
+    assert [e.text for e in out["evidence"] if e.id == BOSTON.id] == [updated.text]
+    assert out["trace"][-1].role == "refresher" and out["trace"][-1].policy == "offline"
+    assert "stage" not in out  # ingest carries on to the memory role
+
+    store.undo(note.change_id)
+    assert store.get_one(BOSTON.id).text == BOSTON.text
+
+
+def test_two_stored_values_the_older_is_superseded_by_the_newer(store: MemoryStore, data_dir: Path) -> None:
+    out = run(store, data_dir, [BOSTON, DENVER], [[BOSTON.id, DENVER.id]], question="Where does Caroline live?",
+              mode="retrieve")
+    assert store.get_one(BOSTON.id).status == Status.SUPERSEDED
+    assert store.get_one(DENVER.id).status == Status.ACTIVE
+    assert DENVER.id in store.neighbours([BOSTON.id])  # the supersedes link
+    [note] = out["changes"]  # the newer record is kept as it is: the superseded one's history says why
+    assert note.action == "update" and note.record_id == BOSTON.id and DENVER.id in note.reason
+    assert [e.id for e in out["evidence"]] == [DENVER.id]  # the outdated value no longer reaches the answer
+    assert out["stage"] == "done"  # retrieve ends after the refresher
+
+    store.undo(note.change_id)
+    assert store.get_one(BOSTON.id).status == Status.ACTIVE
+
+
+def test_real_turns_and_a_real_update(store: MemoryStore, data_dir: Path, locomo_dir: Path) -> None:
+    """conv-26's raw turns stay verbatim; only the fact in the conflict is brought up to date."""
+    turns = {t.dia_id: t for t in load_turns(locomo_dir / "conv-26.json").turns()}
+    d1_11 = turns["D1:11"]  # "I'm keen on counseling or working in mental health ..."
+    raw = Record(id="raw:D1:11", kind="raw", text=d1_11.text, namespace=NAMESPACE, dialogue_id="D1:11",
+                 speaker=d1_11.speaker, time=d1_11.time, source_ids=["D1:11"])
+    job = fact("fact:D1:11:0", "Caroline works as a volunteer.", "Caroline", "works_as", "volunteer", MAY)
+    run(store, data_dir, [raw, job], [["new", raw.id, job.id]], turn("I work as a counselor now."))
+    assert store.get_one(raw.id).text == d1_11.text
+    assert store.get_one(job.id).text == "Caroline works as a counselor."
+
+
+# --- Delete -------------------------------------------------------------------------------------
+
+
+def test_explicit_request_to_forget_tombstones_the_record(store: MemoryStore, data_dir: Path) -> None:
+    out = run(store, data_dir, [BOSTON, PAINTS], [["new", BOSTON.id, PAINTS.id]],
+              turn("Please forget that I live in Boston."))
+    assert store.get_one(BOSTON.id).status == Status.DELETED
+    assert store.get_one(PAINTS.id).status == Status.ACTIVE  # in the conflict, but not what was asked
+    assert {n.record_id: n.action for n in out["changes"]} == {BOSTON.id: "delete", PAINTS.id: "noop"}
+    assert BOSTON.id not in [e.id for e in out["evidence"]]
+    assert BOSTON.id not in [h.record.id for h in store.search("fact", "Caroline lives in Boston", 5)]
+
+    change_id = next(n.change_id for n in out["changes"] if n.action == "delete")
+    store.undo(change_id)
+    assert store.get_one(BOSTON.id).status == Status.ACTIVE
+
+
+def test_a_question_asking_to_forget_counts_too(store: MemoryStore, data_dir: Path) -> None:
+    run(store, data_dir, [BOSTON], [[BOSTON.id]], question="Could you delete where I live, Boston?", mode="ask")
+    assert store.get_one(BOSTON.id).status == Status.DELETED
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "I really love Boston in the fall.",  # same conflict, no request
+        "Don't forget that I live in Boston!",
+        "I forgot my keys in Boston yesterday.",
+        "I had to cancel my trip to Boston.",
+    ],
+)
+def test_no_delete_without_an_explicit_request(text: str, store: MemoryStore, data_dir: Path) -> None:
+    out = run(store, data_dir, [BOSTON], [["new", BOSTON.id]], turn(text))
+    assert store.get_one(BOSTON.id).status == Status.ACTIVE
+    assert store.get_one(BOSTON.id).text == BOSTON.text
+    assert [n.action for n in out["changes"]] == ["noop"]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("Please forget that I live in Boston.", {"live", "boston"}),
+        ("Can you remove the dentist appointment?", {"dentist", "appointment"}),
+        ("Thanks, and delete what I said about Boston", {"boston"}),
+        ("Cancel my dentist appointment on Friday.", {"dentist", "appointment", "friday"}),
+        ("The party on Friday is cancelled.", {"party", "friday"}),
+        ("Never mind.", set()),
+        ("I'll never forget it!", None),
+        ("I went home and deleted the photos.", None),
+        ("Don't forget to call mom.", None),
+    ],
+)
+def test_forget_requests_are_recognised(text: str, expected: set[str] | None) -> None:
+    assert forget_request(text) == (None if expected is None else {stem(w) for w in expected})
+
+
+# --- No-op --------------------------------------------------------------------------------------
+
+
+def test_different_subjects_are_left_alone_and_the_decision_is_recorded(store: MemoryStore, data_dir: Path) -> None:
+    out = run(store, data_dir, [PAINTS, POTTERY], [[PAINTS.id, POTTERY.id]], question="What do they like?",
+              mode="ask")
+    assert [store.get_one(r.id).text for r in (PAINTS, POTTERY)] == [PAINTS.text, POTTERY.text]
+    assert [n.action for n in out["changes"]] == ["noop", "noop"]
+    [noop] = store.history(PAINTS.id)
+    assert noop.action == Action.NOOP and noop.reason
+    assert [e.id for e in out["evidence"]] == [PAINTS.id, POTTERY.id]
+
+
+def test_values_that_can_both_hold_are_not_a_conflict(store: MemoryStore, data_dir: Path) -> None:
+    sunset = fact("fact:D8:6:0", "Caroline likes sunsets.", "Caroline", "likes", "sunsets", JULY)
+    out = run(store, data_dir, [PAINTS, sunset], [[PAINTS.id, sunset.id]], question="What does Caroline like?",
+              mode="ask")
+    assert [n.action for n in out["changes"]] == ["noop", "noop"]
+    assert store.get_one(PAINTS.id).status == Status.ACTIVE
+
+
+def test_ids_that_are_not_live_records_are_ignored(store: MemoryStore, data_dir: Path) -> None:
+    out = run(store, data_dir, [PAINTS], [["fact:D9:9:9", "bogus"]], question="What does Caroline like?", mode="ask")
+    assert out["changes"] == []
+    assert "nothing to change" in out["trace"][-1].summary
+
+
+def test_single_valued_attributes() -> None:
+    assert single_valued("lives_in") and single_valued("works_as") and single_valued("favorite_color")
+    assert not single_valued("likes") and not single_valued("lived_in") and not single_valued("has_pets")
+
+
+# --- the model policy ---------------------------------------------------------------------------
+
+
+def update_reply(record_id: str, content: str) -> str:
+    return json.dumps({
+        "Action": "Update", "memory_type": "fact", "dataList": [{"id": record_id, "new_content": content}],
+        "timestamp": "empty", "reason": "Caroline moved; the newer turn gives the current city.",
+    })
+
+
+def test_model_update_is_applied_and_labelled(store: MemoryStore, data_dir: Path) -> None:
+    model = fake(update_reply(BOSTON.id, "Caroline lives in Denver with her two cats."))
+    out = run(store, data_dir, [BOSTON], [["new", BOSTON.id]], turn("I live in Denver now."), chat_model=model)
+    assert store.get_one(BOSTON.id).text == "Caroline lives in Denver with her two cats."
+    [note] = out["changes"]
+    assert note.policy == "model:GenericFakeChatModel" and "newer turn" in note.reason
+    assert store.history(BOSTON.id)[0].policy == "model:GenericFakeChatModel"
+
+
+@pytest.mark.parametrize(
+    "wrap",
+    [
+        lambda j: f"```json\n{j}\n```",
+        lambda j: f"Sure! Here is my decision:\n{j}\nLet me know if you need anything else.",
+    ],
+)
+def test_model_json_in_fences_or_prose_is_read(wrap: Any, store: MemoryStore, data_dir: Path) -> None:
+    model = fake(wrap(update_reply(BOSTON.id, "Caroline lives in Denver.")))
+    out = run(store, data_dir, [BOSTON], [["new", BOSTON.id]], turn("I live in Denver now."), chat_model=model)
+    assert store.get_one(BOSTON.id).text == "Caroline lives in Denver."
+    assert out["changes"][0].policy.startswith("model:")
+
+
+@pytest.mark.parametrize(
+    ("reply", "problem"),
+    [
+        ("", "empty reply"),
+        ("I would update the memory to say Denver.", "no JSON object"),
+        ('{"memory_type": "fact", "dataList": []}', "field Action"),
+        ('{"Action": "Rewrite", "dataList": []}', "field Action"),
+        ('{"Action": "Update", "dataList": "fact:D1:4:0"}', "field dataList"),
+        ('{"Action": "Update", "dataList": [{"id": 7, "new_content": "x"}]}', "field dataList"),
+    ],
+)
+def test_malformed_model_output_falls_back_to_the_offline_policy(
+    reply: str, problem: str, store: MemoryStore, data_dir: Path
+) -> None:
+    out = run(store, data_dir, [BOSTON], [["new", BOSTON.id]], turn("I live in Denver now."), chat_model=fake(reply))
+    # the offline policy still brings the value up to date
+    assert store.get_one(BOSTON.id).text == "Caroline lives in Denver with her two cats."
+    policy = out["changes"][0].policy
+    assert policy.startswith("offline (model output unusable:") and problem in policy
+    assert out["trace"][-1].policy == policy
+
+
+def test_model_ids_outside_the_conflict_are_never_touched(store: MemoryStore, data_dir: Path) -> None:
+    model = fake(update_reply(UNRELATED.id, "Caroline works as a pilot."))
+    out = run(store, data_dir, [BOSTON, UNRELATED], [["new", BOSTON.id]], turn("I live in Denver now."),
+              chat_model=model)
+    assert store.get_one(UNRELATED.id).text == UNRELATED.text
+    assert store.history(UNRELATED.id) == []
+    policy = out["changes"][0].policy
+    assert policy.startswith("offline (model output unusable:") and UNRELATED.id in policy
+
+
+def test_model_delete_without_a_request_is_refused(store: MemoryStore, data_dir: Path) -> None:
+    reply = json.dumps({"Action": "Delete", "memory_type": "fact", "dataList": [{"id": BOSTON.id}], "reason": "old"})
+    out = run(store, data_dir, [BOSTON], [["new", BOSTON.id]], turn("I really love Boston in the fall."),
+              chat_model=fake(reply))
+    assert store.get_one(BOSTON.id).status == Status.ACTIVE
+    assert out["changes"][0].action == "noop"
+    assert "explicit request" in out["changes"][0].policy
+
+
+def test_model_delete_on_request_and_model_noop(store: MemoryStore, data_dir: Path) -> None:
+    reply = json.dumps({"Action": "delete", "dataList": [{"id": BOSTON.id, "new_content": ""}], "reason": "asked"})
+    out = run(store, data_dir, [BOSTON], [["new", BOSTON.id]], turn("Please forget that I live in Boston."),
+              chat_model=fake(reply))
+    assert store.get_one(BOSTON.id).status == Status.DELETED
+    assert out["changes"][0].policy == "model:GenericFakeChatModel"
+
+    noop = '{"Action": "No-Op", "memory_type": "fact", "dataList": [], "timestamp": "empty", "reason": "unsure"}'
+    out = run(store, data_dir, [PAINTS, POTTERY], [[PAINTS.id, POTTERY.id]], question="What do they like?",
+              mode="ask", chat_model=fake(noop))
+    assert [n.action for n in out["changes"]] == ["noop", "noop"]
+    assert all(n.reason.startswith("unsure") for n in out["changes"])
