@@ -31,7 +31,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 
 from agents.common import fallback_policy, format_evidence, model_policy_name, store_of, traced
 from agents.llm import ask_json, chat_model
-from agents.refresher import forget_request, single_valued
+from agents.refresher import ForgetRequest, read_forget_request, single_valued
 from agents.research import input_of, participants_of
 from agents.working import classify
 from graph.context import Context
@@ -114,7 +114,7 @@ class ModelVerdict(BaseModel):
     @field_validator("confidence", mode="before")
     @classmethod
     def _confidence(cls, value: object) -> float:
-        """Clamp to 0..1; read "0.8" and "80%"; anything unreadable is 0.5 (the field is advisory)."""
+        """Clamp to 0..1; read "0.8", "80%" and 80; anything unreadable is 0.5 (the field is advisory)."""
         number: float | None = None
         if isinstance(value, bool):
             number = None
@@ -126,7 +126,7 @@ class ModelVerdict(BaseModel):
                 number = float(match.group()) / (100.0 if "%" in value else 1.0)
         if number is None or number != number:  # NaN
             return 0.5
-        if number > 1.0 and number <= 100.0:
+        if 10.0 < number <= 100.0:  # a percentage written without its sign
             number /= 100.0
         return min(1.0, max(0.0, number))
 
@@ -226,23 +226,25 @@ def same_slot_facts(store: MemoryStore, drafts: Sequence[FactDraft]) -> list[Rec
 
 
 def forget_targets(
-    request: set[str], evidence: Sequence[Evidence], facts: Sequence[Record], speaker: str, exclude: set[str]
+    request: ForgetRequest, evidence: Sequence[Evidence], facts: Sequence[Record], speaker: str, exclude: set[str]
 ) -> list[str]:
-    """Stored records the request names: half of its content words or more (the Refresher's rule)."""
-    if not request:
+    """Stored records the request names, by the Refresher's rule: a proper name the request gives,
+    or, for a request without names, half of its content words or more."""
+    if not request.words:
         return []
-    scored: list[tuple[str, str]] = []
+    named: list[tuple[str, str]] = []
     for record_id, text, who in [
         *((e.id, e.text, e.speaker) for e in evidence),
         *((f.id, f"{f.text} {f.value}", f.subject or f.speaker) for f in facts),
     ]:
         if record_id in exclude or record_id.startswith("episode:"):
             continue
-        shared = request & set(tokenize(text))
-        if len(shared) * 2 >= len(request):
-            scored.append((record_id, who))
-    own = [rid for rid, who in scored if speaker and who == speaker]
-    return list(dict.fromkeys(own or [rid for rid, _ in scored]))
+        held = set(tokenize(text))
+        half = len(request.words & held) * 2 >= len(request.words)
+        if (request.names & held) if request.names else half:
+            named.append((record_id, who))
+    own = [rid for rid, who in named if speaker and who == speaker]
+    return list(dict.fromkeys(own or [rid for rid, _ in named]))
 
 
 # --- sufficiency --------------------------------------------------------------------------------
@@ -359,12 +361,13 @@ class Situation:
 
 
 def offline_verdict(s: Situation) -> Verdict:
-    request = forget_request(s.text)
+    people = tuple(p for p in (s.speaker, s.turn.listener if s.turn else None) if p)
+    request = read_forget_request(s.text, people)
     if request is not None:
         targets = forget_targets(request, s.evidence, s.facts, s.speaker, s.exclude)
         if targets:
             return Verdict(
-                action="Refresh", reason=f"the input asks to forget or cancel {', '.join(sorted(request))}",
+                action="Refresh", reason=f"the input asks to forget or cancel {', '.join(sorted(request.words))}",
                 confidence=0.9, conflicts=[[*targets, NEW]],
             )
     groups = incoming_conflicts(s.drafts, s.text, s.facts) + stored_conflicts(s.facts)

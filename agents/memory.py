@@ -2,12 +2,13 @@
 
 It runs twice per turn. First (intake) it stores the raw turn verbatim and
 pushes it to working memory before anything else can fail: a write-ahead that
-no later error can undo (the turn stays marked pending until it is derived, so
-adding it again after a failure derives it rather than skipping it). After research, judge and refresher have looked at the
-turn (stage "intake"), it derives facts, closes an episode when a boundary is
-reached, distils persona traits and links the new records: temporal neighbours
-and shared entities (MAGMA), derived-from, and the earlier turns research found
-related (AMA's R_t, A-MEM's links).
+no later error can undo. The turn stays marked pending until it is derived, so
+adding it again after a failure derives it rather than skipping it. After
+research, judge and refresher have looked at the turn (stage "intake"), it
+derives facts, closes an episode when a boundary is reached, distils persona
+traits and links the new records: temporal neighbours and shared entities
+(MAGMA), derived-from, and the earlier turns research found related (AMA's R_t,
+A-MEM's links).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pydantic import BaseModel, Field
 
 from agents.common import OFFLINE, fallback_policy, format_evidence, format_window, model_policy_name, store_of, traced
 from agents.llm import ask_json, chat_model
+from agents.refresher import forget_request
 from graph.context import Context
 from graph.state import RoleNote, State, fresh_run, validate_turns
 from memory.entities import STOPWORDS, extract_entities, split_entities
@@ -121,7 +123,8 @@ def _intake(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     store.push_working(turn.speaker, turn.dia_id or "", turn.text, turn.time, runtime.context.working_size)
     return {
         **update, "turns": turns, "cursor": cursor, "stage": "intake", "stored_ids": [*stored, raw_id],
-        "trace": [*trace, RoleNote(role="memory", policy=OFFLINE, summary=f"stored raw turn {turn.dia_id} (write-ahead)")],
+        "trace": [*trace, RoleNote(role="memory", policy=OFFLINE,
+                                   summary=f"stored raw turn {turn.dia_id} (write-ahead)")],
     }
 
 
@@ -141,7 +144,7 @@ def _derive(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
         for i, d in enumerate(drafts)
     ]
     personas = _persona(facts, turn)
-    episode, boundary = _episode(store, raw, facts, context, runtime)
+    episode, boundary, boundary_policy = _episode(store, raw, facts, context, runtime)
     records = [*facts, *personas, *([episode] if episode else [])]
     store.add(records)
     links = _links(store, raw, facts, personas, episode, state)
@@ -152,6 +155,8 @@ def _derive(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     summary = f"{turn.dia_id}: {len(facts)} facts, {len(personas)} persona traits, {len(links)} links"
     if episode:
         summary += f", closed episode {episode.id} ({boundary.reason})"
+    if boundary_policy != OFFLINE:
+        summary += f"; episode boundary by {boundary_policy}"
     return {
         "cursor": cursor,
         "stage": "stored" if (more or context.mode == "chat") else "done",
@@ -162,6 +167,8 @@ def _derive(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
 
 # facts ---------------------------------------------------------------------
 def _facts(turn: Turn, state: State, runtime: Runtime[Context], store: MemoryStore) -> tuple[list[FactDraft], str]:
+    if forget_request(turn.text) is not None:
+        return [], OFFLINE  # an instruction to the memory, not something to remember (the Refresher acts on it)
     model = chat_model(runtime.context)
     if model is None:
         return extract_facts(turn, turn.time, turn.listener), OFFLINE
@@ -207,20 +214,23 @@ def _persona(facts: list[Record], turn: Turn) -> list[Record]:
 # episodes ------------------------------------------------------------------
 def _episode(
     store: MemoryStore, raw: Record, facts: list[Record], context: Context, runtime: Runtime[Context]
-) -> tuple[Record | None, Boundary]:
-    """Add the turn to the open segment; close and write an episode when a boundary fires."""
+) -> tuple[Record | None, Boundary, str]:
+    """Add the turn to the open segment; close and write an episode when a boundary fires.
+
+    Returns the episode written (if any), the boundary decision and the policy that made it.
+    """
     segment = OpenSegment.model_validate(store.ledger.get_state(store.namespace, OPEN_SEGMENT, {}))
+    if raw.dialogue_id in segment.turn_ids:  # derived again after a failure: already a member
+        return None, Boundary(split=False, reason="already in the open episode"), OFFLINE
     members = [r.text for r in store.get(f"raw:{i}" for i in segment.turn_ids)]
     vectors = store.embedder.embed([raw.text, *members])
     boundary = detect_boundary(segment, raw.session, raw.text, vectors[0], vectors[1:], context.episode_max_turns)
-    boundary = _model_boundary(boundary, segment, members, raw, runtime)
+    boundary, policy = _model_boundary(boundary, segment, members, raw, runtime)
     episode = None
     if boundary.split:
         episode = _close(store, segment, boundary, runtime)
         segment = OpenSegment(session=raw.session)
     segment.session = raw.session
-    if raw.dialogue_id in segment.turn_ids:  # derived again after a failure: already a member
-        return episode, boundary
     segment.turn_ids.append(raw.dialogue_id)
     segment.speakers = list(dict.fromkeys([*segment.speakers, raw.speaker]))
     segment.facts.extend(f.text for f in facts)
@@ -229,7 +239,7 @@ def _episode(
     segment.start = segment.start or raw.time
     segment.end = raw.time or segment.end
     store.ledger.set_state(store.namespace, OPEN_SEGMENT, segment.model_dump(mode="json"))
-    return episode, boundary
+    return episode, boundary, policy
 
 
 def close_open_episode(store: MemoryStore, reason: str = "session ended") -> Record | None:
@@ -251,7 +261,8 @@ def _close(store: MemoryStore, segment: OpenSegment, boundary: Boundary, runtime
     text, policy = narrate(segment, title), OFFLINE
     model = chat_model(runtime.context) if runtime is not None else None
     if model is not None and runtime is not None:
-        turns = "\n".join(f"[{r.dialogue_id}] {r.speaker}: {r.text}" for r in store.get(f"raw:{i}" for i in segment.turn_ids))
+        members = store.get(f"raw:{i}" for i in segment.turn_ids)
+        turns = "\n".join(f"[{r.dialogue_id}] {r.speaker}: {r.text}" for r in members)
         user = prompts.EPISODE_USER.format(
             session_date=segment.start.strftime("%Y-%m-%d %H:%M") if segment.start else "unknown",
             reason=boundary.reason, conversation=turns,
@@ -270,16 +281,18 @@ def _close(store: MemoryStore, segment: OpenSegment, boundary: Boundary, runtime
 
 def _model_boundary(
     boundary: Boundary, segment: OpenSegment, members: list[str], raw: Record, runtime: Runtime[Context]
-) -> Boundary:
-    """With a model, AMA's trigger prompt decides topic shifts; session changes always split."""
+) -> tuple[Boundary, str]:
+    """With a model, AMA's trigger prompt decides topic shifts; session changes and saturation always split."""
     model = chat_model(runtime.context)
     if model is None or not segment.turn_ids or raw.session != segment.session:
-        return boundary
+        return boundary, OFFLINE
+    if len(segment.turn_ids) >= runtime.context.episode_max_turns:
+        return boundary, OFFLINE
     user = prompts.BOUNDARY_USER.format(history="\n".join(members[-8:]), message=f"{raw.speaker}: {raw.text}")
-    parsed, _, _ = ask_json(model, prompts.BOUNDARY_SYSTEM, user, ModelBoundary, runtime.context)
+    parsed, problem, _ = ask_json(model, prompts.BOUNDARY_SYSTEM, user, ModelBoundary, runtime.context)
     if parsed is None:
-        return boundary
-    return Boundary(split=bool(parsed.T_t), reason=parsed.reason or boundary.reason)
+        return boundary, fallback_policy(problem)
+    return Boundary(split=bool(parsed.T_t), reason=parsed.reason or boundary.reason), model_policy_name(runtime.context)
 
 
 # links ---------------------------------------------------------------------
@@ -310,7 +323,10 @@ def _links(
 
 
 def _episode_links(namespace: str, episode: Record) -> list[Link]:
-    return [Link(namespace=namespace, src=episode.id, dst=f"raw:{i}", type=LinkType.DERIVED_FROM) for i in episode.source_ids]
+    return [
+        Link(namespace=namespace, src=episode.id, dst=f"raw:{i}", type=LinkType.DERIVED_FROM)
+        for i in episode.source_ids
+    ]
 
 
 # helpers -------------------------------------------------------------------

@@ -42,7 +42,7 @@ from agents.common import (
 from agents.llm import ask_json, chat_model
 from graph.context import Context
 from graph.state import ChangeNote, Evidence, State
-from memory.entities import STOPWORDS, stem, tokenize, wordset
+from memory.entities import STOPWORDS, split_entities, stem, tokenize, wordset
 from memory.errors import NotFoundError
 from memory.facts import FactDraft, extract_facts
 from memory.records import Record, Status, Turn
@@ -143,6 +143,9 @@ class Incoming:
         return Turn(speaker=self.speaker, text=self.text, time=self.time, dia_id=self.dia_id or None,
                     listener=self.listener)
 
+    def people(self) -> tuple[str, ...]:
+        return tuple(p for p in (self.speaker, self.listener or "") if p and p.lower() not in ("user", "assistant"))
+
     def describe(self) -> str:
         return f"turn {self.dia_id}" if self.dia_id else "the current input"
 
@@ -184,12 +187,14 @@ def refresher(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     notes: list[ChangeNote] = []
     policies: list[str] = []
     touched: set[str] = set()
+    looked_at = 0
     for group in groups[:MAX_GROUPS]:
         group.records = [r for r in group.records if r.id not in touched]
         if not group.records:
             continue
         plan = offline_plan(group, incoming) if model is None else model_plan(group, incoming, runtime)
         policies.append(plan.policy)
+        looked_at += len(group.records)
         for step in plan.steps:
             notes.append(apply(store, step, plan.policy))
             touched.add(step.record.id)
@@ -199,6 +204,8 @@ def refresher(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
         f"{min(len(groups), MAX_GROUPS)} conflict group(s): {counts['update']} updated, {counts['delete']} deleted, "
         f"{counts['noop']} left as they were"
     )
+    if looked_at > len(notes):
+        summary += f", {looked_at - len(notes)} already consistent"
     if not groups:
         summary = "no conflict group names a live record: nothing to change"
     unknown = sorted({i for g in groups for i in g.unknown})
@@ -258,7 +265,7 @@ def conflict_groups(state: State, store: MemoryStore, incoming: Incoming) -> lis
 # --- the offline policy --------------------------------------------------------------------
 def offline_plan(group: Group, incoming: Incoming) -> Plan:
     """Delete on an explicit request, supersede or update a single-valued attribute, else no-op."""
-    request = forget_request(incoming.text)
+    request = read_forget_request(incoming.text, incoming.people())
     if request is not None:
         return Plan(forget_steps(group, incoming, request), OFFLINE)
     steps: list[Step] = []
@@ -271,43 +278,75 @@ def offline_plan(group: Group, incoming: Incoming) -> Plan:
     if not incoming.is_statement() and group.has_new:
         why = "the input is a question, not a newer statement, and no stored value is outdated: left as it was"
     kept = {step.by.id for step in steps if step.by is not None}  # the newer values: their story is told above
+    kept |= already_consistent(group.records)
     steps += [Step("noop", r, why) for r in group.records if r.id not in changed and r.id not in kept]
     return Plan(steps, OFFLINE)
 
 
-def forget_request(text: str) -> set[str] | None:
-    """The content words of what the input explicitly asks to forget or cancel, or None if it asks nothing.
+@dataclass
+class ForgetRequest:
+    """What an explicit request to forget names: its content words, and the proper names among them."""
 
-    An empty set means a request that does not say what ("never mind"). Only
+    words: set[str]
+    names: set[str]
+
+
+def forget_request(text: str, people: tuple[str, ...] = ()) -> set[str] | None:
+    """The content words of what the input explicitly asks to forget, or None if it asks nothing."""
+    request = read_forget_request(text, people)
+    return None if request is None else request.words
+
+
+def read_forget_request(text: str, people: tuple[str, ...] = ()) -> ForgetRequest | None:
+    """What the input explicitly asks to forget or cancel, or None if it asks nothing.
+
+    Empty words mean a request that does not say what ("never mind"). Only
     requests count: an imperative at the start of a clause ("please forget ...",
     "could you delete ...", "cancel my ..."), or a statement that something is
     cancelled or no longer true. "Don't forget", "I forgot" and "I deleted the
-    app" are not requests.
+    app" are not requests. `people` (speaker, listener) are not names of a target.
     """
     for clause in re.split(r"[.!?;,:\n]+|\s[-–—]\s", text):
+        named: str | None = None
         for match in _FORGET_VERB.finditer(clause):
             lead = " ".join(re.findall(r"[a-z]+", clause[: match.start()].lower().replace("'", "")))
             lead = _POLITE_PREFIX.sub("", lead).split()
             if all(w in _REQUEST_LEAD for w in lead) and not _NEGATION & set(lead):
-                return _content(clause[match.end() :])
-        invalidated = _INVALIDATED.search(clause)
-        if invalidated:
-            return _content(invalidated.group("object"))
-        if _DISAVOWAL.search(clause):
-            return _content(_DISAVOWAL.sub(" ", clause))
+                named = clause[match.end() :]
+                break
+        if named is None:
+            invalidated = _INVALIDATED.search(clause)
+            if invalidated:
+                named = invalidated.group("object")
+            elif _DISAVOWAL.search(clause):
+                named = _DISAVOWAL.sub(" ", clause)
+        if named is not None:
+            persons = {stem(w) for p in people for w in tokenize(p)}
+            names = {t for n in split_entities(named).names for t in tokenize(n)} - persons
+            return ForgetRequest(words=_content(named), names=names)
     return None
 
 
-def forget_steps(group: Group, incoming: Incoming, request: set[str]) -> list[Step]:
-    """Tombstone the group's records that the request names (half its content words or more); keep the rest."""
+def forget_steps(group: Group, incoming: Incoming, request: ForgetRequest) -> list[Step]:
+    """Tombstone the group's records the request names; keep the rest.
+
+    A record is named when it holds a proper name the request gives ("forget
+    that I live in Denver" spares the Boston record), or, for a request without
+    names, half its content words or more.
+    """
     steps: list[Step] = []
     for record in group.records:
-        shared = request & _content(f"{record.text} {record.value}")
-        if request and len(shared) * 2 >= len(request):
+        held = _content(f"{record.text} {record.value}")
+        shared = request.words & held
+        if request.names:
+            named = bool(request.names & held)
+        else:
+            named = bool(request.words) and len(shared) * 2 >= len(request.words)
+        if named:
             steps.append(Step("delete", record, f"forgotten on request in {incoming.describe()} "
                                                  f"(asked about: {', '.join(sorted(shared))})"))
         else:
-            why = ("the request to forget does not say what: nothing deleted" if not request
+            why = ("the request to forget does not say what: nothing deleted" if not request.words
                    else "the request to forget names something else: kept")
             steps.append(Step("noop", record, why))
     return steps
@@ -315,26 +354,44 @@ def forget_steps(group: Group, incoming: Incoming, request: set[str]) -> list[St
 
 def stored_conflicts(records: list[Record]) -> list[Step]:
     """Two stored facts, same subject and single-valued attribute, different values: the newer wins."""
+    steps: list[Step] = []
+    for older, newest in same_slot_pairs(records):
+        if not _disagree(older, newest.value) or not _replaces(_norm(older.attribute), newest.text, older, newest):
+            continue
+        when = newest.time.strftime("%Y-%m-%d") if newest.time else "later"
+        steps.append(Step(
+            "supersede", older,
+            f"superseded by {newest.id} ({when}): {older.attribute} {older.value!r} -> {newest.value!r}",
+            new_text=newest.text, by=newest,
+        ))
+    return steps
+
+
+def already_consistent(records: list[Record]) -> set[str]:
+    """Ids of same-slot records that agree already: the older one's text was brought up to the newer value.
+
+    An update rewrites a fact's text but not its stored `value`, so the two can
+    still look different by value; there is nothing to decide and nothing to record.
+    """
+    settled: set[str] = set()
+    for older, newest in same_slot_pairs(records):
+        old, new = _norm(older.value), _norm(newest.value)
+        if old != new and new in _norm(older.text):
+            settled.update((older.id, newest.id))
+    return settled
+
+
+def same_slot_pairs(records: list[Record]) -> list[tuple[Record, Record]]:
+    """(older, newest) for facts sharing a subject and attribute, oldest first by time."""
     by_key: dict[tuple[str, str], list[Record]] = {}
     for record in records:
         if record.kind != "raw" and record.subject and record.attribute and record.value:
             by_key.setdefault((_norm(record.subject), _norm(record.attribute)), []).append(record)
-    steps: list[Step] = []
-    for (_, attribute), members in by_key.items():
-        if len(members) < 2:
-            continue
+    pairs: list[tuple[Record, Record]] = []
+    for members in by_key.values():
         ordered = sorted(members, key=lambda r: (r.time or datetime.min, r.version, r.id))
-        newest = ordered[-1]
-        for older in ordered[:-1]:
-            if not _disagree(older, newest.value) or not _replaces(attribute, newest.text, older, newest):
-                continue
-            when = newest.time.strftime("%Y-%m-%d") if newest.time else "later"
-            steps.append(Step(
-                "supersede", older,
-                f"superseded by {newest.id} ({when}): {older.attribute} {older.value!r} -> {newest.value!r}",
-                new_text=newest.text, by=newest,
-            ))
-    return steps
+        pairs += [(older, ordered[-1]) for older in ordered[:-1]]
+    return pairs
 
 
 def incoming_conflicts(group: Group, incoming: Incoming) -> list[Step]:
@@ -438,7 +495,7 @@ def model_plan(group: Group, incoming: Incoming, runtime: Runtime[Context]) -> P
     if parsed.action == "No-Op":
         return Plan([Step("noop", r, reason) for r in group.records], name)
     if parsed.action == "Delete":
-        if forget_request(incoming.text) is None:
+        if forget_request(incoming.text, incoming.people()) is None:
             return _fallback(group, incoming, "Delete without an explicit request to forget in the input")
         targets = {e.id.strip() for e in named}
         if not targets:

@@ -110,12 +110,13 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data-dir", default="", help="memory folder (default: a temporary one)")
     parser.add_argument("--question", default="Who is Marco giving the blue bowl to?")
+    parser.add_argument("--sessions", type=int, default=2, help="how many sessions of the sample to ingest first")
     args = parser.parse_args(argv)
     data_dir = args.data_dir or tempfile.mkdtemp(prefix="strata-app-")
 
     memory = Memory("lena-and-marco", data_dir=data_dir)
     conversation = load_turns(SAMPLE)
-    report = memory.add([t for s in conversation.sessions[:2] for t in s.turns])
+    report = memory.add([t for s in conversation.sessions[: args.sessions] for t in s.turns])
     print(f"stored {report.turns} turns of {SAMPLE.name} in {data_dir}")
 
     fake = GenericFakeChatModel(messages=iter([AIMessage(content="(a scripted fake model reply) See the evidence.")]))

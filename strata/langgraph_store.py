@@ -337,7 +337,10 @@ class StrataStore(BaseStore):
             cursor = conn.execute(
                 "INSERT INTO store_items (namespace, key, value, text, indexed, created_at, updated_at) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (namespace, key, json.dumps(value, ensure_ascii=False), text, int(indexed), created.isoformat(), updated.isoformat()),
+                (
+                    namespace, key, json.dumps(value, ensure_ascii=False), text, int(indexed),
+                    created.isoformat(), updated.isoformat(),
+                ),
             )
             return int(cursor.lastrowid or 0)
 

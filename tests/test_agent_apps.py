@@ -1,12 +1,13 @@
 """Where an app meets the memory: as a subgraph, as tools, with thread checkpoints.
 
-Real LoCoMo turns (conv-26, session 1) are ingested through the graph; the
+Real LoCoMo turns (conv-26, the start of session 1) are ingested through the graph; the
 only fake is the chat model (LangChain's GenericFakeChatModel, scripted with
 tool calls where an agent is driven).
 """
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import shutil
 import sys
@@ -25,7 +26,7 @@ from graph import Context, build_graph
 from memory.records import Status
 from memory.registry import close_all
 from strata import Memory
-from strata.checkpoint import checkpoint_path, sqlite_checkpointer, state_types
+from strata.checkpoint import async_sqlite_checkpointer, checkpoint_path, sqlite_checkpointer, state_types
 from strata.conversations import load_turns
 from strata.tools import forget_request, memory_tools
 
@@ -68,10 +69,10 @@ def call(name: str, args: dict[str, Any], call_id: str) -> AIMessage:
 
 @pytest.fixture(scope="module")
 def ingested(tmp_path_factory: pytest.TempPathFactory, embedder: Any, locomo_dir: Path) -> Path:
-    """conv-26's first session (18 real turns), ingested through the graph once for the module."""
+    """conv-26's first 14 real turns (to Melanie's lake sunrise painting), ingested once for the module."""
     folder = tmp_path_factory.mktemp("conv-26") / "mem"
     conversation = load_turns(locomo_dir / "conv-26.json")
-    Memory(NAMESPACE, data_dir=str(folder)).add(conversation.sessions[0].turns)
+    Memory(NAMESPACE, data_dir=str(folder)).add(conversation.sessions[0].turns[:14])
     close_all()  # everything on disk, nothing held open: the folder can be copied
     return folder
 
@@ -109,15 +110,15 @@ def test_app_runs_the_memory_graph_as_a_subgraph(memory: Memory, data_dir: Path)
     assert "D1:14" in system and "lake sunrise" in system  # the app's model answered from memory's evidence
 
     stored = memory.stats()["raw"]["active"]
-    assert stored == 19  # 18 turns + the user's message the app remembered
+    assert stored == 15  # 14 turns + the user's message the app remembered
     raw = [r for r in memory.store.all("raw") if r.text == "What did Melanie paint last year?"]
     assert raw and raw[0].speaker == "Caroline"
 
 
 def test_example_script_runs_offline(data_dir: Path, embedder: Any, capsys: pytest.CaptureFixture[str]) -> None:
-    load_example().main(["--data-dir", str(data_dir)])
+    load_example().main(["--data-dir", str(data_dir), "--sessions", "1", "--question", "What class did Marco join?"])
     printed = capsys.readouterr().out
-    assert "stored 21 turns" in printed
+    assert "stored 11 turns" in printed
     assert "evidence: raw:D" in printed and "roles: research -> judge" in printed
     assert "messages on this thread so far: 4" in printed  # the second run continued the same thread
 
@@ -213,3 +214,19 @@ def test_memory_graph_thread_state_survives_a_reopen(memory: Memory, data_dir: P
     assert state.values["answer"] == first["answer"]
     assert [e.id for e in state.values["evidence"]] == [e.id for e in first["evidence"]]
     assert ("graph.state", "Evidence") in state_types()
+
+
+def test_async_checkpointer_keeps_a_thread(memory: Memory, data_dir: Path) -> None:
+    thread = {"configurable": {"thread_id": "t-async"}}
+    context = Context(namespace=NAMESPACE, mode="retrieve", data_dir=str(data_dir))
+
+    async def scenario() -> tuple[list[str], list[str]]:
+        async with async_sqlite_checkpointer(data_dir) as saver:
+            first = await build_graph(checkpointer=saver).ainvoke({"question": "What did Melanie paint?"}, thread,
+                                                                  context=context)
+        async with async_sqlite_checkpointer(data_dir) as saver:
+            state = await build_graph(checkpointer=saver).aget_state(thread)
+        return [e.id for e in first["evidence"]], [e.id for e in state.values["evidence"]]
+
+    before, after = asyncio.run(scenario())
+    assert before and after == before

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from contextlib import ExitStack
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -89,22 +90,21 @@ class Served:
         self.data_dir = base / "memory"
         self.turns = turns
         self.server: ServerProcess | None = None
-        self.ingested = False
-        self._stack: Any = None
+        self.ingest_result: dict[str, Any] | None = None
+        self._running = ExitStack()
         self.starts = 0
 
     def start(self) -> ServerProcess:
         """A server run from a fresh mirror of the repo: it starts with no threads of its own."""
         self.starts += 1
         root = repo_mirror(self.base / f"root-{self.starts}")
-        self._stack = langgraph_dev(self.data_dir, root, self.base / f"langgraph-{self.starts}.log")
-        self.server = self._stack.__enter__()
+        self.server = self._running.enter_context(
+            langgraph_dev(self.data_dir, root, self.base / f"langgraph-{self.starts}.log")
+        )
         return self.server
 
     def stop(self) -> None:
-        if self._stack is not None:
-            self._stack.__exit__(None, None, None)
-        self._stack = None
+        self._running.close()
         self.server = None
 
     def restart(self) -> ServerProcess:
@@ -129,10 +129,9 @@ class Served:
 
     def ensure_ingested(self) -> dict[str, Any]:
         """Run 1, on its own thread: store the turns (mode ingest)."""
-        if not self.ingested:
+        if self.ingest_result is None:
             result = self.run(_ingest(self.client(), self.turns))
             assert result.get("stored_ids"), self.fail(f"ingest stored nothing: {result}")
-            self.ingested = True
             self.ingest_result = result
         return self.ingest_result
 

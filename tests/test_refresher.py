@@ -21,7 +21,7 @@ from langgraph.runtime import Runtime
 
 import graph  # noqa: F401  (loads the graph package before the role modules it wires)
 from agents.common import evidence_of
-from agents.refresher import forget_request, refresher, single_valued
+from agents.refresher import forget_request, read_forget_request, refresher, single_valued
 from graph.context import Context, Mode
 from graph.state import State, Verdict
 from memory.entities import stem
@@ -119,6 +119,16 @@ def test_two_stored_values_the_older_is_superseded_by_the_newer(store: MemorySto
     assert store.get_one(BOSTON.id).status == Status.ACTIVE
 
 
+def test_a_fact_already_brought_up_to_date_is_not_a_conflict(store: MemoryStore, data_dir: Path) -> None:
+    """An update rewrites the text, not the stored value: the next run must see that they agree."""
+    updated = BOSTON.model_copy(update={"text": "Caroline lives in Denver with her two cats.", "version": 2})
+    out = run(store, data_dir, [updated, DENVER], [[updated.id, DENVER.id]], question="Where does Caroline live?",
+              mode="ask")
+    assert out["changes"] == []
+    assert store.history(updated.id) == [] and store.history(DENVER.id) == []
+    assert "2 already consistent" in out["trace"][-1].summary
+
+
 def test_real_turns_and_a_real_update(store: MemoryStore, data_dir: Path, locomo_dir: Path) -> None:
     """conv-26's raw turns stay verbatim; only the fact in the conflict is brought up to date."""
     turns = {t.dia_id: t for t in load_turns(locomo_dir / "conv-26.json").turns()}
@@ -170,21 +180,36 @@ def test_no_delete_without_an_explicit_request(text: str, store: MemoryStore, da
 
 
 @pytest.mark.parametrize(
-    ("text", "expected"),
+    ("text", "words", "names"),
     [
-        ("Please forget that I live in Boston.", {"live", "boston"}),
-        ("Can you remove the dentist appointment?", {"dentist", "appointment"}),
-        ("Thanks, and delete what I said about Boston", {"boston"}),
-        ("Cancel my dentist appointment on Friday.", {"dentist", "appointment", "friday"}),
-        ("The party on Friday is cancelled.", {"party", "friday"}),
-        ("Never mind.", set()),
-        ("I'll never forget it!", None),
-        ("I went home and deleted the photos.", None),
-        ("Don't forget to call mom.", None),
+        ("Please forget that I live in Boston.", {"live", "boston"}, {"boston"}),
+        ("Please forget that Caroline lives in Boston.", {"caroline", "live", "boston"}, {"boston"}),
+        ("Can you remove the dentist appointment?", {"dentist", "appointment"}, set()),
+        ("Thanks, and delete what I said about Boston", {"boston"}, {"boston"}),
+        ("Cancel my dentist appointment on Friday.", {"dentist", "appointment", "friday"}, set()),
+        ("The party on Friday is cancelled.", {"party", "friday"}, set()),
+        ("Never mind.", set(), set()),
+        ("I'll never forget it!", None, None),
+        ("I went home and deleted the photos.", None, None),
+        ("Don't forget to call mom.", None, None),
     ],
 )
-def test_forget_requests_are_recognised(text: str, expected: set[str] | None) -> None:
-    assert forget_request(text) == (None if expected is None else {stem(w) for w in expected})
+def test_forget_requests_are_recognised(text: str, words: set[str] | None, names: set[str] | None) -> None:
+    request = read_forget_request(text, ("Caroline", "Melanie"))
+    if words is None:
+        assert request is None and forget_request(text) is None
+    else:
+        assert request is not None
+        assert (request.words, request.names) == ({stem(w) for w in words}, {stem(w) for w in names or set()})
+        assert forget_request(text) == request.words
+
+
+def test_a_request_naming_one_place_spares_the_other(store: MemoryStore, data_dir: Path) -> None:
+    out = run(store, data_dir, [BOSTON, DENVER], [["new", BOSTON.id, DENVER.id]],
+              turn("Please forget that I live in Denver."))
+    assert store.get_one(DENVER.id).status == Status.DELETED
+    assert store.get_one(BOSTON.id).status == Status.ACTIVE
+    assert {n.record_id: n.action for n in out["changes"]} == {DENVER.id: "delete", BOSTON.id: "noop"}
 
 
 # --- No-op --------------------------------------------------------------------------------------

@@ -1,0 +1,273 @@
+"""The Judge decides Pass, Retry or Refresh by AMA's rules, offline and with a model.
+
+Memory is real: LoCoMo conv-26 sessions 1-2 (speakers, text, captions and
+session dates only) in Chroma as raw turns and offline facts, plus two stored
+facts that disagree about where Caroline lives. Models are LangChain fake chat
+models, including the malformed replies real models send.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain_core.language_models.fake_chat_models import FakeListChatModel, GenericFakeChatModel
+from langchain_core.messages import AIMessage
+from langgraph.runtime import Runtime
+
+import graph  # noqa: F401  (loads the graph package before the role modules it wires)
+from agents.common import evidence_of
+from agents.judge import ModelVerdict, disagree, judge, need_of, sufficiency
+from agents.research import research
+from graph.context import Context
+from graph.state import Evidence, State
+from memory.entities import extract_entities
+from memory.facts import extract_facts
+from memory.records import Record, Turn
+from memory.registry import close_all, open_store
+from memory.settings import StoreSettings
+from strata.conversations import load_turns
+
+NAMESPACE = "conv26"
+PEOPLE = ["Caroline", "Melanie"]
+MAY_8 = datetime(2023, 5, 8, 13, 56)
+JUNE_9 = datetime(2023, 6, 9, 19, 55)
+
+
+def fact(fid: str, text: str, subject: str, attribute: str, value: str, when: datetime, dia: str) -> Record:
+    return Record(
+        id=fid, kind="fact", text=text, namespace=NAMESPACE, dialogue_id=dia, speaker=subject, time=when,
+        source_ids=[dia], subject=subject, attribute=attribute, value=value, entities=extract_entities(text),
+    )
+
+
+@pytest.fixture(scope="module")
+def memory_dir(tmp_path_factory: pytest.TempPathFactory, locomo_dir: Path, embedder: object) -> Path:
+    path = tmp_path_factory.mktemp("judge") / "mem"
+    store = open_store(StoreSettings(data_dir=str(path)), NAMESPACE)
+    turns = [t for t in load_turns(locomo_dir / "conv-26.json").turns() if t.session_label() in ("1", "2")]
+    records: list[Record] = []
+    for turn in turns:
+        dia = turn.dia_id or ""
+        records.append(Record(
+            id=f"raw:{dia}", kind="raw", text=turn.text, namespace=NAMESPACE, dialogue_id=dia,
+            session=turn.session_label(), speaker=turn.speaker, time=turn.time, source_ids=[dia],
+            image_caption=turn.image_caption or "", entities=extract_entities(turn.text),
+        ))
+        for i, draft in enumerate(extract_facts(turn, turn.time, turn.listener)):
+            records.append(fact(f"fact:{dia}:{i}", draft.text, draft.subject, draft.attribute, draft.value,
+                                turn.time or MAY_8, dia))
+    records += [
+        fact("fact:X1:0", "Caroline lives in New York City.", "Caroline", "lives_in", "New York City", MAY_8, "X1"),
+        fact("fact:X2:0", "Caroline lives in Boston.", "Caroline", "lives_in", "Boston", JUNE_9, "X2"),
+    ]
+    store.add(records)
+    close_all()
+    return path
+
+
+def runtime(memory_dir: Path, **settings: Any) -> Runtime[Context]:
+    return Runtime(context=Context(data_dir=str(memory_dir), namespace=NAMESPACE, **settings))
+
+
+def stored(memory_dir: Path, *ids: str) -> list[Evidence]:
+    store = open_store(StoreSettings(data_dir=str(memory_dir)), NAMESPACE)
+    return [evidence_of(r) for r in store.get(ids)]
+
+
+def item(text: str, when: datetime | None = MAY_8, dia: str = "Z1:1", speaker: str = "Caroline") -> Evidence:
+    return Evidence(id=f"raw:{dia}", kind="raw", text=text, dialogue_id=dia, speaker=speaker, time=when,
+                    source_ids=[dia], label=f"[{dia}] {speaker}: {text}")
+
+
+def researched(memory_dir: Path, question: str, **settings: Any) -> tuple[State, Runtime[Context]]:
+    rt = runtime(memory_dir, **settings)
+    state = State(question=question)
+    return replace(state, **research(state, rt)), rt
+
+
+# --- sufficiency (offline) ------------------------------------------------------------------
+def test_pass_when_the_evidence_states_the_date(memory_dir: Path) -> None:
+    state, rt = researched(memory_dir, "When did Caroline go to the LGBTQ support group?", mode="ask")
+    out = judge(state, rt)
+    verdict = out["verdict"]
+    assert verdict.action == "Pass" and verdict.policy == "offline"
+    assert "D1:3" in verdict.reason and verdict.conflicts == []
+    assert out["trace"][-1].role == "judge" and out["trace"][-1].summary.startswith("Pass")
+    assert "stage" not in out  # ask continues to the working role
+
+
+@pytest.mark.parametrize(
+    ("question", "vague", "precise"),
+    [
+        ("When did Caroline go to the support group?", "I went to the support group recently.",
+         "I went to the support group yesterday."),
+        ("Where did Caroline move from?", "I moved here from my home country.", "I moved here from Sweden."),
+        ("How many kids does Melanie have?", "Melanie has a few kids.", "Melanie has three kids."),
+        ("Who gave Caroline the necklace?", "Caroline got the necklace as a gift.",
+         "Caroline got the necklace from her grandma."),
+    ],
+)
+def test_vague_stand_ins_do_not_answer(question: str, vague: str, precise: str) -> None:
+    enough, missing, _, _ = sufficiency(question, [item(vague)], PEOPLE)
+    assert not enough and missing == [need_of(question)]
+    enough, missing, _, _ = sufficiency(question, [item(vague), item(precise, dia="Z1:2")], PEOPLE)
+    assert enough and missing == []
+
+
+def test_a_relative_date_needs_the_items_own_date() -> None:
+    question = "When did Caroline go to the support group?"
+    assert not sufficiency(question, [item("I went to the support group yesterday.", when=None)], PEOPLE)[0]
+    assert sufficiency(question, [item("I went to the support group on 7 May 2023.", when=None)], PEOPLE)[0]
+
+
+def test_retry_when_nothing_covers_the_question(memory_dir: Path) -> None:
+    state, rt = researched(memory_dir, "What did Caroline say about quantum chromodynamics?", mode="retrieve")
+    out = judge(state, rt)
+    assert out["verdict"].action == "Retry" and "content" in out["verdict"].missing
+    assert "stage" not in out  # a retry follows, so the retrieve run is not over
+    assert out["notes"] == []
+
+
+def test_retry_budget_spent_keeps_retry_and_notes_it(memory_dir: Path) -> None:
+    state, rt = researched(memory_dir, "What did Caroline say about quantum chromodynamics?", mode="retrieve")
+    state = replace(state, rounds=3)  # the first search and K_r=2 retries are done
+    out = judge(state, rt)
+    assert out["verdict"].action == "Retry"
+    assert out["notes"] == ["Retry budget K_r=2 used up: answering from what was found"]
+    assert out["stage"] == "done"
+
+
+def test_retrieve_ends_at_the_judge_on_pass(memory_dir: Path) -> None:
+    state, rt = researched(memory_dir, "What did Caroline research?", mode="retrieve")
+    out = judge(state, rt)
+    assert out["verdict"].action == "Pass" and out["stage"] == "done"
+
+
+def test_ingest_never_retries(memory_dir: Path) -> None:
+    turn = Turn(speaker="Melanie", text="What did you do about quantum chromodynamics?", time=JUNE_9, dia_id="D9:1")
+    rt = runtime(memory_dir, mode="ingest")
+    state = State(turns=[turn], stage="intake")
+    state = replace(state, **research(state, rt))
+    assert judge(state, rt)["verdict"].action == "Pass"
+
+
+# --- conflicts (offline) ----------------------------------------------------------------------
+def test_stored_facts_that_disagree_are_a_conflict(memory_dir: Path) -> None:
+    state = State(question="Where does Caroline live?", evidence=stored(memory_dir, "fact:X1:0", "fact:X2:0"),
+                  rounds=1, stage="asking")
+    verdict = judge(state, runtime(memory_dir, mode="ask"))["verdict"]
+    assert verdict.action == "Refresh"
+    assert verdict.conflicts == [["fact:X1:0", "fact:X2:0"]]
+    assert "New York City" in verdict.reason and "Boston" in verdict.reason
+
+
+def test_wording_alone_is_not_a_conflict() -> None:
+    assert not disagree("New York City", "new york")
+    assert not disagree("a teacher", "Teacher.")
+    assert disagree("Boston", "New York City")
+
+
+def test_a_new_turn_that_contradicts_a_stored_fact_is_a_conflict(memory_dir: Path) -> None:
+    turn = Turn(speaker="Caroline", text="I moved to Denver.", time=datetime(2023, 7, 1), dia_id="D9:2",
+                listener="Melanie")
+    rt = runtime(memory_dir, mode="ingest")
+    state = State(turns=[turn], stage="intake")
+    state = replace(state, **research(state, rt))
+    verdict = judge(state, rt)["verdict"]
+    assert verdict.action == "Refresh"
+    assert ["fact:X1:0", "fact:X2:0", "new"] in verdict.conflicts
+
+
+def test_a_new_turn_that_agrees_is_not_a_conflict(memory_dir: Path) -> None:
+    turn = Turn(speaker="Melanie", text="I love painting with my kids.", time=JUNE_9, dia_id="D9:3",
+                listener="Caroline")
+    rt = runtime(memory_dir, mode="ingest")
+    state = State(turns=[turn], stage="intake")
+    state = replace(state, **research(state, rt))
+    assert judge(state, rt)["verdict"].action == "Pass"
+
+
+def test_an_explicit_request_to_forget_names_the_stored_records(memory_dir: Path) -> None:
+    turn = Turn(speaker="Caroline", text="Please forget that I was researching adoption agencies.",
+                time=JUNE_9, dia_id="D9:4", listener="Melanie")
+    rt = runtime(memory_dir, mode="chat")
+    state = State(turns=[turn], stage="intake")
+    state = replace(state, **research(state, rt))
+    verdict = judge(state, rt)["verdict"]
+    assert verdict.action == "Refresh" and len(verdict.conflicts) == 1
+    group = verdict.conflicts[0]
+    assert "raw:D2:8" in group and group[-1] == "new" and "raw:D9:4" not in group
+
+
+# --- the model policy -------------------------------------------------------------------------
+def with_model(memory_dir: Path, reply: str, question: str = "When did Caroline go to the LGBTQ support group?",
+               **settings: Any) -> Any:
+    model = GenericFakeChatModel(messages=iter([AIMessage(content=reply)]))
+    mode = settings.pop("mode", "ask")
+    state, _ = researched(memory_dir, question, mode=mode, **settings)  # the offline plan: the model judges only
+    return judge(state, runtime(memory_dir, mode=mode, chat_model=model, **settings))
+
+
+@pytest.mark.parametrize(
+    ("reply", "action", "confidence"),
+    [
+        (json.dumps({"Action": "Pass", "reason": "D1:3 says yesterday on 8 May 2023", "confidence": 0.9}), "Pass", 0.9),
+        ('```json\n{"Action": "retry", "reason": "no date", "confidence": "0.4"}\n```', "Retry", 0.4),
+        ('I checked the items.\n{"action": "PASS", "reason": "ok", "confidence": 1.7}\nDone.', "Pass", 1.0),
+        (json.dumps({"Action": "Pass", "confidence": "high"}), "Pass", 0.5),
+        (json.dumps({"Action": "Pass", "reason": None, "confidence": "85%"}), "Pass", 0.85),
+    ],
+)
+def test_model_verdicts_are_read_leniently(memory_dir: Path, reply: str, action: str, confidence: float) -> None:
+    verdict = with_model(memory_dir, reply)["verdict"]
+    assert verdict.action == action and verdict.confidence == pytest.approx(confidence)
+    assert verdict.policy == "model:GenericFakeChatModel"
+
+
+@pytest.mark.parametrize(
+    ("reply", "problem"),
+    [
+        ("", "empty reply"),
+        ("Pass. The evidence is enough.", "no JSON object"),
+        (json.dumps({"reason": "fine", "confidence": 0.8}), "Action"),
+        (json.dumps({"Action": 3, "reason": "fine"}), "Action"),
+        (json.dumps({"Action": "Maybe", "reason": "unsure"}), "Action"),
+        ("[1, 2, 3]", "no JSON object"),
+    ],
+)
+def test_unusable_model_verdicts_fall_back_to_the_offline_rules(memory_dir: Path, reply: str, problem: str) -> None:
+    verdict = with_model(memory_dir, reply)["verdict"]
+    assert verdict.policy.startswith("offline (model output unusable: ") and problem in verdict.policy
+    assert verdict.action == "Pass" and "D1:3" in verdict.reason
+
+
+def test_model_refresh_keeps_only_ids_that_exist(memory_dir: Path) -> None:
+    reply = json.dumps({"Action": "Refresh", "reason": "two homes", "confidence": 0.8,
+                        "conflicts": ["fact:X1:0", "fact:X2:0", "fact:nowhere:9"]})
+    model = FakeListChatModel(responses=[reply])
+    state = State(question="Where does Caroline live?", evidence=stored(memory_dir, "fact:X1:0", "fact:X2:0"),
+                  rounds=1, stage="asking")
+    verdict = judge(state, runtime(memory_dir, mode="ask", chat_model=model))["verdict"]
+    assert verdict.action == "Refresh" and verdict.conflicts == [["fact:X1:0", "fact:X2:0"]]
+    assert verdict.policy == "model:FakeListChatModel"
+
+
+def test_model_retry_while_ingesting_becomes_pass(memory_dir: Path) -> None:
+    model = FakeListChatModel(responses=[json.dumps({"Action": "Retry", "reason": "need more", "confidence": 0.6})])
+    turn = Turn(speaker="Melanie", text="I took the kids to the museum.", time=JUNE_9, dia_id="D9:5")
+    rt = runtime(memory_dir, mode="ingest", chat_model=model)
+    state = State(turns=[turn], stage="intake")
+    state = replace(state, **research(state, runtime(memory_dir, mode="ingest")))
+    verdict = judge(state, rt)["verdict"]
+    assert verdict.action == "Pass" and "Retry does not apply" in verdict.reason
+
+
+def test_schema_accepts_amas_action_key_and_lowercase() -> None:
+    assert ModelVerdict.model_validate({"Action": "refresh"}).action == "Refresh"
+    assert ModelVerdict.model_validate({"action": "Pass", "conflicts": "fact:X1:0"}).conflicts == [["fact:X1:0"]]
+    assert ModelVerdict.model_validate({"Action": "Pass", "confidence": -3}).confidence == 0.0
