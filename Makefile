@@ -3,6 +3,9 @@ PY := .venv/bin/python
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 export ANONYMIZED_TELEMETRY := False
+# langgraph dev: no version check against PyPI, no CLI analytics (offline by default)
+export LANGGRAPH_NO_VERSION_CHECK := true
+export LANGGRAPH_CLI_NO_ANALYTICS := 1
 
 .PHONY: setup demo test test-slow lint bench serve
 

@@ -181,7 +181,7 @@ def refresher(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     """Apply Update / Delete / No-op to each conflict group of the verdict, then refresh the evidence."""
     context = runtime.context
     store = store_of(runtime)
-    incoming = incoming_of(state)
+    incoming = incoming_of(state, context.mode)
     groups = conflict_groups(state, store, incoming)
     model = chat_model(context)
     notes: list[ChangeNote] = []
@@ -223,8 +223,10 @@ def refresher(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     return update
 
 
-def incoming_of(state: State) -> Incoming:
+def incoming_of(state: State, mode: str = "ingest") -> Incoming:
     """The input the run is about (AMA's u_t): the turn being stored, else the question."""
+    if mode in ("ask", "retrieve") and state.question.strip():
+        return Incoming(text=state.question)
     if state.turns and state.cursor < len(state.turns):
         item: Any = state.turns[state.cursor]
         turn = item if isinstance(item, Turn) else Turn.model_validate(item)

@@ -307,13 +307,12 @@ def model_plan(
 # --- search -------------------------------------------------------------------------------------
 @dataclass
 class Unit:
-    """One item of the context in the making: a turn (with the facts that led to it) or an episode."""
+    """One item of the context in the making: a turn, an episode, or a fact shown on its own."""
 
     key: str
     record: Record
     score: float = 0.0
     found_by: set[str] = field(default_factory=set)
-    facts: list[Record] = field(default_factory=list)
 
 
 def _turn_key(record: Record) -> tuple[float, tuple[int, ...], str]:
@@ -361,11 +360,11 @@ class Searcher:
         return [("dense", dense), ("bm25", lexical)]
 
     def units(self, kinds: Sequence[Kind], pool: int) -> dict[str, Unit]:
-        """Fused units from `kinds`: raw turns and the turns facts point to, and episodes."""
+        """Fused units from `kinds`: raw turns (found directly or through their facts), and the
+        episodes and facts that stand on their own."""
         scores: dict[str, float] = {}
         found: dict[str, set[str]] = {}
-        facts: dict[str, list[Record]] = {}
-        episodes: dict[str, Record] = {}
+        shown: dict[str, Record] = dict(self.raw)
         windows: list[tuple[tuple[datetime, datetime] | None, float, str]] = [(None, 1.0, "")]
         if self.plan.time_window is not None:
             windows.append((self.plan.time_window, WINDOW_WEIGHT, "time"))
@@ -373,47 +372,33 @@ class Searcher:
             weight = (ROUTED_WEIGHT if kind == self.plan.route else 1.0) * (FACT_WEIGHT if kind == "fact" else 1.0)
             for window, window_weight, tag in windows:
                 for name, ids in self.ranked(kind, pool, window):
-                    turn_ranking = self._to_units(kind, ids, facts, episodes)
-                    for rank, (key, _) in enumerate(turn_ranking, start=1):
+                    for rank, key in enumerate(self._to_units(kind, ids, shown), start=1):
                         scores[key] = scores.get(key, 0.0) + weight * window_weight / (RRF_K + rank)
                         found.setdefault(key, set()).add(tag or name)
                         if kind == "fact":
                             found[key].add("fact")
         self._boost(scores)
-        result: dict[str, Unit] = {}
-        for key, score in scores.items():
-            record = episodes.get(key) or self.raw.get(key)
-            if record is None or key in self.exclude:
-                continue
-            result[key] = Unit(key=key, record=record, score=score, found_by=found.get(key, set()),
-                               facts=facts.get(key, []))
-        return result
+        return {
+            key: Unit(key=key, record=shown[key], score=score, found_by=found.get(key, set()))
+            for key, score in scores.items()
+            if key in shown and key not in self.exclude
+        }
 
-    def _to_units(
-        self, kind: Kind, ids: list[str], facts: dict[str, list[Record]], episodes: dict[str, Record]
-    ) -> list[tuple[str, str]]:
-        """Map a ranked id list to ranked unit keys: a fact stands for its source turn (AdaMem)."""
-        ranking: list[tuple[str, str]] = []
-        seen: set[str] = set()
+    def _to_units(self, kind: Kind, ids: list[str], shown: dict[str, Record]) -> list[str]:
+        """A ranked id list as ranked unit keys. A fact stands for its source turn (AdaMem), unless it was
+        edited since (the turn no longer says what the fact says) or its turn is gone: then it is shown itself."""
+        ranking: dict[str, None] = {}
         by_id = self.records(kind)
-        records = [by_id[i] for i in ids if i in by_id]
-        for record in records:
-            if kind == "episode":
-                keys = [record.id]
-                episodes[record.id] = record
-            elif kind == "fact":
-                keys = [f"raw:{s}" for s in record.source_ids if f"raw:{s}" in self.raw] or []
-                for key in keys:
-                    bucket = facts.setdefault(key, [])
-                    if all(f.id != record.id for f in bucket):
-                        bucket.append(record)
-            else:
-                keys = [record.id]
+        for record in (by_id[i] for i in ids if i in by_id):
+            keys = [record.id]
+            if kind == "fact":
+                turns = [f"raw:{s}" for s in record.source_ids if f"raw:{s}" in self.raw]
+                if turns and record.version == 1:
+                    keys = turns
             for key in keys:
-                if key not in seen:
-                    seen.add(key)
-                    ranking.append((key, record.id))
-        return ranking
+                shown.setdefault(key, record)
+                ranking.setdefault(key, None)
+        return list(ranking)
 
     def _boost(self, scores: dict[str, float]) -> None:
         """Speaker boost (AdaMem participant resolution) and neighbour share (MAGMA temporal chain)."""

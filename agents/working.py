@@ -27,6 +27,7 @@ from pydantic import BaseModel, Field, field_validator
 
 from agents.common import OFFLINE, current_turn_text, fallback_policy, format_evidence, model_policy_name, traced
 from agents.llm import ask_json, chat_model
+from agents.refresher import single_valued
 from graph.context import Context
 from graph.state import Evidence, State
 from memory.dates import day_label, resolve_relative
@@ -44,6 +45,7 @@ _QUESTION_PHRASE = re.compile(
 MIN_COVERAGE = 0.5  # share of the question's weighted content words the best sentence must hold
 CONTEXT_SHARE = 0.5  # weight of asked-about words found elsewhere in the sentence's item
 PAIR_SHARE = 0.8  # weight of asked-about words in the question the sentence's turn answers
+RELATED_SHARE = 0.8  # weight of a word that states the same relation ("moved to" for "lives")
 ASKING_FACTOR = 0.35  # a question in the evidence scores this share of an equal statement
 MAX_ANSWER_WORDS = 12
 # Question words that say little about what is asked: they count, but lightly.
@@ -83,6 +85,19 @@ _NUMBER = re.compile(
     re.IGNORECASE,
 )
 _REACTION = re.compile(r"\b(?:sounds?|looks?|seems?)\s+(?:like\s+)?(?:so\s+|really\s+|super\s+)?\w+", re.IGNORECASE)
+# Words that state the same relation as an asked-about word (stems): "moved to Denver" answers "where ... live".
+_RELATED: dict[str, frozenset[str]] = {
+    stem(word): frozenset(stem(r) for r in related.split())
+    for word, related in (
+        ("live", "move moved relocate relocated settle settled home"),
+        ("work", "job employ employed hire hired career"),
+        ("job", "work works working employ employed career"),
+        ("married", "wed wedding husband wife spouse"),
+        ("study", "studies studying student major school college university"),
+    )
+}
+_PRESENT = re.compile(r"\b(?:does|do|is|are|now|currently|these days)\b", re.IGNORECASE)
+_PAST = re.compile(r"\b(?:did|was|were|used to|before|previously|first)\b", re.IGNORECASE)
 _HEAD = re.compile(
     r"^(?:what|which)\s+(?:(?:kind|kinds|type|types|sort|sorts)\s+of\s+)?([a-z]+)\s+"
     r"(?:did|does|do|is|are|was|were|has|have|had|can|could|would|will)\b",
@@ -122,7 +137,7 @@ class ModelAnswer(BaseModel):
 # --- the node ------------------------------------------------------------------------------
 def working(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     """Write the answer from state.evidence only, citing the turns used; ends the run."""
-    question = current_turn_text(state).strip()
+    question = asked(state, runtime.context).strip()
     evidence = list(state.evidence)
     model = chat_model(runtime.context)
     if model is None or not evidence:
@@ -132,6 +147,16 @@ def working(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
         answer, cited, policy = _answer_with_model(question, evidence, runtime)
     summary = f"answered {answer!r} from {len(evidence)} evidence items, citing {', '.join(cited) or 'nothing'}"
     return {"answer": answer, "cited_ids": cited, "stage": "done", "trace": traced(state, "working", policy, summary)}
+
+
+def asked(state: State, context: Context) -> str:
+    """What to answer: the question in ask mode, the newest turn in chat (a thread keeps older inputs)."""
+    if context.mode == "ask" and state.question.strip():
+        return state.question
+    if context.mode == "chat" and state.turns:
+        last: Any = state.turns[-1]
+        return str(last.text if hasattr(last, "text") else last.get("text", ""))
+    return current_turn_text(state)
 
 
 def _answer_with_model(
@@ -357,11 +382,13 @@ def candidates(question: Question, evidence: list[Evidence]) -> list[Candidate]:
             cand = Candidate(item=item, sentence=sentence, stems=stems, about=about(sentence, item, people))
             own = set(stems)
             cand.matched = {t for t in question.weights if t in own}
+            related = {t for t in question.weights if t not in own and _RELATED.get(t, frozenset()) & own}
             paired = {t for t in question.weights if t in in_pair and t not in own}
             around = {t for t in question.weights if t in in_item and t not in own and t not in paired}
-            cand.grounded = bool(cand.matched or paired)
+            cand.grounded = bool(cand.matched or paired or related)
             cand.coverage = (
                 sum(question.weights[t] for t in cand.matched)
+                + RELATED_SHARE * sum(question.weights[t] for t in related)
                 + PAIR_SHARE * sum(question.weights[t] for t in paired)
                 + CONTEXT_SHARE * sum(question.weights[t] for t in around)
             ) / total
@@ -432,6 +459,13 @@ def _recency(moment: datetime | None, newest: datetime | None) -> float:
     return 0.01 / (1 + days / 30)
 
 
+def asks_current_value(question: Question) -> bool:
+    """A present-tense question about a property that holds one value at a time (where one lives, one's job)."""
+    if not _PRESENT.search(question.text) or _PAST.search(question.text):
+        return False
+    return any(single_valued(word) for word in re.findall(r"[a-z]+", question.text.lower()))
+
+
 def answer_offline(question: str, evidence: list[Evidence]) -> tuple[str, list[str]]:
     """The extractive answer and the dialogue ids it came from, or "Not in memory."."""
     if not question or not evidence:
@@ -442,6 +476,10 @@ def answer_offline(question: str, evidence: list[Evidence]) -> tuple[str, list[s
         return NOT_IN_MEMORY, []
     statements = [c for c in ranked if not c.asks and c.grounded]
     best = statements[0] if statements else ranked[0]
+    if asks_current_value(parsed):
+        # "Where does Ann live?": of the statements that answer it, the latest one holds the current value.
+        answering = [c for c in statements if c.coverage >= MIN_COVERAGE and c.person == 1.0 and c.item.time]
+        best = max(answering, key=lambda c: (c.item.time, c.score), default=best)
     if best.asks or not best.grounded or best.coverage < MIN_COVERAGE or (best.person < 1.0 and best.about):
         return NOT_IN_MEMORY, []
     answer = extract(parsed, best, ranked)

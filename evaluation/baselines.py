@@ -32,6 +32,16 @@ def lexical_text(record: Record) -> str:
     return " ".join(part for part in (record.speaker, record.text, record.image_caption) if part)
 
 
+def dense_text(record: Record) -> str:
+    """What dense RAG embeds for a turn: "speaker: text", the usual way to embed dialogue turns.
+
+    Without the speaker, a question naming a participant matches the turns that
+    address them by name rather than the turns they said (on conv-26 top-10
+    recall drops from 0.47 to 0.23), which would make a straw-man baseline.
+    """
+    return f"{record.speaker}: {record.text}" if record.speaker else record.text
+
+
 def turn_records(conversation: LoadedConversation) -> list[Record]:
     """Every turn as the raw record the project would store for it (same id, label and text)."""
     namespace = f"eval-{conversation.conversation_id}-turns"
@@ -70,7 +80,7 @@ class TurnIndex:
         started = time.perf_counter()
         self.records = turn_records(conversation)
         embedder = get_embedder(self.settings.embedder)
-        texts = [r.text for r in self.records]
+        texts = [dense_text(r) for r in self.records]
         with track_usage() as tally:  # an OpenAI embedder is not a chat model: calls stay 0
             # past the shared cache, so the index time is what embedding the turns really costs
             self.vectors = embedder.inner.embed(texts) if texts else np.zeros((0, 0), dtype=np.float32)

@@ -29,11 +29,12 @@ from evaluation.judge_llm import AnswerJudge, Label
 from evaluation.metrics import bleu1, evidence_recall, f1_score, is_abstention
 from evaluation.systems import IngestStats, Result, RunSettings, StrataSystem, build_systems, check_names
 from evaluation.tokens import count_tokens
+from memory.embeddings import get_embedder
 from memory.errors import InputError
 from strata.conversations import ADVERSARIAL_CATEGORY, LoadedConversation, Question, load_conversations, load_questions
 
 CACHE_FOLDER = "conversations"
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 
 
 class QuestionRow(BaseModel):
@@ -58,7 +59,8 @@ class QuestionRow(BaseModel):
     abstained: bool
     judge: Label | None = None
     context_tokens: int
-    latency_ms: float
+    latency_ms: float = Field(..., description="Question to answer, without embedding the question text itself.")
+    question_embedding_ms: float = Field(0.0, description="Embedding the question text: once, shared, untimed above.")
     model_calls: int
     model_tokens: int
     rounds: int = 0
@@ -201,7 +203,8 @@ class _Counter:
 
 
 def score(
-    system: str, question: Question, index: int, result: Result, tokens: int, judge: AnswerJudge | None
+    system: str, question: Question, index: int, result: Result, tokens: int, judge: AnswerJudge | None,
+    embedding_ms: float = 0.0,
 ) -> QuestionRow:
     """The per-question figures of one system's result."""
     coverage = evidence_recall(question.evidence, [item.metric_item() for item in result.items])
@@ -220,8 +223,19 @@ def score(
         abstained=is_abstention(result.answer),
         judge=judge.grade(question.question, question.answer, result.answer) if judge and answerable else None,
         context_tokens=tokens, latency_ms=result.latency * 1000.0, model_calls=result.usage.calls,
-        model_tokens=result.usage.tokens, rounds=result.rounds,
+        model_tokens=result.usage.tokens, rounds=result.rounds, question_embedding_ms=embedding_ms,
     )
+
+
+def embed_question(question: str, embedder: str) -> float:
+    """Embed the question once before any system is timed; milliseconds taken.
+
+    The embedder caches by text, so otherwise whichever system asks first
+    would pay for embedding the question and the others would not.
+    """
+    started = time.perf_counter()
+    get_embedder(embedder).prefetch([question])
+    return (time.perf_counter() - started) * 1000.0
 
 
 def evaluate_conversation(
@@ -249,9 +263,11 @@ def evaluate_conversation(
     with tqdm(total=len(asked) * len(systems), desc=f"{cid} questions", unit="answer", leave=False,
               disable=options.quiet) as bar:
         for index, question in enumerate(asked):
+            embedding_ms = embed_question(question.question, settings.embedder)
             for system in systems:
                 result = system.answer(question.question)
-                rows.append(score(system.name, question, index, result, count(result.context), judge))
+                tokens = count(result.context)
+                rows.append(score(system.name, question, index, result, tokens, judge, embedding_ms))
                 bar.update(1)
     return ConversationResult(
         config_key=key, conversation_id=cid, file=file, sessions=len(conversation.sessions),

@@ -115,8 +115,12 @@ class MemoryStore:
     def get(self, ids: Iterable[str]) -> list[Record]:
         """Records by id, in the order asked; unknown ids are skipped."""
         found: list[Record] = []
+        mirrors: dict[Kind, dict[str, Record]] = {}  # one freshness check per kind, not per id
         for record_id in ids:
-            record = self._load(kind_of(record_id)).get(record_id)
+            kind = kind_of(record_id)
+            if kind not in mirrors:
+                mirrors[kind] = self._load(kind)
+            record = mirrors[kind].get(record_id)
             if record is not None:
                 found.append(record)
         return found

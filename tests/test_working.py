@@ -161,6 +161,22 @@ def test_adversarial_questions_are_not_in_memory(
     assert out["cited_ids"] == []
 
 
+def test_the_latest_statement_gives_the_current_value(store: MemoryStore, data_dir: Path) -> None:
+    said = [
+        Turn(speaker=who, text=text, dia_id=dia_id, time=when)  # type: ignore[arg-type]
+        for who, text, dia_id, when in (
+            ("Ann", "I live in Boston.", "D1:1", "2023-05-08T10:00"),
+            ("Ben", "Boston is lovely in spring!", "D1:2", "2023-05-08T10:01"),
+            ("Ann", "I moved to Denver last month.", "D2:1", "2023-07-03T10:00"),
+        )
+    ]
+    evidence = stored_evidence(store, [raw_record(t) for t in said])
+    out = ask("Where does Ann live?", evidence, data_dir)
+    assert out["answer"] == "Denver" and out["cited_ids"] == ["D2:1"]
+    out = ask("Where did Ann live in May 2023?", evidence, data_dir)
+    assert out["answer"] == "Boston" and out["cited_ids"] == ["D1:1"]
+
+
 def test_no_evidence_is_not_in_memory_without_asking_a_model(data_dir: Path) -> None:
     model = fake()  # would raise StopIteration if it were called
     out = ask("Where does Caroline live?", [], data_dir, chat_model=model)
