@@ -29,7 +29,8 @@ CREATE TABLE IF NOT EXISTS history (
     namespace TEXT NOT NULL, record_id TEXT NOT NULL, kind TEXT NOT NULL, action TEXT NOT NULL,
     old_text TEXT NOT NULL, new_text TEXT NOT NULL, old_status TEXT NOT NULL, new_status TEXT NOT NULL,
     reason TEXT NOT NULL, policy TEXT NOT NULL, time TEXT NOT NULL,
-    undone INTEGER NOT NULL DEFAULT 0, undoes INTEGER
+    undone INTEGER NOT NULL DEFAULT 0, undoes INTEGER,
+    old_fields TEXT NOT NULL DEFAULT '{}', new_fields TEXT NOT NULL DEFAULT '{}'
 );
 CREATE INDEX IF NOT EXISTS history_ns ON history (namespace, id);
 CREATE TABLE IF NOT EXISTS working (
@@ -116,12 +117,14 @@ class Ledger:
         """Append one change; pass `conn` to join an open transaction."""
         sql = (
             "INSERT INTO history (namespace, record_id, kind, action, old_text, new_text, old_status, "
-            "new_status, reason, policy, time, undone, undoes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            "new_status, reason, policy, time, undone, undoes, old_fields, new_fields) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
         )
         params = (
             change.namespace, change.record_id, change.kind, change.action.value, change.old_text,
             change.new_text, change.old_status.value, change.new_status.value, change.reason,
             change.policy, change.time.isoformat(), int(change.undone), change.undoes,
+            json.dumps(change.old_fields), json.dumps(change.new_fields),
         )
         if conn is not None:
             return int(conn.execute(sql, params).lastrowid or 0)
@@ -220,4 +223,6 @@ def _change_from_row(row: dict[str, object]) -> Change:
         time=datetime.fromisoformat(str(row["time"])),
         undone=bool(row["undone"]),
         undoes=int(row["undoes"]) if row["undoes"] is not None else None,  # type: ignore[arg-type]
+        old_fields=json.loads(str(row.get("old_fields") or "{}")),
+        new_fields=json.loads(str(row.get("new_fields") or "{}")),
     )

@@ -150,6 +150,8 @@ class Change(BaseModel):
     new_status: Status = Status.ACTIVE
     reason: str = ""
     policy: str = "offline"
+    old_fields: dict[str, str] = Field(default_factory=dict, description="subject/attribute/value before the change.")
+    new_fields: dict[str, str] = Field(default_factory=dict)
     time: datetime = Field(default_factory=datetime.now)
     undone: bool = False
     undoes: int | None = None

@@ -26,6 +26,7 @@ from memory.records import KINDS, Action, Change, Kind, Link, LinkType, Record, 
 from memory.settings import StoreSettings
 
 _LIST_FIELDS = ("source_ids", "entities")
+_FACT_FIELDS = ("subject", "attribute", "value")
 _TIME_FIELDS = ("time", "time_end")
 
 
@@ -179,15 +180,22 @@ class MemoryStore:
             )
             self._remember(record)
 
-    def update(self, record_id: str, new_text: str, reason: str, policy: str = "offline") -> Change:
-        """Replace a record's text; the old text goes to history first (undoable)."""
+    def update(
+        self, record_id: str, new_text: str, reason: str, policy: str = "offline",
+        fields: dict[str, str] | None = None,
+    ) -> Change:
+        """Replace a record's text (and its subject/attribute/value); the old ones go to history first."""
         record = self.get_one(record_id)
+        old_fields = {name: getattr(record, name) for name in _FACT_FIELDS}
+        new_fields = {**old_fields, **(fields if fields is not None else _fields_of(record, new_text))}
         change = Change(
             namespace=self.namespace, record_id=record_id, kind=record.kind, action=Action.UPDATE,
             old_text=record.text, new_text=new_text, old_status=record.status, new_status=Status.ACTIVE,
-            reason=reason, policy=policy,
+            reason=reason, policy=policy, old_fields=old_fields, new_fields=new_fields,
         )
-        updated = record.model_copy(update={"text": new_text, "version": record.version + 1, "status": Status.ACTIVE})
+        updated = record.model_copy(
+            update={"text": new_text, "version": record.version + 1, "status": Status.ACTIVE, **new_fields}
+        )
         return self._apply(change, updated)
 
     def delete(self, record_id: str, reason: str, policy: str = "offline") -> Change:
@@ -226,13 +234,17 @@ class MemoryStore:
         change = self._find_undoable(change_id)
         record = self.get_one(change.record_id)
         restored = record.model_copy(
-            update={"text": change.old_text, "status": change.old_status, "version": record.version + 1}
+            update={
+                "text": change.old_text, "status": change.old_status, "version": record.version + 1,
+                **change.old_fields,
+            }
         )
         undo = Change(
             namespace=self.namespace, record_id=record.id, kind=record.kind, action=Action.UNDO,
             old_text=record.text, new_text=change.old_text, old_status=record.status,
             new_status=change.old_status, reason=f"undo of change {change.id}", policy="user",
-            undoes=change.id,
+            undoes=change.id, old_fields={name: getattr(record, name) for name in _FACT_FIELDS},
+            new_fields=dict(change.old_fields),
         )
         with self.ledger.transaction() as conn:
             undo_id = self.ledger.record_change(undo, conn)
@@ -386,6 +398,20 @@ class MemoryStore:
         self.ledger.drop_namespace(self.namespace)
         self._records.clear()
         self._lexical.clear()
+
+
+def _fields_of(record: Record, new_text: str) -> dict[str, str]:
+    """Re-read subject/attribute/value from a fact's new text, so conflict checks see the new value."""
+    if record.kind != "fact" or not record.attribute:
+        return {}
+    from memory.facts import extract_facts
+    from memory.records import Turn
+
+    drafts = extract_facts(Turn(speaker=record.speaker or "user", text=new_text), None, None)
+    for draft in drafts:
+        if draft.attribute == record.attribute and (not record.subject or draft.subject == record.subject):
+            return {"value": draft.value}
+    return {"value": ""}
 
 
 def _lexical_text(record: Record) -> str:

@@ -80,7 +80,7 @@ def describe(index: int, total: int, result: DemoResult) -> str:
         f"[{index}/{total}] ({kind}) {result.question}",
         f"  gold answer:     {result.gold_answer}",
         f"  our answer:      {result.answer if result.answer is not None else '(none)'}",
-        f"  evidence ids:    {shown or '(none)'}",
+        f"  evidence ids:    ({len(result.evidence_ids)} turns) {shown or '(none)'}",
         f"  gold evidence:   {', '.join(result.gold_evidence)}",
         f"  gold reached:    {verdict} ({len(result.reached)}/{len(result.gold_evidence)})"
         f" in {result.seconds * 1000:.0f} ms",

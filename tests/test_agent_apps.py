@@ -197,9 +197,12 @@ def test_a_thread_continues_after_the_checkpointer_is_reopened(memory: Memory, d
         kept = app.get_state(thread).values
         assert len(kept["messages"]) == 2 and kept["messages"][0].content == "What did Melanie paint last year?"
         assert any("D1:14" in item.turn_ids() for item in kept["evidence"])
-        result = app.invoke({"messages": [HumanMessage("Where did Caroline go yesterday?")]}, thread, context=context)
+        second = "When did Caroline go to the LGBTQ support group?"
+        result = app.invoke({"messages": [HumanMessage(second)]}, thread, context=context)
     assert len(result["messages"]) == 4
     assert result["messages"][0].content == "What did Melanie paint last year?"
+    assert result["question"] == second  # the new message is what memory was asked
+    assert "D1:3" in result["cited_ids"]
 
 
 def test_memory_graph_thread_state_survives_a_reopen(memory: Memory, data_dir: Path) -> None:

