@@ -330,7 +330,7 @@ _DATE_TAIL = re.compile(r"\s+(?:on|in|during|around)\s+(?:the\s+)?[^,]*?\d{4}\s*
 _PREDICATES: tuple[tuple[str, str, bool], ...] = (
     # (regex after the subject, attribute, is the value a place or organisation)
     (r"(?:lives|live|is\s+living|has\s+been\s+living|resides)\s+in\s+", "lives_in", True),
-    (r"moved\s+(?:back\s+)?to\s+", "lives_in", True),
+    (r"(?:has\s+)?moved\s+(?:back\s+)?(?:from\s+.+?\s+)?to\s+", "lives_in", True),
     (r"lived\s+in\s+", "lived_in", True),
     (r"(?:works|work|is\s+working|has\s+been\s+working)\s+as\s+", "works_as", False),
     (r"(?:works|work|is\s+working|has\s+been\s+working)\s+(?:at|for)\s+", "works_at", True),
@@ -369,7 +369,7 @@ def _normalise_key(words: str) -> str:
 
 
 def _value(raw: str, place: bool) -> str:
-    value = _VALUE_CUT.split(raw, maxsplit=1)[0]
+    value = _VALUE_CUT.split(_DATE_TAIL.sub("", raw.strip(" .!?")), maxsplit=1)[0]
     if place:
         value = _PLACE_CUT.split(value, maxsplit=1)[0]
     value = _DATE_TAIL.sub("", value)
