@@ -181,7 +181,7 @@ class Ledger:
         """Every participant's recent turns, oldest first."""
         with self._lock:
             rows = self._conn.execute(
-                "SELECT participant, dia_id, text, time, seq FROM working WHERE namespace = ? ORDER BY time, seq",
+                "SELECT participant, dia_id, text, time, seq FROM working WHERE namespace = ? ORDER BY time, rowid",
                 (namespace,),
             ).fetchall()
         return [{"speaker": r[0], "dia_id": r[1], "text": r[2], "time": r[3] or ""} for r in rows]

@@ -32,7 +32,7 @@ class Turn(BaseModel):
     model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
 
     speaker: str = Field("user", min_length=1, description="Who said it (a name, or 'user').")
-    text: str = Field(..., min_length=1, description="What was said, verbatim.")
+    text: str = Field(..., description="What was said, verbatim.")
     time: datetime | None = Field(None, description="When it was said (session date); ISO 8601.")
     dia_id: str | None = Field(None, description="Dialogue id such as 'D1:3'; generated when absent.")
     session: str | None = Field(None, description="Session label such as '1'; derived from dia_id when absent.")

@@ -142,7 +142,6 @@ def test_a_newer_statement_updates_the_older_fact_and_undo_restores_it(data_dir:
     assert memory.history("fact:D1:1:0")[1].undone
 
 
-@pytest.mark.xfail(strict=True, reason="store.update rewrites a fact's text but keeps its old `value` (Boston)")
 def test_an_updated_fact_carries_its_new_value(data_dir: Path, embedder: Any) -> None:
     graph.invoke({"turns": [BOSTON, SPRING, DENVER]}, context=context(data_dir, "ingest", "ann"))
     fact = Memory("ann", data_dir=str(data_dir)).get(["fact:D1:1:0"])[0]
