@@ -1,5 +1,8 @@
-"""The five roles, one module each: memory, research, judge, refresher, working."""
+"""The five roles, one module each: memory, research, judge, refresher, working.
 
-# Every role imports graph.context, and the graph package imports the compiled graph, which imports
-# the roles: loading the graph first lets any role module be imported first without a circular import.
+The graph package is loaded first so that any role module can be imported on
+its own: each role imports the graph's context and state, and the graph
+imports every role.
+"""
+
 import graph  # noqa: F401
