@@ -22,7 +22,7 @@ question's content words.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any, Literal
 
@@ -41,6 +41,7 @@ from memory.dates import resolve_relative
 from memory.entities import CHAT_WORDS, MONTH_WORDS, PLAIN_WORDS, WEEKDAY_WORDS, split_entities, stem, tokenize
 from memory.facts import FactDraft, extract_facts
 from memory.records import Record, Status, Turn
+from memory.speakers import resolve_participant
 from memory.store import MemoryStore
 from prompts import judge as prompts
 
@@ -57,6 +58,7 @@ _VAGUE = re.compile(
     r"|home country|back home|abroad|overseas|a few|a couple|several|some)\b",
     re.IGNORECASE,
 )
+_NOT_RESOLVABLE = frozenset({"recently", "lately", "some", "a few", "a couple", "several", "a while"})
 _YEAR = re.compile(r"\b(19|20)\d{2}\b")
 _NUMBER = re.compile(
     r"\b(\d+(?:[.,]\d+)?|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|thirteen|fourteen|fifteen"
@@ -68,7 +70,7 @@ _PLACE_NOUN = re.compile(
     r"\b(beach|park|lake|mountains?|forest|woods|city|town|village|museum|school|church|library|cafe|restaurant"
     r"|shelter|center|centre|office|hospital|gym|studio|club|camp|campground|farm|garden|river|island|coast"
     r"|countryside|conference|festival|concert|parade|store|shop|market|trail|canyon|desert|zoo|street|state"
-    r"|home|house|apartment|bar|theater|theatre|stadium|hotel|airport|station|university|college|clinic)\b",
+    r"|house|apartment|bar|theater|theatre|stadium|hotel|airport|station|university|college|clinic)\b",
     re.IGNORECASE,
 )
 _PERSON_NOUN = re.compile(
@@ -285,14 +287,18 @@ def states_time(item: Evidence) -> bool:
     return bool(_YEAR.search(text))
 
 
+def _names_besides(text: str, people: Sequence[str]) -> list[str]:
+    """Proper names in a text other than `people` (nicknames included) and calendar words."""
+    return [
+        n for n in split_entities(text).names
+        if n.lower() not in MONTH_WORDS and n.lower() not in WEEKDAY_WORDS and not resolve_participant(n, list(people))
+    ]
+
+
 def states_place(item: Evidence, participants: Sequence[str]) -> bool:
+    """A named place or a concrete kind of place; 'home country', 'back home', 'somewhere' do not count."""
     text = _VAGUE.sub(" ", item.text)
-    people = {p.lower() for p in participants}
-    for name in split_entities(text).names:
-        low = name.lower()
-        if low not in people and low not in MONTH_WORDS and low not in WEEKDAY_WORDS:
-            return True
-    return bool(_PLACE_NOUN.search(text))
+    return bool(_names_besides(text, participants)) or bool(_PLACE_NOUN.search(text))
 
 
 def states_number(item: Evidence) -> bool:
@@ -300,9 +306,19 @@ def states_number(item: Evidence) -> bool:
 
 
 def states_name(item: Evidence, asked: Sequence[str]) -> bool:
-    text = item.text
-    others = [n for n in split_entities(text).names if n not in asked and n.lower() not in MONTH_WORDS]
-    return bool(others) or bool(_PERSON_NOUN.search(text))
+    """Someone other than the person asked about: a name, or a person word (mentor, grandma ...)."""
+    return bool(_names_besides(item.text, asked)) or bool(_PERSON_NOUN.search(item.text))
+
+
+def resolved_stand_ins(
+    relevant: Sequence[Evidence], evidence: Sequence[Evidence], check: Callable[[Evidence], bool]
+) -> list[Evidence]:
+    """AMA's one step of inference: a stand-in ("my home country") in a relevant item, made concrete
+    by another item that uses the same words with the value ("my home country, Sweden")."""
+    phrases = {m.group(0).lower() for e in relevant for m in _VAGUE.finditer(e.text)} - _NOT_RESOLVABLE
+    if not phrases:
+        return []
+    return [e for e in evidence if e not in relevant and any(p in e.text.lower() for p in phrases) and check(e)]
 
 
 def sufficiency(
@@ -327,7 +343,7 @@ def sufficiency(
         "name": lambda e: states_name(e, asked),
         "content": lambda e: True,
     }
-    holding = [e for e in relevant if checks[need](e)]
+    holding = [e for e in relevant if checks[need](e)] or resolved_stand_ins(relevant, evidence, checks[need])
     if not holding:
         return False, [need], f"the items about the question state no {need} at the precision asked", 0.6
     refs = ", ".join(e.dialogue_id or e.id for e in holding[:3])

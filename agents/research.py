@@ -28,7 +28,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
+from functools import lru_cache
 from typing import Any, Literal
 
 from langgraph.runtime import Runtime
@@ -36,13 +37,13 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 
 from agents.common import OFFLINE, fallback_policy, model_policy_name, store_of
 from agents.llm import ask_json, chat_model
-from evaluation.tokens import count_tokens
+from evaluation.tokens import count_tokens as _count_tokens
 from graph.context import Context
 from graph.state import Evidence, Plan, RoleNote, State, fresh_run
 from memory.dates import time_window
 from memory.entities import wordset
 from memory.errors import InputError
-from memory.records import KINDS, Kind, LinkType, Record
+from memory.records import Kind, LinkType, Record, Status
 from memory.speakers import resolve_participant
 from memory.store import MemoryStore
 from prompts import research as prompts
@@ -58,6 +59,7 @@ RRF_K = 30  # reciprocal-rank constant (MAGMA's anchor fusion); below the usual 
 ROUTED_WEIGHT = 1.3  # the routed granularity's lists count a little more (AMA routing)
 FACT_WEIGHT = 1.0  # facts stand for their source turn; their lists count this much
 WINDOW_WEIGHT = 1.0  # lists restricted to the question's time window (added to the unrestricted ones)
+MENTION_LAG = timedelta(days=14)  # records are dated when said; an event is often told a session later
 SPEAKER_BOOST = 1.0  # a turn by the one participant the question is about scores twice (AdaMem)
 NEIGHBOUR_SHARE = 0.5  # share of the previous turn's score a turn inherits (an answer follows its question)
 NEIGHBOUR_SHARE_BACK = 0.25  # share of the next turn's score a turn inherits
@@ -145,10 +147,10 @@ _PRONOUN = re.compile(r"\b(he|she|they|him|her|them|his|hers|their|theirs)\b", r
 _NOT_NOUN_AFTER_HER = wordset("and or but to for with at in on of from by about as than that when if so because")
 
 
-def participants_of(store: MemoryStore) -> list[str]:
+def participants_of(store: MemoryStore, raw: Sequence[Record] | None = None) -> list[str]:
     """Who takes part: the distinct speakers of the stored raw turns, in order of appearance."""
-    speakers = [r.speaker for r in sorted(store.all("raw"), key=_turn_key) if r.speaker]
-    return list(dict.fromkeys(speakers))
+    turns = store.all("raw") if raw is None else raw
+    return list(dict.fromkeys(r.speaker for r in sorted(turns, key=_turn_key) if r.speaker))
 
 
 def expand_nicknames(text: str, participants: Sequence[str]) -> str:
@@ -338,13 +340,14 @@ def strip_names(query: str, participants: Sequence[str]) -> str:
 class Searcher:
     """The hybrid search of one round: ranked lists per granularity, fused at the level of turns."""
 
-    def __init__(self, store: MemoryStore, plan: Plan, participants: Sequence[str], exclude: set[str]) -> None:
+    def __init__(
+        self, store: MemoryStore, plan: Plan, dense_text: str, exclude: set[str], raw: Sequence[Record]
+    ) -> None:
         self.store = store
         self.plan = plan
         self.exclude = exclude
-        self.dense_query = strip_names(plan.query, participants)
-        self.vector = store.embedder.embed([self.dense_query])[0]
-        self.raw = {r.id: r for r in store.all("raw")}
+        self.vector = store.embedder.embed([dense_text])[0]
+        self.raw = {r.id: r for r in raw}
         self._records: dict[Kind, dict[str, Record]] = {"raw": self.raw}
 
     def records(self, kind: Kind) -> dict[str, Record]:
@@ -367,7 +370,8 @@ class Searcher:
         shown: dict[str, Record] = dict(self.raw)
         windows: list[tuple[tuple[datetime, datetime] | None, float, str]] = [(None, 1.0, "")]
         if self.plan.time_window is not None:
-            windows.append((self.plan.time_window, WINDOW_WEIGHT, "time"))
+            start, end = self.plan.time_window
+            windows.append(((start, end + MENTION_LAG), WINDOW_WEIGHT, "time"))
         for kind in kinds:
             weight = (ROUTED_WEIGHT if kind == self.plan.route else 1.0) * (FACT_WEIGHT if kind == "fact" else 1.0)
             for window, window_weight, tag in windows:
@@ -377,7 +381,7 @@ class Searcher:
                         found.setdefault(key, set()).add(tag or name)
                         if kind == "fact":
                             found[key].add("fact")
-        self._boost(scores)
+        self._boost(scores, shown)
         return {
             key: Unit(key=key, record=shown[key], score=score, found_by=found.get(key, set()))
             for key, score in scores.items()
@@ -400,13 +404,14 @@ class Searcher:
                 ranking.setdefault(key, None)
         return list(ranking)
 
-    def _boost(self, scores: dict[str, float]) -> None:
-        """Speaker boost (AdaMem participant resolution) and neighbour share (MAGMA temporal chain)."""
+    def _boost(self, scores: dict[str, float], shown: dict[str, Record]) -> None:
+        """Speaker boost (AdaMem participant resolution), neighbour share (MAGMA temporal chain), and an
+        edited fact ranked with the turn it corrects."""
         if len(self.plan.participants) == 1:
             who = self.plan.participants[0]
             for key in scores:
-                record = self.raw.get(key)
-                if record is not None and record.speaker == who:
+                record = shown.get(key)
+                if record is not None and (record.speaker == who or record.subject == who):
                     scores[key] *= 1.0 + SPEAKER_BOOST
         order = sorted(self.raw.values(), key=_turn_key)
         position = {r.id: i for i, r in enumerate(order)}
@@ -422,9 +427,20 @@ class Searcher:
                     inherited[other] = max(inherited.get(other, 0.0), share * score)
         for key, share in inherited.items():
             scores[key] = scores.get(key, 0.0) + share
+        for key in list(scores):
+            record = shown.get(key)
+            if record is not None and record.kind == "fact":
+                turns = [scores.get(f"raw:{s}", 0.0) for s in record.source_ids]
+                scores[key] = max([scores[key], *turns])
 
 
 # --- the context: dedupe, budget, chronological order -------------------------------------------
+@lru_cache(maxsize=50_000)
+def line_tokens(text: str) -> int:
+    """cl100k tokens of one context line and its newline (cached: the same records recur across questions)."""
+    return _count_tokens(text) + 1
+
+
 def unit_evidence(unit: Unit) -> Evidence:
     record = unit.record
     return Evidence(
@@ -435,26 +451,25 @@ def unit_evidence(unit: Unit) -> Evidence:
 
 
 def select(ranked: Sequence[Evidence], budget: int, limit: int | None = None) -> list[Evidence]:
-    """Best first until the token budget (or `limit` items) is reached; one item per source turn."""
+    """Best first until the token budget (or `limit` items) is reached; each record once.
+
+    Items are already one per source turn: a fact is shown on its own only when it
+    says something its turn does not (see `Searcher._to_units`).
+    """
     chosen: list[Evidence] = []
-    covered: set[str] = set()
+    ids: set[str] = set()
     used = 0
     episodes = 0
     for item in ranked:
-        turns = set(item.turn_ids())
-        if item.kind != "episode" and turns and turns <= covered:
+        if item.id in ids or (item.kind == "episode" and episodes >= MAX_EPISODES):
             continue
-        if item.kind == "episode" and episodes >= MAX_EPISODES:
-            continue
-        cost = count_tokens(item.label or item.text) + 1
+        cost = line_tokens(item.label or item.text)
         if used + cost > budget:
             continue
         chosen.append(item)
+        ids.add(item.id)
         used += cost
-        if item.kind == "episode":
-            episodes += 1
-        else:
-            covered |= turns
+        episodes += item.kind == "episode"
         if limit is not None and len(chosen) >= limit:
             break
     return chosen
@@ -470,7 +485,7 @@ def chronological(items: Iterable[Evidence]) -> list[Evidence]:
 
 def context_tokens(items: Sequence[Evidence]) -> int:
     """Tokens of the context as the roles see it: one labelled line per item."""
-    return sum(count_tokens(item.label or item.text) + 1 for item in items)
+    return sum(line_tokens(item.label or item.text) for item in items)
 
 
 # --- the node ---------------------------------------------------------------------------------
@@ -484,16 +499,22 @@ def research(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     trace: list[RoleNote] = [] if fresh else list(state.trace)
     text, speaker, exclude = input_of(state, context)
     store = store_of(runtime)
-    participants = participants_of(store)
-    now = _now_of(state, store, context)
+    raw = store.all("raw")
+    participants = participants_of(store, raw)
+    now = _now_of(state, raw, context)
     kinds = [k for k in context.kinds() if k in SEARCHABLE]
     plan = None if fresh else state.plan
-    if rounds == 0 or plan is None:
+    first = rounds == 0 or plan is None
+    if first or plan is None:
         offline = offline_plan(text, participants, store.working(), now, kinds, speaker)
         plan = model_plan(text, offline, participants, store, now, context)
-        evidence, plan, summary = _first_round(store, plan, participants, exclude, context, kinds)
+    # A stored turn is searched with its own words: its vector is already cached from the write.
+    dense_text = text if context.mode == "ingest" else strip_names(plan.query, participants)
+    searcher = Searcher(store, plan, dense_text, exclude, raw)
+    if first:
+        evidence, plan, summary = _first_round(searcher, context, kinds)
     else:
-        evidence, plan, summary = _retry_round(store, plan, participants, exclude, context, kinds, earlier, rounds)
+        evidence, plan, summary = _retry_round(searcher, context, kinds, earlier, rounds)
     trace.append(RoleNote(role="research", policy=plan.policy, summary=summary))
     return {**update, "plan": plan, "evidence": evidence, "rounds": rounds + 1, "trace": trace}
 
@@ -510,13 +531,13 @@ def input_of(state: State, context: Context) -> tuple[str, str, set[str]]:
     raise InputError("ask needs a question: pass {'question': '...'}")
 
 
-def _now_of(state: State, store: MemoryStore, context: Context) -> datetime | None:
+def _now_of(state: State, raw: Sequence[Record], context: Context) -> datetime | None:
     """'Now' for relative dates: the turn's time, else the latest time in memory (replayed dialogues)."""
     if context.mode in ("ingest", "chat") and state.turns and state.cursor < len(state.turns):
         turn_time = state.turns[state.cursor].time
         if turn_time is not None:
             return turn_time
-    times = [r.time for r in store.all("raw") if r.time is not None]
+    times = [r.time for r in raw if r.time is not None]
     return max(times) if times else datetime.now()
 
 
@@ -524,16 +545,13 @@ def _question_mode(context: Context) -> bool:
     return context.mode != "ingest"
 
 
-def _first_round(
-    store: MemoryStore, plan: Plan, participants: Sequence[str], exclude: set[str], context: Context,
-    kinds: Sequence[Kind],
-) -> tuple[list[Evidence], Plan, str]:
+def _first_round(searcher: Searcher, context: Context, kinds: Sequence[Kind]) -> tuple[list[Evidence], Plan, str]:
     """The routed granularity, plus raw turns and facts (always: recall at a small budget)."""
+    plan = searcher.plan
     searched: list[Kind] = [plan.route, *(k for k in ("raw", "fact") if k in kinds and k != plan.route)]
     k = max(plan.k_dyn, context.k_m)
-    searcher = Searcher(store, plan, participants, exclude)
     units = searcher.units(searched, POOL)
-    ranked = _ranked(units, plan)
+    ranked = _ranked(units)
     limit = None if _question_mode(context) else k
     evidence = chronological(select(ranked, context.token_budget, limit))
     plan = plan.model_copy(update={"searched": list(searched)})
@@ -541,18 +559,17 @@ def _first_round(
 
 
 def _retry_round(
-    store: MemoryStore, plan: Plan, participants: Sequence[str], exclude: set[str], context: Context,
-    kinds: Sequence[Kind], earlier: list[Evidence], rounds: int,
+    searcher: Searcher, context: Context, kinds: Sequence[Kind], earlier: list[Evidence], rounds: int
 ) -> tuple[list[Evidence], Plan, str]:
     """Remaining granularities, then link neighbours of what was found, then a wider K (AMA's Retry)."""
+    plan, store, exclude = searcher.plan, searcher.store, searcher.exclude
     remaining = [k for k in kinds if k not in plan.searched]
-    searcher = Searcher(store, plan, participants, exclude)
     searched = list(plan.searched)
     new: list[Evidence] = []
     steps: list[str] = []
     if remaining:
         units = searcher.units(remaining, POOL)
-        new += _ranked(units, plan)
+        new += _ranked(units)
         searched += remaining
         steps.append("searched " + ", ".join(remaining))
     linked = _linked(store, earlier, exclude)
@@ -563,10 +580,10 @@ def _retry_round(
         wider = max(plan.k_dyn, context.k_m) * (rounds + 1)
         units = searcher.units(plan.searched, POOL * (rounds + 1))
         known = {e.id for e in earlier}
-        new += [e for e in _ranked(units, plan) if e.id not in known][: wider]
+        new += [e for e in _ranked(units) if e.id not in known][: wider]
         steps.append(f"wider K={wider}")
-    known_turns = {t for e in earlier for t in e.turn_ids()}
-    fresh = [e for e in _dedupe(new) if e.kind == "episode" or not set(e.turn_ids()) <= known_turns]
+    known = {e.id for e in earlier}
+    fresh = [e for e in _dedupe(new) if e.id not in known]
     budget = context.token_budget
     reserve = int(budget * RETRY_NEW_SHARE) if fresh else 0
     ranked_old = sorted(earlier, key=lambda e: -e.score)
@@ -583,33 +600,41 @@ def _retry_round(
     return evidence, plan, summary
 
 
-def _ranked(units: dict[str, Unit], plan: Plan) -> list[Evidence]:
-    """Units best first, as evidence; episodes only when the route asks for them."""
+def _ranked(units: dict[str, Unit]) -> list[Evidence]:
+    """Units best first, as evidence; the score is per token^COST_EXPONENT so that short items compete."""
     items = [unit_evidence(u) for u in units.values()]
     for item in items:
-        item.score = round(item.score / (count_tokens(item.label) ** COST_EXPONENT), 8)
+        item.score = round(item.score / (line_tokens(item.label) ** COST_EXPONENT), 8)
     return sorted(items, key=lambda e: (-e.score, e.id))
 
 
 def _linked(store: MemoryStore, earlier: Sequence[Evidence], exclude: set[str]) -> list[Evidence]:
-    """Records one typed edge away from what was found (temporal, entity, derived-from, related)."""
+    """Records one typed edge away from what was found (temporal, entity, derived-from, related);
+    an unedited fact comes as the turn it was derived from, like in the search."""
     if not earlier:
         return []
     top = sorted(earlier, key=lambda e: -e.score)[:12]
     types = [LinkType.TEMPORAL, LinkType.ENTITY, LinkType.DERIVED_FROM, LinkType.RELATED]
-    ids = [i for i in store.neighbours([e.id for e in top], types) if i.split(":", 1)[0] in KINDS]
-    base = min((e.score for e in top), default=0.0)
-    records = [r for r in store.get(ids) if r.id not in exclude and r.kind in SEARCHABLE]
-    if not records:
-        return []
+    ids = [i for i in store.neighbours([e.id for e in top], types) if i.split(":", 1)[0] in SEARCHABLE]
+    records: list[Record] = []
+    for record in store.get(ids):
+        if record.kind == "fact" and record.version == 1:
+            records += store.get(f"raw:{s}" for s in record.source_ids) or [record]
+        else:
+            records.append(record)
+    score = round(min(e.score for e in top) * NEIGHBOUR_SHARE, 8)
     return [
         Evidence(
             id=r.id, kind=r.kind, text=r.text, dialogue_id=r.dialogue_id, source_ids=list(r.source_ids),
-            speaker=r.speaker, time=r.time, score=round(base * NEIGHBOUR_SHARE, 6), found_by=["link"],
-            label=r.label(),
+            speaker=r.speaker, time=r.time, score=score, found_by=["link"], label=r.label(),
         )
-        for r in records
+        for r in _unique(records)
+        if r.status == Status.ACTIVE and r.id not in exclude
     ]
+
+
+def _unique(records: Iterable[Record]) -> list[Record]:
+    return list({r.id: r for r in records}.values())
 
 
 def _dedupe(items: Iterable[Evidence]) -> list[Evidence]:

@@ -1,8 +1,8 @@
 """The Judge decides Pass, Retry or Refresh by AMA's rules, offline and with a model.
 
 Memory is real: LoCoMo conv-26 sessions 1-2 (speakers, text, captions and
-session dates only) in Chroma as raw turns and offline facts, plus two stored
-facts that disagree about where Caroline lives. Models are LangChain fake chat
+session dates only) in Chroma as raw turns and offline facts; beside it, in its
+own namespace, two turns and facts that disagree about where Caroline lives. Models are LangChain fake chat
 models, including the malformed replies real models send.
 """
 
@@ -20,8 +20,7 @@ from langchain_core.messages import AIMessage
 from langgraph.runtime import Runtime
 
 import graph  # noqa: F401  (loads the graph package before the role modules it wires)
-from agents.common import evidence_of
-from agents.judge import ModelVerdict, disagree, judge, need_of, sufficiency
+from agents.judge import ModelVerdict, disagree, incoming_conflicts, judge, need_of, sufficiency
 from agents.research import research
 from graph.context import Context
 from graph.state import Evidence, State
@@ -33,16 +32,24 @@ from memory.settings import StoreSettings
 from strata.conversations import load_turns
 
 NAMESPACE = "conv26"
+MOVES = "moves"  # a small memory where Caroline's home changed
 PEOPLE = ["Caroline", "Melanie"]
 MAY_8 = datetime(2023, 5, 8, 13, 56)
 JUNE_9 = datetime(2023, 6, 9, 19, 55)
 
 
-def fact(fid: str, text: str, subject: str, attribute: str, value: str, when: datetime, dia: str) -> Record:
+def fact(
+    fid: str, text: str, subject: str, attribute: str, value: str, when: datetime, dia: str, ns: str = NAMESPACE
+) -> Record:
     return Record(
-        id=fid, kind="fact", text=text, namespace=NAMESPACE, dialogue_id=dia, speaker=subject, time=when,
+        id=fid, kind="fact", text=text, namespace=ns, dialogue_id=dia, speaker=subject, time=when,
         source_ids=[dia], subject=subject, attribute=attribute, value=value, entities=extract_entities(text),
     )
+
+
+def raw(dia: str, text: str, when: datetime, ns: str, speaker: str = "Caroline") -> Record:
+    return Record(id=f"raw:{dia}", kind="raw", text=text, namespace=ns, dialogue_id=dia, speaker=speaker,
+                  time=when, source_ids=[dia], entities=extract_entities(text))
 
 
 @pytest.fixture(scope="module")
@@ -61,22 +68,21 @@ def memory_dir(tmp_path_factory: pytest.TempPathFactory, locomo_dir: Path, embed
         for i, draft in enumerate(extract_facts(turn, turn.time, turn.listener)):
             records.append(fact(f"fact:{dia}:{i}", draft.text, draft.subject, draft.attribute, draft.value,
                                 turn.time or MAY_8, dia))
-    records += [
-        fact("fact:X1:0", "Caroline lives in New York City.", "Caroline", "lives_in", "New York City", MAY_8, "X1"),
-        fact("fact:X2:0", "Caroline lives in Boston.", "Caroline", "lives_in", "Boston", JUNE_9, "X2"),
-    ]
     store.add(records)
+    moves = open_store(StoreSettings(data_dir=str(path)), MOVES)
+    moves.add([
+        raw("D1:1", "I live in New York City, right by the park.", MAY_8, MOVES),
+        fact("fact:D1:1:0", "Caroline lives in New York City.", "Caroline", "lives_in", "New York City", MAY_8,
+             "D1:1", MOVES),
+        raw("D2:1", "These days I live in Boston.", JUNE_9, MOVES),
+        fact("fact:D2:1:0", "Caroline lives in Boston.", "Caroline", "lives_in", "Boston", JUNE_9, "D2:1", MOVES),
+    ])
     close_all()
     return path
 
 
-def runtime(memory_dir: Path, **settings: Any) -> Runtime[Context]:
-    return Runtime(context=Context(data_dir=str(memory_dir), namespace=NAMESPACE, **settings))
-
-
-def stored(memory_dir: Path, *ids: str) -> list[Evidence]:
-    store = open_store(StoreSettings(data_dir=str(memory_dir)), NAMESPACE)
-    return [evidence_of(r) for r in store.get(ids)]
+def runtime(memory_dir: Path, namespace: str = NAMESPACE, **settings: Any) -> Runtime[Context]:
+    return Runtime(context=Context(data_dir=str(memory_dir), namespace=namespace, **settings))
 
 
 def item(text: str, when: datetime | None = MAY_8, dia: str = "Z1:1", speaker: str = "Caroline") -> Evidence:
@@ -84,8 +90,10 @@ def item(text: str, when: datetime | None = MAY_8, dia: str = "Z1:1", speaker: s
                     source_ids=[dia], label=f"[{dia}] {speaker}: {text}")
 
 
-def researched(memory_dir: Path, question: str, **settings: Any) -> tuple[State, Runtime[Context]]:
-    rt = runtime(memory_dir, **settings)
+def researched(
+    memory_dir: Path, question: str, namespace: str = NAMESPACE, **settings: Any
+) -> tuple[State, Runtime[Context]]:
+    rt = runtime(memory_dir, namespace, **settings)
     state = State(question=question)
     return replace(state, **research(state, rt)), rt
 
@@ -117,6 +125,14 @@ def test_vague_stand_ins_do_not_answer(question: str, vague: str, precise: str) 
     assert not enough and missing == [need_of(question)]
     enough, missing, _, _ = sufficiency(question, [item(vague), item(precise, dia="Z1:2")], PEOPLE)
     assert enough and missing == []
+
+
+def test_home_country_is_a_stand_in_and_sweden_a_place(locomo_dir: Path) -> None:
+    turns = {t.dia_id: t for t in load_turns(locomo_dir / "conv-26.json").turns()}
+    question = "Where did Caroline move from 4 years ago?"
+    told = [item(turns[d].text, turns[d].time, d) for d in ("D3:13", "D4:3")]  # "my home country" / "Sweden"
+    assert sufficiency(question, told[:1], PEOPLE)[:2] == (False, ["place"])
+    assert sufficiency(question, told, PEOPLE)[0]
 
 
 def test_a_relative_date_needs_the_items_own_date() -> None:
@@ -158,11 +174,11 @@ def test_ingest_never_retries(memory_dir: Path) -> None:
 
 # --- conflicts (offline) ----------------------------------------------------------------------
 def test_stored_facts_that_disagree_are_a_conflict(memory_dir: Path) -> None:
-    state = State(question="Where does Caroline live?", evidence=stored(memory_dir, "fact:X1:0", "fact:X2:0"),
-                  rounds=1, stage="asking")
-    verdict = judge(state, runtime(memory_dir, mode="ask"))["verdict"]
+    state, rt = researched(memory_dir, "Where does Caroline live?", namespace=MOVES, mode="ask")
+    assert {"raw:D1:1", "raw:D2:1"} <= {e.id for e in state.evidence}  # the facts came as their turns
+    verdict = judge(state, rt)["verdict"]
     assert verdict.action == "Refresh"
-    assert verdict.conflicts == [["fact:X1:0", "fact:X2:0"]]
+    assert verdict.conflicts == [["fact:D1:1:0", "fact:D2:1:0"]]
     assert "New York City" in verdict.reason and "Boston" in verdict.reason
 
 
@@ -173,14 +189,24 @@ def test_wording_alone_is_not_a_conflict() -> None:
 
 
 def test_a_new_turn_that_contradicts_a_stored_fact_is_a_conflict(memory_dir: Path) -> None:
-    turn = Turn(speaker="Caroline", text="I moved to Denver.", time=datetime(2023, 7, 1), dia_id="D9:2",
+    turn = Turn(speaker="Caroline", text="I moved to Denver.", time=datetime(2023, 7, 1), dia_id="D3:1",
                 listener="Melanie")
-    rt = runtime(memory_dir, mode="ingest")
+    rt = runtime(memory_dir, MOVES, mode="ingest")
     state = State(turns=[turn], stage="intake")
     state = replace(state, **research(state, rt))
     verdict = judge(state, rt)["verdict"]
     assert verdict.action == "Refresh"
-    assert ["fact:X1:0", "fact:X2:0", "new"] in verdict.conflicts
+    assert ["fact:D1:1:0", "fact:D2:1:0", "new"] in verdict.conflicts
+
+
+def test_a_new_turn_in_other_words_is_not_a_conflict() -> None:
+    turn = Turn(speaker="Caroline", text="I live in new york city.", time=JUNE_9, dia_id="D3:2", listener="Melanie")
+    drafts = extract_facts(turn)
+    assert [(d.subject, d.attribute) for d in drafts] == [("Caroline", "lives_in")]
+    nyc = fact("fact:D1:1:0", "Caroline lives in NYC.", "Caroline", "lives_in", "New York City", MAY_8, "D1:1")
+    boston = fact("fact:D2:1:0", "Caroline lives in Boston.", "Caroline", "lives_in", "Boston", MAY_8, "D2:1")
+    assert incoming_conflicts(drafts, turn.text, [nyc]) == []
+    assert incoming_conflicts(drafts, turn.text, [nyc, boston]) == [["fact:D2:1:0", "new"]]
 
 
 def test_a_new_turn_that_agrees_is_not_a_conflict(memory_dir: Path) -> None:
@@ -248,12 +274,11 @@ def test_unusable_model_verdicts_fall_back_to_the_offline_rules(memory_dir: Path
 
 def test_model_refresh_keeps_only_ids_that_exist(memory_dir: Path) -> None:
     reply = json.dumps({"Action": "Refresh", "reason": "two homes", "confidence": 0.8,
-                        "conflicts": ["fact:X1:0", "fact:X2:0", "fact:nowhere:9"]})
-    model = FakeListChatModel(responses=[reply])
-    state = State(question="Where does Caroline live?", evidence=stored(memory_dir, "fact:X1:0", "fact:X2:0"),
-                  rounds=1, stage="asking")
-    verdict = judge(state, runtime(memory_dir, mode="ask", chat_model=model))["verdict"]
-    assert verdict.action == "Refresh" and verdict.conflicts == [["fact:X1:0", "fact:X2:0"]]
+                        "conflicts": ["fact:D1:1:0", "raw:D2:1", "fact:nowhere:9"]})
+    state, _ = researched(memory_dir, "Where does Caroline live?", namespace=MOVES, mode="ask")
+    rt = runtime(memory_dir, MOVES, mode="ask", chat_model=FakeListChatModel(responses=[reply]))
+    verdict = judge(state, rt)["verdict"]
+    assert verdict.action == "Refresh" and verdict.conflicts == [["fact:D1:1:0", "raw:D2:1"]]
     assert verdict.policy == "model:FakeListChatModel"
 
 
