@@ -12,8 +12,8 @@ from langgraph.runtime import Runtime
 
 from graph.context import Context
 from graph.state import Evidence, RoleNote, State
-from memory.registry import open_store
 from memory.records import Record
+from memory.registry import open_store
 from memory.store import Hit, MemoryStore
 
 OFFLINE = "offline"

@@ -32,7 +32,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 from agents.common import fallback_policy, format_evidence, model_policy_name, store_of, traced
 from agents.llm import ask_json, chat_model
 from agents.refresher import ForgetRequest, read_forget_request, single_valued
-from agents.research import input_of, participants_of
+from agents.research import input_of
 from agents.working import classify
 from graph.context import Context
 from graph.routing import retry_allowed
@@ -367,7 +367,7 @@ class Situation:
         self.question = context.mode in ("ask", "retrieve") or (self.turn is not None and is_question(self.text))
         if context.mode == "ingest":
             self.question = False
-        self.participants = participants_of(self.store)
+        self.participants = self.store.participants()
         self.drafts: list[FactDraft] = []
         if self.turn is not None and not is_question(self.text):
             self.drafts = [d for d in extract_facts(self.turn, self.turn.time, self.turn.listener) if d.attribute]

@@ -1,9 +1,10 @@
 """The Memory role: writes each turn at every granularity (AMA Constructor, AdaMem Memory Agent).
 
-It runs twice per turn. First (intake) it stores the raw turn verbatim and
-pushes it to working memory before anything else can fail: a write-ahead that
-no later error can undo. The turn stays marked pending until it is derived, so
-adding it again after a failure derives it rather than skipping it. After
+It runs twice per turn. The first intake of a run stores every raw turn of the
+input verbatim, in one write, before anything else can fail: a write-ahead that
+no later error can undo. Each turn's intake then pushes it to working memory.
+A turn stays marked pending until it is derived, so adding it again after a
+failure derives it rather than skipping it. After
 research, judge and refresher have looked at the turn (stage "intake"), it
 derives facts, closes an episode when a boundary is reached, distils persona
 traits and links the new records: temporal neighbours and shared entities
@@ -90,42 +91,66 @@ def _intake(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
             f"mode {runtime.context.mode!r} needs turns: pass {{'turns': [{{'speaker': 'Ann', 'text': '...'}}]}}"
         )
     store = store_of(runtime)
-    turns = validate_turns(list(state.turns)) if cursor == 0 else [*state.turns]
+    turns = [*state.turns]
     if cursor == 0:
+        turns = [_with_ids(store, t) for t in validate_turns(turns)]
         _prefetch(store, turns, chat_model(runtime.context) is None)
-    turn = _with_ids(store, turns[cursor])
-    turns[cursor] = turn
+        _write_ahead(store, turns)
+    turn = turns[cursor]
     raw_id = f"raw:{turn.dia_id}"
     trace = list(update.get("trace", state.trace))
-    stored = list(update.get("stored_ids", state.stored_ids))
-    existing = store.get([raw_id])
-    pending = _pending(store)
-    if existing and existing[0].text == turn.text and raw_id not in pending:
+    if raw_id not in _pending(store):
         notes = [*update.get("notes", state.notes), f"{turn.dia_id} is already stored: skipped"]
         last = cursor + 1 >= len(turns) and runtime.context.mode == "ingest"
         return {**update, "turns": turns, "cursor": cursor + 1, "stage": "done" if last else "stored", "notes": notes,
                 "trace": [*trace, RoleNote(role="memory", policy=OFFLINE, summary=f"{turn.dia_id} already stored")]}
-    # Marked pending before the write and cleared after derive: a turn whose derive failed is derived on re-ingest.
-    store.ledger.set_state(store.namespace, PENDING, sorted({*pending, raw_id}))
-    if existing and existing[0].text == turn.text:
-        return {
-            **update, "turns": turns, "cursor": cursor, "stage": "intake",
-            "trace": [*trace, RoleNote(role="memory", policy=OFFLINE,
-                                       summary=f"{turn.dia_id} was stored but not derived: deriving it now")],
-        }
-    record = Record(
-        id=raw_id, kind="raw", text=turn.text, namespace=store.namespace, dialogue_id=turn.dia_id or "",
+    store.push_working(turn.speaker, turn.dia_id or "", turn.text, turn.time, runtime.context.working_size)
+    return {
+        **update, "turns": turns, "cursor": cursor, "stage": "intake",
+        "stored_ids": [*update.get("stored_ids", state.stored_ids), raw_id],
+        "trace": [*trace, RoleNote(role="memory", policy=OFFLINE,
+                                   summary=f"raw turn {turn.dia_id} stored (write-ahead); deriving it")],
+    }
+
+
+def _write_ahead(store: MemoryStore, turns: list[Turn]) -> None:
+    """Store every new raw turn of the input in one write, before any is derived.
+
+    A turn already stored with the same words is left alone (re-ingesting is
+    idempotent) unless its derive never finished. Turns are marked pending
+    before the write and each is cleared once derived, so a crash at any point
+    leaves them to be derived on the next ingest rather than lost.
+    """
+    seen: dict[str, int] = {}
+    for n, turn in enumerate(turns, start=1):
+        if turn.dia_id in seen:
+            raise InputError(
+                f"turns {seen[turn.dia_id]} and {n} share the id {turn.dia_id!r}: give each turn its own dia_id"
+            )
+        seen[turn.dia_id or ""] = n
+    pending = set(_pending(store))
+    existing = {r.id: r.text for r in store.get(f"raw:{t.dia_id}" for t in turns)}
+    new: list[Record] = []
+    marked: set[str] = set()
+    for turn in turns:
+        raw_id = f"raw:{turn.dia_id}"
+        if existing.get(raw_id) == turn.text and raw_id not in pending:
+            continue
+        marked.add(raw_id)
+        if existing.get(raw_id) != turn.text:
+            new.append(_raw_record(store, turn))
+    if marked:
+        store.ledger.set_state(store.namespace, PENDING, sorted(pending | marked))
+    store.add(new)
+
+
+def _raw_record(store: MemoryStore, turn: Turn) -> Record:
+    return Record(
+        id=f"raw:{turn.dia_id}", kind="raw", text=turn.text, namespace=store.namespace, dialogue_id=turn.dia_id or "",
         session=turn.session_label(), speaker=turn.speaker, time=turn.time, source_ids=[turn.dia_id or ""],
         image_caption=turn.image_caption or "",
         entities=extract_entities(turn.text, [p for p in (turn.speaker, turn.listener) if p]),
     )
-    store.add([record])
-    store.push_working(turn.speaker, turn.dia_id or "", turn.text, turn.time, runtime.context.working_size)
-    return {
-        **update, "turns": turns, "cursor": cursor, "stage": "intake", "stored_ids": [*stored, raw_id],
-        "trace": [*trace, RoleNote(role="memory", policy=OFFLINE,
-                                   summary=f"stored raw turn {turn.dia_id} (write-ahead)")],
-    }
 
 
 def _derive(state: State, runtime: Runtime[Context]) -> dict[str, Any]:

@@ -67,6 +67,7 @@ COST_EXPONENT = 0.35  # score / tokens**0.35: a long turn must be more relevant 
 MAX_EPISODES = 2  # episodes are long: at most this many in a question's context
 RETRY_NEW_SHARE = 0.35  # share of the budget a retry round reserves for what it newly found
 MAX_K_DYN = 20
+INGEST_POOL = 24  # a turn being stored needs only its near neighbours: what it relates to or may contradict
 
 Intent = list[int]
 
@@ -145,12 +146,6 @@ def k_dyn_of(text: str, intent: Sequence[int]) -> int:
 # --- query rewriting (offline policy) ---------------------------------------------------------
 _PRONOUN = re.compile(r"\b(he|she|they|him|her|them|his|hers|their|theirs)\b", re.IGNORECASE)
 _NOT_NOUN_AFTER_HER = wordset("and or but to for with at in on of from by about as than that when if so because")
-
-
-def participants_of(store: MemoryStore, raw: Sequence[Record] | None = None) -> list[str]:
-    """Who takes part: the distinct speakers of the stored raw turns, in order of appearance."""
-    turns = store.all("raw") if raw is None else raw
-    return list(dict.fromkeys(r.speaker for r in sorted(turns, key=_turn_key) if r.speaker))
 
 
 def expand_nicknames(text: str, participants: Sequence[str]) -> str:
@@ -317,13 +312,6 @@ class Unit:
     found_by: set[str] = field(default_factory=set)
 
 
-def _turn_key(record: Record) -> tuple[float, tuple[int, ...], str]:
-    """Chronological order: time, then the numbers of the dialogue id (D3:12 -> (3, 12))."""
-    moment = record.time.timestamp() if record.time else 0.0
-    numbers = tuple(int(n) for n in re.findall(r"\d+", record.dialogue_id or record.id))
-    return moment, numbers, record.id
-
-
 def strip_names(query: str, participants: Sequence[str]) -> str:
     """The query without the participants' names, for the dense search (see the module docstring)."""
     if not participants:
@@ -362,14 +350,15 @@ class Searcher:
         lexical = [rid for rid, _ in self.store.lexical(kind, self.plan.query, pool, window)]
         return [("dense", dense), ("bm25", lexical)]
 
-    def units(self, kinds: Sequence[Kind], pool: int) -> dict[str, Unit]:
+    def units(self, kinds: Sequence[Kind], pool: int, light: bool = False) -> dict[str, Unit]:
         """Fused units from `kinds`: raw turns (found directly or through their facts), and the
-        episodes and facts that stand on their own."""
+        episodes and facts that stand on their own. `light` (a turn being stored, not a question)
+        leaves out the time window and the boosts."""
         scores: dict[str, float] = {}
         found: dict[str, set[str]] = {}
         shown: dict[str, Record] = dict(self.raw)
         windows: list[tuple[tuple[datetime, datetime] | None, float, str]] = [(None, 1.0, "")]
-        if self.plan.time_window is not None:
+        if self.plan.time_window is not None and not light:
             start, end = self.plan.time_window
             windows.append(((start, end + MENTION_LAG), WINDOW_WEIGHT, "time"))
         for kind in kinds:
@@ -381,7 +370,8 @@ class Searcher:
                         found.setdefault(key, set()).add(tag or name)
                         if kind == "fact":
                             found[key].add("fact")
-        self._boost(scores, shown)
+        if not light:
+            self._boost(scores, shown)
         return {
             key: Unit(key=key, record=shown[key], score=score, found_by=found.get(key, set()))
             for key, score in scores.items()
@@ -413,7 +403,7 @@ class Searcher:
                 record = shown.get(key)
                 if record is not None and (record.speaker == who or record.subject == who):
                     scores[key] *= 1.0 + SPEAKER_BOOST
-        order = sorted(self.raw.values(), key=_turn_key)
+        order = self.store.timeline()
         position = {r.id: i for i, r in enumerate(order)}
         inherited: dict[str, float] = {}
         for key, score in scores.items():
@@ -498,9 +488,11 @@ def research(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     earlier: list[Evidence] = [] if fresh else list(state.evidence)
     trace: list[RoleNote] = [] if fresh else list(state.trace)
     text, speaker, exclude = input_of(state, context)
+    if context.mode in ("ingest", "chat"):  # the input's later turns are written ahead but not yet said
+        exclude |= {f"raw:{t.dia_id}" for t in state.turns[state.cursor + 1 :] if t.dia_id}
     store = store_of(runtime)
     raw = store.all("raw")
-    participants = participants_of(store, raw)
+    participants = store.participants()
     now = _now_of(state, raw, context)
     kinds = [k for k in context.kinds() if k in SEARCHABLE]
     plan = None if fresh else state.plan
@@ -511,7 +503,9 @@ def research(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     # A stored turn is searched with its own words: its vector is already cached from the write.
     dense_text = text if context.mode == "ingest" else strip_names(plan.query, participants)
     searcher = Searcher(store, plan, dense_text, exclude, raw)
-    if first:
+    if context.mode == "ingest":
+        evidence, plan, summary = _ingest_round(searcher, context, kinds)
+    elif first:
         evidence, plan, summary = _first_round(searcher, context, kinds)
     else:
         evidence, plan, summary = _retry_round(searcher, context, kinds, earlier, rounds)
@@ -541,10 +535,6 @@ def _now_of(state: State, raw: Sequence[Record], context: Context) -> datetime |
     return max(times) if times else datetime.now()
 
 
-def _question_mode(context: Context) -> bool:
-    return context.mode != "ingest"
-
-
 def _first_round(searcher: Searcher, context: Context, kinds: Sequence[Kind]) -> tuple[list[Evidence], Plan, str]:
     """The routed granularity, plus raw turns and facts (always: recall at a small budget)."""
     plan = searcher.plan
@@ -552,8 +542,19 @@ def _first_round(searcher: Searcher, context: Context, kinds: Sequence[Kind]) ->
     k = max(plan.k_dyn, context.k_m)
     units = searcher.units(searched, POOL)
     ranked = _ranked(units)
-    limit = None if _question_mode(context) else k
-    evidence = chronological(select(ranked, context.token_budget, limit))
+    evidence = chronological(select(ranked, context.token_budget))
+    plan = plan.model_copy(update={"searched": list(searched)})
+    return evidence, plan, _summary(plan, evidence, k, 1)
+
+
+def _ingest_round(searcher: Searcher, context: Context, kinds: Sequence[Kind]) -> tuple[list[Evidence], Plan, str]:
+    """A turn being stored: the few turns and facts nearest its own words, which the Judge checks for
+    conflicts and the Memory role links to (AMA's R_t). No time window, boosts or retry."""
+    plan = searcher.plan
+    searched: list[Kind] = [k for k in ("raw", "fact") if k in kinds] or [plan.route]
+    k = max(plan.k_dyn, context.k_m)
+    units = searcher.units(searched, INGEST_POOL, light=True)
+    evidence = chronological(select(_ranked(units), context.token_budget, k))
     plan = plan.model_copy(update={"searched": list(searched)})
     return evidence, plan, _summary(plan, evidence, k, 1)
 

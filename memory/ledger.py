@@ -161,8 +161,16 @@ class Ledger:
     def push_working(
         self, namespace: str, participant: str, dia_id: str, text: str, time: datetime | None, size: int
     ) -> None:
-        """Append a turn to a participant's FIFO and drop what falls out (AdaMem working memory)."""
+        """Append a turn to a participant's FIFO and drop what falls out (AdaMem working memory).
+
+        A turn already in the window (its derive is being retried) is not pushed twice.
+        """
         with self.transaction() as conn:
+            if dia_id and conn.execute(
+                "SELECT 1 FROM working WHERE namespace = ? AND participant = ? AND dia_id = ?",
+                (namespace, participant, dia_id),
+            ).fetchone():
+                return
             row = conn.execute(
                 "SELECT COALESCE(MAX(seq), 0) FROM working WHERE namespace = ? AND participant = ?",
                 (namespace, participant),

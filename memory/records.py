@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from enum import Enum
+from enum import StrEnum
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -18,7 +18,7 @@ Kind = Literal["raw", "fact", "episode", "persona"]
 KINDS: tuple[Kind, ...] = ("raw", "fact", "episode", "persona")
 
 
-class Status(str, Enum):
+class Status(StrEnum):
     """Lifecycle of a stored record: nothing is destroyed silently."""
 
     ACTIVE = "active"
@@ -105,7 +105,7 @@ class Record(BaseModel):
         return f"[{ref} | {when} | {self.kind}] {who}{self.text}{extra}"
 
 
-class LinkType(str, Enum):
+class LinkType(StrEnum):
     """Typed edges between records (MAGMA's four graphs, A-MEM's links)."""
 
     TEMPORAL = "temporal"
@@ -127,7 +127,7 @@ class Link(BaseModel):
     weight: float = 1.0
 
 
-class Action(str, Enum):
+class Action(StrEnum):
     """What the refresher (or a user) did to a record."""
 
     UPDATE = "update"
@@ -155,3 +155,10 @@ class Change(BaseModel):
     time: datetime = Field(default_factory=datetime.now)
     undone: bool = False
     undoes: int | None = None
+
+
+def chronological_key(record: Record) -> tuple[float, tuple[int, ...], str]:
+    """Chronological order: time, then the numbers of the dialogue id (D3:12 -> (3, 12))."""
+    moment = record.time.timestamp() if record.time else 0.0
+    numbers = tuple(int(n) for n in re.findall(r"\d+", record.dialogue_id or record.id))
+    return moment, numbers, record.id

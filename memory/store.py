@@ -22,7 +22,7 @@ from memory.chroma import get_collection, open_client
 from memory.embeddings import CachedEmbedder, get_embedder
 from memory.errors import NotFoundError
 from memory.ledger import Ledger
-from memory.records import KINDS, Action, Change, Kind, Link, LinkType, Record, Status
+from memory.records import KINDS, Action, Change, Kind, Link, LinkType, Record, Status, chronological_key
 from memory.settings import StoreSettings
 
 _LIST_FIELDS = ("source_ids", "entities")
@@ -87,6 +87,7 @@ class MemoryStore:
         self._records: dict[Kind, dict[str, Record]] = {}
         self._lexical: dict[Kind, BM25Index] = {}
         self._counts: dict[Kind, int] = {}
+        self._timeline: list[Record] | None = None  # active raw turns in order; rebuilt after a raw write
         self._lock = threading.RLock()
 
     @property
@@ -99,9 +100,9 @@ class MemoryStore:
         """Mirror a collection in memory (for BM25 and fast reads); reload when it changed size."""
         with self._lock:
             collection = self._collections[kind]
-            if not force and kind in self._records:
-                if not self._shared or collection.count() == self._counts.get(kind):
-                    return self._records[kind]
+            fresh = not self._shared or collection.count() == self._counts.get(kind)
+            if not force and kind in self._records and fresh:
+                return self._records[kind]
             got = collection.get(include=["documents", "metadatas"])
             records = {
                 rid: from_metadata(rid, doc or "", meta or {})
@@ -113,6 +114,8 @@ class MemoryStore:
                     index.add(record.id, _lexical_text(record))
             self._records[kind] = records
             self._lexical[kind] = index
+            if kind == "raw":
+                self._timeline = None
             self._counts[kind] = len(records)
             return records
 
@@ -136,7 +139,9 @@ class MemoryStore:
     def get_one(self, record_id: str) -> Record:
         records = self.get([record_id])
         if not records:
-            raise NotFoundError(f"no record {record_id!r} in namespace {self.namespace!r}: list them with `strata stats`")
+            raise NotFoundError(
+                f"no record {record_id!r} in namespace {self.namespace!r}: list them with `strata stats`"
+            )
         return records[0]
 
     def has(self, record_id: str) -> bool:
@@ -168,7 +173,22 @@ class MemoryStore:
                     self._remember(records[i])
                 self._counts[kind] = len(self._records[kind])
 
+    def timeline(self) -> list[Record]:
+        """The active raw turns in chronological order (cached: questions read it every time)."""
+        with self._lock:
+            raw = self._load("raw")
+            if self._timeline is None:
+                active = (r for r in raw.values() if r.status == Status.ACTIVE)
+                self._timeline = sorted(active, key=chronological_key)
+            return self._timeline
+
+    def participants(self) -> list[str]:
+        """Who takes part: the distinct speakers of the stored turns, in order of appearance."""
+        return list(dict.fromkeys(r.speaker for r in self.timeline() if r.speaker))
+
     def _remember(self, record: Record) -> None:
+        if record.kind == "raw":
+            self._timeline = None
         self._records[record.kind][record.id] = record
         index = self._lexical[record.kind]
         if record.status == Status.ACTIVE:

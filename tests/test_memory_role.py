@@ -249,13 +249,14 @@ def test_write_ahead_keeps_the_raw_turn_when_derive_fails(
     with pytest.raises(RuntimeError, match="fact extractor broke"):
         memory.add(turns)
     store = memory.store
-    kept = store.get_one("raw:D1:1")
-    assert kept.text == turns[0].text and kept.status == Status.ACTIVE
+    # the whole input was written ahead in one step, before the first derive failed
+    kept = store.get(["raw:D1:1", "raw:D1:2", "raw:D1:3"])
+    assert [r.text for r in kept] == [t.text for t in turns] and {r.status for r in kept} == {Status.ACTIVE}
     assert store.count("fact") == 0 and store.count("episode") == 0
     assert [w["dia_id"] for w in store.working()] == ["D1:1"]
-    assert store.ledger.get_state(NAMESPACE, memory_role.PENDING) == ["raw:D1:1"]
+    assert store.ledger.get_state(NAMESPACE, memory_role.PENDING) == ["raw:D1:1", "raw:D1:2", "raw:D1:3"]
 
-    # once the fault is gone, adding the turns again derives the stored one instead of skipping it
+    # once the fault is gone, adding the turns again derives the stored ones instead of skipping them
     monkeypatch.undo()
     report = memory.add(turns)
     assert "D1:1 is already stored: skipped" not in report.notes
