@@ -477,7 +477,8 @@ def judge(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     notes = list(state.notes)
     retry_next = verdict.action == "Retry" and retry_allowed(state, context)
     if verdict.action == "Retry" and not retry_next:
-        notes.append(f"Retry budget K_r={context.k_r} used up: answering from what was found")
+        outcome = "returning" if context.mode == "retrieve" else "answering from"
+        notes.append(f"Retry budget K_r={context.k_r} used up: {outcome} what was found")
     summary = f"{verdict.action} ({verdict.confidence:.2f}): {verdict.reason}"
     if verdict.conflicts:
         summary += " | conflicts: " + "; ".join(", ".join(g) for g in verdict.conflicts)

@@ -66,7 +66,8 @@ class Memory:
             settings["data_dir"] = str(Path(settings["data_dir"]).expanduser())
         self._settings = settings
         self.namespace = namespace
-        self.context("ask")  # validate settings now, not at the first call
+        # validate settings now, not at the first call; STRATA_NAMESPACE fills in for the default namespace
+        self.namespace = self.context("ask").namespace
 
     def context(self, mode: str) -> Context:
         return Context(namespace=self.namespace, mode=mode, **self._settings)  # type: ignore[arg-type]
