@@ -198,6 +198,8 @@ def refresher(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
         for step in plan.steps:
             notes.append(apply(store, step, plan.policy))
             touched.add(step.record.id)
+            if step.action != "noop":
+                notes += follow_persona(store, step, plan.policy)
     evidence = refreshed_evidence(state.evidence, store, notes)
     counts = {a: sum(n.action == a for n in notes) for a in ("update", "delete", "noop")}
     summary = (
@@ -549,6 +551,32 @@ def apply(store: MemoryStore, step: Step, policy: str) -> ChangeNote:
     change = store.record_noop(record.id, record.kind, step.reason, policy)
     return ChangeNote(action="noop", record_id=record.id, old_text=record.text, new_text=record.text,
                       reason=step.reason, change_id=change.id, policy=policy)
+
+
+def traits_of(store: MemoryStore, fact: Record) -> list[Record]:
+    """Live persona traits distilled from this fact: same turn, participant, attribute and value."""
+    if fact.kind != "fact" or not fact.attribute:
+        return []
+    return [
+        p for p in store.all("persona")
+        if p.attribute == fact.attribute and _norm(p.value) == _norm(fact.value)
+        and p.participant == (fact.subject or fact.speaker) and set(p.source_ids) & set(fact.source_ids)
+    ]
+
+
+def follow_persona(store: MemoryStore, step: Step, policy: str) -> list[ChangeNote]:
+    """A trait may not outlive the fact it came from: when the fact is updated, superseded or deleted,
+    the trait is retired the same way (its own history row, undoable on its own). The turn that
+    brought the new value adds the new trait when it is derived."""
+    notes: list[ChangeNote] = []
+    for trait in traits_of(store, step.record):
+        reason = f"the fact it came from ({step.record.id}) was {'deleted' if step.action == 'delete' else 'updated'}"
+        if step.action == "delete":
+            notes.append(apply(store, Step(action="delete", record=trait, reason=reason), policy))
+        else:
+            by = step.by if step.by is not None else step.record
+            notes.append(apply(store, Step(action="supersede", record=trait, reason=reason, by=by), policy))
+    return notes
 
 
 def refreshed_evidence(evidence: list[Evidence], store: MemoryStore, notes: list[ChangeNote]) -> list[Evidence]:

@@ -141,6 +141,37 @@ def test_real_turns_and_a_real_update(store: MemoryStore, data_dir: Path, locomo
     assert store.get_one(job.id).text == "Caroline works as a counselor."
 
 
+def trait_of(record: Record) -> Record:
+    """The persona trait the Memory role distils from a fact (same id scheme and fields)."""
+    from memory.persona import aspect_of, persona_id
+
+    aspect = aspect_of(record.attribute) or "home"
+    return record.model_copy(update={
+        "id": persona_id(record.subject, aspect, record.value), "kind": "persona", "participant": record.subject,
+        "aspect": aspect,
+    })
+
+
+def test_a_trait_is_retired_with_the_fact_it_came_from(store: MemoryStore, data_dir: Path) -> None:
+    home = trait_of(BOSTON)
+    likes = trait_of(PAINTS)
+    out = run(store, data_dir, [BOSTON, home, PAINTS, likes], [["new", BOSTON.id]], turn("I live in Denver now."))
+    assert store.get_one(home.id).status == Status.SUPERSEDED  # "lives in Boston" is no longer a trait
+    assert store.get_one(likes.id).status == Status.ACTIVE  # another fact's trait: untouched
+    assert [(n.action, n.record_id) for n in out["changes"]] == [("update", BOSTON.id), ("update", home.id)]
+    [change] = store.history(home.id)
+    assert "fact:D1:4:0" in change.reason
+    store.undo(change.id)  # each change is undoable on its own
+    assert store.get_one(home.id).status == Status.ACTIVE
+
+
+def test_a_deleted_fact_takes_its_trait_with_it(store: MemoryStore, data_dir: Path) -> None:
+    home = trait_of(BOSTON)
+    run(store, data_dir, [BOSTON, home], [[BOSTON.id, "new"]], turn("Please forget that I live in Boston."))
+    assert store.get_one(BOSTON.id).status == Status.DELETED
+    assert store.get_one(home.id).status == Status.DELETED
+
+
 # --- Delete -------------------------------------------------------------------------------------
 
 
