@@ -53,6 +53,7 @@ def evidence_of(record: Record, score: float = 0.0, found_by: Sequence[str] = ()
         score=score,
         found_by=list(found_by),
         label=record.label(),
+        line=record.line(),
     )
 
 
@@ -69,9 +70,29 @@ def current_turn_text(state: State) -> str:
     return state.turns[-1].text if state.turns else ""
 
 
+def context_lines(items: Sequence[Evidence]) -> list[str]:
+    """The evidence as the roles read it: a date heading, then one line per record said that day.
+
+    A date is written once for the lines under it rather than on every line: in
+    a chronological context that leaves more of the token budget for memories.
+    """
+    lines: list[str] = []
+    heading = None
+    for item in items:
+        if item.day() != heading:
+            heading = item.day()
+            lines.append(date_heading(heading))
+        lines.append(item.line or item.label or item.text)
+    return lines
+
+
+def date_heading(day: str) -> str:
+    return f"({day})"
+
+
 def format_evidence(items: Sequence[Evidence]) -> str:
-    """The evidence as the roles' prompts show it: one labelled line per record."""
-    return "\n".join(item.label or item.text for item in items) or "(none)"
+    """The evidence as the roles' prompts show it (see `context_lines`)."""
+    return "\n".join(context_lines(items)) or "(none)"
 
 
 def format_window(store: MemoryStore) -> str:

@@ -196,10 +196,11 @@ def refresher(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
         policies.append(plan.policy)
         looked_at += len(group.records)
         for step in plan.steps:
-            notes.append(apply(store, step, plan.policy))
+            note = apply(store, step, plan.policy)
+            notes.append(note)
             touched.add(step.record.id)
             if step.action != "noop":
-                notes += follow_persona(store, step, plan.policy)
+                notes += follow_persona(store, step, plan.policy, note.change_id)
     evidence = refreshed_evidence(state.evidence, store, notes)
     counts = {a: sum(n.action == a for n in notes) for a in ("update", "delete", "noop")}
     summary = (
@@ -533,19 +534,19 @@ def _memory_line(record: Record) -> str:
 
 
 # --- applying and reporting ----------------------------------------------------------------
-def apply(store: MemoryStore, step: Step, policy: str) -> ChangeNote:
+def apply(store: MemoryStore, step: Step, policy: str, follows: int | None = None) -> ChangeNote:
     """One step through the store: history first, then the record (undoable by its change id)."""
     record = step.record
     if step.action == "update":
-        change = store.update(record.id, step.new_text, step.reason, policy)
+        change = store.update(record.id, step.new_text, step.reason, policy, follows=follows)
         return ChangeNote(action="update", record_id=record.id, old_text=change.old_text, new_text=change.new_text,
                           reason=step.reason, change_id=change.id, policy=policy)
     if step.action == "supersede" and step.by is not None:
-        change = store.supersede(record.id, step.by.id, step.reason, policy)
+        change = store.supersede(record.id, step.by.id, step.reason, policy, follows=follows)
         return ChangeNote(action="update", record_id=record.id, old_text=record.text, new_text=step.by.text,
                           reason=step.reason, change_id=change.id, policy=policy)
     if step.action == "delete":
-        change = store.delete(record.id, step.reason, policy)
+        change = store.delete(record.id, step.reason, policy, follows=follows)
         return ChangeNote(action="delete", record_id=record.id, old_text=record.text, reason=step.reason,
                           change_id=change.id, policy=policy)
     change = store.record_noop(record.id, record.kind, step.reason, policy)
@@ -564,18 +565,18 @@ def traits_of(store: MemoryStore, fact: Record) -> list[Record]:
     ]
 
 
-def follow_persona(store: MemoryStore, step: Step, policy: str) -> list[ChangeNote]:
+def follow_persona(store: MemoryStore, step: Step, policy: str, lead: int | None) -> list[ChangeNote]:
     """A trait may not outlive the fact it came from: when the fact is updated, superseded or deleted,
-    the trait is retired the same way (its own history row, undoable on its own). The turn that
-    brought the new value adds the new trait when it is derived."""
+    the trait is retired too, in a change that follows the fact's (`lead`), so undoing the fact's
+    change restores the trait. The turn that brought the new value adds the new trait when derived."""
     notes: list[ChangeNote] = []
     for trait in traits_of(store, step.record):
         reason = f"the fact it came from ({step.record.id}) was {'deleted' if step.action == 'delete' else 'updated'}"
         if step.action == "delete":
-            notes.append(apply(store, Step(action="delete", record=trait, reason=reason), policy))
+            notes.append(apply(store, Step(action="delete", record=trait, reason=reason), policy, lead))
         else:
             by = step.by if step.by is not None else step.record
-            notes.append(apply(store, Step(action="supersede", record=trait, reason=reason, by=by), policy))
+            notes.append(apply(store, Step(action="supersede", record=trait, reason=reason, by=by), policy, lead))
     return notes
 
 

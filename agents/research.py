@@ -35,7 +35,15 @@ from typing import Any, Literal
 from langgraph.runtime import Runtime
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 
-from agents.common import OFFLINE, fallback_policy, model_policy_name, store_of
+from agents.common import (
+    OFFLINE,
+    context_lines,
+    date_heading,
+    evidence_of,
+    fallback_policy,
+    model_policy_name,
+    store_of,
+)
 from agents.llm import ask_json, chat_model
 from evaluation.tokens import count_tokens as _count_tokens
 from graph.context import Context
@@ -432,12 +440,7 @@ def line_tokens(text: str) -> int:
 
 
 def unit_evidence(unit: Unit) -> Evidence:
-    record = unit.record
-    return Evidence(
-        id=record.id, kind=record.kind, text=record.text, dialogue_id=record.dialogue_id,
-        source_ids=list(record.source_ids), speaker=record.speaker, time=record.time, score=round(unit.score, 6),
-        found_by=sorted(unit.found_by), label=record.label(),
-    )
+    return evidence_of(unit.record, round(unit.score, 6), sorted(unit.found_by))
 
 
 def select(ranked: Sequence[Evidence], budget: int, limit: int | None = None) -> list[Evidence]:
@@ -448,16 +451,18 @@ def select(ranked: Sequence[Evidence], budget: int, limit: int | None = None) ->
     """
     chosen: list[Evidence] = []
     ids: set[str] = set()
+    days: set[str] = set()
     used = 0
     episodes = 0
     for item in ranked:
         if item.id in ids or (item.kind == "episode" and episodes >= MAX_EPISODES):
             continue
-        cost = line_tokens(item.label or item.text)
+        cost = item_tokens(item) + (0 if item.day() in days else line_tokens(date_heading(item.day())))
         if used + cost > budget:
             continue
         chosen.append(item)
         ids.add(item.id)
+        days.add(item.day())
         used += cost
         episodes += item.kind == "episode"
         if limit is not None and len(chosen) >= limit:
@@ -473,9 +478,13 @@ def chronological(items: Iterable[Evidence]) -> list[Evidence]:
     return sorted(items, key=key)
 
 
+def item_tokens(item: Evidence) -> int:
+    return line_tokens(item.line or item.label or item.text)
+
+
 def context_tokens(items: Sequence[Evidence]) -> int:
-    """Tokens of the context as the roles see it: one labelled line per item."""
-    return sum(line_tokens(item.label or item.text) for item in items)
+    """Tokens of the context as the roles see it (`agents.common.context_lines`), in chronological order."""
+    return sum(line_tokens(line) for line in context_lines(chronological(items)))
 
 
 # --- the node ---------------------------------------------------------------------------------
@@ -605,7 +614,7 @@ def _ranked(units: dict[str, Unit]) -> list[Evidence]:
     """Units best first, as evidence; the score is per token^COST_EXPONENT so that short items compete."""
     items = [unit_evidence(u) for u in units.values()]
     for item in items:
-        item.score = round(item.score / (line_tokens(item.label) ** COST_EXPONENT), 8)
+        item.score = round(item.score / (item_tokens(item) ** COST_EXPONENT), 8)
     return sorted(items, key=lambda e: (-e.score, e.id))
 
 
@@ -625,12 +634,7 @@ def _linked(store: MemoryStore, earlier: Sequence[Evidence], exclude: set[str]) 
             records.append(record)
     score = round(min(e.score for e in top) * NEIGHBOUR_SHARE, 8)
     return [
-        Evidence(
-            id=r.id, kind=r.kind, text=r.text, dialogue_id=r.dialogue_id, source_ids=list(r.source_ids),
-            speaker=r.speaker, time=r.time, score=score, found_by=["link"], label=r.label(),
-        )
-        for r in _unique(records)
-        if r.status == Status.ACTIVE and r.id not in exclude
+        evidence_of(r, score, ["link"]) for r in _unique(records) if r.status == Status.ACTIVE and r.id not in exclude
     ]
 
 

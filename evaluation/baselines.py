@@ -1,5 +1,8 @@
 """The baselines: full context, plain dense RAG and BM25 over raw turns.
 
+Dense RAG and BM25 run twice: with the usual top-k (k=10), and filled up to the
+project's own token budget, so recall can be compared at equal context size.
+
 They answer with the project's own Working role (its chat-model policy when a
 model is configured, its offline policy otherwise), given the turns they
 retrieved as evidence, so a difference in the scores comes from what reached
@@ -183,3 +186,23 @@ class Bm25Rag(_Baseline):
 
     def retrieve(self, question: str) -> list[Evidence]:
         return self.index.lexical(question, self.k)
+
+
+class BudgetRag(_Baseline):
+    """The best raw turns of one ranker (dense or BM25), best first, until the token budget is full:
+    the same budget, labels and chronological order as the project's context."""
+
+    def __init__(self, index: TurnIndex, ranker: str, budget: int) -> None:
+        super().__init__(index)
+        self.name = f"{ranker}@budget"
+        self.ranker = ranker
+        self.budget = budget
+
+    def retrieve(self, question: str) -> list[Evidence]:
+        from agents.research import chronological, select
+
+        everything = len(self.index.records)
+        ranked = self.index.dense(question, everything) if self.ranker == "dense" else self.index.lexical(
+            question, everything
+        )
+        return chronological(select(ranked, self.budget))

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from evaluation.systems import BASELINES
 from evaluation.tokens import ENCODING_NAME
 from evaluation.usage import Usage
 from strata.conversations import ADVERSARIAL_CATEGORY
@@ -236,7 +237,7 @@ def plot(figures: Sequence[dict[str, Any]], path: Path) -> None:
     axes.axvline(TARGET_TOKENS, color="grey", linestyle="--", linewidth=0.8)
     axes.fill_between([1, TARGET_TOKENS], TARGET_RECALL, 1.02, color="tab:green", alpha=0.08, label="target")
     for name, tokens, recall in points:
-        colour = "tab:red" if name == "strata" else ("tab:blue" if name in ("full-context", "dense-rag", "bm25")
+        colour = "tab:red" if name == "strata" else ("tab:blue" if name in BASELINES
                                                       else "tab:grey")
         axes.scatter([tokens], [recall], color=colour, zorder=3)
         axes.annotate(name, (tokens, recall), textcoords="offset points", xytext=(5, 4), fontsize=8)

@@ -20,7 +20,9 @@ from pydantic import BaseModel, Field
 from agents.common import format_evidence
 from evaluation.metrics import ContextItem
 from evaluation.usage import Usage, track_usage
+from graph.context import Context
 from graph.state import Evidence
+from memory.embeddings import get_embedder
 from memory.errors import ConfigError
 from strata.api import Memory
 from strata.conversations import LoadedConversation
@@ -83,6 +85,10 @@ class RunSettings(BaseModel):
     base_url: str = ""
     embedder: str = "local:all-MiniLM-L6-v2"
     top_k: int = Field(10, ge=1, description="k of the dense and BM25 baselines.")
+    budget: int = Field(
+        default_factory=lambda: Context().token_budget,
+        description="Context tokens of the @budget baselines: the project's own token budget.",
+    )
 
     def memory_settings(self) -> dict[str, Any]:
         return {"data_dir": self.data_dir, "model": self.model, "base_url": self.base_url, "embedder": self.embedder}
@@ -112,6 +118,7 @@ class StrataSpace:
         if memory.stats()["raw"]["active"]:
             _drop(memory)  # left over from an interrupted run: start fresh
             memory = self.memory()
+        get_embedder(self.settings.embedder).clear()  # each ingest pays for its own embeddings
         with track_usage() as tally:
             summary = ingest_conversation(memory, conversation, on_turn=on_turn)
         self.stats = IngestStats(
@@ -175,7 +182,7 @@ STRATA_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "k_r=3": ("default", {"k_r": 3}),
 }
 INGEST_VARIANTS: dict[str, dict[str, Any]] = {"default": {}, "no-refresher": {"refresher": False}}
-BASELINES: tuple[str, ...] = ("full-context", "dense-rag", "bm25")
+BASELINES: tuple[str, ...] = ("full-context", "dense-rag", "bm25", "dense@budget", "bm25@budget")
 ALL_SYSTEMS: tuple[str, ...] = ("strata", *BASELINES, *(n for n in STRATA_VARIANTS if n != "strata"))
 
 
@@ -191,7 +198,7 @@ def check_names(names: Sequence[str]) -> list[str]:
 
 def build_systems(names: Sequence[str], conversation_id: str, settings: RunSettings) -> list[System]:
     """Fresh systems for one conversation; strata variants on the same ingest share its namespace."""
-    from evaluation.baselines import Bm25Rag, DenseRag, FullContext, TurnIndex
+    from evaluation.baselines import Bm25Rag, BudgetRag, DenseRag, FullContext, TurnIndex
 
     spaces: dict[str, StrataSpace] = {}
     index: TurnIndex | None = None
@@ -211,6 +218,8 @@ def build_systems(names: Sequence[str], conversation_id: str, settings: RunSetti
             systems.append(FullContext(index))
         elif name == "dense-rag":
             systems.append(DenseRag(index, settings.top_k))
-        else:
+        elif name == "bm25":
             systems.append(Bm25Rag(index, settings.top_k))
+        else:
+            systems.append(BudgetRag(index, name.split("@", 1)[0], settings.budget))
     return systems

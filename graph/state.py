@@ -30,7 +30,12 @@ class Evidence(BaseModel):
     time: datetime | None = None
     score: float = 0.0
     found_by: list[str] = Field(default_factory=list, description="dense, bm25, link, persona ...")
-    label: str = Field("", description="How the item appears in the context: id, date, text.")
+    label: str = Field("", description="How the item is shown on its own: id, date, kind, text.")
+    line: str = Field("", description="How the item appears in a context, under its date heading.")
+
+    def day(self) -> str:
+        """The heading the item's line is grouped under in a context."""
+        return self.time.strftime("%Y-%m-%d") if self.time else "undated"
 
     def turn_ids(self) -> list[str]:
         """The dialogue turns this item stands for (for evidence recall and citations)."""

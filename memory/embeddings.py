@@ -123,6 +123,11 @@ class CachedEmbedder:
                 rows.append(vector)
         return np.vstack(rows) if rows else np.zeros((0, 0), dtype=np.float32)
 
+    def clear(self) -> None:
+        """Forget every cached vector (a benchmark that must pay for embedding again)."""
+        with self._lock:
+            self._cache.clear()
+
     def prefetch(self, texts: Sequence[str]) -> None:
         """Embed a batch ahead of time (bulk ingestion embeds a session in one call)."""
         if texts:

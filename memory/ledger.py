@@ -30,7 +30,7 @@ CREATE TABLE IF NOT EXISTS history (
     old_text TEXT NOT NULL, new_text TEXT NOT NULL, old_status TEXT NOT NULL, new_status TEXT NOT NULL,
     reason TEXT NOT NULL, policy TEXT NOT NULL, time TEXT NOT NULL,
     undone INTEGER NOT NULL DEFAULT 0, undoes INTEGER,
-    old_fields TEXT NOT NULL DEFAULT '{}', new_fields TEXT NOT NULL DEFAULT '{}'
+    old_fields TEXT NOT NULL DEFAULT '{}', new_fields TEXT NOT NULL DEFAULT '{}', follows INTEGER
 );
 CREATE INDEX IF NOT EXISTS history_ns ON history (namespace, id);
 CREATE TABLE IF NOT EXISTS working (
@@ -55,7 +55,14 @@ class Ledger:
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute("PRAGMA synchronous=NORMAL")
         self._conn.executescript(_SCHEMA)
+        self._migrate()
         self._lock = threading.RLock()
+
+    def _migrate(self) -> None:
+        """Bring a ledger written by an earlier version up to this schema (columns are only ever added)."""
+        columns = {row[1] for row in self._conn.execute("PRAGMA table_info(history)")}
+        if "follows" not in columns:
+            self._conn.execute("ALTER TABLE history ADD COLUMN follows INTEGER")
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
@@ -117,14 +124,14 @@ class Ledger:
         """Append one change; pass `conn` to join an open transaction."""
         sql = (
             "INSERT INTO history (namespace, record_id, kind, action, old_text, new_text, old_status, "
-            "new_status, reason, policy, time, undone, undoes, old_fields, new_fields) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            "new_status, reason, policy, time, undone, undoes, old_fields, new_fields, follows) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
         )
         params = (
             change.namespace, change.record_id, change.kind, change.action.value, change.old_text,
             change.new_text, change.old_status.value, change.new_status.value, change.reason,
             change.policy, change.time.isoformat(), int(change.undone), change.undoes,
-            json.dumps(change.old_fields), json.dumps(change.new_fields),
+            json.dumps(change.old_fields), json.dumps(change.new_fields), change.follows,
         )
         if conn is not None:
             return int(conn.execute(sql, params).lastrowid or 0)
@@ -153,6 +160,17 @@ class Ledger:
             names = [d[0] for d in cursor.description]
             row = cursor.fetchone()
         return _change_from_row(dict(zip(names, row, strict=True))) if row else None
+
+    def followers(self, namespace: str, change_id: int) -> list[Change]:
+        """The changes made together with this one (undone with it), not yet undone."""
+        with self._lock:
+            cursor = self._conn.execute(
+                "SELECT * FROM history WHERE namespace = ? AND follows = ? AND undone = 0 ORDER BY id DESC",
+                (namespace, change_id),
+            )
+            names = [d[0] for d in cursor.description]
+            rows = cursor.fetchall()
+        return [_change_from_row(dict(zip(names, row, strict=True))) for row in rows]
 
     def mark_undone(self, change_id: int, conn: sqlite3.Connection) -> None:
         conn.execute("UPDATE history SET undone = 1 WHERE id = ?", (change_id,))
@@ -233,4 +251,5 @@ def _change_from_row(row: dict[str, object]) -> Change:
         undoes=int(row["undoes"]) if row["undoes"] is not None else None,  # type: ignore[arg-type]
         old_fields=json.loads(str(row.get("old_fields") or "{}")),
         new_fields=json.loads(str(row.get("new_fields") or "{}")),
+        follows=int(row["follows"]) if row.get("follows") is not None else None,  # type: ignore[arg-type]
     )

@@ -97,12 +97,20 @@ class Record(BaseModel):
     entities: list[str] = Field(default_factory=list)
 
     def label(self) -> str:
-        """How the record is shown to a role or a user: id, date and text."""
+        """How the record is shown on its own (CLI, tools): id, date, kind and text."""
         when = self.time.strftime("%Y-%m-%d") if self.time else "undated"
+        return f"[{self.dialogue_id or self.id} | {when} | {self.kind}] {self._said()}"
+
+    def line(self) -> str:
+        """How the record appears in a role's context, under a heading with its date: the id, the kind
+        when it is not a raw turn, and the text (the date is shared by the lines below one heading)."""
+        tag = "" if self.kind == "raw" else f" {self.kind}"
+        return f"[{self.dialogue_id or self.id}{tag}] {self._said()}"
+
+    def _said(self) -> str:
         who = f"{self.speaker}: " if self.kind == "raw" and self.speaker else ""
-        ref = self.dialogue_id or self.id
         extra = f" [shared a photo: {self.image_caption}]" if self.image_caption else ""
-        return f"[{ref} | {when} | {self.kind}] {who}{self.text}{extra}"
+        return f"{who}{self.text}{extra}"
 
 
 class LinkType(StrEnum):
@@ -155,6 +163,7 @@ class Change(BaseModel):
     time: datetime = Field(default_factory=datetime.now)
     undone: bool = False
     undoes: int | None = None
+    follows: int | None = Field(None, description="The change this one came with: undone together with it.")
 
 
 def chronological_key(record: Record) -> tuple[float, tuple[int, ...], str]:

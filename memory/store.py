@@ -209,7 +209,7 @@ class MemoryStore:
 
     def update(
         self, record_id: str, new_text: str, reason: str, policy: str = "offline",
-        fields: dict[str, str] | None = None,
+        fields: dict[str, str] | None = None, follows: int | None = None,
     ) -> Change:
         """Replace a record's text (and its subject/attribute/value); the old ones go to history first."""
         record = self.get_one(record_id)
@@ -218,31 +218,33 @@ class MemoryStore:
         change = Change(
             namespace=self.namespace, record_id=record_id, kind=record.kind, action=Action.UPDATE,
             old_text=record.text, new_text=new_text, old_status=record.status, new_status=Status.ACTIVE,
-            reason=reason, policy=policy, old_fields=old_fields, new_fields=new_fields,
+            reason=reason, policy=policy, old_fields=old_fields, new_fields=new_fields, follows=follows,
         )
         updated = record.model_copy(
             update={"text": new_text, "version": record.version + 1, "status": Status.ACTIVE, **new_fields}
         )
         return self._apply(change, updated)
 
-    def delete(self, record_id: str, reason: str, policy: str = "offline") -> Change:
+    def delete(self, record_id: str, reason: str, policy: str = "offline", follows: int | None = None) -> Change:
         """Tombstone a record: hidden from search, kept until purged on purpose."""
         record = self.get_one(record_id)
         change = Change(
             namespace=self.namespace, record_id=record_id, kind=record.kind, action=Action.DELETE,
             old_text=record.text, new_text=record.text, old_status=record.status, new_status=Status.DELETED,
-            reason=reason, policy=policy,
+            reason=reason, policy=policy, follows=follows,
         )
         updated = record.model_copy(update={"status": Status.DELETED, "version": record.version + 1})
         return self._apply(change, updated)
 
-    def supersede(self, old_id: str, new_id: str, reason: str, policy: str = "offline") -> Change:
+    def supersede(
+        self, old_id: str, new_id: str, reason: str, policy: str = "offline", follows: int | None = None
+    ) -> Change:
         """Mark an old record as replaced by a newer one, with a supersedes link."""
         record = self.get_one(old_id)
         change = Change(
             namespace=self.namespace, record_id=old_id, kind=record.kind, action=Action.UPDATE,
             old_text=record.text, new_text=record.text, old_status=record.status,
-            new_status=Status.SUPERSEDED, reason=reason, policy=policy,
+            new_status=Status.SUPERSEDED, reason=reason, policy=policy, follows=follows,
         )
         updated = record.model_copy(update={"status": Status.SUPERSEDED, "version": record.version + 1})
         result = self._apply(change, updated)
@@ -257,8 +259,11 @@ class MemoryStore:
         return change.model_copy(update={"id": change_id})
 
     def undo(self, change_id: int | None = None) -> Change:
-        """Reverse one change (the latest not yet undone when no id is given)."""
+        """Reverse one change (the latest not yet undone when no id is given), and the changes that
+        came with it (a persona trait retired with its fact)."""
         change = self._find_undoable(change_id)
+        for follower in self.ledger.followers(self.namespace, int(change.id or 0)):
+            self.undo(follower.id)
         record = self.get_one(change.record_id)
         restored = record.model_copy(
             update={
@@ -288,7 +293,7 @@ class MemoryStore:
                 raise NotFoundError(f"change {change_id} cannot be undone (already undone, or itself an undo or no-op)")
             return change
         for change in self.ledger.history(self.namespace, limit=1000):
-            if not change.undone and change.action in (Action.UPDATE, Action.DELETE):
+            if not change.undone and change.action in (Action.UPDATE, Action.DELETE) and change.follows is None:
                 return change
         raise NotFoundError(f"nothing to undo in namespace {self.namespace!r}")
 

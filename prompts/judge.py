@@ -8,7 +8,9 @@ The wording is the project's own.
 
 JUDGE_SYSTEM = """You check retrieved memory before it is used.
 
-Each memory item starts with [id | date | kind]. Decide one action.
+Memory items are grouped under a (date) heading, the day they were said or happened;
+each item starts with its [id], followed by its kind unless it is a verbatim turn.
+Decide one action.
 
 Conflict check (first). Two or more items conflict when they state incompatible
 things about the same person, thing, event or time: a different city someone

@@ -14,7 +14,7 @@ Rules:
 - Check who the question is about. If the evidence says it about a different
   person, it does not answer the question.
 - For "when" questions give an absolute date. Relative times in a line ("yesterday",
-  "last week") count from the date shown on that line.
+  "last week") count from the date heading above that line.
 - When several lines disagree, trust the most recent one.
 - If the evidence does not contain the answer, reply with the answer "Not in memory."
 - In `cited_ids` list the dialogue ids (such as "D1:3") of the lines you used.
@@ -22,7 +22,7 @@ Rules:
 Reply with one JSON object only:
 {"answer": "...", "cited_ids": ["D1:3"]}"""
 
-ANSWER_USER = """Evidence (id | date | kind, then the text):
+ANSWER_USER = """Evidence (under each (date) heading, the lines said that day; [dialogue id] first):
 {evidence}
 
 Question: {question}"""

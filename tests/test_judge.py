@@ -154,7 +154,7 @@ def test_retry_budget_spent_keeps_retry_and_notes_it(memory_dir: Path) -> None:
     state = replace(state, rounds=3)  # the first search and K_r=2 retries are done
     out = judge(state, rt)
     assert out["verdict"].action == "Retry"
-    assert out["notes"] == ["Retry budget K_r=2 used up: answering from what was found"]
+    assert out["notes"] == ["Retry budget K_r=2 used up: returning what was found"]  # retrieve: no answer
     assert out["stage"] == "done"
 
 

@@ -160,8 +160,9 @@ def test_a_trait_is_retired_with_the_fact_it_came_from(store: MemoryStore, data_
     assert store.get_one(likes.id).status == Status.ACTIVE  # another fact's trait: untouched
     assert [(n.action, n.record_id) for n in out["changes"]] == [("update", BOSTON.id), ("update", home.id)]
     [change] = store.history(home.id)
-    assert "fact:D1:4:0" in change.reason
-    store.undo(change.id)  # each change is undoable on its own
+    assert "fact:D1:4:0" in change.reason and change.follows == out["changes"][0].change_id
+    store.undo()  # the latest lead change is the fact's: undoing it restores the trait too
+    assert store.get_one(BOSTON.id).text == BOSTON.text
     assert store.get_one(home.id).status == Status.ACTIVE
 
 
