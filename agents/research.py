@@ -73,8 +73,9 @@ NEIGHBOUR_SHARE = 0.5  # share of the previous turn's score a turn inherits (an 
 NEIGHBOUR_SHARE_BACK = 0.25  # share of the next turn's score a turn inherits
 COST_EXPONENT = 0.35  # score / tokens**0.35: a long turn must be more relevant to take a short one's place
 MAX_EPISODES = 2  # episodes are long: at most this many in a question's context
-RETRY_NEW_SHARE = 0.35  # share of the budget a retry round reserves for what it newly found
+RETRY_NEW_SHARE = 0.15  # share of the budget a retry round reserves for what it newly found (more cost recall)
 MAX_K_DYN = 20
+COMPACT_BROAD = True  # broad questions see facts on their own rather than the turns they came from
 INGEST_POOL = 24  # a turn being stored needs only its near neighbours: what it relates to or may contradict
 
 Intent = list[int]
@@ -98,7 +99,7 @@ _BROAD = re.compile(
     r"\b(all|every|ever|both|list|activities|things|ways|events|hobbies|places|kinds|types|some of|in what ways"
     r"|how many|what (?:\w+ )?(?:has|have) \w+ (?:done|made|read|painted|visited|seen|tried|bought|participated))\b"
 )
-_PLURAL_OBJECT = re.compile(r"^(?:what|which)\s+([a-z]+s)\b")
+_PLURAL_OBJECT = re.compile(r"^(?:what|which)\s+([a-z]*[^s\W]s)\b")  # "what books", not "what class"
 _STARTS_QUESTION = re.compile(
     r"^(?:what|who|whom|whose|where|when|which|why|how|is|are|was|were|do|does|did|can|could|would|will|has|have"
     r"|had|should)\b"
@@ -345,6 +346,9 @@ class Searcher:
         self.vector = store.embedder.embed([dense_text])[0]
         self.raw = {r.id: r for r in raw}
         self._records: dict[Kind, dict[str, Record]] = {"raw": self.raw}
+        # A question that gathers many events reads facts, not whole turns: several times more
+        # of them fit the token budget (AMA routes such questions away from raw text).
+        self.compact = COMPACT_BROAD and _broad(plan.query.lower())
 
     def records(self, kind: Kind) -> dict[str, Record]:
         """A granularity's active records by id, read once per round."""
@@ -395,7 +399,7 @@ class Searcher:
             keys = [record.id]
             if kind == "fact":
                 turns = [f"raw:{s}" for s in record.source_ids if f"raw:{s}" in self.raw]
-                if turns and record.version == 1:
+                if turns and record.version == 1 and not self.compact:
                     keys = turns
             for key in keys:
                 shown.setdefault(key, record)

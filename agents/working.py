@@ -395,7 +395,7 @@ def candidates(question: Question, evidence: list[Evidence]) -> list[Candidate]:
             cand.person = person_match(question, cand)
             cand.asks = echoes(sentence)
             cand.score = cand.coverage * cand.person * (ASKING_FACTOR if cand.asks else 1.0)
-            cand.score += _type_bonus(question.type, cand) + _window_bonus(question, item)
+            cand.score += _type_bonus(question, cand) + _window_bonus(question, item)
             cand.score += 0.02 * (item.kind in ("fact", "persona")) + _recency(item.time, newest)
             cand.score += 0.01 / (1 + position)
             found.append(cand)
@@ -437,12 +437,16 @@ def person_match(question: Question, cand: Candidate) -> float:
     return 0.7 if not cand.about else 0.25
 
 
-def _type_bonus(kind: QuestionType, cand: Candidate) -> float:
+def _type_bonus(question: Question, cand: Candidate) -> float:
+    """A sentence holding the kind of thing asked for (a date, a number, a place, a name) is preferred."""
+    kind = question.type
     if kind == "when" and _has_date(cand.sentence):
         return 0.05
     if kind == "how_many" and _NUMBER.search(cand.sentence):
         return 0.05
     if kind == "where" and (_PLACE.search(cand.sentence) or _COMMON_PLACE.search(cand.sentence)):
+        return 0.05
+    if kind == "who" and person_answer(question, cand):
         return 0.05
     return 0.0
 
