@@ -30,7 +30,7 @@ from langgraph.runtime import Runtime
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 
 from agents.common import fallback_policy, format_evidence, model_policy_name, store_of, traced
-from agents.llm import ask_json, chat_model
+from agents.llm import ask_json, chat_model, one_of
 from agents.refresher import ForgetRequest, read_forget_request, single_valued
 from agents.research import input_of
 from agents.working import classify
@@ -103,10 +103,7 @@ class ModelVerdict(BaseModel):
     @field_validator("action", mode="before")
     @classmethod
     def _action(cls, value: object) -> object:
-        if not isinstance(value, str):
-            return value
-        key = re.sub(r"[^a-z]", "", value.lower())
-        return {"pass": "Pass", "retry": "Retry", "refresh": "Refresh"}.get(key, value)
+        return one_of(value, {"pass": "Pass", "retry": "Retry", "refresh": "Refresh"})
 
     @field_validator("reason", mode="before")
     @classmethod

@@ -102,6 +102,14 @@ def parse_json(text: str, schema: type[Schema]) -> tuple[Schema | None, str]:
         return None, f"field {where}: {first.get('msg', 'invalid')}"
 
 
+def one_of(value: object, choices: dict[str, str]) -> object:
+    """A model's spelling of a fixed choice ("no-op", "RETRY", "Pass.") as the canonical one; else as given,
+    for the schema to reject. `choices` maps lower-case letters only to the canonical form."""
+    if not isinstance(value, str):
+        return value
+    return choices.get(re.sub(r"[^a-z]", "", value.lower()), value)
+
+
 def _extract_object(text: str) -> str | None:
     fenced = re.search(r"```(?:json)?\s*(\{.*?\})\s*```", text, flags=re.DOTALL)
     if fenced:

@@ -30,7 +30,7 @@ from memory.episodes import Boundary, OpenSegment, detect_boundary, narrate, tit
 from memory.errors import InputError
 from memory.facts import FactDraft, extract_facts
 from memory.persona import aspect_of, persona_id
-from memory.records import Link, LinkType, Record, Turn
+from memory.records import Link, LinkType, Record, Turn, raw_record
 from memory.store import MemoryStore
 from prompts import memory as prompts
 
@@ -138,19 +138,11 @@ def _write_ahead(store: MemoryStore, turns: list[Turn]) -> None:
             continue
         marked.add(raw_id)
         if existing.get(raw_id) != turn.text:
-            new.append(_raw_record(store, turn))
+            speakers = [p for p in (turn.speaker, turn.listener) if p]
+            new.append(raw_record(turn, store.namespace, extract_entities(turn.text, speakers)))
     if marked:
         store.ledger.set_state(store.namespace, PENDING, sorted(pending | marked))
     store.add(new)
-
-
-def _raw_record(store: MemoryStore, turn: Turn) -> Record:
-    return Record(
-        id=f"raw:{turn.dia_id}", kind="raw", text=turn.text, namespace=store.namespace, dialogue_id=turn.dia_id or "",
-        session=turn.session_label(), speaker=turn.speaker, time=turn.time, source_ids=[turn.dia_id or ""],
-        image_caption=turn.image_caption or "",
-        entities=extract_entities(turn.text, [p for p in (turn.speaker, turn.listener) if p]),
-    )
 
 
 def _derive(state: State, runtime: Runtime[Context]) -> dict[str, Any]:

@@ -39,7 +39,7 @@ from agents.common import (
     store_of,
     traced,
 )
-from agents.llm import ask_json, chat_model
+from agents.llm import ask_json, chat_model, one_of
 from graph.context import Context
 from graph.state import ChangeNote, Evidence, State
 from memory.entities import STOPWORDS, split_entities, stem, tokenize, wordset
@@ -114,10 +114,7 @@ class ModelRefresh(BaseModel):
     @field_validator("action", mode="before")
     @classmethod
     def _action(cls, value: object) -> object:
-        if not isinstance(value, str):
-            return value
-        key = re.sub(r"[^a-z]", "", value.lower())
-        return {"update": "Update", "delete": "Delete", "noop": "No-Op", "none": "No-Op"}.get(key, value)
+        return one_of(value, {"update": "Update", "delete": "Delete", "noop": "No-Op", "none": "No-Op"})
 
 
 # --- what the role works on ------------------------------------------------------------------

@@ -41,7 +41,7 @@ from graph.context import Context
 from graph.state import Evidence, State
 from memory.entities import extract_entities
 from memory.facts import extract_facts
-from memory.records import Record
+from memory.records import Record, raw_record
 from memory.registry import open_store
 from memory.settings import StoreSettings
 from strata.conversations import LoadedConversation, load_questions, load_turns
@@ -55,11 +55,7 @@ def ingest_direct(conversation: LoadedConversation, data_dir: str, namespace: st
     records: list[Record] = []
     for turn in conversation.turns():
         dia = turn.dia_id or ""
-        records.append(Record(
-            id=f"raw:{dia}", kind="raw", text=turn.text, namespace=namespace, dialogue_id=dia,
-            session=turn.session_label(), speaker=turn.speaker, time=turn.time, source_ids=[dia],
-            image_caption=turn.image_caption or "", entities=extract_entities(turn.text),
-        ))
+        records.append(raw_record(turn, namespace, extract_entities(turn.text)))
         for i, draft in enumerate(extract_facts(turn, turn.time, turn.listener)):
             records.append(Record(
                 id=f"fact:{dia}:{i}", kind="fact", text=draft.text, namespace=namespace, dialogue_id=dia,

@@ -26,7 +26,7 @@ from graph.state import Evidence, State
 from memory.bm25 import BM25Index
 from memory.embeddings import get_embedder
 from memory.errors import ConfigError
-from memory.records import Record
+from memory.records import Record, raw_record
 from strata.conversations import LoadedConversation
 
 
@@ -48,14 +48,7 @@ def dense_text(record: Record) -> str:
 def turn_records(conversation: LoadedConversation) -> list[Record]:
     """Every turn as the raw record the project would store for it (same id, label and text)."""
     namespace = f"eval-{conversation.conversation_id}-turns"
-    return [
-        Record(
-            id=f"raw:{turn.dia_id}", kind="raw", text=turn.text, namespace=namespace,
-            dialogue_id=turn.dia_id or "", session=turn.session_label(), speaker=turn.speaker, time=turn.time,
-            source_ids=[turn.dia_id or ""], image_caption=turn.image_caption or "",
-        )
-        for turn in conversation.turns()
-    ]
+    return [raw_record(turn, namespace) for turn in conversation.turns()]
 
 
 def full_context_text(records: list[Record]) -> str:

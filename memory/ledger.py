@@ -11,7 +11,7 @@ import json
 import sqlite3
 import threading
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 from pathlib import Path
 
@@ -45,6 +45,19 @@ CREATE TABLE IF NOT EXISTS state (
 """
 
 
+@contextmanager
+def immediate_transaction(conn: sqlite3.Connection, lock: threading.RLock) -> Iterator[sqlite3.Connection]:
+    """BEGIN IMMEDIATE ... COMMIT on an autocommit connection, rolled back on any failure."""
+    with lock:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+
 class Ledger:
     """One SQLite file shared by every namespace of a data folder."""
 
@@ -64,17 +77,9 @@ class Ledger:
         if "follows" not in columns:
             self._conn.execute("ALTER TABLE history ADD COLUMN follows INTEGER")
 
-    @contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
+    def transaction(self) -> AbstractContextManager[sqlite3.Connection]:
         """All-or-nothing block: a failure inside rolls every statement back."""
-        with self._lock:
-            self._conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield self._conn
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
-            self._conn.execute("COMMIT")
+        return immediate_transaction(self._conn, self._lock)
 
     def close(self) -> None:
         with self._lock:

@@ -166,6 +166,16 @@ class Change(BaseModel):
     follows: int | None = Field(None, description="The change this one came with: undone together with it.")
 
 
+def raw_record(turn: Turn, namespace: str, entities: list[str] | None = None) -> Record:
+    """A turn as the raw record stored for it: id `raw:<dia_id>`, verbatim text, photo caption kept."""
+    dia = turn.dia_id or ""
+    return Record(
+        id=f"raw:{dia}", kind="raw", text=turn.text, namespace=namespace, dialogue_id=dia,
+        session=turn.session_label(), speaker=turn.speaker, time=turn.time, source_ids=[dia],
+        image_caption=turn.image_caption or "", entities=list(entities or []),
+    )
+
+
 def chronological_key(record: Record) -> tuple[float, tuple[int, ...], str]:
     """Chronological order: time, then the numbers of the dialogue id (D3:12 -> (3, 12))."""
     moment = record.time.timestamp() if record.time else 0.0

@@ -26,8 +26,8 @@ import asyncio
 import json
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -51,6 +51,7 @@ from pydantic import ValidationError
 
 from memory.chroma import open_client
 from memory.errors import InputError, NotFoundError
+from memory.ledger import immediate_transaction
 from memory.records import KINDS, Record, Status
 from memory.registry import open_store
 from memory.settings import StoreSettings
@@ -318,16 +319,8 @@ class StrataStore(BaseStore):
         return text or _dump(value), True
 
     # the item table ----------------------------------------------------
-    @contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
-            self._conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield self._conn
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
-            self._conn.execute("COMMIT")
+    def _transaction(self) -> AbstractContextManager[sqlite3.Connection]:
+        return immediate_transaction(self._conn, self._lock)
 
     def _insert_version(
         self, namespace: str, key: str, value: dict[str, Any], text: str, indexed: bool,

@@ -26,7 +26,7 @@ from graph.context import Context
 from graph.state import Evidence, State
 from memory.entities import extract_entities
 from memory.facts import extract_facts
-from memory.records import Record, Turn
+from memory.records import Record, Turn, raw_record
 from memory.registry import close_all, open_store
 from memory.settings import StoreSettings
 from strata.conversations import load_turns
@@ -60,11 +60,7 @@ def memory_dir(tmp_path_factory: pytest.TempPathFactory, locomo_dir: Path, embed
     records: list[Record] = []
     for turn in turns:
         dia = turn.dia_id or ""
-        records.append(Record(
-            id=f"raw:{dia}", kind="raw", text=turn.text, namespace=NAMESPACE, dialogue_id=dia,
-            session=turn.session_label(), speaker=turn.speaker, time=turn.time, source_ids=[dia],
-            image_caption=turn.image_caption or "", entities=extract_entities(turn.text),
-        ))
+        records.append(raw_record(turn, NAMESPACE, extract_entities(turn.text)))
         for i, draft in enumerate(extract_facts(turn, turn.time, turn.listener)):
             records.append(fact(f"fact:{dia}:{i}", draft.text, draft.subject, draft.attribute, draft.value,
                                 turn.time or MAY_8, dia))

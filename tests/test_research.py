@@ -27,7 +27,7 @@ from graph.state import Evidence, State, Verdict
 from memory.entities import extract_entities
 from memory.errors import InputError
 from memory.facts import extract_facts
-from memory.records import Link, LinkType, Record, Turn
+from memory.records import Link, LinkType, Record, Turn, raw_record
 from memory.registry import close_all, open_store
 from memory.settings import StoreSettings
 from strata.conversations import load_questions, load_turns
@@ -45,11 +45,7 @@ def build_memory(data_dir: Path, locomo_dir: Path) -> list[Turn]:
     links: list[Link] = []
     for turn in turns:
         dia = turn.dia_id or ""
-        records.append(Record(
-            id=f"raw:{dia}", kind="raw", text=turn.text, namespace=NAMESPACE, dialogue_id=dia,
-            session=turn.session_label(), speaker=turn.speaker, time=turn.time, source_ids=[dia],
-            image_caption=turn.image_caption or "", entities=extract_entities(turn.text),
-        ))
+        records.append(raw_record(turn, NAMESPACE, extract_entities(turn.text)))
         for i, draft in enumerate(extract_facts(turn, turn.time, turn.listener)):
             records.append(Record(
                 id=f"fact:{dia}:{i}", kind="fact", text=draft.text, namespace=NAMESPACE, dialogue_id=dia,

@@ -21,6 +21,7 @@ from agents.working import NOT_IN_MEMORY, answer_offline, classify, working
 from graph.context import Context
 from graph.state import Evidence, State
 from memory.records import Record, Turn
+from memory.records import raw_record as stored_turn
 from memory.registry import close_all, open_store
 from memory.settings import StoreSettings
 from memory.store import MemoryStore
@@ -46,11 +47,7 @@ def runtime_for(data_dir: Path, chat_model: object = None) -> Runtime[Context]:
 
 
 def raw_record(turn: Turn) -> Record:
-    return Record(
-        id=f"raw:{turn.dia_id}", kind="raw", text=turn.text, namespace=NAMESPACE, dialogue_id=turn.dia_id or "",
-        session=turn.session_label(), speaker=turn.speaker, time=turn.time, source_ids=[turn.dia_id or ""],
-        image_caption=turn.image_caption or "",
-    )
+    return stored_turn(turn, NAMESPACE)
 
 
 def stored_evidence(store: MemoryStore, records: list[Record]) -> list[Evidence]:
