@@ -75,7 +75,7 @@ COST_EXPONENT = 0.35  # score / tokens**0.35: a long turn must be more relevant 
 MAX_EPISODES = 2  # episodes are long: at most this many in a question's context
 RETRY_NEW_SHARE = 0.15  # share of the budget a retry round reserves for what it newly found (more cost recall)
 MAX_K_DYN = 20
-COMPACT_BROAD = True  # broad questions see facts on their own rather than the turns they came from
+COMPACT_BROAD = True  # broad questions read facts on their own, not raw turns (see Searcher.compact)
 INGEST_POOL = 24  # a turn being stored needs only its near neighbours: what it relates to or may contradict
 
 Intent = list[int]
@@ -346,8 +346,9 @@ class Searcher:
         self.vector = store.embedder.embed([dense_text])[0]
         self.raw = {r.id: r for r in raw}
         self._records: dict[Kind, dict[str, Record]] = {"raw": self.raw}
-        # A question that gathers many events reads facts, not whole turns: several times more
-        # of them fit the token budget (AMA routes such questions away from raw text).
+        # A question that gathers many events ("what activities...") reads facts, not whole turns:
+        # several times more of them fit the token budget (AMA routes such questions away from raw
+        # text). Its first round searches no raw turns, and facts are shown on their own.
         self.compact = COMPACT_BROAD and _broad(plan.query.lower())
 
     def records(self, kind: Kind) -> dict[str, Record]:
@@ -549,9 +550,12 @@ def _now_of(state: State, raw: Sequence[Record], context: Context) -> datetime |
 
 
 def _first_round(searcher: Searcher, context: Context, kinds: Sequence[Kind]) -> tuple[list[Evidence], Plan, str]:
-    """The routed granularity, plus raw turns and facts (always: recall at a small budget)."""
+    """The routed granularity, plus raw turns and facts (recall at a small budget); broad questions
+    leave raw turns to a retry."""
     plan = searcher.plan
     searched: list[Kind] = [plan.route, *(k for k in ("raw", "fact") if k in kinds and k != plan.route)]
+    if searcher.compact and "fact" in searched:
+        searched = [k for k in searched if k != "raw"]  # a broad question reads facts, not whole turns
     k = max(plan.k_dyn, context.k_m)
     units = searcher.units(searched, POOL)
     ranked = _ranked(units)

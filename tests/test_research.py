@@ -186,6 +186,17 @@ def test_facts_reactivate_their_source_turn(memory_dir: Path) -> None:
     assert "fact" in d28.found_by and d28.kind == "raw"
 
 
+def test_a_broad_question_reads_facts_and_more_of_them_fit(memory_dir: Path) -> None:
+    """"What activities..." gathers many events: its first round shows facts on their own, no raw turns,
+    so it holds more items than a narrow question in the same budget."""
+    broad = ask(memory_dir, "What activities does Melanie partake in?")
+    narrow = ask(memory_dir, "When did Caroline go to the LGBTQ support group?")
+    assert "raw" not in broad["plan"].searched and "raw" in narrow["plan"].searched
+    kinds = {e.kind for e in broad["evidence"]}
+    assert "fact" in kinds and "raw" not in kinds
+    assert len(broad["evidence"]) > len(narrow["evidence"])
+
+
 def test_an_edited_fact_is_shown_beside_the_turn_it_came_from(memory_dir: Path) -> None:
     store = open_store(StoreSettings(data_dir=str(memory_dir)), NAMESPACE)
     fact_id = next(r.id for r in store.all("fact") if r.source_ids == ["D2:8"])
