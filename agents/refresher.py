@@ -567,13 +567,13 @@ def follow_persona(store: MemoryStore, step: Step, policy: str, lead: int | None
     the trait is retired too, in a change that follows the fact's (`lead`), so undoing the fact's
     change restores the trait. The turn that brought the new value adds the new trait when derived."""
     notes: list[ChangeNote] = []
+    source = f"the fact it came from ({step.record.id})"
     for trait in traits_of(store, step.record):
-        reason = f"the fact it came from ({step.record.id}) was {'deleted' if step.action == 'delete' else 'updated'}"
         if step.action == "delete":
-            notes.append(apply(store, Step(action="delete", record=trait, reason=reason), policy, lead))
+            follow = Step(action="delete", record=trait, reason=f"{source} was deleted")
         else:
-            by = step.by if step.by is not None else step.record
-            notes.append(apply(store, Step(action="supersede", record=trait, reason=reason, by=by), policy, lead))
+            follow = Step(action="supersede", record=trait, reason=f"{source} was updated", by=step.by or step.record)
+        notes.append(apply(store, follow, policy, lead))
     return notes
 
 

@@ -51,7 +51,7 @@ from graph.state import Evidence, Plan, RoleNote, State, fresh_run
 from memory.dates import time_window
 from memory.entities import wordset
 from memory.errors import InputError
-from memory.records import Kind, LinkType, Record, Status
+from memory.records import Kind, LinkType, Record, Status, chronological_key
 from memory.speakers import resolve_participant
 from memory.store import MemoryStore
 from prompts import research as prompts
@@ -476,11 +476,7 @@ def select(ranked: Sequence[Evidence], budget: int, limit: int | None = None) ->
 
 
 def chronological(items: Iterable[Evidence]) -> list[Evidence]:
-    def key(item: Evidence) -> tuple[float, tuple[int, ...], str]:
-        moment = item.time.timestamp() if item.time else 0.0
-        return moment, tuple(int(n) for n in re.findall(r"\d+", item.dialogue_id or item.id)), item.id
-
-    return sorted(items, key=key)
+    return sorted(items, key=chronological_key)
 
 
 def item_tokens(item: Evidence) -> int:

@@ -194,8 +194,5 @@ class BudgetRag(_Baseline):
     def retrieve(self, question: str) -> list[Evidence]:
         from agents.research import chronological, select
 
-        everything = len(self.index.records)
-        ranked = self.index.dense(question, everything) if self.ranker == "dense" else self.index.lexical(
-            question, everything
-        )
-        return chronological(select(ranked, self.budget))
+        rank = self.index.dense if self.ranker == "dense" else self.index.lexical
+        return chronological(select(rank(question, len(self.index.records)), self.budget))

@@ -151,28 +151,23 @@ class Ledger:
             params.append(record_id)
         sql += " ORDER BY id DESC LIMIT ?"
         params.append(limit)
-        with self._lock:
-            cursor = self._conn.execute(sql, params)
-            names = [d[0] for d in cursor.description]
-            rows = cursor.fetchall()
-        return [_change_from_row(dict(zip(names, row, strict=True))) for row in rows]
+        return self._changes(sql, params)
 
     def get_change(self, namespace: str, change_id: int) -> Change | None:
-        with self._lock:
-            cursor = self._conn.execute(
-                "SELECT * FROM history WHERE namespace = ? AND id = ?", (namespace, change_id)
-            )
-            names = [d[0] for d in cursor.description]
-            row = cursor.fetchone()
-        return _change_from_row(dict(zip(names, row, strict=True))) if row else None
+        found = self._changes("SELECT * FROM history WHERE namespace = ? AND id = ?", [namespace, change_id])
+        return found[0] if found else None
 
     def followers(self, namespace: str, change_id: int) -> list[Change]:
         """The changes made together with this one (undone with it), not yet undone."""
+        return self._changes(
+            "SELECT * FROM history WHERE namespace = ? AND follows = ? AND undone = 0 ORDER BY id DESC",
+            [namespace, change_id],
+        )
+
+    def _changes(self, sql: str, params: list[object]) -> list[Change]:
+        """History rows of a query, as changes."""
         with self._lock:
-            cursor = self._conn.execute(
-                "SELECT * FROM history WHERE namespace = ? AND follows = ? AND undone = 0 ORDER BY id DESC",
-                (namespace, change_id),
-            )
+            cursor = self._conn.execute(sql, params)
             names = [d[0] for d in cursor.description]
             rows = cursor.fetchall()
         return [_change_from_row(dict(zip(names, row, strict=True))) for row in rows]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from datetime import datetime
 from enum import StrEnum
-from typing import Literal
+from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -176,8 +176,16 @@ def raw_record(turn: Turn, namespace: str, entities: list[str] | None = None) ->
     )
 
 
-def chronological_key(record: Record) -> tuple[float, tuple[int, ...], str]:
+class Dated(Protocol):
+    """Anything placed on the conversation's timeline: a stored record, or an item of evidence."""
+
+    id: str
+    dialogue_id: str
+    time: datetime | None
+
+
+def chronological_key(item: Dated) -> tuple[float, tuple[int, ...], str]:
     """Chronological order: time, then the numbers of the dialogue id (D3:12 -> (3, 12))."""
-    moment = record.time.timestamp() if record.time else 0.0
-    numbers = tuple(int(n) for n in re.findall(r"\d+", record.dialogue_id or record.id))
-    return moment, numbers, record.id
+    moment = item.time.timestamp() if item.time else 0.0
+    numbers = tuple(int(n) for n in re.findall(r"\d+", item.dialogue_id or item.id))
+    return moment, numbers, item.id

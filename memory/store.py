@@ -100,8 +100,8 @@ class MemoryStore:
         """Mirror a collection in memory (for BM25 and fast reads); reload when it changed size."""
         with self._lock:
             collection = self._collections[kind]
-            fresh = not self._shared or collection.count() == self._counts.get(kind)
-            if not force and kind in self._records and fresh:
+            cached = not force and kind in self._records
+            if cached and (not self._shared or collection.count() == self._counts.get(kind)):
                 return self._records[kind]
             got = collection.get(include=["documents", "metadatas"])
             records = {
