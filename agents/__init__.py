@@ -5,4 +5,4 @@ its own: each role imports the graph's context and state, and the graph
 imports every role.
 """
 
-import graph  # noqa: F401
+import strata.graph  # noqa: F401

@@ -9,12 +9,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from langgraph.runtime import Runtime
-
-from graph.context import Context
-from graph.state import Evidence, RoleNote, State
-from memory.records import Record
-from memory.registry import open_store
-from memory.store import Hit, MemoryStore
+from strata.graph.context import Context
+from strata.graph.state import Evidence, RoleNote, State
+from strata.memory.records import Record
+from strata.memory.registry import open_store
+from strata.memory.store import Hit, MemoryStore
 
 OFFLINE = "offline"
 

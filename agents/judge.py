@@ -28,22 +28,21 @@ from typing import Any, Literal
 
 from langgraph.runtime import Runtime
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
-
-from agents.common import fallback_policy, format_evidence, model_policy_name, store_of, traced
-from agents.llm import ask_json, chat_model, one_of
-from agents.refresher import ForgetRequest, read_forget_request, single_valued
-from agents.research import input_of
-from agents.working import classify
-from graph.context import Context
-from graph.routing import retry_allowed
-from graph.state import Action, Evidence, State, Verdict
-from memory.dates import resolve_relative
-from memory.entities import CHAT_WORDS, MONTH_WORDS, PLAIN_WORDS, WEEKDAY_WORDS, split_entities, stem, tokenize
-from memory.facts import FactDraft, extract_facts
-from memory.records import Record, Status, Turn
-from memory.speakers import resolve_participant
-from memory.store import MemoryStore
-from prompts import judge as prompts
+from strata.agents.common import fallback_policy, format_evidence, model_policy_name, store_of, traced
+from strata.agents.llm import ask_json, chat_model, one_of
+from strata.agents.refresher import ForgetRequest, read_forget_request, single_valued
+from strata.agents.research import input_of
+from strata.agents.working import classify
+from strata.graph.context import Context
+from strata.graph.routing import retry_allowed
+from strata.graph.state import Action, Evidence, State, Verdict
+from strata.memory.dates import resolve_relative
+from strata.memory.entities import CHAT_WORDS, MONTH_WORDS, PLAIN_WORDS, WEEKDAY_WORDS, split_entities, stem, tokenize
+from strata.memory.facts import FactDraft, extract_facts
+from strata.memory.records import Record, Status, Turn
+from strata.memory.speakers import resolve_participant
+from strata.memory.store import MemoryStore
+from strata.prompts import judge as prompts
 
 NEW = "new"  # the incoming turn inside a conflict group (the Refresher's name for it)
 MIN_COVERAGE = 0.5  # share of the question's content words an item must hold to count as relevant

@@ -17,9 +17,8 @@ from typing import Any, TypeVar
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import HumanMessage, SystemMessage
 from pydantic import BaseModel, ValidationError
-
-from graph.context import Context
-from memory.errors import ConfigError
+from strata.graph.context import Context
+from strata.memory.errors import ConfigError
 
 Schema = TypeVar("Schema", bound=BaseModel)
 

@@ -19,20 +19,27 @@ from typing import Any
 
 from langgraph.runtime import Runtime
 from pydantic import BaseModel, Field
-
-from agents.common import OFFLINE, fallback_policy, format_evidence, format_window, model_policy_name, store_of, traced
-from agents.llm import ask_json, chat_model
-from agents.refresher import forget_request
-from graph.context import Context
-from graph.state import RoleNote, State, fresh_run, validate_turns
-from memory.entities import STOPWORDS, extract_entities, split_entities
-from memory.episodes import Boundary, OpenSegment, detect_boundary, narrate, title_of
-from memory.errors import InputError
-from memory.facts import FactDraft, extract_facts
-from memory.persona import aspect_of, persona_id
-from memory.records import Link, LinkType, Record, Turn, raw_record
-from memory.store import MemoryStore
-from prompts import memory as prompts
+from strata.agents.common import (
+    OFFLINE,
+    fallback_policy,
+    format_evidence,
+    format_window,
+    model_policy_name,
+    store_of,
+    traced,
+)
+from strata.agents.llm import ask_json, chat_model
+from strata.agents.refresher import forget_request
+from strata.graph.context import Context
+from strata.graph.state import RoleNote, State, fresh_run, validate_turns
+from strata.memory.entities import STOPWORDS, extract_entities, split_entities
+from strata.memory.episodes import Boundary, OpenSegment, detect_boundary, narrate, title_of
+from strata.memory.errors import InputError
+from strata.memory.facts import FactDraft, extract_facts
+from strata.memory.persona import aspect_of, persona_id
+from strata.memory.records import Link, LinkType, Record, Turn, raw_record
+from strata.memory.store import MemoryStore
+from strata.prompts import memory as prompts
 
 OPEN_SEGMENT = "open_episode"
 LAST_RAW = "last_raw"

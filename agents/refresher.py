@@ -29,8 +29,7 @@ from typing import Any, Literal
 
 from langgraph.runtime import Runtime
 from pydantic import BaseModel, ConfigDict, Field, field_validator
-
-from agents.common import (
+from strata.agents.common import (
     OFFLINE,
     current_turn_text,
     evidence_of,
@@ -39,15 +38,15 @@ from agents.common import (
     store_of,
     traced,
 )
-from agents.llm import ask_json, chat_model, one_of
-from graph.context import Context
-from graph.state import ChangeNote, Evidence, State
-from memory.entities import STOPWORDS, split_entities, stem, tokenize, wordset
-from memory.errors import NotFoundError
-from memory.facts import FactDraft, extract_facts
-from memory.records import Record, Status, Turn
-from memory.store import MemoryStore, kind_of
-from prompts import refresher as prompts
+from strata.agents.llm import ask_json, chat_model, one_of
+from strata.graph.context import Context
+from strata.graph.state import ChangeNote, Evidence, State
+from strata.memory.entities import STOPWORDS, split_entities, stem, tokenize, wordset
+from strata.memory.errors import NotFoundError
+from strata.memory.facts import FactDraft, extract_facts
+from strata.memory.records import Record, Status, Turn
+from strata.memory.store import MemoryStore, kind_of
+from strata.prompts import refresher as prompts
 
 NEW = "new"  # how the Judge names the incoming turn inside a conflict group
 MAX_GROUPS = 4  # conflict groups settled per run; the rest wait for a later turn

@@ -34,8 +34,7 @@ from typing import Any, Literal
 
 from langgraph.runtime import Runtime
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
-
-from agents.common import (
+from strata.agents.common import (
     OFFLINE,
     context_lines,
     date_heading,
@@ -44,17 +43,17 @@ from agents.common import (
     model_policy_name,
     store_of,
 )
-from agents.llm import ask_json, chat_model
-from evaluation.tokens import count_tokens as _count_tokens
-from graph.context import Context
-from graph.state import Evidence, Plan, RoleNote, State, fresh_run
-from memory.dates import time_window
-from memory.entities import wordset
-from memory.errors import InputError
-from memory.records import Kind, LinkType, Record, Status, chronological_key
-from memory.speakers import resolve_participant
-from memory.store import MemoryStore
-from prompts import research as prompts
+from strata.agents.llm import ask_json, chat_model
+from strata.evaluation.tokens import count_tokens as _count_tokens
+from strata.graph.context import Context
+from strata.graph.state import Evidence, Plan, RoleNote, State, fresh_run
+from strata.memory.dates import time_window
+from strata.memory.entities import wordset
+from strata.memory.errors import InputError
+from strata.memory.records import Kind, LinkType, Record, Status, chronological_key
+from strata.memory.speakers import resolve_participant
+from strata.memory.store import MemoryStore
+from strata.prompts import research as prompts
 
 SEARCHABLE: tuple[Kind, ...] = ("raw", "fact", "episode")
 FALLBACK_ORDER: dict[Kind, tuple[Kind, ...]] = {

@@ -24,15 +24,14 @@ from typing import Any, Literal
 
 from langgraph.runtime import Runtime
 from pydantic import BaseModel, Field, field_validator
-
-from agents.common import OFFLINE, current_turn_text, fallback_policy, format_evidence, model_policy_name, traced
-from agents.llm import ask_json, chat_model
-from agents.refresher import single_valued
-from graph.context import Context
-from graph.state import Evidence, State
-from memory.dates import day_label, resolve_relative
-from memory.entities import CHAT_WORDS, STOPWORDS, split_entities, stem, tokenize, wordset
-from prompts import working as prompts
+from strata.agents.common import OFFLINE, current_turn_text, fallback_policy, format_evidence, model_policy_name, traced
+from strata.agents.llm import ask_json, chat_model
+from strata.agents.refresher import single_valued
+from strata.graph.context import Context
+from strata.graph.state import Evidence, State
+from strata.memory.dates import day_label, resolve_relative
+from strata.memory.entities import CHAT_WORDS, STOPWORDS, split_entities, stem, tokenize, wordset
+from strata.prompts import working as prompts
 
 NOT_IN_MEMORY = "Not in memory."
 QuestionType = Literal["when", "where", "who", "how_many", "why", "yes_no", "how", "what"]

@@ -35,9 +35,10 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
-from evaluation.metrics import evidence_recall
-from memory.embeddings import get_embedder
-from memory.registry import close_all
+from strata.evaluation.metrics import evidence_recall
+from strata.memory.embeddings import get_embedder
+from strata.memory.registry import close_all
+
 from strata.api import Memory
 from strata.conversations import load_questions, load_turns
 from strata.ingestion import ingest_conversation

@@ -29,21 +29,21 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
 
 from langgraph.runtime import Runtime
+from strata.agents.common import format_evidence
+from strata.agents.research import research
+from strata.evaluation.baselines import TurnIndex
+from strata.evaluation.metrics import ContextItem, evidence_recall
+from strata.evaluation.systems import RunSettings
+from strata.evaluation.tokens import count_tokens
+from strata.graph.context import Context
+from strata.graph.graph import graph as memory_graph
+from strata.graph.state import Evidence, State
+from strata.memory.entities import extract_entities
+from strata.memory.facts import extract_facts
+from strata.memory.records import Record, raw_record
+from strata.memory.registry import open_store
+from strata.memory.settings import StoreSettings
 
-import graph  # the package first: it wires the role modules
-from agents.common import format_evidence
-from agents.research import research
-from evaluation.baselines import TurnIndex
-from evaluation.metrics import ContextItem, evidence_recall
-from evaluation.systems import RunSettings
-from evaluation.tokens import count_tokens
-from graph.context import Context
-from graph.state import Evidence, State
-from memory.entities import extract_entities
-from memory.facts import extract_facts
-from memory.records import Record, raw_record
-from memory.registry import open_store
-from memory.settings import StoreSettings
 from strata.conversations import LoadedConversation, load_questions, load_turns
 
 LOCOMO = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo"
@@ -69,7 +69,7 @@ def ingest_graph(conversation: LoadedConversation, data_dir: str, namespace: str
     """Every turn through the full graph, one run per session (the Memory role writes everything)."""
     context = Context(mode="ingest", data_dir=data_dir, namespace=namespace)
     for session in conversation.sessions:
-        graph.graph.invoke({"turns": [t.model_dump() for t in session.turns]}, context=context,
+        memory_graph.invoke({"turns": [t.model_dump() for t in session.turns]}, context=context,
                            config={"recursion_limit": 100 * len(session.turns) + 100})
 
 

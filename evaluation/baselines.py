@@ -17,16 +17,16 @@ import time
 
 import numpy as np
 from langgraph.runtime import Runtime
+from strata.agents.common import evidence_of, format_evidence
+from strata.evaluation.systems import ContextEntry, IngestStats, Result, RunSettings
+from strata.evaluation.usage import track_usage
+from strata.graph.context import Context
+from strata.graph.state import Evidence, State
+from strata.memory.bm25 import BM25Index
+from strata.memory.embeddings import get_embedder
+from strata.memory.errors import ConfigError
+from strata.memory.records import Record, raw_record
 
-from agents.common import evidence_of, format_evidence
-from evaluation.systems import ContextEntry, IngestStats, Result, RunSettings
-from evaluation.usage import track_usage
-from graph.context import Context
-from graph.state import Evidence, State
-from memory.bm25 import BM25Index
-from memory.embeddings import get_embedder
-from memory.errors import ConfigError
-from memory.records import Record, raw_record
 from strata.conversations import LoadedConversation
 
 
@@ -104,7 +104,7 @@ class TurnIndex:
 
 def answer_from(question: str, evidence: list[Evidence], context: Context) -> tuple[str, list[str]]:
     """The Working role's answer and cited ids for this evidence: the graph's own node, run on its own."""
-    from agents.working import working
+    from strata.agents.working import working
 
     update = working(State(question=question, evidence=evidence), Runtime(context=context))
     return str(update.get("answer") or ""), list(update.get("cited_ids") or [])
@@ -192,7 +192,7 @@ class BudgetRag(_Baseline):
         self.budget = budget
 
     def retrieve(self, question: str) -> list[Evidence]:
-        from agents.research import chronological, select
+        from strata.agents.research import chronological, select
 
         rank = self.index.dense if self.ranker == "dense" else self.index.lexical
         return chronological(select(rank(question, len(self.index.records)), self.budget))

@@ -22,15 +22,15 @@ from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, Field, ValidationError
+from strata.evaluation.baselines import full_context_text, turn_records
+from strata.evaluation.judge_llm import AnswerJudge, Label
+from strata.evaluation.metrics import bleu1, evidence_recall, f1_score, is_abstention
+from strata.evaluation.systems import IngestStats, Result, RunSettings, StrataSystem, build_systems, check_names
+from strata.evaluation.tokens import count_tokens
+from strata.memory.embeddings import get_embedder
+from strata.memory.errors import InputError
 from tqdm import tqdm
 
-from evaluation.baselines import full_context_text, turn_records
-from evaluation.judge_llm import AnswerJudge, Label
-from evaluation.metrics import bleu1, evidence_recall, f1_score, is_abstention
-from evaluation.systems import IngestStats, Result, RunSettings, StrataSystem, build_systems, check_names
-from evaluation.tokens import count_tokens
-from memory.embeddings import get_embedder
-from memory.errors import InputError
 from strata.conversations import ADVERSARIAL_CATEGORY, LoadedConversation, Question, load_conversations, load_questions
 
 CACHE_FOLDER = "conversations"
@@ -279,7 +279,7 @@ def evaluate_conversation(
 
 def run(options: HarnessOptions, argv: Sequence[str] | None = None) -> dict[str, Any]:
     """The whole evaluation: cached conversations are reused, the others run, then the report is written."""
-    from evaluation.report import build_config, write_report
+    from strata.evaluation.report import build_config, write_report
 
     options = options.model_copy(update={"systems": check_names(options.systems)})
     out = Path(options.out)
@@ -320,10 +320,10 @@ def ensure_offline_embedder(embedder: str) -> None:
 def _parse(argv: Sequence[str]) -> HarnessOptions:
     import argparse
 
-    from evaluation.systems import ALL_SYSTEMS
+    from strata.evaluation.systems import ALL_SYSTEMS
 
     parser = argparse.ArgumentParser(
-        prog="python -m evaluation",
+        prog="python -m strata.evaluation",
         description="Evaluate strata, its baselines and its ablations on LoCoMo-format conversation files.",
     )
     parser.add_argument("files", nargs="+", help="LoCoMo conversation files (one conversation, or a locomo10 list)")
@@ -356,10 +356,10 @@ def _parse(argv: Sequence[str]) -> HarnessOptions:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m evaluation` and `strata eval`: run, print the table, return an exit code."""
+    """`python -m strata.evaluation` and `strata eval`: run, print the table, return an exit code."""
     import sys
 
-    from memory.errors import StrataError
+    from strata.memory.errors import StrataError
 
     args = list(sys.argv[1:] if argv is None else argv)
     try:

@@ -12,11 +12,10 @@ from typing import Literal
 
 from langchain_core.language_models import BaseChatModel
 from pydantic import BaseModel, Field
-
-from agents.llm import ask_json, chat_model
-from evaluation.usage import Usage, track_usage
-from graph.context import Context
-from prompts.evaluation import JUDGE_SYSTEM, JUDGE_USER
+from strata.agents.llm import ask_json, chat_model
+from strata.evaluation.usage import Usage, track_usage
+from strata.graph.context import Context
+from strata.prompts.evaluation import JUDGE_SYSTEM, JUDGE_USER
 
 Label = Literal["CORRECT", "WRONG"]
 

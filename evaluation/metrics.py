@@ -16,8 +16,7 @@ from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
 from pydantic import BaseModel, ConfigDict
-
-from memory.records import Kind, Record
+from strata.memory.records import Kind, Record
 
 _PUNCTUATION = frozenset(string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")

@@ -18,15 +18,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from strata.evaluation.systems import BASELINES
+from strata.evaluation.tokens import ENCODING_NAME
+from strata.evaluation.usage import Usage
 
-from evaluation.systems import BASELINES
-from evaluation.tokens import ENCODING_NAME
-from evaluation.usage import Usage
 from strata.conversations import ADVERSARIAL_CATEGORY
 
 if TYPE_CHECKING:
-    from evaluation.harness import ConversationResult, FileInfo, HarnessOptions, QuestionRow
-    from evaluation.judge_llm import AnswerJudge
+    from strata.evaluation.harness import ConversationResult, FileInfo, HarnessOptions, QuestionRow
+    from strata.evaluation.judge_llm import AnswerJudge
 
 CATEGORY_NAMES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
 PACKAGES = (
@@ -130,8 +130,8 @@ def build_config(
     """The exact configuration: enough to rerun the same comparison."""
     from dataclasses import fields
 
-    from evaluation.systems import INGEST_VARIANTS, STRATA_VARIANTS
-    from graph.context import Context
+    from strata.evaluation.systems import INGEST_VARIANTS, STRATA_VARIANTS
+    from strata.graph.context import Context
 
     defaults = {f.name: f.default for f in fields(Context)
                 if f.name in ("k_r", "k_m", "token_budget", "working_size", "episode_max_turns", "refresher",
@@ -146,7 +146,7 @@ def build_config(
             systems[name] = {"kind": "baseline", "top_k": options.top_k if name != "full-context" else None}
     return {
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
-        "command": ["python", "-m", "evaluation", *(argv or [])],
+        "command": ["python", "-m", "strata.evaluation", *(argv or [])],
         "model": options.model or "offline",
         "base_url": options.base_url or None,
         "judge_model": judge.name if judge else None,

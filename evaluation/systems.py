@@ -16,14 +16,14 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
+from strata.agents.common import format_evidence
+from strata.evaluation.metrics import ContextItem
+from strata.evaluation.usage import Usage, track_usage
+from strata.graph.context import Context
+from strata.graph.state import Evidence
+from strata.memory.embeddings import get_embedder
+from strata.memory.errors import ConfigError
 
-from agents.common import format_evidence
-from evaluation.metrics import ContextItem
-from evaluation.usage import Usage, track_usage
-from graph.context import Context
-from graph.state import Evidence
-from memory.embeddings import get_embedder
-from memory.errors import ConfigError
 from strata.api import Memory
 from strata.conversations import LoadedConversation
 from strata.ingestion import ingest_conversation
@@ -128,7 +128,7 @@ class StrataSpace:
 
 
 def _drop(memory: Memory) -> None:
-    from memory.registry import close_all
+    from strata.memory.registry import close_all
 
     memory.drop()
     close_all()  # the cached store still points at the dropped collections
@@ -198,7 +198,7 @@ def check_names(names: Sequence[str]) -> list[str]:
 
 def build_systems(names: Sequence[str], conversation_id: str, settings: RunSettings) -> list[System]:
     """Fresh systems for one conversation; strata variants on the same ingest share its namespace."""
-    from evaluation.baselines import Bm25Rag, BudgetRag, DenseRag, FullContext, TurnIndex
+    from strata.evaluation.baselines import Bm25Rag, BudgetRag, DenseRag, FullContext, TurnIndex
 
     spaces: dict[str, StrataSpace] = {}
     index: TurnIndex | None = None

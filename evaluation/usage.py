@@ -22,8 +22,7 @@ from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, LLMResult
 from langchain_core.tracers.context import register_configure_hook
 from pydantic import BaseModel
-
-from evaluation.tokens import count_tokens
+from strata.evaluation.tokens import count_tokens
 
 
 class Usage(BaseModel):

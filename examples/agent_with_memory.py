@@ -32,10 +32,9 @@ from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemM
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.runtime import Runtime
-
-from graph import Context, Evidence, build_graph
-from graph.state import RoleNote
-from memory.records import Turn
+from strata.graph import Context, Evidence, build_graph
+from strata.graph.state import RoleNote
+from strata.memory.records import Turn
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "examples" / "sample_conversation.json"

@@ -12,9 +12,9 @@ import os
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal, get_args
 
-from memory.embeddings import DEFAULT_EMBEDDER
-from memory.errors import InputError
-from memory.settings import DEFAULT_DATA_DIR, StoreSettings
+from strata.memory.embeddings import DEFAULT_EMBEDDER
+from strata.memory.errors import InputError
+from strata.memory.settings import DEFAULT_DATA_DIR, StoreSettings
 
 Mode = Literal["ingest", "ask", "chat", "retrieve"]
 MODES: tuple[str, ...] = get_args(Mode)

@@ -10,16 +10,15 @@ from __future__ import annotations
 from typing import Any
 
 from langgraph.graph import START, StateGraph
-
-from agents.judge import judge
-from agents.memory import memory
-from agents.refresher import refresher
-from agents.research import research
-from agents.working import working
-from graph.context import Context
-from graph.routing import route_after_judge, route_after_memory, route_onward, route_start
-from graph.state import InputState, OutputState, State
-from graph.tracing import with_run_metadata
+from strata.agents.judge import judge
+from strata.agents.memory import memory
+from strata.agents.refresher import refresher
+from strata.agents.research import research
+from strata.agents.working import working
+from strata.graph.context import Context
+from strata.graph.routing import route_after_judge, route_after_memory, route_onward, route_start
+from strata.graph.state import InputState, OutputState, State
+from strata.graph.tracing import with_run_metadata
 
 
 def builder() -> StateGraph:

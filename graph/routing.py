@@ -17,9 +17,8 @@ from typing import Literal
 
 from langgraph.graph import END
 from langgraph.runtime import Runtime
-
-from graph.context import Context
-from graph.state import State
+from strata.graph.context import Context
+from strata.graph.state import State
 
 
 def route_start(state: State, runtime: Runtime[Context]) -> Literal["memory", "research"]:

@@ -11,9 +11,8 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
-
-from memory.errors import InputError
-from memory.records import Kind, Turn
+from strata.memory.errors import InputError
+from strata.memory.records import Kind, Turn
 
 Action = Literal["Pass", "Retry", "Refresh"]
 

@@ -25,8 +25,7 @@ from typing import Any, TypeVar
 from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
 from langsmith.run_helpers import get_current_run_tree
-
-from graph.context import Context
+from strata.graph.context import Context
 
 RUN_NAME = "strata"
 

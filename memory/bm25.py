@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 
 def _default_tokenize(text: str) -> list[str]:
-    from memory.entities import tokenize
+    from strata.memory.entities import tokenize
 
     return tokenize(text)
 

@@ -12,9 +12,9 @@ import re
 import threading
 from typing import Any
 
-from memory.errors import ConfigError
-from memory.records import Kind
-from memory.settings import StoreSettings
+from strata.memory.errors import ConfigError
+from strata.memory.records import Kind
+from strata.memory.settings import StoreSettings
 
 _CLIENTS: dict[StoreSettings, Any] = {}
 _LOCK = threading.Lock()

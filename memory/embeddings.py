@@ -15,8 +15,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 import numpy as np
-
-from memory.errors import ConfigError
+from strata.memory.errors import ConfigError
 
 DEFAULT_EMBEDDER = "local:all-MiniLM-L6-v2"
 SMALL_BATCH = 8

@@ -18,11 +18,10 @@ from datetime import datetime, time
 from typing import NamedTuple
 
 from pydantic import BaseModel, Field
-
-from memory.dates import ResolvedDate, resolve_relative
-from memory.entities import CHAT_WORDS, PLAIN_WORDS, STOPWORDS, extract_entities, split_entities, wordset
-from memory.records import Turn
-from memory.speakers import to_third_person
+from strata.memory.dates import ResolvedDate, resolve_relative
+from strata.memory.entities import CHAT_WORDS, PLAIN_WORDS, STOPWORDS, extract_entities, split_entities, wordset
+from strata.memory.records import Turn
+from strata.memory.speakers import to_third_person
 
 
 class FactDraft(BaseModel):

@@ -15,7 +15,7 @@ from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 from pathlib import Path
 
-from memory.records import Action, Change, Link, LinkType, Status
+from strata.memory.records import Action, Change, Link, LinkType, Status
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS links (

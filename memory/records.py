@@ -50,7 +50,7 @@ class Turn(BaseModel):
     @classmethod
     def _parse_time(cls, value: object) -> object:
         if isinstance(value, str) and value.strip():
-            from memory.dates import parse_datetime
+            from strata.memory.dates import parse_datetime
 
             parsed = parse_datetime(value)
             if parsed is None:

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import threading
 
-from memory.chroma import forget_client
-from memory.ledger import Ledger
-from memory.settings import StoreSettings
-from memory.store import MemoryStore
+from strata.memory.chroma import forget_client
+from strata.memory.ledger import Ledger
+from strata.memory.settings import StoreSettings
+from strata.memory.store import MemoryStore
 
 _LEDGERS: dict[str, Ledger] = {}
 _STORES: dict[tuple[StoreSettings, str], MemoryStore] = {}

@@ -10,8 +10,7 @@ import os
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
-
-from memory.embeddings import DEFAULT_EMBEDDER
+from strata.memory.embeddings import DEFAULT_EMBEDDER
 
 DEFAULT_DATA_DIR = ".strata"
 

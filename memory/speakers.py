@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from memory.entities import CHAT_WORDS, STOPWORDS, wordset
+from strata.memory.entities import CHAT_WORDS, STOPWORDS, wordset
 
 _TOKEN = re.compile(r"[A-Za-z]+(?:['’][A-Za-z]+)*|\d+|\s+|.", re.DOTALL)
 

@@ -16,14 +16,13 @@ from typing import Any
 
 import numpy as np
 from pydantic import BaseModel
-
-from memory.bm25 import BM25Index, reciprocal_rank_fusion
-from memory.chroma import get_collection, open_client
-from memory.embeddings import CachedEmbedder, get_embedder
-from memory.errors import NotFoundError
-from memory.ledger import Ledger
-from memory.records import KINDS, Action, Change, Kind, Link, LinkType, Record, Status, chronological_key
-from memory.settings import StoreSettings
+from strata.memory.bm25 import BM25Index, reciprocal_rank_fusion
+from strata.memory.chroma import get_collection, open_client
+from strata.memory.embeddings import CachedEmbedder, get_embedder
+from strata.memory.errors import NotFoundError
+from strata.memory.ledger import Ledger
+from strata.memory.records import KINDS, Action, Change, Kind, Link, LinkType, Record, Status, chronological_key
+from strata.memory.settings import StoreSettings
 
 _LIST_FIELDS = ("source_ids", "entities")
 _FACT_FIELDS = ("subject", "attribute", "value")
@@ -436,8 +435,8 @@ def _fields_of(record: Record, new_text: str) -> dict[str, str]:
     """Re-read subject/attribute/value from a fact's new text, so conflict checks see the new value."""
     if record.kind != "fact" or not record.attribute:
         return {}
-    from memory.facts import extract_facts
-    from memory.records import Turn
+    from strata.memory.facts import extract_facts
+    from strata.memory.records import Turn
 
     drafts = extract_facts(Turn(speaker=record.speaker or "user", text=new_text), None, None)
     for draft in drafts:

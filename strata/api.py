@@ -14,14 +14,14 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from graph.context import Context
-from graph.graph import graph
-from graph.state import ChangeNote, Evidence, RoleNote, Verdict, validate_turns
-from graph.tracing import run_config
-from memory.errors import InputError
-from memory.records import Change, Record, Turn
-from memory.registry import open_store
-from memory.store import MemoryStore
+from strata.graph.context import Context
+from strata.graph.graph import graph
+from strata.graph.state import ChangeNote, Evidence, RoleNote, Verdict, validate_turns
+from strata.graph.tracing import run_config
+from strata.memory.errors import InputError
+from strata.memory.records import Change, Record, Turn
+from strata.memory.registry import open_store
+from strata.memory.store import MemoryStore
 
 TurnLike = Turn | dict[str, Any] | str
 
@@ -95,7 +95,7 @@ class Memory:
 
     def end_session(self) -> Record | None:
         """Close the open episode now (a session ended); returns the episode written, if any."""
-        from agents.memory import close_open_episode
+        from strata.agents.memory import close_open_episode
 
         return close_open_episode(self.store)
 

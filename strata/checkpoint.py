@@ -8,7 +8,7 @@ needs to back up.
 
 ```python
 from strata.checkpoint import sqlite_checkpointer
-from graph import build_graph
+from strata.graph import build_graph
 
 with sqlite_checkpointer(".strata") as saver:
     app = build_graph(checkpointer=saver)
@@ -29,10 +29,10 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from pydantic import BaseModel
 
-import graph.state
-import memory.records
-from memory.errors import ConfigError
-from memory.settings import DEFAULT_DATA_DIR
+import strata.graph.state
+import strata.memory.records
+from strata.memory.errors import ConfigError
+from strata.memory.settings import DEFAULT_DATA_DIR
 
 THREADS_FILE = "threads.sqlite3"
 TypeName = tuple[str, str]
@@ -45,7 +45,7 @@ def state_types() -> list[TypeName]:
     msgpack allowlist), so a tampered checkpoint file cannot name arbitrary code.
     """
     found: list[TypeName] = []
-    for module in (graph.state, memory.records):
+    for module in (strata.graph.state, strata.memory.records):
         for value in vars(module).values():
             if isinstance(value, type) and value.__module__ == module.__name__ and issubclass(value, (BaseModel, Enum)):
                 found.append((value.__module__, value.__name__))

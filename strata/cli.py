@@ -18,9 +18,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NoReturn
 
-from memory.errors import ConfigError, InputError, StrataError
-from memory.records import KINDS, Change
-from memory.registry import close_all
 from strata.api import Answer, Memory
 from strata.conversations import (
     ConversationFileError,
@@ -32,6 +29,9 @@ from strata.conversations import (
 )
 from strata.demo import SAMPLE_CONVERSATION, run_demo
 from strata.ingestion import ingest_conversation, select_sessions
+from strata.memory.errors import ConfigError, InputError, StrataError
+from strata.memory.records import KINDS, Change
+from strata.memory.registry import close_all
 
 PROG = "strata"
 EXIT_USER_ERROR = 2

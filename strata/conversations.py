@@ -24,9 +24,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError
 
-from memory.dates import parse_datetime
-from memory.errors import InputError
-from memory.records import Turn
+from strata.memory.dates import parse_datetime
+from strata.memory.errors import InputError
+from strata.memory.records import Turn
 
 _SESSION_KEY = re.compile(r"session_(\d+)")
 _DIA_ID = re.compile(r"D(\d+):")

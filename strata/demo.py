@@ -15,9 +15,9 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from evaluation.metrics import evidence_recall
 from strata.api import Answer, Memory
 from strata.conversations import ADVERSARIAL_CATEGORY, LoadedConversation, Question
+from strata.evaluation.metrics import evidence_recall
 from strata.ingestion import IngestSummary, ingest_conversation
 
 SAMPLE_CONVERSATION = Path(__file__).resolve().parents[1] / "examples" / "sample_conversation.json"

@@ -15,10 +15,10 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from memory.errors import InputError
-from memory.records import KINDS
 from strata.api import Memory
 from strata.conversations import LoadedConversation, Session
+from strata.memory.errors import InputError
+from strata.memory.records import KINDS
 
 
 class IngestSummary(BaseModel):

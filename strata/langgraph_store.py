@@ -49,13 +49,13 @@ from langgraph.store.base import (
 from langgraph.store.base.embed import get_text_at_path, tokenize_path
 from pydantic import ValidationError
 
-from memory.chroma import open_client
-from memory.errors import InputError, NotFoundError
-from memory.ledger import immediate_transaction
-from memory.records import KINDS, Record, Status
-from memory.registry import open_store
-from memory.settings import StoreSettings
-from memory.store import MemoryStore, kind_of
+from strata.memory.chroma import open_client
+from strata.memory.errors import InputError, NotFoundError
+from strata.memory.ledger import immediate_transaction
+from strata.memory.records import KINDS, Record, Status
+from strata.memory.registry import open_store
+from strata.memory.settings import StoreSettings
+from strata.memory.store import MemoryStore, kind_of
 
 SEPARATOR = "/"
 ITEM_PREFIX = "raw:item:"

@@ -24,9 +24,9 @@ from typing import Any
 from langchain_core.tools import BaseTool, StructuredTool, ToolException
 from pydantic import BaseModel, Field, ValidationError
 
-from graph.state import ChangeNote, Evidence
-from memory.errors import StrataError
 from strata.api import Answer, Memory
+from strata.graph.state import ChangeNote, Evidence
+from strata.memory.errors import StrataError
 
 MAX_LINES = 12
 

@@ -50,7 +50,7 @@ def embedder() -> Any:
     """The local embedder, loaded once for the whole session (it takes seconds)."""
     for name, value in OFFLINE_ENV.items():
         os.environ.setdefault(name, value)
-    from memory.embeddings import get_embedder
+    from strata.memory.embeddings import get_embedder
 
     loaded = get_embedder()
     loaded.embed(["warm up"])
@@ -61,6 +61,6 @@ def embedder() -> Any:
 def _close_stores() -> Iterator[None]:
     """Close every ledger and Chroma client a test opened, so the next test starts clean."""
     yield
-    from memory.registry import close_all
+    from strata.memory.registry import close_all
 
     close_all()

@@ -21,10 +21,10 @@ from langchain.agents import create_agent
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from strata.graph import Context, build_graph
+from strata.memory.records import Status
+from strata.memory.registry import close_all
 
-from graph import Context, build_graph
-from memory.records import Status
-from memory.registry import close_all
 from strata import Memory
 from strata.checkpoint import async_sqlite_checkpointer, checkpoint_path, sqlite_checkpointer, state_types
 from strata.conversations import load_turns
@@ -216,7 +216,7 @@ def test_memory_graph_thread_state_survives_a_reopen(memory: Memory, data_dir: P
     assert state.values["question"] == "What did Melanie paint?"
     assert state.values["answer"] == first["answer"]
     assert [e.id for e in state.values["evidence"]] == [e.id for e in first["evidence"]]
-    assert ("graph.state", "Evidence") in state_types()
+    assert ("strata.graph.state", "Evidence") in state_types()
 
 
 def test_async_checkpointer_keeps_a_thread(memory: Memory, data_dir: Path) -> None:

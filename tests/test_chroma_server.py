@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 from servers import LOOPBACK, REPO, HeaderRecordingProxy, ServerProcess, chroma_run, free_port
+from strata.memory.chroma import collection_name
+from strata.memory.errors import ConfigError
 
-from memory.chroma import collection_name
-from memory.errors import ConfigError
 from strata.api import Memory
 
 QUESTION = "What career is Caroline keen on?"

@@ -17,9 +17,9 @@ import time
 from pathlib import Path
 
 import pytest
+from strata.graph.context import Context
+from strata.memory.errors import InputError
 
-from graph.context import Context
-from memory.errors import InputError
 from strata.api import Memory
 
 REPO = Path(__file__).resolve().parents[1]

@@ -13,8 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from memory.dates import (
+from strata.memory.dates import (
     DateReadError,
     ResolvedDate,
     parse_datetime,

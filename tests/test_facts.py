@@ -10,11 +10,10 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-
-from memory.dates import parse_datetime
-from memory.entities import keywords, split_entities, stem, tokenize
-from memory.facts import FactDraft, extract_facts, split_clauses, split_sentences
-from memory.records import Turn
+from strata.memory.dates import parse_datetime
+from strata.memory.entities import keywords, split_entities, stem, tokenize
+from strata.memory.facts import FactDraft, extract_facts, split_clauses, split_sentences
+from strata.memory.records import Turn
 
 
 @pytest.fixture(scope="module")

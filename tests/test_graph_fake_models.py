@@ -26,18 +26,18 @@ from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage, SystemMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import Field
+from strata.graph.context import Context
+from strata.graph.graph import graph
+from strata.graph.state import RoleNote
+from strata.memory.errors import ConfigError
+from strata.memory.records import Status
+from strata.memory.registry import close_all
+from strata.prompts import judge as judge_prompts
+from strata.prompts import memory as memory_prompts
+from strata.prompts import refresher as refresher_prompts
+from strata.prompts import research as research_prompts
+from strata.prompts import working as working_prompts
 
-from graph.context import Context
-from graph.graph import graph
-from graph.state import RoleNote
-from memory.errors import ConfigError
-from memory.records import Status
-from memory.registry import close_all
-from prompts import judge as judge_prompts
-from prompts import memory as memory_prompts
-from prompts import refresher as refresher_prompts
-from prompts import research as research_prompts
-from prompts import working as working_prompts
 from strata.api import Memory
 from strata.conversations import load_turns
 

@@ -16,13 +16,13 @@ from typing import Any
 
 import pytest
 from langgraph.checkpoint.memory import InMemorySaver
+from strata.graph.context import Context
+from strata.graph.graph import build_graph, graph
+from strata.graph.state import RoleNote
+from strata.memory.errors import InputError
+from strata.memory.records import Action, Status
+from strata.memory.registry import close_all
 
-from graph.context import Context
-from graph.graph import build_graph, graph
-from graph.state import RoleNote
-from memory.errors import InputError
-from memory.records import Action, Status
-from memory.registry import close_all
 from strata.api import Memory
 from strata.conversations import load_turns
 

@@ -13,12 +13,11 @@ from typing import Any
 
 import pytest
 from langchain_core.language_models.fake_chat_models import FakeListChatModel
-
-from evaluation.harness import main
-from evaluation.judge_llm import AnswerJudge
-from evaluation.systems import ALL_SYSTEMS
-from evaluation.usage import track_usage
-from memory.registry import close_all
+from strata.evaluation.harness import main
+from strata.evaluation.judge_llm import AnswerJudge
+from strata.evaluation.systems import ALL_SYSTEMS
+from strata.evaluation.usage import track_usage
+from strata.memory.registry import close_all
 
 LOCOMO = Path("/work/shared/data/locomo/conv-26.json")
 QUESTIONS = (

@@ -15,20 +15,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import strata.graph  # noqa: F401  (loads the graph package before the role modules it wires)
 from langchain_core.language_models.fake_chat_models import FakeListChatModel, GenericFakeChatModel
 from langchain_core.messages import AIMessage
 from langgraph.runtime import Runtime
+from strata.agents.judge import ModelVerdict, disagree, incoming_conflicts, judge, need_of, sufficiency
+from strata.agents.research import research
+from strata.graph.context import Context
+from strata.graph.state import Evidence, State
+from strata.memory.entities import extract_entities
+from strata.memory.facts import extract_facts
+from strata.memory.records import Record, Turn, raw_record
+from strata.memory.registry import close_all, open_store
+from strata.memory.settings import StoreSettings
 
-import graph  # noqa: F401  (loads the graph package before the role modules it wires)
-from agents.judge import ModelVerdict, disagree, incoming_conflicts, judge, need_of, sufficiency
-from agents.research import research
-from graph.context import Context
-from graph.state import Evidence, State
-from memory.entities import extract_entities
-from memory.facts import extract_facts
-from memory.records import Record, Turn, raw_record
-from memory.registry import close_all, open_store
-from memory.settings import StoreSettings
 from strata.conversations import load_turns
 
 NAMESPACE = "conv26"

@@ -10,6 +10,7 @@ folder, not in the server's threads).
 from __future__ import annotations
 
 import asyncio
+import importlib
 from collections.abc import Iterator
 from contextlib import ExitStack
 from itertools import islice
@@ -18,8 +19,7 @@ from typing import Any
 
 import pytest
 from servers import REPO, ServerProcess, langgraph_dev, log_tail, repo_mirror
-
-from graph.state import Evidence
+from strata.graph.state import Evidence
 
 NAMESPACE = "caroline-and-melanie"
 TURN_COUNT = 30  # sessions 1 and 2 of conv-26: more turns than one search returns
@@ -38,16 +38,18 @@ def test_langgraph_json_serves_the_graph_without_edits() -> None:
 
     config = validate_config_file(REPO / "langgraph.json")
     assert config["dependencies"] == ["."]
-    assert config["graphs"] == {"strata": "./graph/graph.py:graph"}
-    path, _, variable = config["graphs"]["strata"].partition(":")
-    assert (REPO / path).is_file() and variable == "graph"
+    assert config["graphs"] == {"strata": "strata.graph.graph:graph"}
+    module, _, variable = config["graphs"]["strata"].partition(":")
+    from langgraph.graph.state import CompiledStateGraph
+
+    assert isinstance(getattr(importlib.import_module(module), variable), CompiledStateGraph)
     env = config.get("env") or {}
     assert isinstance(env, dict), "an env file would override what the user exports (langgraph dev lets it win)"
     assert not [key for key in env if key.startswith(("STRATA_", "LANGSMITH_", "LANGCHAIN_"))]
 
 
 def test_schemas_studio_shows_have_names_defaults_and_descriptions() -> None:
-    from graph.graph import graph
+    from strata.graph.graph import graph
 
     check_context_schema(graph.get_context_jsonschema())
     check_input_schema(graph.get_input_jsonschema())

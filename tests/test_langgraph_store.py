@@ -20,11 +20,11 @@ from typing import Any, TypedDict
 import pytest
 from langgraph.graph import START, StateGraph
 from langgraph.store.base import BaseStore, GetOp, InvalidNamespaceError, ListNamespacesOp, PutOp, SearchOp
+from strata.memory.errors import InputError
+from strata.memory.records import Record
+from strata.memory.registry import close_all, open_store
+from strata.memory.settings import StoreSettings
 
-from memory.errors import InputError
-from memory.records import Record
-from memory.registry import close_all, open_store
-from memory.settings import StoreSettings
 from strata import Memory
 from strata.conversations import load_turns
 from strata.langgraph_store import StrataStore

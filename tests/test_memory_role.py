@@ -20,12 +20,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import strata.agents.memory as memory_role
+from strata.memory.entities import split_entities
+from strata.memory.records import LinkType, Record, Status, Turn
+from strata.memory.registry import close_all
+from strata.memory.store import MemoryStore
 
-import agents.memory as memory_role
-from memory.entities import split_entities
-from memory.records import LinkType, Record, Status, Turn
-from memory.registry import close_all
-from memory.store import MemoryStore
 from strata.api import IngestReport, Memory
 from strata.conversations import LOCOMO_TURN_KEYS, load_turns
 

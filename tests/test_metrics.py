@@ -7,9 +7,8 @@ import socket
 
 import pytest
 import tiktoken.registry
-
-from evaluation import tokens
-from evaluation.metrics import (
+from strata.evaluation import tokens
+from strata.evaluation.metrics import (
     ContextItem,
     bleu1,
     evidence_recall,
@@ -18,7 +17,7 @@ from evaluation.metrics import (
     normalize_answer,
     summarize_coverage,
 )
-from memory.records import Record
+from strata.memory.records import Record
 
 # --- normalisation -----------------------------------------------------------
 

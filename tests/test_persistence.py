@@ -24,7 +24,7 @@ MIN_REACHED = 6  # measured 7/8 with the offline policies; see the printed per-q
 # Runs in the second process: open the folder, report what is there, ask the questions.
 REOPEN = """
 import json, sys
-from evaluation.metrics import evidence_recall
+from strata.evaluation.metrics import evidence_recall
 from strata.api import Memory
 
 data_dir, namespace, questions, raw_ids = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), json.loads(sys.argv[4])

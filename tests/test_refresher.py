@@ -15,20 +15,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import strata.graph  # noqa: F401  (loads the graph package before the role modules it wires)
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage
 from langgraph.runtime import Runtime
+from strata.agents.common import evidence_of
+from strata.agents.refresher import forget_request, read_forget_request, refresher, single_valued
+from strata.graph.context import Context, Mode
+from strata.graph.state import State, Verdict
+from strata.memory.entities import stem
+from strata.memory.records import Action, Record, Status, Turn
+from strata.memory.registry import close_all, open_store
+from strata.memory.settings import StoreSettings
+from strata.memory.store import MemoryStore
 
-import graph  # noqa: F401  (loads the graph package before the role modules it wires)
-from agents.common import evidence_of
-from agents.refresher import forget_request, read_forget_request, refresher, single_valued
-from graph.context import Context, Mode
-from graph.state import State, Verdict
-from memory.entities import stem
-from memory.records import Action, Record, Status, Turn
-from memory.registry import close_all, open_store
-from memory.settings import StoreSettings
-from memory.store import MemoryStore
 from strata.conversations import load_turns
 
 NAMESPACE = "ns"
@@ -143,7 +143,7 @@ def test_real_turns_and_a_real_update(store: MemoryStore, data_dir: Path, locomo
 
 def trait_of(record: Record) -> Record:
     """The persona trait the Memory role distils from a fact (same id scheme and fields)."""
-    from memory.persona import aspect_of, persona_id
+    from strata.memory.persona import aspect_of, persona_id
 
     aspect = aspect_of(record.attribute) or "home"
     return record.model_copy(update={

@@ -17,19 +17,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import strata.graph  # noqa: F401  (loads the graph package before the role modules it wires)
 from langchain_core.language_models.fake_chat_models import FakeListChatModel
 from langgraph.runtime import Runtime
+from strata.agents.research import MENTION_LAG, context_tokens, intent_of, k_dyn_of, research, rewrite_query, route_of
+from strata.graph.context import Context
+from strata.graph.state import Evidence, State, Verdict
+from strata.memory.entities import extract_entities
+from strata.memory.errors import InputError
+from strata.memory.facts import extract_facts
+from strata.memory.records import Link, LinkType, Record, Turn, raw_record
+from strata.memory.registry import close_all, open_store
+from strata.memory.settings import StoreSettings
 
-import graph  # noqa: F401  (loads the graph package before the role modules it wires)
-from agents.research import MENTION_LAG, context_tokens, intent_of, k_dyn_of, research, rewrite_query, route_of
-from graph.context import Context
-from graph.state import Evidence, State, Verdict
-from memory.entities import extract_entities
-from memory.errors import InputError
-from memory.facts import extract_facts
-from memory.records import Link, LinkType, Record, Turn, raw_record
-from memory.registry import close_all, open_store
-from memory.settings import StoreSettings
 from strata.conversations import load_questions, load_turns
 
 NAMESPACE = "conv26"

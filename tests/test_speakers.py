@@ -6,8 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-
-from memory.speakers import resolve_participant, to_third_person
+from strata.memory.speakers import resolve_participant, to_third_person
 
 
 @pytest.fixture(scope="module")

@@ -60,8 +60,8 @@ socket.getaddrinfo = getaddrinfo
 # LangGraph server runs the graph: a context only, no run config.
 DRIVER = r'''
 import json, sys
-from graph.context import Context
-from graph.graph import graph
+from strata.graph.context import Context
+from strata.graph.graph import graph
 from strata.api import Memory
 turns = json.load(open(sys.argv[1]))
 data_dir = sys.argv[2]

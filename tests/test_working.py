@@ -11,20 +11,20 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import strata.graph  # noqa: F401  (loads the graph package before the role modules it wires)
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage
 from langgraph.runtime import Runtime
+from strata.agents.common import evidence_of
+from strata.agents.working import NOT_IN_MEMORY, answer_offline, classify, working
+from strata.graph.context import Context
+from strata.graph.state import Evidence, State
+from strata.memory.records import Record, Turn
+from strata.memory.records import raw_record as stored_turn
+from strata.memory.registry import close_all, open_store
+from strata.memory.settings import StoreSettings
+from strata.memory.store import MemoryStore
 
-import graph  # noqa: F401  (loads the graph package before the role modules it wires)
-from agents.common import evidence_of
-from agents.working import NOT_IN_MEMORY, answer_offline, classify, working
-from graph.context import Context
-from graph.state import Evidence, State
-from memory.records import Record, Turn
-from memory.records import raw_record as stored_turn
-from memory.registry import close_all, open_store
-from memory.settings import StoreSettings
-from memory.store import MemoryStore
 from strata.conversations import load_turns
 
 NAMESPACE = "ns"
