@@ -82,10 +82,15 @@ class ModelEpisode(BaseModel):
 
 
 def memory(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
-    """Intake (raw, write-ahead) or derive (facts, episodes, persona, links), by stage."""
-    if state.stage == "intake":
-        return _derive(state, runtime)
-    return _intake(state, runtime)
+    """Intake (raw, write-ahead) or derive (facts, episodes, persona, links), by stage.
+
+    Each step holds the namespace's write lock: concurrent runs on one namespace
+    interleave turn by turn, never inside a turn's read-modify-write of the ledger.
+    """
+    with store_of(runtime).writing():
+        if state.stage == "intake":
+            return _derive(state, runtime)
+        return _intake(state, runtime)
 
 
 def _intake(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
@@ -100,7 +105,7 @@ def _intake(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     store = store_of(runtime)
     turns = [*state.turns]
     if cursor == 0:
-        turns = [_with_ids(store, t) for t in validate_turns(turns)]
+        turns = _with_ids(store, validate_turns(turns))
         _prefetch(store, turns, chat_model(runtime.context) is None)
         _write_ahead(store, turns)
     turn = turns[cursor]
@@ -168,12 +173,16 @@ def _derive(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
         for i, d in enumerate(drafts)
     ]
     personas = _persona(facts, turn)
-    episode, boundary, boundary_policy = _episode(store, raw, facts, context, runtime)
+    episode, segment, boundary, boundary_policy = _episode(store, raw, facts, context, runtime)
     records = [*facts, *personas, *([episode] if episode else [])]
-    store.add(records)
-    links = _links(store, raw, facts, personas, episode, state)
-    store.link(links)
-    store.ledger.set_state(store.namespace, PENDING, sorted(set(_pending(store)) - {raw.id}))
+    store.add(records)  # records first: a crash before the ledger step below leaves the turn pending, redone whole
+    links, state_after = _links(store, raw, facts, personas, episode, state)
+    with store.ledger.transaction() as conn:  # the turn's edges and the namespace's state change together
+        store.ledger.add_links(links, conn)
+        for key, value in state_after.items():
+            store.ledger.set_state(store.namespace, key, value, conn)
+        store.ledger.set_state(store.namespace, OPEN_SEGMENT, segment.model_dump(mode="json"), conn)
+        store.ledger.set_state(store.namespace, PENDING, sorted(set(_pending(store)) - {raw.id}), conn)
     cursor = state.cursor + 1
     more = cursor < len(state.turns)
     summary = f"{turn.dia_id}: {len(facts)} facts, {len(personas)} persona traits, {len(links)} links"
@@ -238,14 +247,17 @@ def _persona(facts: list[Record], turn: Turn) -> list[Record]:
 # episodes ------------------------------------------------------------------
 def _episode(
     store: MemoryStore, raw: Record, facts: list[Record], context: Context, runtime: Runtime[Context]
-) -> tuple[Record | None, Boundary, str]:
-    """Add the turn to the open segment; close and write an episode when a boundary fires.
+) -> tuple[Record | None, OpenSegment, Boundary, str]:
+    """Add the turn to the open segment; close an episode when a boundary fires.
 
-    Returns the episode written (if any), the boundary decision and the policy that made it.
+    Returns the episode to write (if any), the open segment after this turn, the
+    boundary decision and the policy that made it. Nothing is saved here: the
+    caller writes the episode first and the segment after it, so a crash in
+    between redoes the same close (the episode's id comes from its first turn).
     """
-    segment = OpenSegment.model_validate(store.ledger.get_state(store.namespace, OPEN_SEGMENT, {}))
+    segment = open_segment(store)
     if raw.dialogue_id in segment.turn_ids:  # derived again after a failure: already a member
-        return None, Boundary(split=False, reason="already in the open episode"), OFFLINE
+        return None, segment, Boundary(split=False, reason="already in the open episode"), OFFLINE
     members = [r.text for r in store.get(f"raw:{i}" for i in segment.turn_ids)]
     vectors = store.embedder.embed([raw.text, *members])
     boundary = detect_boundary(segment, raw.session, raw.text, vectors[0], vectors[1:], context.episode_max_turns)
@@ -262,25 +274,44 @@ def _episode(
         segment.facts.append(f"{raw.speaker} shared a photo of {raw.image_caption}")
     segment.start = segment.start or raw.time
     segment.end = raw.time or segment.end
-    store.ledger.set_state(store.namespace, OPEN_SEGMENT, segment.model_dump(mode="json"))
-    return episode, boundary, policy
+    return episode, segment, boundary, policy
 
 
-def close_open_episode(store: MemoryStore, reason: str = "session ended") -> Record | None:
-    """Write the open segment as an episode now (end of a session or of an import)."""
-    segment = OpenSegment.model_validate(store.ledger.get_state(store.namespace, OPEN_SEGMENT, {}))
-    if not segment.turn_ids:
-        return None
-    episode = _close(store, segment, Boundary(split=True, reason=reason), None)
-    store.add([episode])
-    store.link(_episode_links(store.namespace, episode))
-    store.ledger.set_state(store.namespace, OPEN_SEGMENT, OpenSegment().model_dump(mode="json"))
-    return episode
+def open_segment(store: MemoryStore) -> OpenSegment:
+    """The episode being written, as the ledger holds it."""
+    return OpenSegment.model_validate(store.ledger.get_state(store.namespace, OPEN_SEGMENT, {}))
+
+
+def close_open_episode(
+    store: MemoryStore, reason: str = "session ended", last_turn: str | None = None
+) -> Record | None:
+    """Write the open segment as an episode now (end of a session or of an import).
+
+    With `last_turn`, only a segment that ends at that turn is closed: a resumed
+    import that skips a session already stored must not close the episode of a
+    later session it had started. The episode is written before the segment is
+    cleared, under an id taken from its first turn, so a crash in between
+    closes the same episode again rather than losing or doubling it.
+    """
+    with store.writing():
+        segment = open_segment(store)
+        if not segment.turn_ids or (last_turn is not None and segment.turn_ids[-1] != last_turn):
+            return None
+        episode = _close(store, segment, Boundary(split=True, reason=reason), None)
+        store.add([episode])
+        with store.ledger.transaction() as conn:
+            store.ledger.add_links(_episode_links(store.namespace, episode), conn)
+            store.ledger.set_state(store.namespace, OPEN_SEGMENT, OpenSegment().model_dump(mode="json"), conn)
+        return episode
+
+
+def episode_id(segment: OpenSegment) -> str:
+    """An episode is named by its first turn: a turn belongs to one episode, and a redone close
+    after a crash overwrites the same record instead of adding a second one."""
+    return f"episode:{segment.turn_ids[0]}"
 
 
 def _close(store: MemoryStore, segment: OpenSegment, boundary: Boundary, runtime: Runtime[Context] | None) -> Record:
-    number = int(store.ledger.get_state(store.namespace, "episode_counter", 0)) + 1  # type: ignore[arg-type]
-    store.ledger.set_state(store.namespace, "episode_counter", number)
     title = title_of(segment.facts, STOPWORDS)
     text, policy = narrate(segment, title), OFFLINE
     model = chat_model(runtime.context) if runtime is not None else None
@@ -297,7 +328,7 @@ def _close(store: MemoryStore, segment: OpenSegment, boundary: Boundary, runtime
         else:
             policy = fallback_policy(problem)
     return Record(
-        id=f"episode:{number}", kind="episode", text=text, namespace=store.namespace,
+        id=episode_id(segment), kind="episode", text=text, namespace=store.namespace,
         dialogue_id=segment.turn_ids[0], session=segment.session, speaker=", ".join(segment.speakers),
         time=segment.start, time_end=segment.end, source_ids=list(segment.turn_ids), title=title, policy=policy,
     )
@@ -322,14 +353,14 @@ def _model_boundary(
 # links ---------------------------------------------------------------------
 def _links(
     store: MemoryStore, raw: Record, facts: list[Record], personas: list[Record], episode: Record | None, state: State
-) -> list[Link]:
+) -> tuple[list[Link], dict[str, object]]:
+    """The turn's edges, and the link-tracking state to save with them (last turn, last turn per entity)."""
     ns = store.namespace
     links = [Link(namespace=ns, src=f.id, dst=raw.id, type=LinkType.DERIVED_FROM) for f in facts]
     links += [Link(namespace=ns, src=p.id, dst=raw.id, type=LinkType.DERIVED_FROM) for p in personas]
     previous = store.ledger.get_state(ns, LAST_RAW)
     if isinstance(previous, str) and previous != raw.id:
         links.append(Link(namespace=ns, src=previous, dst=raw.id, type=LinkType.TEMPORAL))
-    store.ledger.set_state(ns, LAST_RAW, raw.id)
     last_seen: dict[str, str] = dict(store.ledger.get_state(ns, ENTITY_LAST, {}) or {})  # type: ignore[arg-type]
     for name in split_entities(raw.text, [raw.speaker]).names:
         earlier = last_seen.get(name)
@@ -338,12 +369,11 @@ def _links(
         last_seen[name] = raw.id
     if len(last_seen) > MAX_TRACKED_ENTITIES:
         last_seen = dict(list(last_seen.items())[-MAX_TRACKED_ENTITIES:])
-    store.ledger.set_state(ns, ENTITY_LAST, last_seen)
     related = [e.id for e in state.evidence if e.kind == "raw" and e.id != raw.id and len(e.found_by) > 1][:3]
     links += [Link(namespace=ns, src=raw.id, dst=r, type=LinkType.RELATED) for r in related]
     if episode is not None:
         links += _episode_links(ns, episode)
-    return links
+    return links, {LAST_RAW: raw.id, ENTITY_LAST: last_seen}
 
 
 def _episode_links(namespace: str, episode: Record) -> list[Link]:
@@ -354,13 +384,23 @@ def _episode_links(namespace: str, episode: Record) -> list[Link]:
 
 
 # helpers -------------------------------------------------------------------
-def _with_ids(store: MemoryStore, turn: Turn) -> Turn:
-    """Give a turn a dialogue id when the caller did not (T1, T2, ... per namespace)."""
-    if turn.dia_id:
-        return turn
-    number = int(store.ledger.get_state(store.namespace, TURN_COUNTER, 0)) + 1  # type: ignore[arg-type]
-    store.ledger.set_state(store.namespace, TURN_COUNTER, number)
-    return turn.model_copy(update={"dia_id": f"T{number}", "time": turn.time or datetime.now().replace(microsecond=0)})
+def _with_ids(store: MemoryStore, turns: list[Turn]) -> list[Turn]:
+    """Give turns a dialogue id when the caller did not (T1, T2, ... per namespace).
+
+    The numbers are taken in one atomic step of the ledger, so concurrent writers never share one.
+    """
+    missing = sum(1 for turn in turns if not turn.dia_id)
+    if not missing:
+        return turns
+    number = store.ledger.bump(store.namespace, TURN_COUNTER, missing) - missing
+    now = datetime.now().replace(microsecond=0)
+    named: list[Turn] = []
+    for turn in turns:
+        if not turn.dia_id:
+            number += 1
+            turn = turn.model_copy(update={"dia_id": f"T{number}", "time": turn.time or now})
+        named.append(turn)
+    return named
 
 
 def _pending(store: MemoryStore) -> list[str]:

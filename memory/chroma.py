@@ -13,6 +13,7 @@ import threading
 from typing import Any
 
 from strata.memory.errors import ConfigError
+from strata.memory.locks import hold_folder, release_folder
 from strata.memory.records import Kind
 from strata.memory.settings import StoreSettings
 
@@ -38,9 +39,12 @@ def open_client(settings: StoreSettings) -> Any:
 
 
 def forget_client(settings: StoreSettings) -> None:
-    """Drop the cached client (after `close`, or in tests that restart a server)."""
+    """Drop the cached client (after `close`, or in tests that restart a server); an embedded
+    folder is handed back to other processes once its last client here is gone."""
     with _LOCK:
-        _CLIENTS.pop(settings, None)
+        client = _CLIENTS.pop(settings, None)
+        if client is not None and not settings.chroma_host:
+            release_folder(settings.chroma_path)
 
 
 def _connect(settings: StoreSettings) -> Any:
@@ -66,10 +70,12 @@ def _connect(settings: StoreSettings) -> Any:
             ) from exc
         return client
     path = settings.chroma_path
+    hold_folder(path)  # one process at a time: another one's index of the folder would go stale
     try:
         path.mkdir(parents=True, exist_ok=True)
         return chromadb.PersistentClient(path=str(path), settings=chroma_settings)
     except Exception as exc:
+        release_folder(path)
         raise ConfigError(
             f"cannot open the memory folder {path} ({type(exc).__name__}: {str(exc)[:100]}): "
             "check data_dir (STRATA_DATA_DIR) points to a writable folder"

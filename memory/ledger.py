@@ -86,14 +86,17 @@ class Ledger:
             self._conn.close()
 
     # links -------------------------------------------------------------
-    def add_links(self, links: Iterable[Link]) -> int:
+    def add_links(self, links: Iterable[Link], conn: sqlite3.Connection | None = None) -> int:
+        """Insert or replace edges; pass `conn` to join an open transaction."""
         rows = [(lk.namespace, lk.src, lk.dst, lk.type.value, lk.weight) for lk in links]
         if not rows:
             return 0
-        with self.transaction() as conn:
-            conn.executemany(
-                "INSERT OR REPLACE INTO links (namespace, src, dst, type, weight) VALUES (?, ?, ?, ?, ?)", rows
-            )
+        sql = "INSERT OR REPLACE INTO links (namespace, src, dst, type, weight) VALUES (?, ?, ?, ?, ?)"
+        if conn is not None:
+            conn.executemany(sql, rows)
+            return len(rows)
+        with self.transaction() as own:
+            own.executemany(sql, rows)
         return len(rows)
 
     def neighbours(
@@ -220,12 +223,29 @@ class Ledger:
             ).fetchone()
         return json.loads(row[0]) if row else default
 
-    def set_state(self, namespace: str, key: str, value: object) -> None:
+    def set_state(self, namespace: str, key: str, value: object, conn: sqlite3.Connection | None = None) -> None:
+        """Store one value; pass `conn` to join an open transaction (several keys that change together)."""
+        sql = "INSERT OR REPLACE INTO state (namespace, key, value) VALUES (?, ?, ?)"
+        if conn is not None:
+            conn.execute(sql, (namespace, key, json.dumps(value)))
+            return
+        with self.transaction() as own:
+            own.execute(sql, (namespace, key, json.dumps(value)))
+
+    def bump(self, namespace: str, key: str, by: int = 1) -> int:
+        """Add `by` to an integer counter in one transaction and return its new value.
+
+        Read and write happen under one write lock of the database, so two writers
+        (threads or processes sharing the ledger) never receive the same numbers.
+        """
         with self.transaction() as conn:
+            row = conn.execute("SELECT value FROM state WHERE namespace = ? AND key = ?", (namespace, key)).fetchone()
+            value = int(json.loads(row[0]) if row else 0) + by
             conn.execute(
                 "INSERT OR REPLACE INTO state (namespace, key, value) VALUES (?, ?, ?)",
                 (namespace, key, json.dumps(value)),
             )
+        return value
 
     def drop_namespace(self, namespace: str) -> None:
         with self.transaction() as conn:

@@ -10,6 +10,7 @@ import threading
 
 from strata.memory.chroma import forget_client
 from strata.memory.ledger import Ledger
+from strata.memory.locks import location_of
 from strata.memory.settings import StoreSettings
 from strata.memory.store import MemoryStore
 
@@ -32,6 +33,16 @@ def open_store(settings: StoreSettings, namespace: str) -> MemoryStore:
             store = MemoryStore(settings, namespace, ledger)
             _STORES[key] = store
         return store
+
+
+def drop_namespace(settings: StoreSettings, namespace: str) -> None:
+    """Delete a namespace, and forget every store of it opened here under other settings
+    (another embedder, say), which would still point at the deleted collections."""
+    where = location_of(settings)
+    open_store(settings, namespace).drop()
+    with _LOCK:
+        for key in [k for k in _STORES if k[1] == namespace and k[0] != settings and location_of(k[0]) == where]:
+            del _STORES[key]
 
 
 def close_all() -> None:

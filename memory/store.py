@@ -17,10 +17,11 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel
 from strata.memory.bm25 import BM25Index, reciprocal_rank_fusion
-from strata.memory.chroma import get_collection, open_client
+from strata.memory.chroma import collection_name, get_collection, open_client
 from strata.memory.embeddings import CachedEmbedder, get_embedder
-from strata.memory.errors import NotFoundError
+from strata.memory.errors import InputError, NotFoundError
 from strata.memory.ledger import Ledger
+from strata.memory.locks import namespace_lock
 from strata.memory.records import KINDS, Action, Change, Kind, Link, LinkType, Record, Status, chronological_key
 from strata.memory.settings import StoreSettings
 
@@ -81,13 +82,25 @@ class MemoryStore:
         # Another process can write only through a Chroma server; an embedded folder is ours alone,
         # so its in-memory mirror never needs a freshness check.
         self._shared = settings.chroma_host is not None
-        client = open_client(settings)
-        self._collections = {kind: get_collection(client, namespace, kind) for kind in KINDS}
+        self._client = open_client(settings)
+        self._collections: dict[Kind, Any] = {}  # opened (or created again after a drop) on first use
         self._records: dict[Kind, dict[str, Record]] = {}
         self._lexical: dict[Kind, BM25Index] = {}
         self._counts: dict[Kind, int] = {}
         self._timeline: list[Record] | None = None  # active raw turns in order; rebuilt after a raw write
         self._lock = threading.RLock()
+        self._write_lock = namespace_lock(settings, namespace)
+
+    def writing(self) -> threading.RLock:
+        """The namespace's write lock: hold it around every read-modify-write of its records or state."""
+        return self._write_lock
+
+    def _collection(self, kind: Kind) -> Any:
+        with self._lock:
+            collection = self._collections.get(kind)
+            if collection is None:
+                collection = self._collections[kind] = get_collection(self._client, self.namespace, kind)
+            return collection
 
     @property
     def embedder(self) -> CachedEmbedder:
@@ -98,7 +111,7 @@ class MemoryStore:
     def _load(self, kind: Kind, force: bool = False) -> dict[str, Record]:
         """Mirror a collection in memory (for BM25 and fast reads); reload when it changed size."""
         with self._lock:
-            collection = self._collections[kind]
+            collection = self._collection(kind)
             cached = not force and kind in self._records
             if cached and (not self._shared or collection.count() == self._counts.get(kind)):
                 return self._records[kind]
@@ -147,7 +160,7 @@ class MemoryStore:
         return bool(self.get([record_id]))
 
     def count(self, kind: Kind) -> int:
-        return self._collections[kind].count()
+        return self._collection(kind).count()
 
     # writing -----------------------------------------------------------
     def add(self, records: Sequence[Record], vectors: np.ndarray | None = None) -> None:
@@ -162,7 +175,7 @@ class MemoryStore:
         with self._lock:
             for kind, positions in by_kind.items():
                 self._load(kind)
-                self._collections[kind].upsert(
+                self._collection(kind).upsert(
                     ids=[records[i].id for i in positions],
                     documents=[records[i].text for i in positions],
                     embeddings=[vectors[i].tolist() for i in positions],
@@ -200,7 +213,7 @@ class MemoryStore:
         vector = self.embedder.embed([record.text])
         with self._lock:
             self._load(record.kind)
-            self._collections[record.kind].upsert(
+            self._collection(record.kind).upsert(
                 ids=[record.id], documents=[record.text], embeddings=[vector[0].tolist()],
                 metadatas=[to_metadata(record)],
             )
@@ -211,44 +224,47 @@ class MemoryStore:
         fields: dict[str, str] | None = None, follows: int | None = None,
     ) -> Change:
         """Replace a record's text (and its subject/attribute/value); the old ones go to history first."""
-        record = self.get_one(record_id)
-        old_fields = {name: getattr(record, name) for name in _FACT_FIELDS}
-        new_fields = {**old_fields, **(fields if fields is not None else _fields_of(record, new_text))}
-        change = Change(
-            namespace=self.namespace, record_id=record_id, kind=record.kind, action=Action.UPDATE,
-            old_text=record.text, new_text=new_text, old_status=record.status, new_status=Status.ACTIVE,
-            reason=reason, policy=policy, old_fields=old_fields, new_fields=new_fields, follows=follows,
-        )
-        updated = record.model_copy(
-            update={"text": new_text, "version": record.version + 1, "status": Status.ACTIVE, **new_fields}
-        )
-        return self._apply(change, updated)
+        with self._write_lock:  # read and rewrite as one step: a concurrent edit cannot slip in between
+            record = self.get_one(record_id)
+            old_fields = {name: getattr(record, name) for name in _FACT_FIELDS}
+            new_fields = {**old_fields, **(fields if fields is not None else _fields_of(record, new_text))}
+            change = Change(
+                namespace=self.namespace, record_id=record_id, kind=record.kind, action=Action.UPDATE,
+                old_text=record.text, new_text=new_text, old_status=record.status, new_status=Status.ACTIVE,
+                reason=reason, policy=policy, old_fields=old_fields, new_fields=new_fields, follows=follows,
+            )
+            updated = record.model_copy(
+                update={"text": new_text, "version": record.version + 1, "status": Status.ACTIVE, **new_fields}
+            )
+            return self._apply(change, updated)
 
     def delete(self, record_id: str, reason: str, policy: str = "offline", follows: int | None = None) -> Change:
         """Tombstone a record: hidden from search, kept until purged on purpose."""
-        record = self.get_one(record_id)
-        change = Change(
-            namespace=self.namespace, record_id=record_id, kind=record.kind, action=Action.DELETE,
-            old_text=record.text, new_text=record.text, old_status=record.status, new_status=Status.DELETED,
-            reason=reason, policy=policy, follows=follows,
-        )
-        updated = record.model_copy(update={"status": Status.DELETED, "version": record.version + 1})
-        return self._apply(change, updated)
+        with self._write_lock:
+            record = self.get_one(record_id)
+            change = Change(
+                namespace=self.namespace, record_id=record_id, kind=record.kind, action=Action.DELETE,
+                old_text=record.text, new_text=record.text, old_status=record.status, new_status=Status.DELETED,
+                reason=reason, policy=policy, follows=follows,
+            )
+            updated = record.model_copy(update={"status": Status.DELETED, "version": record.version + 1})
+            return self._apply(change, updated)
 
     def supersede(
         self, old_id: str, new_id: str, reason: str, policy: str = "offline", follows: int | None = None
     ) -> Change:
         """Mark an old record as replaced by a newer one, with a supersedes link."""
-        record = self.get_one(old_id)
-        change = Change(
-            namespace=self.namespace, record_id=old_id, kind=record.kind, action=Action.UPDATE,
-            old_text=record.text, new_text=record.text, old_status=record.status,
-            new_status=Status.SUPERSEDED, reason=reason, policy=policy, follows=follows,
-        )
-        updated = record.model_copy(update={"status": Status.SUPERSEDED, "version": record.version + 1})
-        result = self._apply(change, updated)
-        self.link([Link(namespace=self.namespace, src=new_id, dst=old_id, type=LinkType.SUPERSEDES)])
-        return result
+        with self._write_lock:
+            record = self.get_one(old_id)
+            change = Change(
+                namespace=self.namespace, record_id=old_id, kind=record.kind, action=Action.UPDATE,
+                old_text=record.text, new_text=record.text, old_status=record.status,
+                new_status=Status.SUPERSEDED, reason=reason, policy=policy, follows=follows,
+            )
+            updated = record.model_copy(update={"status": Status.SUPERSEDED, "version": record.version + 1})
+            result = self._apply(change, updated)
+            self.link([Link(namespace=self.namespace, src=new_id, dst=old_id, type=LinkType.SUPERSEDES)])
+            return result
 
     def _apply(self, change: Change, updated: Record) -> Change:
         """History row and Chroma write as one step: the ledger rolls back if Chroma fails."""
@@ -259,10 +275,32 @@ class MemoryStore:
 
     def undo(self, change_id: int | None = None) -> Change:
         """Reverse one change (the latest not yet undone when no id is given), and the changes that
-        came with it (a persona trait retired with its fact)."""
+        came with it (a persona trait retired with its fact).
+
+        Changes to one record are undone newest first: undoing an older one while a newer one
+        is in force would restore a value the record no longer holds and write a history the
+        record never went through, so it is refused with the change to undo first.
+        """
+        with self._write_lock:
+            return self._undo(change_id)
+
+    def _undo(self, change_id: int | None) -> Change:
         change = self._find_undoable(change_id)
+        together = self._with_followers(change)
+        for member in together:  # checked before anything is reversed: all or nothing
+            self._refuse_if_overtaken(member, {int(c.id or 0) for c in together})
+        return self._reverse(change)
+
+    def _with_followers(self, change: Change) -> list[Change]:
+        """The change and, recursively, the changes made with it."""
+        found = [change]
         for follower in self.ledger.followers(self.namespace, int(change.id or 0)):
-            self.undo(follower.id)
+            found += self._with_followers(follower)
+        return found
+
+    def _reverse(self, change: Change) -> Change:
+        for follower in self.ledger.followers(self.namespace, int(change.id or 0)):
+            self._reverse(follower)
         record = self.get_one(change.record_id)
         restored = record.model_copy(
             update={
@@ -282,6 +320,19 @@ class MemoryStore:
             self.ledger.mark_undone(int(change.id or 0), conn)
             self._rewrite(restored)
         return undo.model_copy(update={"id": undo_id})
+
+    def _refuse_if_overtaken(self, change: Change, together: set[int]) -> None:
+        """Raise when a newer change to the same record is still in force (and is not undone with this one)."""
+        for newer in self.ledger.history(self.namespace, change.record_id, limit=1_000_000):
+            if int(newer.id or 0) <= int(change.id or 0):
+                break
+            if newer.undone or newer.action not in (Action.UPDATE, Action.DELETE) or newer.id in together:
+                continue
+            first = newer.follows or newer.id
+            raise InputError(
+                f"change {change.id} on {change.record_id} was followed by change {newer.id}, still in force: "
+                f"undo change {first} first (`strata undo {first}`), then change {change.id}"
+            )
 
     def _find_undoable(self, change_id: int | None) -> Change:
         if change_id is not None:
@@ -310,7 +361,7 @@ class MemoryStore:
             dead = [r.id for r in self.all(kind, include_inactive=True) if r.status == Status.DELETED]
             if dead:
                 with self._lock:
-                    self._collections[kind].delete(ids=dead)
+                    self._collection(kind).delete(ids=dead)
                     self._load(kind, force=True)
                 removed += len(dead)
         return removed
@@ -346,7 +397,7 @@ class MemoryStore:
         include_inactive: bool = False,
     ) -> list[tuple[str, float]]:
         """Cosine top-k ids with their similarity."""
-        collection = self._collections[kind]
+        collection = self._collection(kind)
         total = collection.count() if self._shared else len(self._load(kind))
         if total == 0 or k <= 0:
             return []
@@ -422,13 +473,19 @@ class MemoryStore:
         return counts
 
     def drop(self) -> None:
-        """Delete this namespace entirely (collections, links, history)."""
-        client = open_client(self.settings)
-        for collection in self._collections.values():
-            client.delete_collection(collection.name)
-        self.ledger.drop_namespace(self.namespace)
-        self._records.clear()
-        self._lexical.clear()
+        """Delete this namespace entirely (collections, links, history); it can be written again at once."""
+        with self._write_lock, self._lock:
+            existing = {c.name for c in self._client.list_collections()}
+            for kind in KINDS:
+                name = collection_name(self.namespace, kind)
+                if name in existing:
+                    self._client.delete_collection(name)
+            self.ledger.drop_namespace(self.namespace)
+            self._collections.clear()
+            self._records.clear()
+            self._lexical.clear()
+            self._counts.clear()
+            self._timeline = None
 
 
 def _fields_of(record: Record, new_text: str) -> dict[str, str]:

@@ -20,7 +20,7 @@ from strata.graph.state import ChangeNote, Evidence, RoleNote, Verdict, validate
 from strata.graph.tracing import run_config
 from strata.memory.errors import InputError
 from strata.memory.records import Change, Record, Turn
-from strata.memory.registry import open_store
+from strata.memory.registry import drop_namespace, open_store
 from strata.memory.store import MemoryStore
 
 TurnLike = Turn | dict[str, Any] | str
@@ -83,11 +83,17 @@ class Memory:
         self, turns: TurnLike | Sequence[TurnLike], speaker: str = "user",
         on_turn: Callable[[int], None] | None = None, end_session: bool = False,
     ) -> IngestReport:
-        """Store turns (oldest first). `on_turn(n)` is called as each turn is finished."""
+        """Store turns (oldest first). `on_turn(n)` is called as each turn is finished.
+
+        With `end_session`, the episode that ends at the batch's last turn is closed; adding
+        a batch again after an interruption does not close an episode a later batch began.
+        """
         batch = _as_turns(turns, speaker)
         result = self._run("ingest", {"turns": batch}, on_turn)
         if end_session:
-            self.end_session()
+            from strata.agents.memory import close_open_episode
+
+            close_open_episode(self.store, last_turn=batch[-1].dia_id or None)
         return IngestReport(
             turns=len(batch), stored_ids=result.get("stored_ids", []), changes=result.get("changes", []),
             notes=result.get("notes", []),
@@ -135,8 +141,9 @@ class Memory:
         return self.store.stats()
 
     def drop(self) -> None:
-        """Delete this namespace's memory entirely."""
-        self.store.drop()
+        """Delete this namespace's memory entirely; the namespace can be used again at once."""
+        context = self.context("ask")
+        drop_namespace(context.store_settings(), context.namespace)
 
     # running -----------------------------------------------------------
     def _run(self, mode: str, payload: dict[str, Any], on_turn: Callable[[int], None] | None = None) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import strata.agents.memory as memory_role
 from strata.memory.entities import split_entities
-from strata.memory.records import LinkType, Record, Status, Turn
+from strata.memory.records import LinkType, Record, Status, Turn, chronological_key
 from strata.memory.registry import close_all
 from strata.memory.store import MemoryStore
 
@@ -59,7 +59,7 @@ class Ingested:
 
 
 def episode_ids(episodes: list[Record]) -> list[str]:
-    return [i for e in sorted(episodes, key=lambda e: int(e.id.split(":")[1])) for i in e.source_ids]
+    return [i for e in sorted(episodes, key=chronological_key) for i in e.source_ids]
 
 
 @pytest.fixture(scope="module")

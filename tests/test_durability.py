@@ -1,0 +1,134 @@
+"""What no caller can do to a stored memory: lose a turn to a concurrent writer, undo changes
+out of order into a state the record never had, or break a namespace by dropping it.
+
+Real Chroma and MiniLM in a temporary folder, offline policies, the public API.
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+from strata.agents.memory import PENDING, open_segment
+from strata.memory.errors import InputError, StrataError
+from strata.memory.records import Action, Record, Status
+from strata.memory.registry import open_store
+from strata.memory.settings import StoreSettings
+from strata.memory.store import MemoryStore
+
+from strata.api import Memory
+
+THREADS = 3
+TURNS_PER_THREAD = 15
+NAMESPACE = "caroline"
+
+
+def thread_turn(thread: int, n: int) -> str:
+    """A turn only one writer sends, with a fact the offline extractor can read."""
+    return f"I visited the museum number {thread * 100 + n} with my friend Ana{thread} yesterday."
+
+
+def assert_every_turn_once_and_derived(memory: Memory, texts: list[str]) -> None:
+    """Each text stored as exactly one raw turn, each turn derived (nothing pending) and in one episode."""
+    store = memory.store
+    raws = store.all("raw", include_inactive=True)
+    assert sorted(r.text for r in raws) == sorted(texts)
+    assert len({r.id for r in raws}) == len(texts)
+    assert store.ledger.get_state(store.namespace, PENDING, []) == []
+    assert open_segment(store).turn_ids == []
+    members = [i for e in store.all("episode") for i in e.source_ids]
+    assert sorted(members) == sorted(r.dialogue_id for r in raws)  # every turn in exactly one episode
+
+
+def test_three_threads_adding_turns_without_ids_lose_nothing(data_dir: Path, embedder: object) -> None:
+    memory = Memory(NAMESPACE, data_dir=str(data_dir))
+    failures: list[BaseException] = []
+
+    def writer(thread: int) -> None:
+        try:
+            for n in range(TURNS_PER_THREAD):
+                memory.add({"speaker": f"Writer{thread}", "text": thread_turn(thread, n)})
+        except BaseException as exc:  # reported below: a thread's exception would otherwise vanish
+            failures.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(t,)) for t in range(THREADS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
+    memory.end_session()
+
+    texts = [thread_turn(t, n) for t in range(THREADS) for n in range(TURNS_PER_THREAD)]
+    assert_every_turn_once_and_derived(memory, texts)
+    ids = sorted(int(r.dialogue_id[1:]) for r in memory.store.all("raw"))
+    assert ids == list(range(1, THREADS * TURNS_PER_THREAD + 1))  # T1..T45, none given twice
+    for raw in memory.store.all("raw"):  # derived: the turn's facts exist and point back to it
+        facts = [f for f in memory.store.all("fact") if f.source_ids == [raw.dialogue_id]]
+        assert facts, raw.text
+
+
+# ----------------------------------------------------------------------------- undo order
+
+
+def home(value: str) -> str:
+    return f"Caroline lives in {value}."
+
+
+@pytest.fixture
+def moved_twice(data_dir: Path, embedder: object) -> tuple[MemoryStore, int, int]:
+    """A fact updated Boston -> Denver -> Boulder; returns the store and the two change ids."""
+    store = open_store(StoreSettings(data_dir=str(data_dir)), NAMESPACE)
+    store.add([Record(id="fact:D1:4:0", kind="fact", text=home("Boston"), namespace=NAMESPACE, dialogue_id="D1:4",
+                      speaker="Caroline", time=datetime(2023, 5, 8), source_ids=["D1:4"], subject="Caroline",
+                      attribute="lives_in", value="Boston")])
+    first = store.update("fact:D1:4:0", home("Denver"), "moved", fields={"value": "Denver"})
+    second = store.update("fact:D1:4:0", home("Boulder"), "moved again", fields={"value": "Boulder"})
+    return store, int(first.id or 0), int(second.id or 0)
+
+
+def test_undoing_an_older_change_first_is_refused_naming_the_newer(moved_twice: tuple[MemoryStore, int, int]) -> None:
+    store, first, second = moved_twice
+    rows = len(store.history("fact:D1:4:0"))
+    with pytest.raises(InputError) as refused:
+        store.undo(first)
+    message = str(refused.value)
+    assert "\n" not in message and f"undo change {second} first" in message
+    assert store.get_one("fact:D1:4:0").text == home("Boulder")  # nothing changed
+    assert len(store.history("fact:D1:4:0")) == rows
+
+
+def test_undoing_newest_first_walks_back_the_path_the_record_took(
+    moved_twice: tuple[MemoryStore, int, int],
+) -> None:
+    store, first, second = moved_twice
+    assert store.undo(second).new_text == home("Denver")
+    assert store.undo(first).new_text == home("Boston")
+    record = store.get_one("fact:D1:4:0")
+    assert (record.text, record.value, record.status) == (home("Boston"), "Boston", Status.ACTIVE)
+    # every history row starts from the text the row before it left: the path the record really took
+    rows = list(reversed(store.history("fact:D1:4:0")))
+    assert [r.action for r in rows] == [Action.UPDATE, Action.UPDATE, Action.UNDO, Action.UNDO]
+    for before, after in zip(rows, rows[1:], strict=False):
+        assert after.old_text == before.new_text
+    with pytest.raises(StrataError):
+        store.undo()  # nothing left to undo: a one-line error, not a traceback
+
+
+# ----------------------------------------------------------------------------- reuse after drop
+
+
+def test_a_dropped_namespace_can_be_used_again_in_the_same_process(data_dir: Path, embedder: object) -> None:
+    memory = Memory(NAMESPACE, data_dir=str(data_dir))
+    memory.add([{"speaker": "Caroline", "text": "I moved to Boston last spring.", "dia_id": "D1:1"}])
+    other = Memory(NAMESPACE, data_dir=str(data_dir), embedder="local:all-MiniLM-L6-v2", k_r=1)
+    assert other.stats()["raw"]["active"] == 1
+    memory.drop()
+    assert memory.stats()["raw"] == {"active": 0, "superseded": 0, "deleted": 0}
+    assert other.stats()["history"] == 0
+    memory.add([{"speaker": "Caroline", "text": "I adopted a cat called Miso.", "dia_id": "D1:1"}])
+    assert [r.text for r in memory.store.all("raw")] == ["I adopted a cat called Miso."]
+    answer = Memory(NAMESPACE, data_dir=str(data_dir)).ask("What is the name of Caroline's cat?")
+    assert "raw:D1:1" in [e.id for e in answer.evidence]
