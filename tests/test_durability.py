@@ -6,6 +6,7 @@ Real Chroma and MiniLM in a temporary folder, offline policies, the public API.
 
 from __future__ import annotations
 
+import itertools
 import threading
 from datetime import datetime
 from pathlib import Path
@@ -111,7 +112,7 @@ def test_undoing_newest_first_walks_back_the_path_the_record_took(
     # every history row starts from the text the row before it left: the path the record really took
     rows = list(reversed(store.history("fact:D1:4:0")))
     assert [r.action for r in rows] == [Action.UPDATE, Action.UPDATE, Action.UNDO, Action.UNDO]
-    for before, after in zip(rows, rows[1:], strict=False):
+    for before, after in itertools.pairwise(rows):
         assert after.old_text == before.new_text
     with pytest.raises(StrataError):
         store.undo()  # nothing left to undo: a one-line error, not a traceback
