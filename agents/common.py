@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from langgraph.runtime import Runtime
+from strata.agents.wire import WIRE_PROBLEMS
 from strata.graph.context import Context
 from strata.graph.state import Evidence, RoleNote, State
 from strata.memory.records import Record
@@ -25,14 +26,26 @@ def store_of(runtime: Runtime[Context]) -> MemoryStore:
 
 
 def model_policy_name(context: Context) -> str:
-    if context.chat_model is not None:
-        return f"model:{getattr(context.chat_model, 'model_name', None) or type(context.chat_model).__name__}"
-    return f"model:{context.model}"
+    """The label of the configured model's outputs (`agents.llm.ask_json` adds how the output came back)."""
+    return model_label(context.chat_model) if context.chat_model is not None else f"model:{context.model}"
+
+
+def model_label(model: object) -> str:
+    """model:<name> of a chat model object."""
+    return f"model:{getattr(model, 'model_name', None) or type(model).__name__}"
 
 
 def fallback_policy(problem: str) -> str:
-    """The policy label of an output the offline policy produced because the model's was unusable."""
+    """The policy label of an output the offline policy produced because the model gave none that was usable:
+    its reply did not validate, or the call was never answered (the call cap, a model that stayed down)."""
+    if problem.startswith(WIRE_PROBLEMS):
+        return f"{OFFLINE} ({problem})"
     return f"{OFFLINE} (model output unusable: {problem})"
+
+
+def decided_offline(why: str) -> str:
+    """The policy label of an output the offline policy settled without asking the model (it could change nothing)."""
+    return f"{OFFLINE} (model not asked: {why})"
 
 
 def traced(state: State, role: str, policy: str, summary: str) -> list[RoleNote]:

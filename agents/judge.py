@@ -28,7 +28,7 @@ from typing import Any, Literal
 
 from langgraph.runtime import Runtime
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
-from strata.agents.common import fallback_policy, format_evidence, model_policy_name, store_of, traced
+from strata.agents.common import decided_offline, format_evidence, store_of, traced
 from strata.agents.llm import ask_json, chat_model, one_of
 from strata.agents.refresher import ForgetRequest, read_forget_request, single_valued
 from strata.agents.research import input_of
@@ -410,20 +410,27 @@ def _describe_conflicts(groups: list[list[str]], s: Situation) -> str:
     return "conflicting facts: " + "; ".join(parts)
 
 
-def model_verdict(s: Situation, offline: Verdict) -> Verdict:
-    """Ask the chat model (AMA's Judge contract); the offline verdict stands in when its reply is unusable."""
+def model_verdict(s: Situation, offline: Verdict, retry_left: bool = True) -> Verdict:
+    """Ask the chat model (AMA's Judge contract); the offline verdict stands in when its reply is unusable.
+
+    A question with no Retry round left is answered from what was found whatever
+    the model would say about sufficiency, so the model is not asked; conflicts
+    are still caught by the offline check.
+    """
     model = chat_model(s.context)
     if model is None:
         return offline
+    if s.question and not retry_left:
+        return offline.model_copy(update={"policy": decided_offline("no Retry round left")})
     new_facts = "\n".join(f"- {d.text} ({d.subject} | {d.attribute} | {d.value})" for d in s.drafts) or "(none)"
     when = s.turn.time if s.turn is not None and s.turn.time else None
     user = prompts.JUDGE_USER.format(
         mode=s.context.mode, now=when.strftime("%Y-%m-%d %H:%M") if when else "unknown",
         evidence=format_evidence(s.evidence), new_facts=new_facts, speaker=s.speaker or "user", text=s.text,
     )
-    parsed, problem, _ = ask_json(model, prompts.JUDGE_SYSTEM, user, ModelVerdict, s.context)
+    parsed, _, policy = ask_json(model, prompts.JUDGE_SYSTEM, user, ModelVerdict, s.context)
     if parsed is None:
-        return offline.model_copy(update={"policy": fallback_policy(problem)})
+        return offline.model_copy(update={"policy": policy})
     action: Action = parsed.action
     reason = parsed.reason.strip() or "model decision"
     if action == "Retry" and not s.question:
@@ -433,7 +440,7 @@ def model_verdict(s: Situation, offline: Verdict) -> Verdict:
         conflicts = _valid_groups(parsed.conflicts, s) or offline.conflicts
     return Verdict(
         action=action, reason=reason, confidence=parsed.confidence, conflicts=conflicts,
-        missing=offline.missing if action == "Retry" else [], policy=model_policy_name(s.context),
+        missing=offline.missing if action == "Retry" else [], policy=policy,
     )
 
 
@@ -469,7 +476,7 @@ def judge(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     context = runtime.context
     situation = Situation(state, runtime)
     offline = offline_verdict(situation)
-    verdict = model_verdict(situation, offline)
+    verdict = model_verdict(situation, offline, retry_allowed(state, context))
     notes = list(state.notes)
     retry_next = verdict.action == "Retry" and retry_allowed(state, context)
     if verdict.action == "Retry" and not retry_next:

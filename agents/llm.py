@@ -1,29 +1,54 @@
-"""The chat-model side of every role: choosing the model and reading its JSON.
+"""The chat-model side of every role: choosing the model and getting its JSON.
 
 Every role asks the model for one JSON object matching a pydantic schema (AMA's
-appendix gives each role's output contract). Models wrap JSON in prose or code
-fences, drop fields or send wrong types; `ask_json` recovers what it can and
-returns None otherwise, and the role then falls back to its offline policy, so
-a malformed answer never crashes a run or loses a turn.
+appendix gives each role's output contract). Where the model offers structured
+output (`with_structured_output`: a JSON schema, or a forced tool call) the
+role's schema is sent with the request; otherwise, or when what comes back does
+not validate, the reply's text is read by a tolerant parser (JSON in prose or
+code fences, trailing commas, Python literals). Calls go through `agents.wire`:
+retries with backoff on rate limits and server errors, a timeout, and a cap per
+question. When nothing usable comes back `ask_json` returns None and the role
+falls back to its offline policy, so a bad reply or a model that is down never
+crashes a run or loses a turn; the policy label it returns says which path
+produced the output.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import re
 import threading
+import time
+import weakref
 from typing import Any, TypeVar
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import HumanMessage, SystemMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from pydantic import BaseModel, ValidationError
+from strata.agents.common import fallback_policy, model_label, model_policy_name
+from strata.agents.wire import (
+    CAP_REACHED,
+    UNAVAILABLE,
+    backoff,
+    budget_of,
+    is_rejection,
+    is_transient,
+    retry_after,
+    status_of,
+)
 from strata.graph.context import Context
 from strata.memory.errors import ConfigError
 
 Schema = TypeVar("Schema", bound=BaseModel)
 
-_MODELS: dict[tuple[str, str, float], BaseChatModel] = {}
+_MODELS: dict[tuple[str, str, float, float], BaseChatModel] = {}
 _LOCK = threading.Lock()
+# models whose server refused a structured request: later calls send plain text (id -> weak reference)
+_TEXT_ONLY: dict[int, weakref.ref[BaseChatModel]] = {}
+# providers whose client takes `timeout` and `max_retries` (retries are ours: the client's own are turned off)
+_CLIENT_SETTINGS = frozenset({"openai", "azure_openai", "anthropic"})
+TEXT = "text"
 
 
 def chat_model(context: Context) -> BaseChatModel | None:
@@ -32,20 +57,22 @@ def chat_model(context: Context) -> BaseChatModel | None:
         return context.chat_model  # type: ignore[no-any-return]
     if context.offline():
         return None
-    key = (context.model.strip(), context.base_url.strip(), float(context.temperature))
+    key = (context.model.strip(), context.base_url.strip(), float(context.temperature), float(context.model_timeout))
     with _LOCK:
         if key not in _MODELS:
             _MODELS[key] = _init(*key)
         return _MODELS[key]
 
 
-def _init(spec: str, base_url: str, temperature: float) -> BaseChatModel:
+def _init(spec: str, base_url: str, temperature: float, timeout: float) -> BaseChatModel:
     from langchain.chat_models import init_chat_model
 
     provider, sep, name = spec.partition(":")
     if not sep or not provider or not name:
         raise ConfigError(f"model {spec!r} is not provider:model: set model (STRATA_MODEL) like 'openai:gpt-4o-mini'")
     kwargs: dict[str, Any] = {"temperature": temperature}
+    if provider in _CLIENT_SETTINGS:
+        kwargs.update(timeout=timeout, max_retries=0)
     if base_url:
         kwargs["base_url"] = base_url
         if provider == "openai":
@@ -63,18 +90,140 @@ def _init(spec: str, base_url: str, temperature: float) -> BaseChatModel:
 
 def ask_json(
     model: BaseChatModel, system: str, user: str, schema: type[Schema], context: Context | None = None
-) -> tuple[Schema | None, str, dict[str, int]]:
-    """One model call for one JSON object: (parsed or None, why it failed, token usage)."""
+) -> tuple[Schema | None, str, str]:
+    """One JSON object from the model: (parsed or None, why not, the policy label of the result).
+
+    The label is `model:<name> (<method>)` for the provider's structured output,
+    `model:<name>` for the reply's text, and for a None result the offline
+    fallback with its reason (output unusable, call cap reached, model unavailable).
+    """
+    name = model_policy_name(context) if context is not None else model_label(model)
+    messages: list[BaseMessage] = [SystemMessage(system), HumanMessage(user)]
+    method = _structured_method(model, context)
+    notes: list[str] = []
+    attempt = 0
+    while True:
+        budget = budget_of(context) if context is not None else None
+        if budget is not None and budget.down:
+            problem = f"{UNAVAILABLE} earlier in this question ({budget.down})"
+            return None, problem, fallback_policy(problem)
+        if budget is not None and not budget.take():
+            problem = f"{CAP_REACHED} ({budget.limit} calls for this question)"
+            return None, problem, fallback_policy(problem)
+        try:
+            outcome = _call(model, messages, schema, method)
+        except ConfigError:
+            raise
+        except Exception as exc:
+            if method != TEXT and is_rejection(exc):
+                notes.append(f"{method} refused (HTTP {status_of(exc)})")
+                _TEXT_ONLY[id(model)] = weakref.ref(model)
+                method = TEXT
+                continue
+            if not is_transient(exc):
+                raise _unreachable(exc, context) from exc
+            retries = context.model_retries if context is not None else 0
+            wait = backoff(attempt, context.model_backoff if context is not None else 0.0, retry_after(exc))
+            if attempt >= retries or wait is None:
+                code = status_of(exc)
+                why = f"HTTP {code}" if code is not None else f"{type(exc).__name__}: {_first_line(exc)}"
+                why += f"; gave up after {attempt} retries" if wait is not None else "; its Retry-After is too long"
+                if budget is not None:
+                    budget.down = why
+                problem = f"{UNAVAILABLE} ({why})"
+                return None, problem, fallback_policy(problem)
+            time.sleep(wait)
+            attempt += 1
+            continue
+        outcome, method = outcome
+        parsed, problem, path = _read(outcome, schema, method)
+        if parsed is not None:
+            return parsed, "", _label(name, method, path, notes)
+        return None, problem, fallback_policy(problem)
+
+
+def _label(name: str, method: str, path: str, notes: list[str]) -> str:
+    """model:<name> for plain text, model:<name> (<method>) for structured output, and why text was read instead."""
+    if path != TEXT:
+        return f"{name} ({path})"
+    why = [*notes, *([f"{method} output unusable"] if method != TEXT else [])]
+    return f"{name} (text; {'; '.join(why)})" if why else name
+
+
+def _structured_method(model: BaseChatModel, context: Context | None) -> str:
+    """The structured-output method to ask for, or TEXT when the model has none (or was told not to)."""
+    wanted = context.structured_output if context is not None else "auto"
+    if wanted == TEXT:
+        return TEXT
+    ref = _TEXT_ONLY.get(id(model))
+    if ref is not None and ref() is model:
+        return TEXT
+    if type(model).bind_tools is BaseChatModel.bind_tools and (
+        type(model).with_structured_output is BaseChatModel.with_structured_output
+    ):
+        return TEXT  # the model implements neither tool calling nor a structured output of its own
+    if wanted != "auto":
+        return wanted
+    parameter = inspect.signature(model.with_structured_output).parameters.get("method")
+    default = parameter.default if parameter is not None else inspect.Parameter.empty
+    return default if isinstance(default, str) else "structured"
+
+
+def _call(model: BaseChatModel, messages: list[BaseMessage], schema: type[BaseModel], method: str) -> tuple[Any, str]:
+    """One request: the structured runnable (raw reply included) or the plain model; and the method used."""
+    if method == TEXT:
+        return model.invoke(messages), TEXT
+    # the role's pydantic contract as a JSON schema, named after it (its docstring is for readers of the code)
+    json_schema = {"title": schema.__name__, **{k: v for k, v in schema.model_json_schema().items()
+                                                if k not in ("title", "description")}}
+    kwargs: dict[str, Any] = {"include_raw": True}
+    if method != "structured":
+        kwargs["method"] = method
     try:
-        reply = model.invoke([SystemMessage(system), HumanMessage(user)])
-    except ConfigError:
-        raise
-    except Exception as exc:
-        raise _unreachable(exc, context) from exc
-    usage = dict(getattr(reply, "usage_metadata", None) or {})
-    text = reply.content if isinstance(reply.content, str) else json.dumps(reply.content)
-    parsed, problem = parse_json(text, schema)
-    return parsed, problem, {k: int(v) for k, v in usage.items() if isinstance(v, int)}
+        runnable = model.with_structured_output(json_schema, **kwargs)
+    except (NotImplementedError, ValueError, TypeError):
+        _TEXT_ONLY[id(model)] = weakref.ref(model)
+        return model.invoke(messages), TEXT
+    return runnable.invoke(messages), method
+
+
+def _read(outcome: Any, schema: type[Schema], method: str) -> tuple[Schema | None, str, str]:
+    """Validate the structured result; else read the raw reply (content, or the tool call's arguments) as text."""
+    if isinstance(outcome, BaseMessage):
+        parsed, problem = parse_json(_text_of(outcome), schema)
+        return parsed, problem, TEXT
+    raw = outcome.get("raw") if isinstance(outcome, dict) else None
+    structured = outcome.get("parsed") if isinstance(outcome, dict) else None
+    problem = ""
+    if isinstance(structured, BaseModel):
+        structured = structured.model_dump()
+    if isinstance(structured, dict):
+        try:
+            return schema.model_validate(structured), "", method
+        except ValidationError as exc:
+            problem = _validation_problem(exc)
+    if not isinstance(raw, BaseMessage):
+        return None, problem or "no reply", TEXT
+    for text in _raw_texts(raw):
+        parsed, text_problem = parse_json(text, schema)
+        if parsed is not None:
+            return parsed, "", TEXT
+        problem = problem or text_problem
+    return None, problem or "empty reply", TEXT
+
+
+def _raw_texts(raw: BaseMessage) -> list[str]:
+    """What a raw reply holds that may be JSON: tool-call arguments (valid or not), then the content."""
+    texts: list[str] = []
+    if isinstance(raw, AIMessage):
+        texts += [json.dumps(call.get("args", {})) for call in raw.tool_calls]
+        texts += [str(call.get("args") or "") for call in raw.invalid_tool_calls]
+    texts.append(_text_of(raw))
+    return [t for t in texts if t.strip() and t.strip() != "{}"] or [""]
+
+
+def _text_of(message: BaseMessage) -> str:
+    return message.content if isinstance(message.content, str) else json.dumps(message.content)
 
 
 def parse_json(text: str, schema: type[Schema]) -> tuple[Schema | None, str]:
@@ -96,9 +245,13 @@ def parse_json(text: str, schema: type[Schema]) -> tuple[Schema | None, str]:
     try:
         return schema.model_validate(data), ""
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first.get("loc", ())) or "object"
-        return None, f"field {where}: {first.get('msg', 'invalid')}"
+        return None, _validation_problem(exc)
+
+
+def _validation_problem(exc: ValidationError) -> str:
+    first = exc.errors()[0]
+    where = ".".join(str(p) for p in first.get("loc", ())) or "object"
+    return f"field {where}: {first.get('msg', 'invalid')}"
 
 
 def one_of(value: object, choices: dict[str, str]) -> object:

@@ -21,15 +21,14 @@ from langgraph.runtime import Runtime
 from pydantic import BaseModel, Field
 from strata.agents.common import (
     OFFLINE,
-    fallback_policy,
     format_evidence,
     format_window,
-    model_policy_name,
     store_of,
     traced,
 )
 from strata.agents.llm import ask_json, chat_model
 from strata.agents.refresher import forget_request
+from strata.agents.wire import new_question
 from strata.graph.context import Context
 from strata.graph.state import RoleNote, State, fresh_run, validate_turns
 from strata.memory.entities import STOPWORDS, extract_entities, split_entities
@@ -102,6 +101,7 @@ def _intake(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
         raise InputError(
             f"mode {runtime.context.mode!r} needs turns: pass {{'turns': [{{'speaker': 'Ann', 'text': '...'}}]}}"
         )
+    new_question(runtime.context)  # each turn stored gets a full model-call budget
     store = store_of(runtime)
     turns = [*state.turns]
     if cursor == 0:
@@ -211,9 +211,9 @@ def _facts(turn: Turn, state: State, runtime: Runtime[Context], store: MemorySto
         evidence=format_evidence(state.evidence), dia_id=turn.dia_id, text=turn.text,
         caption=f"\n(shared a photo: {turn.image_caption})" if turn.image_caption else "",
     )
-    parsed, problem, _ = ask_json(model, prompts.FACTS_SYSTEM, user, ModelFacts, runtime.context)
+    parsed, _, policy = ask_json(model, prompts.FACTS_SYSTEM, user, ModelFacts, runtime.context)
     if parsed is None:
-        return extract_facts(turn, turn.time, turn.listener), fallback_policy(problem)
+        return extract_facts(turn, turn.time, turn.listener), policy
     drafts = [
         FactDraft(
             text=f.content, subject=f.subject, attribute=f.attribute, value=f.value, time=turn.time,
@@ -221,7 +221,7 @@ def _facts(turn: Turn, state: State, runtime: Runtime[Context], store: MemorySto
         )
         for f in parsed.facts
     ]
-    return drafts, model_policy_name(runtime.context)
+    return drafts, policy
 
 
 # persona -------------------------------------------------------------------
@@ -322,11 +322,9 @@ def _close(store: MemoryStore, segment: OpenSegment, boundary: Boundary, runtime
             session_date=segment.start.strftime("%Y-%m-%d %H:%M") if segment.start else "unknown",
             reason=boundary.reason, conversation=turns,
         )
-        parsed, problem, _ = ask_json(model, prompts.EPISODE_SYSTEM, user, ModelEpisode, runtime.context)
+        parsed, _, policy = ask_json(model, prompts.EPISODE_SYSTEM, user, ModelEpisode, runtime.context)
         if parsed is not None:
-            title, text, policy = parsed.title, parsed.content, model_policy_name(runtime.context)
-        else:
-            policy = fallback_policy(problem)
+            title, text = parsed.title, parsed.content
     return Record(
         id=episode_id(segment), kind="episode", text=text, namespace=store.namespace,
         dialogue_id=segment.turn_ids[0], session=segment.session, speaker=", ".join(segment.speakers),
@@ -344,10 +342,10 @@ def _model_boundary(
     if len(segment.turn_ids) >= runtime.context.episode_max_turns:
         return boundary, OFFLINE
     user = prompts.BOUNDARY_USER.format(history="\n".join(members[-8:]), message=f"{raw.speaker}: {raw.text}")
-    parsed, problem, _ = ask_json(model, prompts.BOUNDARY_SYSTEM, user, ModelBoundary, runtime.context)
+    parsed, _, policy = ask_json(model, prompts.BOUNDARY_SYSTEM, user, ModelBoundary, runtime.context)
     if parsed is None:
-        return boundary, fallback_policy(problem)
-    return Boundary(split=bool(parsed.T_t), reason=parsed.reason or boundary.reason), model_policy_name(runtime.context)
+        return boundary, policy
+    return Boundary(split=bool(parsed.T_t), reason=parsed.reason or boundary.reason), policy
 
 
 # links ---------------------------------------------------------------------

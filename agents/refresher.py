@@ -34,7 +34,6 @@ from strata.agents.common import (
     current_turn_text,
     evidence_of,
     fallback_policy,
-    model_policy_name,
     store_of,
     traced,
 )
@@ -484,10 +483,9 @@ def model_plan(group: Group, incoming: Incoming, runtime: Runtime[Context]) -> P
         dia_id=incoming.dia_id or "input", speaker=incoming.speaker, text=incoming.text,
         date=incoming.time.strftime("%Y-%m-%d %H:%M") if incoming.time else "unknown",
     )
-    parsed, problem, _ = ask_json(model, prompts.REFRESH_SYSTEM, user, ModelRefresh, runtime.context)
+    parsed, _, name = ask_json(model, prompts.REFRESH_SYSTEM, user, ModelRefresh, runtime.context)
     if parsed is None:
-        return _fallback(group, incoming, problem)
-    name = model_policy_name(runtime.context)
+        return Plan(offline_plan(group, incoming).steps, name)
     by_id = {r.id: r for r in group.records}
     named = [e for e in parsed.data_list if e.id.strip() in by_id]
     outside = sorted({e.id for e in parsed.data_list if e.id.strip() not in by_id})

@@ -38,12 +38,12 @@ from strata.agents.common import (
     OFFLINE,
     context_lines,
     date_heading,
+    decided_offline,
     evidence_of,
-    fallback_policy,
-    model_policy_name,
     store_of,
 )
 from strata.agents.llm import ask_json, chat_model
+from strata.agents.wire import new_question
 from strata.evaluation.tokens import count_tokens as _count_tokens
 from strata.graph.context import Context
 from strata.graph.state import Evidence, Plan, RoleNote, State, fresh_run
@@ -285,18 +285,31 @@ def model_plan(
     text: str, offline: Plan, participants: Sequence[str], store: MemoryStore, now: datetime | None,
     context: Context,
 ) -> Plan:
-    """Ask the chat model for the plan; the offline plan stands in when its reply is unusable."""
+    """Ask the chat model for the plan; the offline plan stands in when its reply is unusable.
+
+    The model is asked only where its plan can change the search. A stored turn
+    is searched with its own words, so ingesting never asks. A question (ask,
+    retrieve) that names who it is about, or refers to no one, has no pronoun
+    to resolve, the one step of the plan the offline reading may get wrong, so
+    it is not asked either; a live chat turn, which leans on the conversation
+    around it, always is. That keeps a question to a few calls.
+    """
     model = chat_model(context)
     if model is None:
         return offline
+    if context.mode == "ingest":
+        return offline.model_copy(update={"policy": decided_offline("a stored turn is searched by its own words")})
+    standalone = not _PRONOUN.search(text) or resolve_participant(text, list(participants))
+    if context.mode in ("ask", "retrieve") and standalone:
+        return offline.model_copy(update={"policy": decided_offline("the question leaves no one to resolve")})
     window = "\n".join(f"[{t['dia_id']}] {t['speaker']}: {t['text']}" for t in store.working()) or "(empty)"
     user = prompts.PLAN_USER.format(
         participants=", ".join(participants) or "(unknown)", now=now.strftime("%Y-%m-%d") if now else "unknown",
         window=window, text=text,
     )
-    parsed, problem, _ = ask_json(model, prompts.PLAN_SYSTEM, user, ModelPlan, context)
+    parsed, _, policy = ask_json(model, prompts.PLAN_SYSTEM, user, ModelPlan, context)
     if parsed is None:
-        return offline.model_copy(update={"policy": fallback_policy(problem)})
+        return offline.model_copy(update={"policy": policy})
     intent = parsed.intent_vector.as_list()
     kinds = context.kinds()
     route = first_allowed(parsed.memory_type, kinds) if parsed.memory_type else route_of(intent, kinds)
@@ -305,7 +318,7 @@ def model_plan(
     window_range = time_window(query, now) or offline.time_window
     return Plan(
         query=query, intent=intent, route=route, k_dyn=parsed.K_dyn, participants=named,
-        time_window=window_range, policy=model_policy_name(context),
+        time_window=window_range, policy=policy,
     )
 
 
@@ -493,6 +506,8 @@ def research(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     context = runtime.context
     fresh = state.stage == "done"
     update: dict[str, Any] = {**fresh_run(), "stage": "asking"} if fresh else {}
+    if fresh:
+        new_question(context)  # a full model-call budget for this question
     rounds = 0 if fresh else state.rounds
     earlier: list[Evidence] = [] if fresh else list(state.evidence)
     trace: list[RoleNote] = [] if fresh else list(state.trace)

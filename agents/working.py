@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 from langgraph.runtime import Runtime
 from pydantic import BaseModel, Field, field_validator
-from strata.agents.common import OFFLINE, current_turn_text, fallback_policy, format_evidence, model_policy_name, traced
+from strata.agents.common import OFFLINE, current_turn_text, fallback_policy, format_evidence, traced
 from strata.agents.llm import ask_json, chat_model
 from strata.agents.refresher import single_valued
 from strata.graph.context import Context
@@ -164,15 +164,15 @@ def _answer_with_model(
     model = chat_model(runtime.context)
     assert model is not None
     user = prompts.ANSWER_USER.format(evidence=format_evidence(evidence), question=question)
-    parsed, problem, _ = ask_json(model, prompts.ANSWER_SYSTEM, user, ModelAnswer, runtime.context)
+    parsed, _, policy = ask_json(model, prompts.ANSWER_SYSTEM, user, ModelAnswer, runtime.context)
     answer = " ".join(parsed.answer.split()) if parsed is not None else ""
     if not answer:
         offline_answer, cited = answer_offline(question, evidence)
-        return offline_answer, cited, fallback_policy(problem or "empty answer")
+        return offline_answer, cited, policy if parsed is None else fallback_policy("empty answer")
     if _abstains(answer):
-        return NOT_IN_MEMORY, [], model_policy_name(runtime.context)
+        return NOT_IN_MEMORY, [], policy
     cited = citations(parsed.cited_ids if parsed else [], evidence) or supporting(answer, evidence)
-    return answer, cited, model_policy_name(runtime.context)
+    return answer, cited, policy
 
 
 def citations(ids: list[str], evidence: list[Evidence]) -> list[str]:

@@ -104,8 +104,10 @@ class TurnIndex:
 
 def answer_from(question: str, evidence: list[Evidence], context: Context) -> tuple[str, list[str]]:
     """The Working role's answer and cited ids for this evidence: the graph's own node, run on its own."""
+    from strata.agents.wire import new_question
     from strata.agents.working import working
 
+    new_question(context)  # the one context serves every question: each gets the full model-call budget
     update = working(State(question=question, evidence=evidence), Runtime(context=context))
     return str(update.get("answer") or ""), list(update.get("cited_ids") or [])
 

@@ -13,6 +13,7 @@ from typing import Literal
 from langchain_core.language_models import BaseChatModel
 from pydantic import BaseModel, Field
 from strata.agents.llm import ask_json, chat_model
+from strata.agents.wire import new_question
 from strata.evaluation.usage import Usage, track_usage
 from strata.graph.context import Context
 from strata.prompts.evaluation import JUDGE_SYSTEM, JUDGE_USER
@@ -52,6 +53,7 @@ class AnswerJudge:
         if self.model is None:
             return None
         user = JUDGE_USER.format(question=question, gold=gold, answer=answer or "(no answer)")
+        new_question(self.context)  # every grade gets the full call budget
         with track_usage() as tally:
             parsed, _, _ = ask_json(self.model, JUDGE_SYSTEM, user, JudgeReply, self.context)
         self.usage = self.usage.plus(tally.usage)

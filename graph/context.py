@@ -18,6 +18,7 @@ from strata.memory.settings import DEFAULT_DATA_DIR, StoreSettings
 
 Mode = Literal["ingest", "ask", "chat", "retrieve"]
 MODES: tuple[str, ...] = get_args(Mode)
+STRUCTURED_OUTPUT = ("auto", "json_schema", "function_calling", "json_mode", "text")
 
 
 @dataclass(kw_only=True)
@@ -48,6 +49,32 @@ class Context:
         default="", metadata={"description": "Base URL of an OpenAI-compatible server (vLLM, Ollama, LM Studio...)."}
     )
     temperature: float = field(default=0.0, metadata={"description": "Sampling temperature of the chat model."})
+    structured_output: str = field(
+        default="auto",
+        metadata={
+            "description": "How the model returns each role's JSON: auto (the provider's structured output, e.g. "
+            "a JSON schema for OpenAI), json_schema, function_calling, json_mode, or text (the reply's text is "
+            "parsed). Unsupported or unusable structured output falls back to the text parser."
+        },
+    )
+    model_timeout: float = field(
+        default=60.0, metadata={"description": "Seconds one model call may take before it is abandoned (and retried)."}
+    )
+    model_retries: int = field(
+        default=3,
+        metadata={"description": "Tries after the first on a rate limit (429), a server error (5xx), a timeout or "
+                  "a dropped connection; then the role falls back to its offline policy."},
+    )
+    model_backoff: float = field(
+        default=1.0,
+        metadata={"description": "Seconds before the first retry; doubled for each further one, with jitter. "
+                  "A server's Retry-After header is honoured instead."},
+    )
+    max_model_calls: int = field(
+        default=10,
+        metadata={"description": "Most model calls (retries included) one question may spend, or one turn while "
+                  "storing; past it the roles use their offline policies."},
+    )
     embedder: str = field(
         default=DEFAULT_EMBEDDER,
         metadata={"description": "local:all-MiniLM-L6-v2 (ships with the package, offline) or openai:<model>."},
@@ -111,9 +138,27 @@ class Context:
         for name in ("k_r", "k_m", "token_budget", "working_size", "episode_max_turns"):
             if int(getattr(self, name)) < (0 if name == "k_r" else 1):
                 raise InputError(f"{name} must be a positive number, got {getattr(self, name)!r}")
+        self._check_wire()
         unknown = set(self.kinds()) - {"raw", "fact", "episode"}
         if unknown or not self.kinds():
             raise InputError(f"granularities {self.granularities!r}: list some of raw, fact, episode")
+
+    def _check_wire(self) -> None:
+        """The model-call settings: one line naming the setting and what it takes."""
+        if self.structured_output not in STRUCTURED_OUTPUT:
+            raise InputError(
+                f"structured_output {self.structured_output!r}: use one of {', '.join(STRUCTURED_OUTPUT)}"
+            )
+        limits = {"model_timeout": 0.0, "model_retries": 0, "model_backoff": 0.0, "max_model_calls": 1}
+        for name, least in limits.items():
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or value < least or (
+                least == 0.0 and name == "model_timeout" and value == 0
+            ):
+                need = "a positive number" if name == "model_timeout" else f"a number of at least {least}"
+                raise InputError(f"{name} must be {need}, got {value!r}")
+            if isinstance(least, int) and not float(value).is_integer():
+                raise InputError(f"{name} must be a whole number, got {value!r}")
 
     def kinds(self) -> list[str]:
         return [k.strip() for k in self.granularities.split(",") if k.strip()]

@@ -327,9 +327,9 @@ def test_model_plans_are_read(memory_dir: Path, reply: str) -> None:
     ],
 )
 def test_unusable_model_plans_fall_back_to_the_offline_plan(memory_dir: Path, reply: str, problem: str) -> None:
-    plan, out = model_plan(memory_dir, reply, "When did Caroline go to the LGBTQ support group?")
+    plan, out = model_plan(memory_dir, reply, "When did she go to the LGBTQ support group?")  # she: the model is asked
     assert plan.policy.startswith("offline (model output unusable: ") and problem in plan.policy
-    assert plan.route == "raw" and plan.query == "When did Caroline go to the LGBTQ support group?"
+    assert plan.route == "raw" and plan.query.endswith(" go to the LGBTQ support group?")  # the offline rewrite
     assert "D1:3" in reached(out["evidence"])
 
 

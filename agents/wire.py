@@ -1,0 +1,143 @@
+"""How a model call survives the network: retries, backoff, and the per-question call budget.
+
+A provider that answers 429 (rate limit) or 5xx, a dropped connection or a
+call that times out is usually fine a moment later, so such calls are tried
+again after an exponential backoff with jitter (or after the server's own
+Retry-After, when it sends one). Everything else (a missing key, an unknown
+model) cannot get better by waiting and is reported as a one-line
+configuration error. Each question (each stored turn, while ingesting) may
+spend at most `max_model_calls` calls, retries included; once that budget or
+the retries are used up, the roles answer with their offline policies and say
+so in the trace.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import random
+import threading
+import time
+from dataclasses import dataclass, field
+
+from strata.graph.context import Context
+
+BACKOFF_CEILING = 30.0  # seconds: the longest wait between two tries, however many tries came before
+RETRY_AFTER_CEILING = 60.0  # seconds: a Retry-After longer than this is not waited for (the question falls back)
+TRANSIENT_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})  # worth trying again
+REJECTED_STATUS = frozenset({400, 404, 415, 422})  # a structured request the server may not support
+CAP_REACHED = "model call cap reached"
+UNAVAILABLE = "model unavailable"
+WIRE_PROBLEMS = (CAP_REACHED, UNAVAILABLE)
+
+
+@dataclass
+class CallBudget:
+    """Calls spent on the current question (or stored turn), and whether the model gave out."""
+
+    limit: int
+    used: int = 0
+    down: str = ""  # why the model failed after its retries: later calls of the same question skip it
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def take(self) -> bool:
+        """Spend one call; False when the budget is used up."""
+        with self.lock:
+            if self.used >= self.limit:
+                return False
+            self.used += 1
+            return True
+
+
+def budget_of(context: Context) -> CallBudget:
+    """The call budget of the question the context is running (one per context object)."""
+    budget = getattr(context, "_call_budget", None)
+    if not isinstance(budget, CallBudget) or budget.limit != context.max_model_calls:
+        budget = CallBudget(limit=context.max_model_calls)
+        object.__setattr__(context, "_call_budget", budget)
+    return budget
+
+
+def new_question(context: Context) -> None:
+    """A new question (or a new turn to store) starts: a full call budget, the model given another chance."""
+    object.__setattr__(context, "_call_budget", CallBudget(limit=context.max_model_calls))
+
+
+def calls_used(context: Context) -> int:
+    return budget_of(context).used
+
+
+def status_of(exc: BaseException) -> int | None:
+    """The HTTP status of a provider error, whichever client raised it."""
+    for candidate in _chain(exc):
+        for name in ("status_code", "status", "http_status"):
+            value = getattr(candidate, name, None)
+            if isinstance(value, int) and 100 <= value < 600:
+                return value
+        value = getattr(getattr(candidate, "response", None), "status_code", None)
+        if isinstance(value, int):
+            return value
+    return None
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Rate limits, server errors, timeouts and dropped connections: worth another try."""
+    status = status_of(exc)
+    if status is not None:
+        return status in TRANSIENT_STATUS or status >= 500
+    for candidate in _chain(exc):
+        if isinstance(candidate, ConnectionError | TimeoutError):
+            return True
+        name = type(candidate).__name__
+        if "Timeout" in name or "Connection" in name or "Connect" in name:
+            return True
+    return False
+
+
+def is_rejection(exc: BaseException) -> bool:
+    """A client error that a plain-text request may not meet (the server does not do structured output)."""
+    return status_of(exc) in REJECTED_STATUS
+
+
+def retry_after(exc: BaseException) -> float | None:
+    """Seconds the server asked to wait (Retry-After, or retry-after-ms), if it said."""
+    for candidate in _chain(exc):
+        headers = getattr(getattr(candidate, "response", None), "headers", None)
+        if headers is None:
+            continue
+        millis = headers.get("retry-after-ms")
+        if millis is not None:
+            try:
+                return max(0.0, float(millis) / 1000.0)
+            except ValueError:
+                pass
+        value = headers.get("retry-after")
+        if value is None:
+            continue
+        try:
+            return max(0.0, float(value))
+        except ValueError:
+            when = email.utils.parsedate_to_datetime(value) if value.strip() else None
+            if when is not None:
+                return max(0.0, when.timestamp() - time.time())
+    return None
+
+
+def backoff(attempt: int, base: float, asked: float | None) -> float | None:
+    """Seconds to wait before try `attempt + 1`; None when the server asks for longer than is worth waiting.
+
+    Exponential (base, 2*base, 4*base ...) with full jitter between half and the whole
+    of it, so that many clients hit by the same limit do not come back in step.
+    """
+    if asked is not None:
+        return asked if asked <= RETRY_AFTER_CEILING else None
+    step = min(BACKOFF_CEILING, base * (2**attempt))
+    return step * random.uniform(0.5, 1.0)
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    seen: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and current not in seen and len(seen) < 6:
+        seen.append(current)
+        current = current.__cause__ or current.__context__
+    return seen
