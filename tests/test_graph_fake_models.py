@@ -25,30 +25,17 @@ import pytest
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage, SystemMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
+from openai_stub import ROLE_OF_SYSTEM_PROMPT, current_input
 from pydantic import Field
 from strata.graph.context import Context
 from strata.graph.graph import graph
 from strata.graph.state import RoleNote
 from strata.memory.records import Status
 from strata.memory.registry import close_all
-from strata.prompts import judge as judge_prompts
-from strata.prompts import memory as memory_prompts
-from strata.prompts import refresher as refresher_prompts
-from strata.prompts import research as research_prompts
-from strata.prompts import working as working_prompts
 
 from strata.api import Memory
 from strata.conversations import load_turns
 
-ROLE_OF_SYSTEM_PROMPT = {
-    memory_prompts.FACTS_SYSTEM: "facts",
-    memory_prompts.BOUNDARY_SYSTEM: "boundary",
-    memory_prompts.EPISODE_SYSTEM: "episode",
-    research_prompts.PLAN_SYSTEM: "plan",
-    judge_prompts.JUDGE_SYSTEM: "judge",
-    refresher_prompts.REFRESH_SYSTEM: "refresh",
-    working_prompts.ANSWER_SYSTEM: "answer",
-}
 MODEL = "model:RoleModel"
 FALLBACK = "offline (model output unusable: "
 PLAN_NOT_ASKED = "offline (model not asked: the question leaves no one to resolve)"
@@ -61,12 +48,6 @@ Reply = str | Callable[[str], str]
 def leads(changes: list[Any]) -> list[Any]:
     """The changes the Refresher decided, without the persona traits retired along with their facts."""
     return [c for c in changes if not c.record_id.startswith("persona:")]
-
-def current_input(prompt: str) -> str:
-    """The text a role is asked about (the last line of its user prompt)."""
-    match = re.search(r"(?:Current input \([^)]*\)|Current input|Question|Current turn \[[^\]]*\]): (.+)$", prompt)
-    return match.group(1).strip() if match else ""
-
 
 def plan_for(prompt: str) -> str:
     return json.dumps({
