@@ -9,7 +9,11 @@ research, judge and refresher have looked at the turn (stage "intake"), it
 derives facts, closes an episode when a boundary is reached, distils persona
 traits and links the new records: temporal neighbours and shared entities
 (MAGMA), derived-from, and the earlier turns research found related (AMA's R_t,
-A-MEM's links).
+A-MEM's links). What a turn derives (records, links, the open episode and the
+other small state, the cleared pending mark) is staged in the store and written
+with the other turns of its batch: at the end of the input, or every
+`FLUSH_TURNS` turns (memory/staging.py). A crash before that write leaves the
+batch's turns pending, to be derived again from the state of the last write.
 """
 
 from __future__ import annotations
@@ -105,6 +109,7 @@ def _intake(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     store = store_of(runtime)
     turns = [*state.turns]
     if cursor == 0:
+        store.flush()  # what an earlier run derived but did not write (it stopped mid-batch)
         turns = _with_ids(store, validate_turns(turns))
         _prefetch(store, turns, chat_model(runtime.context) is None)
         _write_ahead(store, turns)
@@ -114,6 +119,8 @@ def _intake(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     if raw_id not in _pending(store):
         notes = [*update.get("notes", state.notes), f"{turn.dia_id} is already stored: skipped"]
         last = cursor + 1 >= len(turns) and runtime.context.mode == "ingest"
+        if last:
+            store.flush()
         return {**update, "turns": turns, "cursor": cursor + 1, "stage": "done" if last else "stored", "notes": notes,
                 "trace": [*trace, RoleNote(role="memory", policy=OFFLINE, summary=f"{turn.dia_id} already stored")]}
     store.push_working(turn.speaker, turn.dia_id or "", turn.text, turn.time, runtime.context.working_size)
@@ -175,16 +182,16 @@ def _derive(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     personas = _persona(facts, turn)
     episode, segment, boundary, boundary_policy = _episode(store, raw, facts, context, runtime)
     records = [*facts, *personas, *([episode] if episode else [])]
-    store.add(records)  # records first: a crash before the ledger step below leaves the turn pending, redone whole
     links, state_after = _links(store, raw, facts, personas, episode, state)
-    with store.ledger.transaction() as conn:  # the turn's edges and the namespace's state change together
-        store.ledger.add_links(links, conn)
-        for key, value in state_after.items():
-            store.ledger.set_state(store.namespace, key, value, conn)
-        store.ledger.set_state(store.namespace, OPEN_SEGMENT, segment.model_dump(mode="json"), conn)
-        store.ledger.set_state(store.namespace, PENDING, sorted(set(_pending(store)) - {raw.id}), conn)
+    state_after[OPEN_SEGMENT] = segment.model_dump(mode="json")
+    state_after[PENDING] = sorted(set(_pending(store)) - {raw.id})
+    full = store.stage(records, links, state_after)
     cursor = state.cursor + 1
     more = cursor < len(state.turns)
+    if full or not more or context.mode == "chat":
+        # records first, then the batch's edges and state (pending marks cleared) in one transaction:
+        # a crash before it leaves the batch's turns pending, redone whole from the last written state
+        store.flush()
     summary = f"{turn.dia_id}: {len(facts)} facts, {len(personas)} persona traits, {len(links)} links"
     if episode:
         summary += f", closed episode {episode.id} ({boundary.reason})"
@@ -279,7 +286,7 @@ def _episode(
 
 def open_segment(store: MemoryStore) -> OpenSegment:
     """The episode being written, as the ledger holds it."""
-    return OpenSegment.model_validate(store.ledger.get_state(store.namespace, OPEN_SEGMENT, {}))
+    return OpenSegment.model_validate(store.state(OPEN_SEGMENT, {}))
 
 
 def close_open_episode(
@@ -294,6 +301,7 @@ def close_open_episode(
     closes the same episode again rather than losing or doubling it.
     """
     with store.writing():
+        store.flush()
         segment = open_segment(store)
         if not segment.turn_ids or (last_turn is not None and segment.turn_ids[-1] != last_turn):
             return None
@@ -356,10 +364,10 @@ def _links(
     ns = store.namespace
     links = [Link(namespace=ns, src=f.id, dst=raw.id, type=LinkType.DERIVED_FROM) for f in facts]
     links += [Link(namespace=ns, src=p.id, dst=raw.id, type=LinkType.DERIVED_FROM) for p in personas]
-    previous = store.ledger.get_state(ns, LAST_RAW)
+    previous = store.state(LAST_RAW)
     if isinstance(previous, str) and previous != raw.id:
         links.append(Link(namespace=ns, src=previous, dst=raw.id, type=LinkType.TEMPORAL))
-    last_seen: dict[str, str] = dict(store.ledger.get_state(ns, ENTITY_LAST, {}) or {})  # type: ignore[arg-type]
+    last_seen: dict[str, str] = dict(store.state(ENTITY_LAST, {}) or {})  # type: ignore[arg-type]
     for name in split_entities(raw.text, [raw.speaker]).names:
         earlier = last_seen.get(name)
         if earlier and earlier != raw.id:
@@ -403,7 +411,7 @@ def _with_ids(store: MemoryStore, turns: list[Turn]) -> list[Turn]:
 
 def _pending(store: MemoryStore) -> list[str]:
     """Raw ids written ahead whose derive has not finished (normally none, or the turn in progress)."""
-    value = store.ledger.get_state(store.namespace, PENDING, [])
+    value = store.state(PENDING, [])
     return [str(v) for v in value] if isinstance(value, list) else []
 
 

@@ -24,6 +24,7 @@ from strata.memory.ledger import Ledger
 from strata.memory.locks import namespace_lock
 from strata.memory.records import KINDS, Action, Change, Kind, Link, LinkType, Record, Status, chronological_key
 from strata.memory.settings import StoreSettings
+from strata.memory.staging import FLUSH_TURNS, StagedWrites, merge_nearest
 
 _LIST_FIELDS = ("source_ids", "entities")
 _FACT_FIELDS = ("subject", "attribute", "value")
@@ -88,6 +89,10 @@ class MemoryStore:
         self._lexical: dict[Kind, BM25Index] = {}
         self._counts: dict[Kind, int] = {}
         self._timeline: list[Record] | None = None  # active raw turns in order; rebuilt after a raw write
+        self._staged = StagedWrites()  # derived writes not yet in Chroma and the ledger (memory/staging.py)
+        # with a server, other processes may write this namespace too: their state must not be
+        # overwritten by a batch staged here, so each turn is written at its end
+        self._batch_turns = 1 if self._shared else FLUSH_TURNS
         self._lock = threading.RLock()
         self._write_lock = namespace_lock(settings, namespace)
 
@@ -185,6 +190,61 @@ class MemoryStore:
                     self._remember(records[i])
                 self._counts[kind] = len(self._records[kind])
 
+    def stage(
+        self, records: Sequence[Record], links: Iterable[Link] = (), state: dict[str, object] | None = None
+    ) -> bool:
+        """Hold one turn's derived records, links and small ledger state for the next `flush`
+        (readable at once); True when the batch is full and should be flushed now."""
+        vectors = self.embedder.embed([r.text for r in records]) if records else np.zeros((0, 0), dtype=np.float32)
+        with self._lock:
+            for kind in {r.kind for r in records}:
+                self._load(kind)
+            self._staged.put(records, vectors, links, state or {})
+            for record in records:
+                self._remember(record)
+            return self._staged.turns >= self._batch_turns
+
+    def flush(self) -> int:
+        """Write what is staged: one upsert per kind, then links and state in one ledger transaction.
+
+        The staged batch is dropped only once both are written; a failure leaves it to the next flush.
+        Returns the number of records written.
+        """
+        with self._lock:
+            staged = self._staged
+            if not staged:
+                return 0
+            records = list(staged.records.values())
+            if records:
+                self.add(records, np.vstack([staged.vectors[r.id] for r in records]))
+            with self.ledger.transaction() as conn:
+                self.ledger.add_links(staged.links.values(), conn)
+                for key, value in staged.state.items():
+                    self.ledger.set_state(self.namespace, key, value, conn)
+            self._staged = StagedWrites()
+            return len(records)
+
+    def has_staged(self) -> bool:
+        """Whether derived writes wait for a flush (an ingest is in progress)."""
+        with self._lock:
+            return bool(self._staged)
+
+    def state(self, key: str, default: object = None) -> object:
+        """A small ledger value (open episode, link trackers, pending marks) as staged, else as stored."""
+        with self._lock:
+            if key in self._staged.state:
+                return self._staged.state[key]
+        return self.ledger.get_state(self.namespace, key, default)
+
+    def close(self) -> None:
+        """Let go of the in-memory mirrors (the registry closes idle namespaces); the data stays stored."""
+        with self._lock:
+            self._records.clear()
+            self._lexical.clear()
+            self._counts.clear()
+            self._collections.clear()
+            self._timeline = None
+
     def timeline(self) -> list[Record]:
         """The active raw turns in chronological order (cached: questions read it every time)."""
         with self._lock:
@@ -268,6 +328,7 @@ class MemoryStore:
 
     def _apply(self, change: Change, updated: Record) -> Change:
         """History row and Chroma write as one step: the ledger rolls back if Chroma fails."""
+        self.flush()  # an edit must land after the staged version of the record, never under it
         with self.ledger.transaction() as conn:
             change_id = self.ledger.record_change(change, conn)
             self._rewrite(updated)
@@ -285,6 +346,7 @@ class MemoryStore:
             return self._undo(change_id)
 
     def _undo(self, change_id: int | None) -> Change:
+        self.flush()
         change = self._find_undoable(change_id)
         together = self._with_followers(change)
         for member in together:  # checked before anything is reversed: all or nothing
@@ -356,6 +418,7 @@ class MemoryStore:
 
     def purge(self) -> int:
         """Remove tombstoned records for good (on purpose only)."""
+        self.flush()
         removed = 0
         for kind in KINDS:
             dead = [r.id for r in self.all(kind, include_inactive=True) if r.status == Status.DELETED]
@@ -377,8 +440,11 @@ class MemoryStore:
         """Ids one edge away from `ids` (excluding them)."""
         ids = list(ids)
         seen = set(ids)
+        wanted = None if types is None else list(types)
         found: list[str] = []
-        for link in self.ledger.neighbours(self.namespace, ids, types):
+        with self._lock:
+            staged = [link for link in self._staged.neighbours(seen) if wanted is None or link.type in wanted]
+        for link in [*self.ledger.neighbours(self.namespace, ids, wanted), *staged]:
             for other in (link.src, link.dst):
                 if other not in seen:
                     seen.add(other)
@@ -397,10 +463,15 @@ class MemoryStore:
         include_inactive: bool = False,
     ) -> list[tuple[str, float]]:
         """Cosine top-k ids with their similarity."""
+        if k <= 0:
+            return []
+        with self._lock:
+            staged = self._staged.nearest(kind, vector, time_window, include_inactive)
+            replaced = set(self._staged.records)
         collection = self._collection(kind)
         total = collection.count() if self._shared else len(self._load(kind))
-        if total == 0 or k <= 0:
-            return []
+        if total == 0:
+            return merge_nearest([], staged, replaced, k)
         clauses: list[dict[str, Any]] = []
         if not include_inactive:
             clauses.append({"status": "active"})
@@ -415,7 +486,8 @@ class MemoryStore:
         result = collection.query(
             query_embeddings=[vector.tolist()], n_results=min(k, total), where=where, include=["distances"]
         )
-        return [(rid, 1.0 - float(dist)) for rid, dist in zip(result["ids"][0], result["distances"][0], strict=True)]
+        stored = [(rid, 1.0 - float(dist)) for rid, dist in zip(result["ids"][0], result["distances"][0], strict=True)]
+        return merge_nearest(stored, staged, replaced, k)
 
     def lexical(
         self, kind: Kind, query: str, k: int, time_window: tuple[datetime, datetime] | None = None
@@ -481,6 +553,7 @@ class MemoryStore:
                 if name in existing:
                     self._client.delete_collection(name)
             self.ledger.drop_namespace(self.namespace)
+            self._staged = StagedWrites()
             self._collections.clear()
             self._records.clear()
             self._lexical.clear()

@@ -268,3 +268,48 @@ def test_write_ahead_keeps_the_raw_turn_when_derive_fails(
     assert store.count("raw") == 3
     temporal = store.ledger.neighbours(NAMESPACE, ["raw:D1:2"], [LinkType.TEMPORAL])
     assert {(x.src, x.dst) for x in temporal} == {("raw:D1:1", "raw:D1:2"), ("raw:D1:2", "raw:D1:3")}
+
+
+def _snapshot(store: MemoryStore) -> tuple[dict[str, str], set[tuple[str, str, str]], object]:
+    """Every record's text, every link, and the open episode: what a crash must not change."""
+    records = {r.id: r.text for k in ("raw", "fact", "episode", "persona") for r in store.all(k, include_inactive=True)}
+    ids = list(records)
+    links = {(x.src, x.dst, x.type.value) for x in store.ledger.neighbours(store.namespace, ids)}
+    return records, links, store.ledger.get_state(store.namespace, memory_role.OPEN_SEGMENT)
+
+
+def test_a_crash_mid_batch_resumes_to_the_same_memory(
+    tmp_path: Path, embedder: Any, locomo_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Derived writes are staged and flushed together; a process that dies before the flush keeps
+    its raw turns pending, and adding the input again derives them once, exactly as a clean run."""
+    turns = list(load_turns(locomo_dir / "conv-26.json").sessions[0].turns)[:8]
+    clean = Memory(NAMESPACE, data_dir=str(tmp_path / "clean"), model="offline")
+    clean.add(turns)
+    expected = _snapshot(clean.store)
+    close_all()
+
+    memory = Memory(NAMESPACE, data_dir=str(tmp_path / "crashed"), model="offline")
+    extract = memory_role.extract_facts
+
+    def dies_on_d1_6(turn: Turn, *args: Any, **kwargs: Any) -> Any:
+        if turn.dia_id == "D1:6":
+            raise RuntimeError("process died")
+        return extract(turn, *args, **kwargs)
+
+    monkeypatch.setattr(memory_role, "extract_facts", dies_on_d1_6)
+    with pytest.raises(RuntimeError, match="process died"):
+        memory.add(turns)
+    staged_facts = [r.id for r in memory.store.all("fact")]
+    assert staged_facts and all(f.split(":")[2] in "12345" for f in staged_facts)  # D1:1-5 derived, staged
+    close_all()  # the process is gone: what was staged is lost, nothing was flushed
+    monkeypatch.undo()
+
+    reopened = Memory(NAMESPACE, data_dir=str(tmp_path / "crashed"), model="offline")
+    store = reopened.store
+    assert store.count("fact") == 0 and store.count("raw") == len(turns)
+    assert store.ledger.get_state(NAMESPACE, memory_role.PENDING) == [f"raw:{t.dia_id}" for t in turns]
+    report = reopened.add(turns)
+    assert not [n for n in report.notes if "already stored" in n]
+    assert store.ledger.get_state(NAMESPACE, memory_role.PENDING) == []
+    assert _snapshot(store) == expected
