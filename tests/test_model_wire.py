@@ -216,3 +216,23 @@ def test_wire_settings_come_from_the_context_or_the_environment(monkeypatch: pyt
         with pytest.raises(InputError) as error:
             Context(**bad)  # type: ignore[arg-type]
         assert "\n" not in str(error.value) and next(iter(bad)) in str(error.value)
+
+
+def test_backoff_grows_with_jitter_and_honours_retry_after() -> None:
+    import httpx
+    from strata.agents.wire import RETRY_AFTER_CEILING, backoff, retry_after
+
+    waits = [backoff(attempt, 0.5, None) for attempt in range(4)]
+    for attempt, wait in enumerate(waits):
+        assert wait is not None and 0.25 * 2**attempt <= wait <= 0.5 * 2**attempt
+    assert backoff(0, 0.5, 2.0) == 2.0 and backoff(0, 0.5, RETRY_AFTER_CEILING + 1) is None
+
+    def error(headers: dict[str, str]) -> Exception:
+        exc = Exception("rate limited")
+        exc.response = httpx.Response(429, headers=headers)  # type: ignore[attr-defined]
+        return exc
+
+    assert retry_after(error({"retry-after-ms": "250"})) == 0.25
+    assert retry_after(error({"Retry-After": "3"})) == 3.0
+    assert 0.0 <= retry_after(error({"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"})) <= 0.0  # a date in the past
+    assert retry_after(error({})) is None
