@@ -87,8 +87,9 @@ class ModelEpisode(BaseModel):
 def memory(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     """Intake (raw, write-ahead) or derive (facts, episodes, persona, links), by stage.
 
-    Each step holds the namespace's write lock: concurrent runs on one namespace
-    interleave turn by turn, never inside a turn's read-modify-write of the ledger.
+    Each step holds the namespace's write lock: concurrent runs on one namespace (threads,
+    or replicas on one PostgreSQL ledger) interleave turn by turn, never inside a turn's
+    read-modify-write of the ledger.
     """
     with store_of(runtime).writing():
         if state.stage == "intake":
@@ -156,9 +157,10 @@ def _write_ahead(store: MemoryStore, turns: list[Turn]) -> None:
         if existing.get(raw_id) == turn.text and raw_id not in pending:
             continue
         marked.add(raw_id)
-        if existing.get(raw_id) != turn.text:
-            speakers = [p for p in (turn.speaker, turn.listener) if p]
-            new.append(raw_record(turn, store.namespace, extract_entities(turn.text, speakers)))
+        # a pending turn is written again too: its earlier write may have reached Chroma without
+        # its change-sequence stamp (the ledger went down in between), and replicas reload by stamp
+        speakers = [p for p in (turn.speaker, turn.listener) if p]
+        new.append(raw_record(turn, store.namespace, extract_entities(turn.text, speakers)))
     if marked:
         store.ledger.set_state(store.namespace, PENDING, sorted(pending | marked))
     store.add(new)

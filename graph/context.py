@@ -90,6 +90,13 @@ class Context:
     chroma_auth_header: str = field(
         default="", metadata={"description": "Optional 'Header-Name: value' sent to the Chroma server."}
     )
+    ledger_url: str = field(
+        default="",
+        metadata={
+            "description": "PostgreSQL URL (postgresql://user:password@host:5432/db) of the ledger that every "
+            "replica shares; empty means a SQLite file in data_dir."
+        },
+    )
     k_r: int = field(
         default=2,
         metadata={"description": "K_r: at most this many Retry rounds after the first search (AMA default 2)."},
@@ -170,6 +177,7 @@ class Context:
             chroma_port=self.chroma_port,
             chroma_ssl=self.chroma_ssl,
             chroma_auth_header=self.chroma_auth_header or None,
+            ledger_url=self.ledger_url or None,
             embedder=self.embedder,
         )
 

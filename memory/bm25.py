@@ -3,7 +3,8 @@
 Dense search misses exact names, numbers and rare words; AdaMem backs off to a
 keyword index and MAGMA fuses dense and keyword anchors by reciprocal rank.
 Documents are added and removed one at a time as the memory changes, so the
-index never has to be rebuilt on the write path.
+index never has to be rebuilt: not on the write path, and not when another
+process changed a few records (the store re-adds just those).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ class BM25Index:
         self.b = b
         self._postings: dict[str, dict[str, int]] = defaultdict(dict)
         self._lengths: dict[str, int] = {}
+        self._terms: dict[str, list[str]] = {}  # each document's distinct tokens: removal touches only those
         self._total_length = 0
 
     def __len__(self) -> int:
@@ -46,6 +48,7 @@ class BM25Index:
             self._postings[token][doc_id] = tf
         length = sum(counts.values())
         self._lengths[doc_id] = length
+        self._terms[doc_id] = list(counts)
         self._total_length += length
 
     def remove(self, doc_id: str) -> None:
@@ -53,9 +56,12 @@ class BM25Index:
         if length is None:
             return
         self._total_length -= length
-        for token in [t for t, docs in self._postings.items() if doc_id in docs]:
-            del self._postings[token][doc_id]
-            if not self._postings[token]:
+        for token in self._terms.pop(doc_id, ()):
+            docs = self._postings.get(token)
+            if docs is None:
+                continue
+            docs.pop(doc_id, None)
+            if not docs:
                 del self._postings[token]
 
     def search(self, query: str, k: int, allowed: Callable[[str], bool] | None = None) -> list[tuple[str, float]]:

@@ -17,3 +17,7 @@ class InputError(StrataError):
 
 class NotFoundError(StrataError):
     """A record or change that was asked for does not exist in this namespace."""
+
+
+class UnavailableError(StrataError):
+    """A server the memory relies on (the shared ledger database) stopped answering mid-run."""

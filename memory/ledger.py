@@ -1,102 +1,113 @@
-"""The durable, transactional side of the memory: links, history, working buffer.
+"""The durable, transactional side of the memory: links, history, working buffer, change sequence.
 
 Chroma holds texts and vectors; it has no transactions. What must never be half
 written (the typed edges between records, every change the refresher makes, the
-recent-turn buffer) lives here, in one SQLite file beside the Chroma folder.
+recent-turn buffer, the write-ahead of raw turns) lives here: in one SQLite file
+beside the Chroma folder (embedded), or in a PostgreSQL database that every
+replica of a deployment shares (`ledger_url`). Every write to a namespace's
+records bumps its change sequence in the same transaction, so a reader in any
+process compares one number to know whether its in-memory mirror is current,
+and reloads only the records changed since (ledger_sql.py, ledger_postgres.py).
 """
 
 from __future__ import annotations
 
 import json
-import sqlite3
-import threading
-from collections.abc import Iterable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Iterable
+from contextlib import AbstractContextManager
 from datetime import datetime
 from pathlib import Path
 
+from strata.memory.ledger_sql import Backend, Session, SqliteBackend, immediate_transaction
 from strata.memory.records import Action, Change, Link, LinkType, Status
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS links (
-    namespace TEXT NOT NULL, src TEXT NOT NULL, dst TEXT NOT NULL, type TEXT NOT NULL,
-    weight REAL NOT NULL DEFAULT 1.0,
-    PRIMARY KEY (namespace, src, dst, type)
-);
-CREATE INDEX IF NOT EXISTS links_dst ON links (namespace, dst);
-CREATE TABLE IF NOT EXISTS history (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    namespace TEXT NOT NULL, record_id TEXT NOT NULL, kind TEXT NOT NULL, action TEXT NOT NULL,
-    old_text TEXT NOT NULL, new_text TEXT NOT NULL, old_status TEXT NOT NULL, new_status TEXT NOT NULL,
-    reason TEXT NOT NULL, policy TEXT NOT NULL, time TEXT NOT NULL,
-    undone INTEGER NOT NULL DEFAULT 0, undoes INTEGER,
-    old_fields TEXT NOT NULL DEFAULT '{}', new_fields TEXT NOT NULL DEFAULT '{}', follows INTEGER
-);
-CREATE INDEX IF NOT EXISTS history_ns ON history (namespace, id);
-CREATE TABLE IF NOT EXISTS working (
-    namespace TEXT NOT NULL, participant TEXT NOT NULL, seq INTEGER NOT NULL,
-    dia_id TEXT NOT NULL, text TEXT NOT NULL, time TEXT,
-    PRIMARY KEY (namespace, participant, seq)
-);
-CREATE TABLE IF NOT EXISTS state (
-    namespace TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL,
-    PRIMARY KEY (namespace, key)
-);
-"""
+__all__ = ["Ledger", "immediate_transaction", "open_ledger"]
 
 
-@contextmanager
-def immediate_transaction(conn: sqlite3.Connection, lock: threading.RLock) -> Iterator[sqlite3.Connection]:
-    """BEGIN IMMEDIATE ... COMMIT on an autocommit connection, rolled back on any failure."""
-    with lock:
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield conn
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
+def open_ledger(path: Path, url: str | None = None) -> Ledger:
+    """The PostgreSQL ledger at `url` when one is given, else the SQLite file at `path`."""
+    if url:
+        from strata.memory.ledger_postgres import PostgresBackend
+
+        return Ledger(PostgresBackend(url))
+    return Ledger(SqliteBackend(path))
 
 
 class Ledger:
-    """One SQLite file shared by every namespace of a data folder."""
+    """The tables every namespace of a data folder (or a deployment) shares."""
 
-    def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.path = path
-        self._conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=30)
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute("PRAGMA synchronous=NORMAL")
-        self._conn.executescript(_SCHEMA)
-        self._migrate()
-        self._lock = threading.RLock()
+    def __init__(self, backend: Backend | Path) -> None:
+        self.backend: Backend = SqliteBackend(backend) if isinstance(backend, Path) else backend
 
-    def _migrate(self) -> None:
-        """Bring a ledger written by an earlier version up to this schema (columns are only ever added)."""
-        columns = {row[1] for row in self._conn.execute("PRAGMA table_info(history)")}
-        if "follows" not in columns:
-            self._conn.execute("ALTER TABLE history ADD COLUMN follows INTEGER")
+    @property
+    def where(self) -> str:
+        return self.backend.where
 
-    def transaction(self) -> AbstractContextManager[sqlite3.Connection]:
-        """All-or-nothing block: a failure inside rolls every statement back."""
-        return immediate_transaction(self._conn, self._lock)
+    def transaction(self) -> AbstractContextManager[Session]:
+        """All-or-nothing block: a failure inside rolls every statement back; nested blocks join it."""
+        return self.backend.transaction()
+
+    def _read(self) -> AbstractContextManager[Session]:
+        return self.backend.read()
+
+    def namespace_lock(self, namespace: str) -> AbstractContextManager[None]:
+        """Serialise the writers of one namespace (across processes when the database is shared)."""
+        return self.backend.namespace_lock(namespace)
 
     def close(self) -> None:
-        with self._lock:
-            self._conn.close()
+        self.backend.close()
+
+    # change sequence ---------------------------------------------------
+    def log_changes(self, namespace: str, record_ids: Iterable[str]) -> int:
+        """Bump the namespace's sequence and stamp the records with it; joins the open transaction.
+
+        The bump takes the namespace's counter row, so writers commit in sequence order:
+        a reader that sees sequence N can trust that every change up to N is stored.
+        """
+        ids = list(dict.fromkeys(record_ids))
+        with self.transaction() as session:
+            row = session.execute(
+                "INSERT INTO namespaces (namespace, seq) VALUES (?, 1) "
+                "ON CONFLICT (namespace) DO UPDATE SET seq = namespaces.seq + 1 RETURNING seq",
+                (namespace,),
+            ).fetchone()
+            seq = int(row[0])
+            if ids:
+                session.executemany(
+                    "INSERT INTO changes (namespace, record_id, seq) VALUES (?, ?, ?) "
+                    "ON CONFLICT (namespace, record_id) DO UPDATE SET seq = excluded.seq",
+                    [(namespace, rid, seq) for rid in ids],
+                )
+        return seq
+
+    def sequence(self, namespace: str) -> tuple[int, int]:
+        """(current sequence, sequence of the last drop): the one number a reader compares."""
+        with self._read() as session:
+            row = session.execute(
+                "SELECT seq, reset_seq FROM namespaces WHERE namespace = ?", (namespace,)
+            ).fetchone()
+        return (int(row[0]), int(row[1])) if row else (0, 0)
+
+    def changed_since(self, namespace: str, seq: int) -> list[str]:
+        """Ids of the records written, updated, deleted or restored after sequence `seq`."""
+        with self._read() as session:
+            rows = session.execute(
+                "SELECT record_id FROM changes WHERE namespace = ? AND seq > ?", (namespace, seq)
+            ).fetchall()
+        return [str(r[0]) for r in rows]
 
     # links -------------------------------------------------------------
-    def add_links(self, links: Iterable[Link], conn: sqlite3.Connection | None = None) -> int:
-        """Insert or replace edges; pass `conn` to join an open transaction."""
+    def add_links(self, links: Iterable[Link], conn: Session | None = None) -> int:
+        """Insert or replace edges; joins the transaction open in this thread, if any."""
         rows = [(lk.namespace, lk.src, lk.dst, lk.type.value, lk.weight) for lk in links]
         if not rows:
             return 0
-        sql = "INSERT OR REPLACE INTO links (namespace, src, dst, type, weight) VALUES (?, ?, ?, ?, ?)"
-        if conn is not None:
-            conn.executemany(sql, rows)
-            return len(rows)
-        with self.transaction() as own:
-            own.executemany(sql, rows)
+        with self.transaction() as session:
+            session.executemany(
+                "INSERT INTO links (namespace, src, dst, type, weight) VALUES (?, ?, ?, ?, ?) "
+                "ON CONFLICT (namespace, src, dst, type) DO UPDATE SET weight = excluded.weight",
+                rows,
+            )
         return len(rows)
 
     def neighbours(
@@ -116,24 +127,24 @@ class Ledger:
             type_values = [t.value for t in types]
             sql += f" AND type IN ({','.join('?' * len(type_values))})"
             params += type_values
-        with self._lock:
-            rows = self._conn.execute(sql, params).fetchall()
+        with self._read() as session:
+            rows = session.execute(sql, params).fetchall()
         return [Link(namespace=r[0], src=r[1], dst=r[2], type=LinkType(r[3]), weight=r[4]) for r in rows]
 
     def count_links(self, namespace: str) -> dict[str, int]:
-        with self._lock:
-            rows = self._conn.execute(
+        with self._read() as session:
+            rows = session.execute(
                 "SELECT type, COUNT(*) FROM links WHERE namespace = ? GROUP BY type", (namespace,)
             ).fetchall()
-        return {r[0]: r[1] for r in rows}
+        return {r[0]: int(r[1]) for r in rows}
 
     # history -----------------------------------------------------------
-    def record_change(self, change: Change, conn: sqlite3.Connection | None = None) -> int:
-        """Append one change; pass `conn` to join an open transaction."""
+    def record_change(self, change: Change, conn: Session | None = None) -> int:
+        """Append one change; it joins the transaction open in this thread, if any."""
         sql = (
             "INSERT INTO history (namespace, record_id, kind, action, old_text, new_text, old_status, "
             "new_status, reason, policy, time, undone, undoes, old_fields, new_fields, follows) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id"
         )
         params = (
             change.namespace, change.record_id, change.kind, change.action.value, change.old_text,
@@ -141,10 +152,8 @@ class Ledger:
             change.policy, change.time.isoformat(), int(change.undone), change.undoes,
             json.dumps(change.old_fields), json.dumps(change.new_fields), change.follows,
         )
-        if conn is not None:
-            return int(conn.execute(sql, params).lastrowid or 0)
-        with self.transaction() as own:
-            return int(own.execute(sql, params).lastrowid or 0)
+        with self.transaction() as session:
+            return int(session.execute(sql, params).fetchone()[0])
 
     def history(self, namespace: str, record_id: str | None = None, limit: int = 100) -> list[Change]:
         sql = "SELECT * FROM history WHERE namespace = ?"
@@ -155,6 +164,11 @@ class Ledger:
         sql += " ORDER BY id DESC LIMIT ?"
         params.append(limit)
         return self._changes(sql, params)
+
+    def count_history(self, namespace: str) -> int:
+        with self._read() as session:
+            row = session.execute("SELECT COUNT(*) FROM history WHERE namespace = ?", (namespace,)).fetchone()
+        return int(row[0])
 
     def get_change(self, namespace: str, change_id: int) -> Change | None:
         found = self._changes("SELECT * FROM history WHERE namespace = ? AND id = ?", [namespace, change_id])
@@ -169,14 +183,15 @@ class Ledger:
 
     def _changes(self, sql: str, params: list[object]) -> list[Change]:
         """History rows of a query, as changes."""
-        with self._lock:
-            cursor = self._conn.execute(sql, params)
+        with self._read() as session:
+            cursor = session.execute(sql, params)
             names = [d[0] for d in cursor.description]
             rows = cursor.fetchall()
         return [_change_from_row(dict(zip(names, row, strict=True))) for row in rows]
 
-    def mark_undone(self, change_id: int, conn: sqlite3.Connection) -> None:
-        conn.execute("UPDATE history SET undone = 1 WHERE id = ?", (change_id,))
+    def mark_undone(self, change_id: int, conn: Session | None = None) -> None:
+        with self.transaction() as session:
+            session.execute("UPDATE history SET undone = 1 WHERE id = ?", (change_id,))
 
     # working buffer ----------------------------------------------------
     def push_working(
@@ -186,71 +201,86 @@ class Ledger:
 
         A turn already in the window (its derive is being retried) is not pushed twice.
         """
-        with self.transaction() as conn:
-            if dia_id and conn.execute(
+        with self.transaction() as session:
+            session.lock_namespace(namespace)
+            if dia_id and session.execute(
                 "SELECT 1 FROM working WHERE namespace = ? AND participant = ? AND dia_id = ?",
                 (namespace, participant, dia_id),
             ).fetchone():
                 return
-            row = conn.execute(
-                "SELECT COALESCE(MAX(seq), 0) FROM working WHERE namespace = ? AND participant = ?",
-                (namespace, participant),
+            row = session.execute(
+                "SELECT COALESCE(MAX(seq), 0), (SELECT COALESCE(MAX(arrival), 0) FROM working WHERE namespace = ?) "
+                "FROM working WHERE namespace = ? AND participant = ?",
+                (namespace, namespace, participant),
             ).fetchone()
-            seq = int(row[0]) + 1
-            conn.execute(
-                "INSERT INTO working (namespace, participant, seq, dia_id, text, time) VALUES (?, ?, ?, ?, ?, ?)",
-                (namespace, participant, seq, dia_id, text, time.isoformat() if time else None),
+            seq, arrival = int(row[0]) + 1, int(row[1]) + 1
+            session.execute(
+                "INSERT INTO working (namespace, participant, seq, dia_id, text, time, arrival) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (namespace, participant, seq, dia_id, text, time.isoformat() if time else None, arrival),
             )
-            conn.execute(
+            session.execute(
                 "DELETE FROM working WHERE namespace = ? AND participant = ? AND seq <= ?",
                 (namespace, participant, seq - size),
             )
 
     def working(self, namespace: str) -> list[dict[str, str]]:
-        """Every participant's recent turns, oldest first."""
-        with self._lock:
-            rows = self._conn.execute(
-                "SELECT participant, dia_id, text, time, seq FROM working WHERE namespace = ? ORDER BY time, rowid",
+        """Every participant's recent turns, oldest first (by time, then by arrival)."""
+        with self._read() as session:
+            rows = session.execute(
+                "SELECT participant, dia_id, text, time FROM working WHERE namespace = ? "
+                "ORDER BY time NULLS FIRST, arrival",
                 (namespace,),
             ).fetchall()
         return [{"speaker": r[0], "dia_id": r[1], "text": r[2], "time": r[3] or ""} for r in rows]
 
-    # small per-namespace state (open episode, counters) ----------------
+    # small per-namespace state (open episode, counters, pending derives) -
     def get_state(self, namespace: str, key: str, default: object = None) -> object:
-        with self._lock:
-            row = self._conn.execute(
+        with self._read() as session:
+            row = session.execute(
                 "SELECT value FROM state WHERE namespace = ? AND key = ?", (namespace, key)
             ).fetchone()
         return json.loads(row[0]) if row else default
 
-    def set_state(self, namespace: str, key: str, value: object, conn: sqlite3.Connection | None = None) -> None:
-        """Store one value; pass `conn` to join an open transaction (several keys that change together)."""
-        sql = "INSERT OR REPLACE INTO state (namespace, key, value) VALUES (?, ?, ?)"
-        if conn is not None:
-            conn.execute(sql, (namespace, key, json.dumps(value)))
-            return
-        with self.transaction() as own:
-            own.execute(sql, (namespace, key, json.dumps(value)))
+    def set_state(self, namespace: str, key: str, value: object, conn: Session | None = None) -> None:
+        """Store one value; joins the transaction open in this thread (several keys that change together)."""
+        with self.transaction() as session:
+            session.execute(
+                "INSERT INTO state (namespace, key, value) VALUES (?, ?, ?) "
+                "ON CONFLICT (namespace, key) DO UPDATE SET value = excluded.value",
+                (namespace, key, json.dumps(value)),
+            )
 
     def bump(self, namespace: str, key: str, by: int = 1) -> int:
         """Add `by` to an integer counter in one transaction and return its new value.
 
-        Read and write happen under one write lock of the database, so two writers
-        (threads or processes sharing the ledger) never receive the same numbers.
+        Read and write happen under the namespace's statement lock (on SQLite, the file's
+        write lock), so two writers (threads or processes sharing the ledger) never
+        receive the same numbers.
         """
-        with self.transaction() as conn:
-            row = conn.execute("SELECT value FROM state WHERE namespace = ? AND key = ?", (namespace, key)).fetchone()
+        with self.transaction() as session:
+            session.lock_namespace(namespace)
+            row = session.execute(
+                "SELECT value FROM state WHERE namespace = ? AND key = ?", (namespace, key)
+            ).fetchone()
             value = int(json.loads(row[0]) if row else 0) + by
-            conn.execute(
-                "INSERT OR REPLACE INTO state (namespace, key, value) VALUES (?, ?, ?)",
+            session.execute(
+                "INSERT INTO state (namespace, key, value) VALUES (?, ?, ?) "
+                "ON CONFLICT (namespace, key) DO UPDATE SET value = excluded.value",
                 (namespace, key, json.dumps(value)),
             )
         return value
 
     def drop_namespace(self, namespace: str) -> None:
-        with self.transaction() as conn:
-            for table in ("links", "history", "working", "state"):
-                conn.execute(f"DELETE FROM {table} WHERE namespace = ?", (namespace,))
+        """Forget a namespace; its sequence moves on and marks the drop, so every mirror reloads."""
+        with self.transaction() as session:
+            for table in ("links", "history", "working", "state", "changes"):
+                session.execute(f"DELETE FROM {table} WHERE namespace = ?", (namespace,))
+            session.execute(
+                "INSERT INTO namespaces (namespace, seq, reset_seq) VALUES (?, 1, 1) "
+                "ON CONFLICT (namespace) DO UPDATE SET seq = namespaces.seq + 1, reset_seq = namespaces.seq + 1",
+                (namespace,),
+            )
 
 
 def _change_from_row(row: dict[str, object]) -> Change:

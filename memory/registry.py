@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 
 from strata.memory.chroma import forget_client
-from strata.memory.ledger import Ledger
+from strata.memory.ledger import Ledger, open_ledger
 from strata.memory.locks import location_of
 from strata.memory.settings import StoreSettings
 from strata.memory.store import MemoryStore
@@ -25,10 +25,10 @@ def open_store(settings: StoreSettings, namespace: str) -> MemoryStore:
     with _LOCK:
         store = _STORES.get(key)
         if store is None:
-            ledger_key = str(settings.ledger_path.resolve())
+            ledger_key = settings.ledger_url or str(settings.ledger_path.resolve())
             ledger = _LEDGERS.get(ledger_key)
             if ledger is None:
-                ledger = Ledger(settings.ledger_path)
+                ledger = open_ledger(settings.ledger_path, settings.ledger_url)
                 _LEDGERS[ledger_key] = ledger
             store = MemoryStore(settings, namespace, ledger)
             _STORES[key] = store

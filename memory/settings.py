@@ -1,4 +1,4 @@
-"""Where the memory lives: an embedded Chroma folder, or a Chroma server.
+"""Where the memory lives: an embedded Chroma folder or a Chroma server; a SQLite or PostgreSQL ledger.
 
 Read from the runtime context first, then from `STRATA_*` environment
 variables, so Studio, the server, the CLI and an embedding app can all set it.
@@ -26,6 +26,9 @@ class StoreSettings(BaseModel):
     chroma_ssl: bool = False
     chroma_auth_header: str | None = Field(
         None, description="Optional 'Header-Name: value' sent to the Chroma server (e.g. an API token)."
+    )
+    ledger_url: str | None = Field(
+        None, description="PostgreSQL URL of the ledger every replica shares; SQLite in data_dir when empty."
     )
     embedder: str = DEFAULT_EMBEDDER
 

@@ -4,6 +4,12 @@ This is the single door through which roles read and write memory. Writes go
 to Chroma and the BM25 index together; every edit goes through `update` /
 `delete`, which record the old value in the ledger first, so `undo` can
 always restore it. Nothing is destroyed silently (design, "Memory").
+
+Each process mirrors the records it reads (and their BM25 index) in memory.
+Every write stamps the namespace's change sequence in the ledger, in the same
+transaction, after Chroma took the write; before trusting its mirror a reader
+compares that one number and reloads only the records changed since, so a write,
+update or undo made by another replica is seen at once (docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterable, Sequence
+from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
 
@@ -80,24 +87,27 @@ class MemoryStore:
         self.settings = settings
         self.namespace = namespace
         self.ledger = ledger
-        # Another process can write only through a Chroma server; an embedded folder is ours alone,
-        # so its in-memory mirror never needs a freshness check.
+        # With a Chroma server other processes may write this namespace too (an embedded folder is
+        # locked to one process): derived writes are then flushed turn by turn (see `stage`).
         self._shared = settings.chroma_host is not None
         self._client = open_client(settings)
         self._collections: dict[Kind, Any] = {}  # opened (or created again after a drop) on first use
         self._records: dict[Kind, dict[str, Record]] = {}
         self._lexical: dict[Kind, BM25Index] = {}
-        self._counts: dict[Kind, int] = {}
+        self._seen = 0  # the change sequence the mirrors reflect
         self._timeline: list[Record] | None = None  # active raw turns in order; rebuilt after a raw write
         self._staged = StagedWrites()  # derived writes not yet in Chroma and the ledger (memory/staging.py)
         # with a server, other processes may write this namespace too: their state must not be
         # overwritten by a batch staged here, so each turn is written at its end
         self._batch_turns = 1 if self._shared else FLUSH_TURNS
         self._lock = threading.RLock()
-        self._write_lock = namespace_lock(settings, namespace)
+        self._write_lock = _WriterLock(namespace_lock(settings, namespace), ledger, namespace)
 
-    def writing(self) -> threading.RLock:
-        """The namespace's write lock: hold it around every read-modify-write of its records or state."""
+    def writing(self) -> AbstractContextManager[None]:
+        """The namespace's write lock: hold it around every read-modify-write of its records or state.
+
+        It is this process's lock of the namespace, then the ledger's: on a shared PostgreSQL
+        ledger, a lock every replica's writers of the namespace take in turn."""
         return self._write_lock
 
     def _collection(self, kind: Kind) -> Any:
@@ -114,27 +124,58 @@ class MemoryStore:
 
     # reading -----------------------------------------------------------
     def _load(self, kind: Kind, force: bool = False) -> dict[str, Record]:
-        """Mirror a collection in memory (for BM25 and fast reads); reload when it changed size."""
+        """The in-memory mirror of a collection (for BM25 and fast reads), brought up to date first.
+
+        A collection is read whole once per process; after that only the records whose change
+        sequence moved past the mirror's are fetched again.
+        """
+        self._refresh()
         with self._lock:
-            collection = self._collection(kind)
-            cached = not force and kind in self._records
-            if cached and (not self._shared or collection.count() == self._counts.get(kind)):
-                return self._records[kind]
-            got = collection.get(include=["documents", "metadatas"])
-            records = {
-                rid: from_metadata(rid, doc or "", meta or {})
-                for rid, doc, meta in zip(got["ids"], got["documents"], got["metadatas"], strict=True)
-            }
-            index = BM25Index()
-            for record in records.values():
-                if record.status == Status.ACTIVE:
-                    index.add(record.id, _lexical_text(record))
-            self._records[kind] = records
-            self._lexical[kind] = index
-            if kind == "raw":
+            if force or kind not in self._records:
+                got = self._collection(kind).get(include=["documents", "metadatas"])
+                self._records[kind] = {}
+                self._lexical[kind] = BM25Index()
+                for rid, doc, meta in zip(got["ids"], got["documents"], got["metadatas"], strict=True):
+                    self._remember(from_metadata(rid, doc or "", meta or {}))
+                if kind == "raw":
+                    self._timeline = None
+            return self._records[kind]
+
+    def _refresh(self) -> None:
+        """Compare the namespace's change sequence with the mirror's; reload what changed since.
+
+        The ledger is read before the mirror lock is taken, and a dropped namespace forgets
+        every mirror.
+        """
+        seq, reset = self.ledger.sequence(self.namespace)
+        if seq == self._seen:
+            return
+        if not self._records:  # nothing mirrored yet: the first read of each kind loads it whole
+            self._seen = seq
+            return
+        changed = [] if reset > self._seen else self.ledger.changed_since(self.namespace, self._seen)
+        with self._lock:
+            if reset > self._seen:
+                self._records.clear()
+                self._lexical.clear()
                 self._timeline = None
-            self._counts[kind] = len(records)
-            return records
+            by_kind: dict[Kind, list[str]] = {}
+            for record_id in changed:
+                kind = kind_of(record_id)
+                if kind in self._records:
+                    by_kind.setdefault(kind, []).append(record_id)
+            for kind, ids in by_kind.items():
+                got = self._collection(kind).get(ids=ids, include=["documents", "metadatas"])
+                for rid, doc, meta in zip(got["ids"], got["documents"], got["metadatas"], strict=True):
+                    self._remember(from_metadata(rid, doc or "", meta or {}))
+                for gone in set(ids) - set(got["ids"]):  # purged by another process
+                    self._forget(kind, gone)
+            self._seen = max(self._seen, seq)
+
+    def _advance(self, seq: int) -> None:
+        """After this process's own write at `seq`: the mirror is current if it was just before."""
+        if self._seen == seq - 1:
+            self._seen = seq
 
     def all(self, kind: Kind, include_inactive: bool = False) -> list[Record]:
         records = self._load(kind).values()
@@ -177,18 +218,26 @@ class MemoryStore:
         by_kind: dict[Kind, list[int]] = {}
         for i, record in enumerate(records):
             by_kind.setdefault(record.kind, []).append(i)
-        with self._lock:
-            for kind, positions in by_kind.items():
-                self._load(kind)
-                self._collection(kind).upsert(
-                    ids=[records[i].id for i in positions],
-                    documents=[records[i].text for i in positions],
-                    embeddings=[vectors[i].tolist() for i in positions],
-                    metadatas=[to_metadata(records[i]) for i in positions],
-                )
-                for i in positions:
-                    self._remember(records[i])
-                self._counts[kind] = len(self._records[kind])
+        self._write(records, vectors, by_kind)
+
+    def _write(self, records: Sequence[Record], vectors: np.ndarray, by_kind: dict[Kind, list[int]]) -> None:
+        """Chroma upsert, mirror and change sequence as one step: the sequence is committed only
+        once Chroma holds the records, so no reader can see the number before the data."""
+        for kind in by_kind:
+            self._load(kind)
+        with self.ledger.transaction():
+            seq = self.ledger.log_changes(self.namespace, (r.id for r in records))
+            with self._lock:
+                for kind, positions in by_kind.items():
+                    self._collection(kind).upsert(
+                        ids=[records[i].id for i in positions],
+                        documents=[records[i].text for i in positions],
+                        embeddings=[vectors[i].tolist() for i in positions],
+                        metadatas=[to_metadata(records[i]) for i in positions],
+                    )
+                    for i in positions:
+                        self._remember(records[i])
+                self._advance(seq)
 
     def stage(
         self, records: Sequence[Record], links: Iterable[Link] = (), state: dict[str, object] | None = None
@@ -241,7 +290,6 @@ class MemoryStore:
         with self._lock:
             self._records.clear()
             self._lexical.clear()
-            self._counts.clear()
             self._collections.clear()
             self._timeline = None
 
@@ -268,16 +316,15 @@ class MemoryStore:
         else:
             index.remove(record.id)
 
+    def _forget(self, kind: Kind, record_id: str) -> None:
+        if kind == "raw":
+            self._timeline = None
+        self._records[kind].pop(record_id, None)
+        self._lexical[kind].remove(record_id)
+
     def _rewrite(self, record: Record) -> None:
-        """Store a changed record (new text or status) in place."""
-        vector = self.embedder.embed([record.text])
-        with self._lock:
-            self._load(record.kind)
-            self._collection(record.kind).upsert(
-                ids=[record.id], documents=[record.text], embeddings=[vector[0].tolist()],
-                metadatas=[to_metadata(record)],
-            )
-            self._remember(record)
+        """Store a changed record (new text or status) in place, stamped with a new sequence."""
+        self._write([record], self.embedder.embed([record.text]), {record.kind: [0]})
 
     def update(
         self, record_id: str, new_text: str, reason: str, policy: str = "offline",
@@ -423,9 +470,13 @@ class MemoryStore:
         for kind in KINDS:
             dead = [r.id for r in self.all(kind, include_inactive=True) if r.status == Status.DELETED]
             if dead:
-                with self._lock:
-                    self._collection(kind).delete(ids=dead)
-                    self._load(kind, force=True)
+                with self.ledger.transaction():
+                    seq = self.ledger.log_changes(self.namespace, dead)
+                    with self._lock:
+                        self._collection(kind).delete(ids=dead)
+                        for record_id in dead:
+                            self._forget(kind, record_id)
+                        self._advance(seq)
                 removed += len(dead)
         return removed
 
@@ -469,7 +520,7 @@ class MemoryStore:
             staged = self._staged.nearest(kind, vector, time_window, include_inactive)
             replaced = set(self._staged.records)
         collection = self._collection(kind)
-        total = collection.count() if self._shared else len(self._load(kind))
+        total = len(self._load(kind))
         if total == 0:
             return merge_nearest([], staged, replaced, k)
         clauses: list[dict[str, Any]] = []
@@ -540,7 +591,7 @@ class MemoryStore:
                 "deleted": sum(r.status == Status.DELETED for r in records),
             }
         counts["links"] = self.ledger.count_links(self.namespace)
-        counts["history"] = len(self.ledger.history(self.namespace, limit=1_000_000))
+        counts["history"] = self.ledger.count_history(self.namespace)
         counts["working"] = len(self.working())
         return counts
 
@@ -557,8 +608,37 @@ class MemoryStore:
             self._collections.clear()
             self._records.clear()
             self._lexical.clear()
-            self._counts.clear()
             self._timeline = None
+
+
+class _WriterLock:
+    """This process's lock of a namespace, then the ledger's (a database lock on PostgreSQL).
+
+    Re-entrant like the lock it wraps; the two are always taken in that order and let go in reverse.
+    """
+
+    def __init__(self, local: threading.RLock, ledger: Ledger, namespace: str) -> None:
+        self._local = local
+        self._ledger = ledger
+        self._namespace = namespace
+        self._held = threading.local()
+
+    def __enter__(self) -> None:
+        self._local.acquire()
+        try:
+            shared = self._ledger.namespace_lock(self._namespace)
+            shared.__enter__()
+        except BaseException:
+            self._local.release()
+            raise
+        self._held.__dict__.setdefault("stack", []).append(shared)
+
+    def __exit__(self, *exc: object) -> None:
+        shared = self._held.stack.pop()
+        try:
+            shared.__exit__(*exc)
+        finally:
+            self._local.release()
 
 
 def _fields_of(record: Record, new_text: str) -> dict[str, str]:

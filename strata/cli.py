@@ -45,6 +45,7 @@ SETTINGS = {
     "embedder": "local:all-MiniLM-L6-v2 (default, offline) or openai:<model> (STRATA_EMBEDDER)",
     "chroma_host": "Chroma server host; empty means embedded Chroma in --data-dir (STRATA_CHROMA_HOST)",
     "chroma_port": "Chroma server port (STRATA_CHROMA_PORT, default 8000)",
+    "ledger_url": "PostgreSQL URL of a ledger shared by replicas; empty means SQLite in --data-dir (STRATA_LEDGER_URL)",
 }
 
 

@@ -8,15 +8,17 @@ the embedder is loaded from the weights a package ships, never from the network.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 # CI clones the repo with `shared/` beside it, so the data is found relative to the repo.
 LOCOMO_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo"
+T = TypeVar("T")
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
                "ANONYMIZED_TELEMETRY": "False", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
 
@@ -55,6 +57,27 @@ def embedder() -> Any:
     loaded = get_embedder()
     loaded.embed(["warm up"])
     return loaded
+
+
+def all_at_once(open_one: Callable[[], T], times: int) -> list[T]:
+    """Call `open_one` from `times` threads started together; their results, or the first error raised."""
+    results: list[T] = []
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            results.append(open_one())
+        except BaseException as error:  # re-raised below, in the test's thread
+            errors.append(error)
+
+    threads = [threading.Thread(target=run) for _ in range(times)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+    return results
 
 
 @pytest.fixture(autouse=True)

@@ -1,4 +1,4 @@
-"""Real servers for the slow tests: `langgraph dev` and `chroma run` on free loopback ports.
+"""Real servers for the slow tests: `langgraph dev`, `chroma run` and PostgreSQL on free loopback ports.
 
 Each server runs in its own process group with its output in a log file; it is
 ready when its health endpoint answers (bounded wait), and stopping it ends
@@ -8,16 +8,19 @@ of the server's log, which is usually where the reason is.
 
 from __future__ import annotations
 
+import glob
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -59,7 +62,8 @@ class ServerProcess:
     """One server started as its own process group, with a log file and a health URL."""
 
     def __init__(self, name: str, command: list[str], port: int, health_path: str, log_path: Path,
-                 env: Mapping[str, str], cwd: Path = REPO) -> None:
+                 env: Mapping[str, str], cwd: Path = REPO, ready: Callable[[], bool] | None = None,
+                 stop_signal: signal.Signals = signal.SIGTERM) -> None:
         self.name = name
         self.command = command
         self.port = port
@@ -68,6 +72,8 @@ class ServerProcess:
         self.log_path = log_path
         self.env = dict(env)
         self.cwd = cwd
+        self.ready = ready or (lambda: _answers(self.health_url))
+        self.stop_signal = stop_signal
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float) -> ServerProcess:
@@ -82,20 +88,20 @@ class ServerProcess:
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(self.failure(f"exited with code {self.process.returncode} while starting"))
-            if _answers(self.health_url):
+            if self.ready():
                 return self
             time.sleep(0.25)
         self.stop()
         raise RuntimeError(self.failure(f"not ready after {timeout:.0f}s"))
 
     def stop(self, timeout: float = 15.0) -> None:
-        """End the server's whole process group: SIGTERM, then SIGKILL if it lingers."""
+        """End the server's whole process group: its stop signal, then SIGKILL if it lingers."""
         process = self.process
         if process is None:
             return
         self.process = None
         if process.poll() is None:
-            _signal_group(process.pid, signal.SIGTERM)
+            _signal_group(process.pid, self.stop_signal)
             try:
                 process.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
@@ -184,6 +190,79 @@ def chroma_run(path: Path, log_path: Path, timeout: float = 60.0) -> Iterator[Se
         yield server
     finally:
         server.stop()
+
+
+def postgres_binary(name: str) -> Path:
+    """A PostgreSQL program (initdb, postgres) from PATH or Debian's /usr/lib/postgresql/<version>/bin."""
+    found = shutil.which(name) or next(iter(sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"), reverse=True)), None)
+    if not found:
+        raise RuntimeError(f"{name} not found: install PostgreSQL with scripts/install_postgres.sh")
+    return Path(found)
+
+
+class PostgresServer(ServerProcess):
+    """A throwaway PostgreSQL cluster (trust auth for the `strata` role) on a loopback port."""
+
+    user = "strata"
+
+    def database_url(self, database: str = "postgres") -> str:
+        return f"postgresql://{self.user}@{LOOPBACK}:{self.port}/{database}"
+
+    def create_database(self, name: str) -> str:
+        """A new empty database; its URL."""
+        import psycopg
+
+        with psycopg.connect(self.database_url(), autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        return self.database_url(name)
+
+    def restart(self, timeout: float = 60.0) -> None:
+        self.stop()
+        self.start(timeout)
+
+
+def _postgres_ready(url: str) -> bool:
+    import psycopg
+
+    try:
+        with psycopg.connect(url, connect_timeout=2):
+            return True
+    except psycopg.Error:
+        return False
+
+
+@contextmanager
+def postgres_run(log_path: Path, timeout: float = 60.0) -> Iterator[PostgresServer]:
+    """`initdb` + `postgres` in a fresh folder, listening on 127.0.0.1 and a free port only.
+
+    PostgreSQL refuses to run as root: as root, the cluster belongs to the `postgres` user
+    and both programs run through `runuser`. The folder is removed afterwards.
+    """
+    folder = Path(tempfile.mkdtemp(prefix="strata-pg-"))
+    as_user: list[str] = []
+    if os.geteuid() == 0:
+        shutil.chown(folder, "postgres", "postgres")
+        as_user = ["runuser", "-u", "postgres", "--"]
+    data = folder / "data"
+    env = server_env({"LC_ALL": "C.UTF-8", "LANG": "C.UTF-8"})
+    initdb = [*as_user, str(postgres_binary("initdb")), "-D", str(data), "-U", PostgresServer.user,
+              "--auth=trust", "-E", "UTF8", "--no-sync"]
+    done = subprocess.run(initdb, env=env, capture_output=True, text=True, timeout=120)
+    if done.returncode != 0:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise RuntimeError(f"initdb failed: {' '.join(initdb)}\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+    port = free_port()
+    command = [*as_user, str(postgres_binary("postgres")), "-D", str(data), "-h", LOOPBACK, "-p", str(port),
+               "-k", str(folder), "-c", "fsync=off", "-c", "max_connections=200"]
+    server = PostgresServer("postgres", command, port, "", log_path, env,
+                            ready=lambda: _postgres_ready(f"postgresql://strata@{LOOPBACK}:{port}/postgres"),
+                            stop_signal=signal.SIGINT)  # SIGINT is PostgreSQL's fast shutdown
+    try:
+        server.start(timeout)
+        yield server
+    finally:
+        server.stop()
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 class HeaderRecordingProxy:

@@ -1,9 +1,11 @@
 """Memory on a Chroma server: `chroma run` started for real on a loopback port.
 
 The same ingest-and-ask as the embedded case, then what a server is for: two
-processes (each with its own data folder for the ledger) share one memory and
-see each other's writes. Also: the optional auth header reaches the server,
-and an unreachable server is a one-line ConfigError that says what to do.
+processes (each with its own local folder) share one memory, records on the
+Chroma server and the ledger on a PostgreSQL server, and see each other's
+writes; neither keeps anything in its folder. Also: the optional auth header
+reaches the server, and an unreachable server is a one-line ConfigError that
+says what to do. tests/test_postgres_ledger.py goes further with replicas.
 """
 
 from __future__ import annotations
@@ -17,7 +19,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from servers import LOOPBACK, REPO, HeaderRecordingProxy, ServerProcess, chroma_run, free_port
+from servers import (
+    LOOPBACK,
+    REPO,
+    HeaderRecordingProxy,
+    PostgresServer,
+    ServerProcess,
+    chroma_run,
+    free_port,
+    postgres_run,
+)
 from strata.memory.chroma import collection_name
 from strata.memory.errors import ConfigError
 
@@ -46,6 +57,12 @@ else:
 def chroma(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     base = tmp_path_factory.mktemp("chroma-server")
     with chroma_run(base / "data", base / "chroma.log") as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresServer]:
+    with postgres_run(tmp_path_factory.mktemp("postgres") / "postgres.log") as server:
         yield server
 
 
@@ -81,11 +98,14 @@ def test_ingest_and_ask_against_a_chroma_server(chroma: ServerProcess, tmp_path:
 
 @pytest.mark.slow
 def test_two_processes_sharing_the_server_see_each_others_writes(
-    chroma: ServerProcess, tmp_path: Path, turns: list[dict[str, Any]], offline_env: dict[str, str]
+    chroma: ServerProcess, postgres: PostgresServer, tmp_path: Path, turns: list[dict[str, Any]],
+    offline_env: dict[str, str]
 ) -> None:
     turns_file = tmp_path / "turns.json"
     turns_file.write_text(json.dumps(turns))
-    env = {**offline_env, "STRATA_CHROMA_HOST": LOOPBACK, "STRATA_CHROMA_PORT": str(chroma.port)}
+    ledger_url = postgres.create_database("two_processes")
+    env = {**offline_env, "STRATA_CHROMA_HOST": LOOPBACK, "STRATA_CHROMA_PORT": str(chroma.port),
+           "STRATA_LEDGER_URL": ledger_url}
 
     def worker(*args: str) -> dict[str, Any]:
         done = subprocess.run([sys.executable, "-c", WORKER, *args], cwd=REPO, env=env,
@@ -99,9 +119,12 @@ def test_two_processes_sharing_the_server_see_each_others_writes(
     assert written["stored"] >= TURN_COUNT
     asked = worker("reader", "shared-ns", str(turns_file), str(tmp_path / "reader"), QUESTION)
     assert ANSWER_TURN in asked["evidence"], chroma.failure(f"the reader did not see the writer's turns: {asked}")
-    # Each process kept its own ledger; the memory they share is the server's.
-    assert (tmp_path / "writer" / "ledger.sqlite3").exists() and (tmp_path / "reader" / "ledger.sqlite3").exists()
-    assert not (tmp_path / "writer" / "chroma").exists() and not (tmp_path / "reader" / "chroma").exists()
+    # Nothing is local: records on the Chroma server, links and history in the shared ledger.
+    for folder in ("writer", "reader"):
+        assert not (tmp_path / folder / "ledger.sqlite3").exists() and not (tmp_path / folder / "chroma").exists()
+    shared = Memory("shared-ns", chroma_host=LOOPBACK, chroma_port=chroma.port, ledger_url=ledger_url,
+                    data_dir=tmp_path / "check")
+    assert shared.stats()["links"] and shared.store.working()
 
 
 @pytest.mark.slow

@@ -1,0 +1,206 @@
+"""Where the ledger's tables live: one SQLite file (embedded) or a PostgreSQL database (shared).
+
+Both backends speak the same SQL (written with `?` placeholders, upserts as
+`ON CONFLICT ... DO UPDATE`, new ids by `RETURNING`), hold the same tables and
+give the same guarantees: a transaction is all-or-nothing, a thread's reads
+inside its open transaction see its own writes, and `namespace_lock` serialises
+the writers of one namespace across every process that shares the database.
+The schema is versioned in `schema_version` and migrated under a lock, so two
+processes starting at once migrate it exactly once.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import zlib
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Protocol
+
+SCHEMA_VERSION = 2
+# The tables as of SCHEMA_VERSION; `{id}` is the dialect's auto-increment key.
+_TABLES = (
+    """CREATE TABLE IF NOT EXISTS links (
+        namespace TEXT NOT NULL, src TEXT NOT NULL, dst TEXT NOT NULL, type TEXT NOT NULL,
+        weight DOUBLE PRECISION NOT NULL DEFAULT 1.0,
+        PRIMARY KEY (namespace, src, dst, type))""",
+    "CREATE INDEX IF NOT EXISTS links_dst ON links (namespace, dst)",
+    """CREATE TABLE IF NOT EXISTS history (
+        id {id},
+        namespace TEXT NOT NULL, record_id TEXT NOT NULL, kind TEXT NOT NULL, action TEXT NOT NULL,
+        old_text TEXT NOT NULL, new_text TEXT NOT NULL, old_status TEXT NOT NULL, new_status TEXT NOT NULL,
+        reason TEXT NOT NULL, policy TEXT NOT NULL, time TEXT NOT NULL,
+        undone INTEGER NOT NULL DEFAULT 0, undoes BIGINT,
+        old_fields TEXT NOT NULL DEFAULT '{{}}', new_fields TEXT NOT NULL DEFAULT '{{}}', follows BIGINT)""",
+    "CREATE INDEX IF NOT EXISTS history_ns ON history (namespace, id)",
+    """CREATE TABLE IF NOT EXISTS working (
+        namespace TEXT NOT NULL, participant TEXT NOT NULL, seq BIGINT NOT NULL,
+        dia_id TEXT NOT NULL, text TEXT NOT NULL, time TEXT, arrival BIGINT,
+        PRIMARY KEY (namespace, participant, seq))""",
+    """CREATE TABLE IF NOT EXISTS state (
+        namespace TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL,
+        PRIMARY KEY (namespace, key))""",
+    # The change sequence: one counter per namespace, bumped by every write to its records,
+    # and the sequence at which each record last changed (what a reader reloads).
+    """CREATE TABLE IF NOT EXISTS namespaces (
+        namespace TEXT PRIMARY KEY, seq BIGINT NOT NULL DEFAULT 0, reset_seq BIGINT NOT NULL DEFAULT 0)""",
+    """CREATE TABLE IF NOT EXISTS changes (
+        namespace TEXT NOT NULL, record_id TEXT NOT NULL, seq BIGINT NOT NULL,
+        PRIMARY KEY (namespace, record_id))""",
+    "CREATE INDEX IF NOT EXISTS changes_seq ON changes (namespace, seq)",
+)
+# Columns that ledgers written by earlier versions lack (columns are only ever added).
+_ADDED_COLUMNS = (("history", "follows", "BIGINT"), ("working", "arrival", "BIGINT"))
+
+
+class Session(Protocol):
+    """One connection inside a transaction (or a plain read): DB-API style `execute`."""
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any: ...
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> Any: ...
+
+    def lock_namespace(self, namespace: str) -> None: ...
+
+
+class Backend(Protocol):
+    """What the ledger needs from a database."""
+
+    dialect: str
+    where: str
+
+    def transaction(self) -> Any: ...
+
+    def read(self) -> Any: ...
+
+    def namespace_lock(self, namespace: str) -> Any: ...
+
+    def close(self) -> None: ...
+
+
+def lock_key(text: str) -> int:
+    """A stable signed 32-bit key for a name (PostgreSQL advisory locks take two such keys)."""
+    value = zlib.crc32(text.encode("utf-8"))
+    return value - (1 << 32) if value >= 1 << 31 else value
+
+
+def migrate(backend: Backend, session: Session, id_column: str) -> None:
+    """Bring the tables up to SCHEMA_VERSION inside the caller's locked transaction."""
+    session.execute("CREATE TABLE IF NOT EXISTS schema_version (version BIGINT NOT NULL)")
+    row = session.execute("SELECT MAX(version) FROM schema_version").fetchone()
+    current = int(row[0]) if row and row[0] is not None else 0
+    if current >= SCHEMA_VERSION:
+        return
+    for statement in _TABLES:
+        session.execute(statement.format(id=id_column))
+    for table, column, kind in _ADDED_COLUMNS:
+        _add_column(backend, session, table, column, kind)
+    # working memory written before `arrival` existed keeps its order of insertion
+    if backend.dialect == "sqlite":
+        session.execute("UPDATE working SET arrival = rowid WHERE arrival IS NULL")
+    session.execute("DELETE FROM schema_version")
+    session.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
+
+
+def _add_column(backend: Backend, session: Session, table: str, column: str, kind: str) -> None:
+    if backend.dialect == "postgres":
+        session.execute(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {column} {kind}")
+        return
+    columns = {row[1] for row in session.execute(f"PRAGMA table_info({table})")}
+    if column not in columns:
+        session.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+
+
+class _SqliteSession:
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
+        return self.conn.execute(sql, params)
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> sqlite3.Cursor:
+        return self.conn.executemany(sql, rows)
+
+    def lock_namespace(self, namespace: str) -> None:
+        """Nothing to do: BEGIN IMMEDIATE already holds the whole file."""
+
+
+@contextmanager
+def immediate_transaction(conn: sqlite3.Connection, lock: threading.RLock) -> Iterator[sqlite3.Connection]:
+    """BEGIN IMMEDIATE ... COMMIT on an autocommit connection, rolled back on any failure."""
+    with lock:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+
+class SqliteBackend:
+    """One SQLite file in WAL mode: a writing connection and a reading one per process.
+
+    Reads outside a transaction use their own connection (WAL lets them run beside a
+    writer), so a reader never waits for another thread's open transaction; inside
+    its own transaction a thread reads through the writing connection and sees its writes.
+    """
+
+    dialect = "sqlite"
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.where = str(path)
+        self._conn = _connect(path)
+        self._lock = threading.RLock()
+        self._local = threading.local()
+        with self.transaction() as session:
+            migrate(self, session, "INTEGER PRIMARY KEY AUTOINCREMENT")
+        self._reader = _connect(path)
+        self._read_lock = threading.Lock()
+
+    @contextmanager
+    def transaction(self) -> Iterator[Session]:
+        """BEGIN IMMEDIATE ... COMMIT; a transaction opened inside another joins it."""
+        with self._lock:
+            if getattr(self._local, "depth", 0):
+                self._local.depth += 1
+                try:
+                    yield _SqliteSession(self._conn)
+                finally:
+                    self._local.depth -= 1
+                return
+            self._local.depth = 1
+            try:
+                with immediate_transaction(self._conn, self._lock):
+                    yield _SqliteSession(self._conn)
+            finally:
+                self._local.depth = 0
+
+    @contextmanager
+    def read(self) -> Iterator[Session]:
+        if getattr(self._local, "depth", 0):
+            with self._lock:
+                yield _SqliteSession(self._conn)
+            return
+        with self._read_lock:
+            yield _SqliteSession(self._reader)
+
+    @contextmanager
+    def namespace_lock(self, namespace: str) -> Iterator[None]:
+        """Nothing beyond the store's own lock: an embedded folder is locked to one process."""
+        yield
+
+    def close(self) -> None:
+        with self._lock, self._read_lock:
+            self._conn.close()
+            self._reader.close()
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=30)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    return conn

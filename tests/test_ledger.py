@@ -1,0 +1,192 @@
+"""The ledger and the change sequence, on the embedded SQLite backend (no server needed).
+
+Migrations run once even when several openers race, and bring an earlier
+ledger up to date without losing a row; every write, update, delete, undo
+and purge bumps the namespace's change sequence; a second store over the same
+folder (a separate mirror, as in another process) sees another's update and
+undo at its next read, reloading only those records and never rebuilding its
+BM25 index; a wrong or unreachable `ledger_url` is one line that says what to do.
+The same operations on PostgreSQL are compared in tests/test_postgres_ledger.py.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import all_at_once
+from servers import LOOPBACK, free_port
+from strata.memory import store as store_module
+from strata.memory.bm25 import BM25Index
+from strata.memory.errors import ConfigError
+from strata.memory.ledger import Ledger, open_ledger
+from strata.memory.ledger_sql import SCHEMA_VERSION, SqliteBackend
+from strata.memory.records import Record, Turn, raw_record
+from strata.memory.settings import StoreSettings
+from strata.memory.store import MemoryStore
+
+from strata.api import Memory
+
+WHEN = datetime(2023, 5, 8, 13, 56)
+TURNS = [
+    Turn(speaker="Caroline", text="I went to a LGBTQ support group yesterday and it was so powerful.", dia_id="D1:3",
+         time=WHEN),
+    Turn(speaker="Melanie", text="I'm painting a lake sunrise for my art class this week.", dia_id="D1:4", time=WHEN),
+    Turn(speaker="Caroline", text="I'm keen on counseling or working in mental health.", dia_id="D1:5", time=WHEN),
+]
+
+
+def records(namespace: str) -> list[Record]:
+    return [raw_record(turn, namespace) for turn in TURNS]
+
+
+def open_store(folder: Path, namespace: str = "ns") -> MemoryStore:
+    """A store with a ledger of its own: what a second process would have."""
+    settings = StoreSettings(data_dir=str(folder))
+    return MemoryStore(settings, namespace, Ledger(SqliteBackend(settings.ledger_path)))
+
+
+def test_migrations_run_once_when_openers_race(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.sqlite3"
+    opened = all_at_once(lambda: open_ledger(path), 6)
+    assert len(opened) == 6
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
+    for ledger in opened:
+        ledger.close()
+
+
+def test_a_ledger_of_an_earlier_version_is_migrated_without_losing_rows(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.sqlite3"
+    with sqlite3.connect(path) as conn:  # the tables as an earlier version wrote them
+        conn.executescript("""
+            CREATE TABLE history (id INTEGER PRIMARY KEY AUTOINCREMENT, namespace TEXT NOT NULL,
+                record_id TEXT NOT NULL, kind TEXT NOT NULL, action TEXT NOT NULL, old_text TEXT NOT NULL,
+                new_text TEXT NOT NULL, old_status TEXT NOT NULL, new_status TEXT NOT NULL, reason TEXT NOT NULL,
+                policy TEXT NOT NULL, time TEXT NOT NULL, undone INTEGER NOT NULL DEFAULT 0, undoes INTEGER,
+                old_fields TEXT NOT NULL DEFAULT '{}', new_fields TEXT NOT NULL DEFAULT '{}');
+            CREATE TABLE working (namespace TEXT NOT NULL, participant TEXT NOT NULL, seq INTEGER NOT NULL,
+                dia_id TEXT NOT NULL, text TEXT NOT NULL, time TEXT, PRIMARY KEY (namespace, participant, seq));
+            INSERT INTO history (namespace, record_id, kind, action, old_text, new_text, old_status, new_status,
+                reason, policy, time) VALUES ('ns', 'fact:D1:3:0', 'fact', 'delete', 'a', 'a', 'active', 'deleted',
+                'old row', 'user', '2023-05-08T13:56:00');
+            INSERT INTO working VALUES ('ns', 'Melanie', 1, 'D1:2', 'second', '2023-05-08T13:56:00');
+            INSERT INTO working VALUES ('ns', 'Caroline', 1, 'D1:1', 'first', '2023-05-08T13:56:00');
+        """)
+    ledger = open_ledger(path)
+    assert [c.reason for c in ledger.history("ns")] == ["old row"]
+    assert [w["text"] for w in ledger.working("ns")] == ["second", "first"]  # arrival order kept
+    ledger.push_working("ns", "Caroline", "D1:3", "third", WHEN, 8)
+    assert [w["text"] for w in ledger.working("ns")] == ["second", "first", "third"]
+    assert ledger.sequence("ns") == (0, 0)
+    ledger.close()
+
+
+def test_every_kind_of_write_bumps_the_change_sequence(data_dir: Path, embedder: Any) -> None:
+    store = open_store(data_dir)
+    ledger = store.ledger
+    store.add(records("ns"))
+    assert ledger.sequence("ns") == (1, 0)
+    assert sorted(ledger.changed_since("ns", 0)) == ["raw:D1:3", "raw:D1:4", "raw:D1:5"]
+    store.update("raw:D1:4", "I'm painting a harbour at dawn for my art class.", reason="test")
+    store.delete("raw:D1:5", reason="test")
+    assert ledger.sequence("ns")[0] == 3
+    assert sorted(ledger.changed_since("ns", 1)) == ["raw:D1:4", "raw:D1:5"]
+    store.undo()  # the delete
+    assert ledger.changed_since("ns", 3) == ["raw:D1:5"]
+    store.delete("raw:D1:5", reason="test")
+    assert store.purge() == 1
+    assert ledger.sequence("ns")[0] == 6 and ledger.changed_since("ns", 5) == ["raw:D1:5"]
+    assert ledger.sequence("other") == (0, 0)  # per namespace
+    store.drop()
+    seq, reset = ledger.sequence("ns")
+    assert seq == reset == 7 and ledger.changed_since("ns", 0) == []
+    ledger.close()
+
+
+def test_a_second_mirror_sees_an_update_and_an_undo_without_a_rebuild(
+    data_dir: Path, embedder: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    writer, reader = open_store(data_dir), open_store(data_dir)
+    writer.add(records("ns"))
+    assert reader.lexical("raw", "painting lake", 3)[0][0] == "raw:D1:4"
+    built: list[BM25Index] = []
+
+    class CountingIndex(BM25Index):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            built.append(self)
+
+    monkeypatch.setattr(store_module, "BM25Index", CountingIndex)
+    fetched: list[Any] = []
+    collection = reader._collections["raw"]
+    real_get = collection.get
+    monkeypatch.setattr(collection, "get", lambda *a, **k: fetched.append(k.get("ids")) or real_get(*a, **k))
+
+    change = writer.update("raw:D1:4", "I'm painting a harbour at dawn for my art class.", reason="test")
+    assert reader.get_one("raw:D1:4").text.startswith("I'm painting a harbour")
+    assert [rid for rid, _ in reader.lexical("raw", "harbour", 3)] == ["raw:D1:4"]
+    assert reader.lexical("raw", "lake", 3) == []
+    writer.undo(change.id)
+    assert "lake sunrise" in reader.get_one("raw:D1:4").text
+    assert [rid for rid, _ in reader.lexical("raw", "lake", 3)] == ["raw:D1:4"]
+    writer.delete("raw:D1:5", reason="test")
+    assert "raw:D1:5" not in {r.id for r in reader.all("raw")}
+    assert fetched == [["raw:D1:4"], ["raw:D1:4"], ["raw:D1:5"]]  # only what changed, one read per change
+    assert built == []  # the BM25 index was updated in place, never rebuilt
+    assert reader.ledger.sequence("ns")[0] == reader._seen == 4
+    writer.ledger.close()
+    reader.ledger.close()
+
+
+def test_incremental_bm25_ranks_as_a_fresh_build() -> None:
+    texts = {f"d{i}": f"turn {i} about {'lakes' if i % 3 else 'museums'} and painting number {i % 5}"
+             for i in range(60)}
+    incremental = BM25Index()
+    for doc_id, text in texts.items():
+        incremental.add(doc_id, text)
+    for i in range(0, 60, 4):
+        incremental.remove(f"d{i}")
+    for i in range(1, 60, 8):
+        texts[f"d{i}"] = f"rewritten {i}: a harbour at dawn"
+        incremental.add(f"d{i}", texts[f"d{i}"])
+    fresh = BM25Index()
+    for doc_id, text in texts.items():
+        if int(doc_id[1:]) % 4:
+            fresh.add(doc_id, text)
+    for query in ("museums painting", "harbour dawn", "lakes number 3"):
+        scored, expected = dict(incremental.search(query, 100)), dict(fresh.search(query, 100))
+        assert scored.keys() == expected.keys() and scored == pytest.approx(expected)
+    assert len(incremental) == len(fresh)
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("mysql://me@localhost/strata", "must be a PostgreSQL URL"),
+        ("postgresql://me@localhost:notaport/strata", "STRATA_LEDGER_URL"),
+    ],
+)
+def test_a_wrong_ledger_url_is_a_one_line_config_error(data_dir: Path, url: str, says: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        Memory("ns", data_dir=data_dir, ledger_url=url).add("I moved to Lisbon last spring.")
+    assert says in str(raised.value) and "\n" not in str(raised.value)
+
+
+def test_an_unreachable_ledger_database_is_a_one_line_config_error(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    closed = free_port()
+    url = f"postgresql://strata:s3cret@{LOOPBACK}:{closed}/strata"
+    with pytest.raises(ConfigError) as raised:
+        Memory("ns", data_dir=data_dir, ledger_url=url).ask("Where do I live?")
+    message = str(raised.value)
+    assert "\n" not in message and f"{LOOPBACK}:{closed}/strata" in message and "STRATA_LEDGER_URL" in message
+    assert "s3cret" not in message  # the password never reaches a log
+    monkeypatch.setenv("STRATA_LEDGER_URL", url)  # the same from the environment, as on a server
+    with pytest.raises(ConfigError, match="PostgreSQL ledger"):
+        Memory("ns", data_dir=data_dir).add("I moved to Lisbon last spring.")
+    assert not (data_dir / "ledger.sqlite3").exists()  # never fell back to a local ledger

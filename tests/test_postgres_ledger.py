@@ -1,0 +1,373 @@
+"""Replicas on one PostgreSQL ledger and one Chroma server, both started for real by the tests.
+
+- the same ledger operations give the same results on SQLite and on PostgreSQL;
+- replicas starting together migrate the schema once;
+- three replica processes, each with its own local folder: an ingest on one, a
+  question on another, an update and an undo on the third, each seen by the
+  others at their next read;
+- four processes writing 250 turns each into one namespace at once: every turn
+  stored once and derived, the temporal chain and derived-from links complete;
+- a replica SIGKILLed in the middle of an ingest: another finishes it, and the
+  result equals an uninterrupted run (raw turns, facts, derived-from links);
+- PostgreSQL stopped and restarted under load: one clear line while it is down,
+  then the same process carries on and nothing is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import datetime
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import all_at_once
+from servers import LOOPBACK, REPO, PostgresServer, ServerProcess, chroma_run, postgres_run
+from strata.memory.errors import UnavailableError
+from strata.memory.ledger import Ledger, open_ledger
+from strata.memory.ledger_postgres import CONNECT_TIMEOUT, PostgresBackend
+from strata.memory.ledger_sql import SCHEMA_VERSION
+from strata.memory.records import Action, Change, Link, LinkType, Status
+
+from strata.api import Memory
+
+pytestmark = pytest.mark.slow
+QUESTION = "What career is Caroline keen on?"
+ANSWER_TURN = "D1:11"
+
+
+@pytest.fixture(scope="module")
+def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresServer]:
+    with postgres_run(tmp_path_factory.mktemp("postgres") / "postgres.log") as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def chroma(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    base = tmp_path_factory.mktemp("chroma-for-replicas")
+    with chroma_run(base / "data", base / "chroma.log") as server:
+        yield server
+
+
+@pytest.fixture
+def ledger_url(postgres: PostgresServer) -> str:
+    """A fresh database per test."""
+    return postgres.create_database(f"t_{uuid.uuid4().hex[:12]}")
+
+
+def conversation(locomo_dir: Path, name: str, count: int, offset: int = 0) -> list[dict[str, Any]]:
+    """The first `count` turns of a LoCoMo conversation as JSON turns; `offset` renumbers their
+    sessions (D1:3 -> D<offset+1>:3) so several conversations can share one namespace."""
+    from strata.conversations import load_turns
+
+    turns = []
+    for turn in islice(load_turns(locomo_dir / name).turns(), count):
+        data = turn.model_dump(mode="json", exclude_none=True)
+        if offset:
+            session, number = (turn.dia_id or "D0:0")[1:].split(":")
+            data["dia_id"] = f"D{int(session) + offset}:{number}"
+            data["session"] = str(int(session) + offset)
+        turns.append(data)
+    return turns
+
+
+class Replica:
+    """tests/replica.py in its own process: JSON commands in, JSON replies out."""
+
+    def __init__(self, namespace: str, folder: Path, env: dict[str, str]) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        self.log = folder / "replica.log"
+        with self.log.open("w") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, str(REPO / "tests" / "replica.py"), namespace, str(folder)], cwd=REPO, env=env,
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True,
+            )
+        assert self._reply(180) == {"ready": True}
+
+    def send(self, op: str, **args: Any) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(json.dumps({"op": op, **args}) + "\n")
+        self.process.stdin.flush()
+
+    def _reply(self, timeout: float) -> dict[str, Any]:
+        assert self.process.stdout is not None
+        ready, _, _ = select.select([self.process.stdout], [], [], timeout)
+        line = self.process.stdout.readline() if ready else ""
+        if not line:
+            self.process.kill()
+            raise AssertionError(f"replica gave no reply in {timeout:.0f}s:\n{self.log.read_text()[-3000:]}")
+        return dict(json.loads(line))
+
+    def result(self, timeout: float = 600) -> Any:
+        reply = self._reply(timeout)
+        assert "error" not in reply, reply
+        return reply["ok"]
+
+    def call(self, op: str, timeout: float = 600, **args: Any) -> Any:
+        self.send(op, **args)
+        return self.result(timeout)
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            assert self.process.stdin is not None
+            self.process.stdin.close()
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+
+
+@pytest.fixture
+def replica_env(offline_env: dict[str, str], chroma: ServerProcess, ledger_url: str) -> dict[str, str]:
+    return {**offline_env, "PYTHONPATH": str(REPO), "STRATA_CHROMA_HOST": LOOPBACK,
+            "STRATA_CHROMA_PORT": str(chroma.port), "STRATA_LEDGER_URL": ledger_url}
+
+
+@pytest.fixture
+def replicas(tmp_path: Path, replica_env: dict[str, str]) -> Iterator[list[Replica]]:
+    started: list[Replica] = []
+    yield started
+    for replica in started:
+        replica.close()
+
+
+def exercise(ledger: Ledger) -> dict[str, Any]:
+    """Every ledger operation once, returning what a caller would read back."""
+    when = datetime(2023, 5, 8, 13, 56)
+    ledger.add_links([Link(namespace="ns", src="raw:D1:2", dst="raw:D1:1", type=LinkType.TEMPORAL),
+                      Link(namespace="ns", src="fact:D1:2:0", dst="raw:D1:2", type=LinkType.DERIVED_FROM)])
+    ledger.add_links([Link(namespace="ns", src="raw:D1:2", dst="raw:D1:1", type=LinkType.TEMPORAL, weight=0.25)])
+    first = ledger.record_change(Change(
+        namespace="ns", record_id="fact:D1:2:0", kind="fact", action=Action.UPDATE, old_text="Boston",
+        new_text="Denver", new_status=Status.ACTIVE, reason="moved", policy="offline", time=when,
+        old_fields={"value": "Boston"}, new_fields={"value": "Denver"}))
+    ledger.record_change(Change(
+        namespace="ns", record_id="persona:x", kind="persona", action=Action.DELETE, old_text="t", new_text="t",
+        new_status=Status.DELETED, reason="with the fact", policy="offline", time=when, follows=first))
+    ledger.mark_undone(first)
+    for n, (who, text) in enumerate([("Ann", "one"), ("Bo", "two"), ("Ann", "three"), ("Ann", "four"), ("Bo", "five")]):
+        ledger.push_working("ns", who, f"D1:{n}", text, when if n != 4 else None, 2)
+    ledger.push_working("ns", "Ann", "D1:3", "four again", when, 2)  # already in the window
+    ledger.set_state("ns", "open_episode", {"turn_ids": ["D1:1", "D1:2"], "facts": ["é ü 中文"]})
+    ledger.set_state("ns", "open_episode", {"turn_ids": ["D1:3"]})
+    ledger.log_changes("ns", ["raw:D1:1", "raw:D1:2"])
+    ledger.log_changes("ns", ["raw:D1:2"])
+    ledger.set_state("gone", "k", 1)
+    ledger.log_changes("gone", ["raw:x"])
+    ledger.drop_namespace("gone")
+    return {
+        "history": [c.model_dump(mode="json") for c in ledger.history("ns")],
+        "followers": [c.record_id for c in ledger.followers("ns", first)],
+        "change": ledger.get_change("ns", first).model_dump(mode="json"),  # type: ignore[union-attr]
+        "neighbours": sorted(lk.model_dump_json() for lk in ledger.neighbours("ns", ["raw:D1:1"])),
+        "links": ledger.count_links("ns"),
+        "working": ledger.working("ns"),
+        "state": ledger.get_state("ns", "open_episode"),
+        "missing": ledger.get_state("ns", "nothing", "default"),
+        "sequence": [ledger.sequence("ns"), ledger.sequence("gone")],
+        "changed": [sorted(ledger.changed_since("ns", 0)), ledger.changed_since("ns", 1),
+                    ledger.changed_since("gone", 0)],
+        "history_count": ledger.count_history("ns"),
+    }
+
+
+def test_sqlite_and_postgres_ledgers_answer_alike(tmp_path: Path, ledger_url: str) -> None:
+    on_sqlite, on_postgres = open_ledger(tmp_path / "ledger.sqlite3"), open_ledger(tmp_path, ledger_url)
+    try:
+        got = exercise(on_postgres)
+        assert got == exercise(on_sqlite)
+        assert got["working"][0]["text"] == "five" and got["links"] == {"temporal": 1, "derived_from": 1}
+    finally:
+        on_sqlite.close()
+        on_postgres.close()
+
+
+def test_replicas_starting_together_migrate_once(ledger_url: str) -> None:
+    opened = all_at_once(lambda: PostgresBackend(ledger_url), 6)
+    assert len(opened) == 6
+    with opened[0].read() as session:
+        assert session.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
+    for backend in opened:
+        backend.close()
+
+
+def test_three_replicas_see_each_others_ingest_update_and_undo(
+    locomo_dir: Path, tmp_path: Path, replica_env: dict[str, str], replicas: list[Replica]
+) -> None:
+    writer, reader, editor = (Replica("shared", tmp_path / name, replica_env) for name in ("a", "b", "c"))
+    replicas += [writer, reader, editor]
+    for replica in (reader, editor):  # warm mirrors, loaded before anything is stored
+        assert ANSWER_TURN not in replica.call("ask", question=QUESTION)["evidence"]
+    assert writer.call("add", turns=conversation(locomo_dir, "conv-26.json", 30))["stored"] >= 30
+    assert ANSWER_TURN in reader.call("ask", question=QUESTION)["evidence"]
+
+    before = editor.call("get", id="raw:D1:3")
+    assert before and "support group" in before["text"]
+    edited = "I went to a zeppelin museum yesterday and it was so powerful."
+    editor.call("update", id="raw:D1:3", text=edited)
+    for replica in (writer, reader):
+        assert replica.call("get", id="raw:D1:3")["text"] == edited
+        assert replica.call("lexical", kind="raw", query="zeppelin museum")[:1] == ["raw:D1:3"]
+    editor.call("undo")
+    for replica in (writer, reader, editor):
+        assert replica.call("get", id="raw:D1:3") == before
+        assert "raw:D1:3" not in replica.call("lexical", kind="raw", query="zeppelin museum")
+    assert len(reader.call("history", id="raw:D1:3")) == 2  # the update and its undo, in the shared history
+    for replica in (writer, reader, editor):
+        assert not (tmp_path / replica.log.parent.name / "ledger.sqlite3").exists()  # no local ledger
+
+
+@pytest.mark.timeout(1800)
+def test_four_processes_writing_250_turns_each_into_one_namespace(
+    locomo_dir: Path, tmp_path: Path, replica_env: dict[str, str], replicas: list[Replica], ledger_url: str
+) -> None:
+    names = ["conv-26.json", "conv-30.json", "conv-41.json", "conv-42.json"]
+    batches = [conversation(locomo_dir, name, 250, offset=100 * (n + 1)) for n, name in enumerate(names)]
+    replicas += [Replica("crowd", tmp_path / f"w{n}", replica_env) for n in range(4)]
+    for replica, batch in zip(replicas, batches, strict=True):  # all four start at once
+        replica.send("add", turns=batch)
+    for replica in replicas:
+        replica.result(timeout=1700)
+
+    memory = Memory("crowd", data_dir=tmp_path / "check", chroma_host=LOOPBACK,
+                    chroma_port=int(replica_env["STRATA_CHROMA_PORT"]), ledger_url=ledger_url)
+    store = memory.store
+    raw = store.all("raw", include_inactive=True)
+    expected = {f"raw:{t['dia_id']}" for batch in batches for t in batch}
+    assert len(raw) == len(expected) == 1000 and {r.id for r in raw} == expected
+    assert store.ledger.get_state("crowd", "pending_derive") == []
+    with store.ledger.transaction() as session:
+        temporal = session.execute(
+            "SELECT src, dst FROM links WHERE namespace = 'crowd' AND type = 'temporal'").fetchall()
+        derived = {src for (src,) in session.execute(
+            "SELECT src FROM links WHERE namespace = 'crowd' AND type = 'derived_from' AND src LIKE 'fact:%'")}
+    # one chain through every turn, in the order the four writers' derivations took turns
+    assert len(temporal) == 999 and len({dst for _, dst in temporal}) == 999
+    facts = {r.id for r in store.all("fact", include_inactive=True)}
+    assert facts and facts == derived  # every fact linked to its turn
+    derived_turns = {f"raw:{fid.split(':', 1)[1].rsplit(':', 1)[0]}" for fid in facts}
+    assert len(derived_turns) > 500  # facts came from turns of all four writers
+    assert {tid.split(":")[1][:2] for tid in derived_turns} == {"D1", "D2", "D3", "D4"}
+
+
+def pending_count(url: str, namespace: str) -> int | None:
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        try:
+            row = conn.execute("SELECT value FROM state WHERE namespace = %s AND key = 'pending_derive'",
+                               (namespace,)).fetchone()
+        except psycopg.errors.UndefinedTable:  # the replica has not opened its ledger yet
+            return None
+    return len(json.loads(row[0])) if row else None
+
+
+def outcome(store: Any) -> dict[str, Any]:
+    with store.ledger.transaction() as session:
+        derived = session.execute(
+            "SELECT src, dst FROM links WHERE namespace = ? AND type = 'derived_from' AND src NOT LIKE 'episode:%'",
+            (store.namespace,)).fetchall()
+    return {
+        "raw": sorted((r.id, r.text) for r in store.all("raw", include_inactive=True)),
+        "facts": sorted((r.id, r.text) for r in store.all("fact", include_inactive=True)),
+        "derived_from": sorted(tuple(row) for row in derived),
+        "pending": store.ledger.get_state(store.namespace, "pending_derive"),
+    }
+
+
+def test_a_replica_killed_mid_ingest_is_finished_by_another(
+    locomo_dir: Path, tmp_path: Path, replica_env: dict[str, str], replicas: list[Replica], ledger_url: str
+) -> None:
+    turns = conversation(locomo_dir, "conv-30.json", 60)
+    doomed = Replica("killed", tmp_path / "doomed", replica_env)
+    replicas.append(doomed)
+    doomed.send("add", turns=turns)
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:  # SIGKILL once the raw turns are written and some are derived
+        left = pending_count(ledger_url, "killed")
+        if left is not None and 0 < left <= len(turns) - 10:
+            break
+        time.sleep(0.05)
+    os.kill(doomed.process.pid, signal.SIGKILL)
+    doomed.process.wait(timeout=30)
+    assert 0 < (pending_count(ledger_url, "killed") or 0) < len(turns)  # killed in the middle
+
+    finisher = Replica("killed", tmp_path / "finisher", replica_env)
+    reference = Replica("reference", tmp_path / "reference", replica_env)
+    replicas += [finisher, reference]
+    finisher.call("add", turns=turns)
+    reference.call("add", turns=turns)
+    port = int(replica_env["STRATA_CHROMA_PORT"])
+    check = {ns: Memory(ns, data_dir=tmp_path / "check", chroma_host=LOOPBACK, chroma_port=port,
+                        ledger_url=ledger_url).store for ns in ("killed", "reference")}
+    finished, uninterrupted = outcome(check["killed"]), outcome(check["reference"])
+    assert finished["pending"] == [] and len(finished["raw"]) == len(turns)
+    assert finished == uninterrupted
+
+
+def test_postgres_restarted_under_load(
+    locomo_dir: Path, tmp_path: Path, postgres: PostgresServer, chroma: ServerProcess, ledger_url: str
+) -> None:
+    turns = conversation(locomo_dir, "conv-26.json", 40)
+    memory = Memory("restart", data_dir=tmp_path / "replica", chroma_host=LOOPBACK, chroma_port=chroma.port,
+                    ledger_url=ledger_url)
+    memory.add(turns[:10])
+    errors: list[Exception] = []
+    answered: list[float] = []
+    stop = threading.Event()
+
+    def asker() -> None:
+        while not stop.is_set():
+            try:
+                memory.ask(QUESTION)
+                answered.append(time.monotonic())
+            except Exception as error:  # every failure is checked below
+                errors.append(error)
+
+    def writer() -> None:
+        for turn in turns[10:]:
+            while not stop.is_set():
+                try:
+                    memory.add([turn])
+                    break
+                except Exception as error:  # every failure is checked below
+                    errors.append(error)
+                    time.sleep(0.5)
+
+    threads = [threading.Thread(target=asker), threading.Thread(target=writer)]
+    for thread in threads:
+        thread.start()
+    try:
+        while len(answered) < 2:
+            time.sleep(0.1)
+        postgres.stop()
+        time.sleep(CONNECT_TIMEOUT + 3)  # long enough that a caller waiting for a connection gives up
+        assert errors, "no call failed while the ledger database was down"
+        postgres.start(60)
+        restarted = time.monotonic()
+        threads[1].join(timeout=600)
+        deadline = time.monotonic() + 120
+        while not [t for t in answered if t > restarted] and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=120)
+    assert [t for t in answered if t > restarted], "no question was answered after the restart"
+    for error in errors:
+        assert isinstance(error, UnavailableError), repr(error)
+        assert "\n" not in str(error) and "PostgreSQL ledger" in str(error)
+    store = memory.store
+    assert {r.id for r in store.all("raw")} == {f"raw:{t['dia_id']}" for t in turns}
+    assert store.ledger.get_state("restart", "pending_derive") == []
+    assert ANSWER_TURN in memory.ask(QUESTION).evidence_ids()
