@@ -7,9 +7,12 @@ A turn stays marked pending until it is derived, so adding it again after a
 failure derives it rather than skipping it. After
 research, judge and refresher have looked at the turn (stage "intake"), it
 derives facts, closes an episode when a boundary is reached, distils persona
-traits and links the new records: temporal neighbours and shared entities
-(MAGMA), derived-from, and the earlier turns research found related (AMA's R_t,
-A-MEM's links). What a turn derives (records, links, the open episode and the
+traits and links the new records: temporal neighbours (MAGMA), derived-from,
+the earlier turns research found or the model named as related (AMA's R_t),
+and the memory graph's fast path (memory/graph/): entity nodes and links, the
+turn's A-MEM note, weighted semantic links and memory evolution. The slow path
+(causal links, summaries) runs apart, in `memory/graph/consolidation.py`.
+What a turn derives (records, links, the open episode and the
 other small state, the cleared pending mark) is staged in the store and written
 with the other turns of its batch: at the end of the input, or every
 `FLUSH_TURNS` turns (memory/staging.py). A crash before that write leaves the
@@ -35,21 +38,27 @@ from strata.agents.refresher import forget_request
 from strata.agents.wire import new_question
 from strata.graph.context import Context
 from strata.graph.state import RoleNote, State, fresh_run, validate_turns
-from strata.memory.entities import STOPWORDS, extract_entities, split_entities
+from strata.memory.dates import parse_datetime
+from strata.memory.entities import extract_entities
 from strata.memory.episodes import Boundary, OpenSegment, detect_boundary, narrate, title_of
 from strata.memory.errors import InputError
 from strata.memory.facts import FactDraft, extract_facts
+from strata.memory.graph import fast_path
+from strata.memory.graph.entities import Mention, find_mentions, normalise
+from strata.memory.graph.evolution import Evolution, evolve_offline
+from strata.memory.graph.notes import Candidate, LinkDecision, Note, decide_offline, note_of
+from strata.memory.graph.replies import ModelNote
 from strata.memory.persona import aspect_of, persona_id
 from strata.memory.records import Link, LinkType, Record, Turn, raw_record
 from strata.memory.store import MemoryStore
+from strata.prompts import graph as graph_prompts
 from strata.prompts import memory as prompts
 
 OPEN_SEGMENT = "open_episode"
 LAST_RAW = "last_raw"
-ENTITY_LAST = "entity_last"
 TURN_COUNTER = "turn_counter"
 PENDING = "pending_derive"
-MAX_TRACKED_ENTITIES = 5000
+RELATED_FROM_MODEL = 3  # at most this many earlier turns the Constructor names as related are linked
 
 
 class ModelFact(BaseModel):
@@ -171,7 +180,7 @@ def _derive(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     store = store_of(runtime)
     turn = state.turns[state.cursor]
     raw = store.get_one(f"raw:{turn.dia_id}")
-    drafts, policy = _facts(turn, state, runtime, store)
+    drafts, policy, related = _facts(turn, state, runtime, store)
     facts = [
         Record(
             id=f"fact:{turn.dia_id}:{i}", kind="fact", text=d.text, namespace=store.namespace,
@@ -184,7 +193,10 @@ def _derive(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     personas = _persona(facts, turn)
     episode, segment, boundary, boundary_policy = _episode(store, raw, facts, context, runtime)
     records = [*facts, *personas, *([episode] if episode else [])]
-    links, state_after = _links(store, raw, facts, personas, episode, state)
+    links, state_after = _links(store, raw, facts, personas, episode, state, related)
+    graph, graph_policy = _graph(store, raw, facts, turn, runtime)  # the note and evolutions are written at once
+    links += graph.links
+    state_after.update(graph.state)
     state_after[OPEN_SEGMENT] = segment.model_dump(mode="json")
     state_after[PENDING] = sorted(set(_pending(store)) - {raw.id})
     full = store.stage(records, links, state_after)
@@ -199,21 +211,31 @@ def _derive(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
         summary += f", closed episode {episode.id} ({boundary.reason})"
     if boundary_policy != OFFLINE:
         summary += f"; episode boundary by {boundary_policy}"
+    trace = traced(state, "memory", policy, summary)
+    if context.entity_graph or context.semantic_links:
+        trace.append(RoleNote(
+            role="memory", policy=graph_policy,
+            summary=f"{turn.dia_id} graph: {graph.mentions} entity mentions, {graph.entity} entity links, "
+            f"{graph.semantic} semantic links, {graph.evolved} notes evolved",
+        ))
     return {
         "cursor": cursor,
         "stage": "stored" if (more or context.mode == "chat") else "done",
         "stored_ids": [*state.stored_ids, *(r.id for r in records)],
-        "trace": traced(state, "memory", policy, summary),
+        "trace": trace,
     }
 
 
 # facts ---------------------------------------------------------------------
-def _facts(turn: Turn, state: State, runtime: Runtime[Context], store: MemoryStore) -> tuple[list[FactDraft], str]:
+def _facts(
+    turn: Turn, state: State, runtime: Runtime[Context], store: MemoryStore
+) -> tuple[list[FactDraft], str, list[str]]:
+    """The turn's facts, the policy that wrote them, and the earlier dialogue ids the model said it refers to."""
     if forget_request(turn.text) is not None:
-        return [], OFFLINE  # an instruction to the memory, not something to remember (the Refresher acts on it)
+        return [], OFFLINE, []  # an instruction to the memory, not something to remember (the Refresher acts on it)
     model = chat_model(runtime.context)
     if model is None:
-        return extract_facts(turn, turn.time, turn.listener), OFFLINE
+        return extract_facts(turn, turn.time, turn.listener), OFFLINE, []
     user = prompts.FACTS_USER.format(
         session_date=turn.time.strftime("%Y-%m-%d %H:%M") if turn.time else "unknown",
         speaker=turn.speaker, listener=turn.listener or "unknown", window=format_window(store),
@@ -222,15 +244,17 @@ def _facts(turn: Turn, state: State, runtime: Runtime[Context], store: MemorySto
     )
     parsed, _, policy = ask_json(model, prompts.FACTS_SYSTEM, user, ModelFacts, runtime.context)
     if parsed is None:
-        return extract_facts(turn, turn.time, turn.listener), policy
+        return extract_facts(turn, turn.time, turn.listener), policy, []
+    # AMA's Constructor gives the time the facts are about (when the turn states one) and the earlier turns it refers to
+    stated = parse_datetime(parsed.timestamp) if parsed.timestamp.strip().lower() not in ("", "empty") else None
     drafts = [
         FactDraft(
-            text=f.content, subject=f.subject, attribute=f.attribute, value=f.value, time=turn.time,
+            text=f.content, subject=f.subject, attribute=f.attribute, value=f.value, time=stated or turn.time,
             source_ids=[turn.dia_id or ""], entities=extract_entities(f.content),
         )
         for f in parsed.facts
     ]
-    return drafts, policy
+    return drafts, policy, [i.strip() for i in parsed.related_id if i.strip()]
 
 
 # persona -------------------------------------------------------------------
@@ -322,7 +346,7 @@ def episode_id(segment: OpenSegment) -> str:
 
 
 def _close(store: MemoryStore, segment: OpenSegment, boundary: Boundary, runtime: Runtime[Context] | None) -> Record:
-    title = title_of(segment.facts, STOPWORDS)
+    title = title_of(segment.facts, segment.speakers)
     text, policy = narrate(segment, title), OFFLINE
     model = chat_model(runtime.context) if runtime is not None else None
     if model is not None and runtime is not None:
@@ -360,28 +384,81 @@ def _model_boundary(
 
 # links ---------------------------------------------------------------------
 def _links(
-    store: MemoryStore, raw: Record, facts: list[Record], personas: list[Record], episode: Record | None, state: State
+    store: MemoryStore, raw: Record, facts: list[Record], personas: list[Record], episode: Record | None, state: State,
+    related_ids: list[str],
 ) -> tuple[list[Link], dict[str, object]]:
-    """The turn's edges, and the link-tracking state to save with them (last turn, last turn per entity)."""
+    """The turn's edges, and the link-tracking state to save with them (the last turn)."""
     ns = store.namespace
     links = [Link(namespace=ns, src=f.id, dst=raw.id, type=LinkType.DERIVED_FROM) for f in facts]
     links += [Link(namespace=ns, src=p.id, dst=raw.id, type=LinkType.DERIVED_FROM) for p in personas]
     previous = store.state(LAST_RAW)
     if isinstance(previous, str) and previous != raw.id:
         links.append(Link(namespace=ns, src=previous, dst=raw.id, type=LinkType.TEMPORAL))
-    last_seen: dict[str, str] = dict(store.state(ENTITY_LAST, {}) or {})  # type: ignore[arg-type]
-    for name in split_entities(raw.text, [raw.speaker]).names:
-        earlier = last_seen.get(name)
-        if earlier and earlier != raw.id:
-            links.append(Link(namespace=ns, src=raw.id, dst=earlier, type=LinkType.ENTITY))
-        last_seen[name] = raw.id
-    if len(last_seen) > MAX_TRACKED_ENTITIES:
-        last_seen = dict(list(last_seen.items())[-MAX_TRACKED_ENTITIES:])
-    related = [e.id for e in state.evidence if e.kind == "raw" and e.id != raw.id and len(e.found_by) > 1][:3]
+    named = [f"raw:{i}" if not i.startswith("raw:") else i for i in related_ids]
+    named = [r.id for r in store.get(n for n in named if n != raw.id)][:RELATED_FROM_MODEL]
+    found = [e.id for e in state.evidence if e.kind == "raw" and e.id != raw.id and len(e.found_by) > 1][:3]
+    related = list(dict.fromkeys([*named, *found]))
     links += [Link(namespace=ns, src=raw.id, dst=r, type=LinkType.RELATED) for r in related]
     if episode is not None:
         links += _episode_links(ns, episode)
-    return links, {LAST_RAW: raw.id, ENTITY_LAST: last_seen}
+    return links, {LAST_RAW: raw.id}
+
+
+def _graph(
+    store: MemoryStore, raw: Record, facts: list[Record], turn: Turn, runtime: Runtime[Context]
+) -> tuple[fast_path.TurnGraph, str]:
+    """The memory graph's fast path for this turn: entities, note, semantic links, evolution (memory/graph/)."""
+    context = runtime.context
+    if not (context.entity_graph or context.semantic_links):
+        return fast_path.TurnGraph(links=[]), OFFLINE
+    said = f"{raw.text} ({raw.image_caption})" if raw.image_caption else raw.text  # a shared photo is said too
+    mentions = find_mentions(said, raw.speaker, turn.listener or "", store.participants())
+    note = note_of(raw, mentions)
+    nearby = fast_path.candidates(store, raw) if context.semantic_links else []
+    decisions = decide_offline(note, nearby)
+    evolutions = evolve_offline(decisions, {c.record.id: c.record for c in nearby}, raw.id)
+    policy = OFFLINE
+    model = chat_model(context)
+    if model is not None:
+        user = graph_prompts.NOTE_USER.format(
+            date=raw.time.strftime("%Y-%m-%d") if raw.time else "unknown", speaker=raw.speaker,
+            listener=turn.listener or "unknown", dia_id=raw.dialogue_id, text=raw.text,
+            candidates="\n".join(
+                f"[{c.record.id}] (similarity {c.similarity:.2f}) {c.record.speaker}: {c.record.text}" for c in nearby
+            ) or "(none)",
+        )
+        parsed, _, policy = ask_json(model, graph_prompts.NOTE_SYSTEM, user, ModelNote, context)
+        if parsed is not None:
+            mentions, note, decisions, evolutions = _from_model(parsed, raw, nearby, mentions)
+    graph = fast_path.write_turn(
+        store, raw, facts, mentions, note, decisions, evolutions, policy,
+        entities_on=context.entity_graph, semantic_on=context.semantic_links,
+    )
+    return graph, policy
+
+
+def _from_model(
+    parsed: ModelNote, raw: Record, nearby: list[Candidate], offline_mentions: list[Mention]
+) -> tuple[list[Mention], Note, list[LinkDecision], list[Evolution]]:
+    """The model's note, links and evolutions, kept only where they name real candidates."""
+    mentions = [m for m in (normalise(e.name, e.type) for e in parsed.entities) if m is not None]
+    keywords = [k.strip().lower() for k in parsed.keywords if k.strip()][:8]
+    note = Note(
+        keywords=keywords or [m.key for m in mentions][:8],
+        tags=[t.strip().lower() for t in parsed.tags if t.strip()][:5],
+        context=parsed.context.strip() or note_of(raw, mentions).context,
+    )
+    allowed = {c.record.id for c in nearby}
+    decisions = [
+        LinkDecision(target=link.id, weight=max(0.01, link.strength))
+        for link in parsed.links if link.id in allowed and link.strength > 0
+    ]
+    linked = {d.target for d in decisions}
+    evolutions = [
+        Evolution(target=e.id, tags=e.tags, context=e.context, reason=f"evolved by {raw.id}")
+        for e in parsed.evolve if e.id in linked
+    ]
+    return mentions or offline_mentions, note, decisions, evolutions
 
 
 def _episode_links(namespace: str, episode: Record) -> list[Link]:

@@ -117,6 +117,22 @@ class Context:
     refresher: bool = field(
         default=True, metadata={"description": "Let the Judge call the Refresher on conflicts (off for ablations)."}
     )
+    entity_graph: bool = field(
+        default=True,
+        metadata={"description": "Write entity nodes and entity links (MAGMA 3.2); off for ablations."},
+    )
+    semantic_links: bool = field(
+        default=True,
+        metadata={"description": "Write weighted semantic links and evolve neighbours' notes (A-MEM 3.2-3.3)."},
+    )
+    causal_links: bool = field(
+        default=True,
+        metadata={"description": "Infer causal links in the slow-path consolidation (MAGMA 3.4)."},
+    )
+    summaries: bool = field(
+        default=True,
+        metadata={"description": "Write topic and persona summary records in consolidation (AdaMem)."},
+    )
     granularities: str = field(
         default="raw,fact,episode",
         metadata={"description": "Granularities research may search, comma separated (ablations: 'raw' only...)."},
@@ -146,9 +162,9 @@ class Context:
             if int(getattr(self, name)) < (0 if name == "k_r" else 1):
                 raise InputError(f"{name} must be a positive number, got {getattr(self, name)!r}")
         self._check_wire()
-        unknown = set(self.kinds()) - {"raw", "fact", "episode"}
+        unknown = set(self.kinds()) - {"raw", "fact", "episode", "summary"}
         if unknown or not self.kinds():
-            raise InputError(f"granularities {self.granularities!r}: list some of raw, fact, episode")
+            raise InputError(f"granularities {self.granularities!r}: list some of raw, fact, episode, summary")
 
     def _check_wire(self) -> None:
         """The model-call settings: one line naming the setting and what it takes."""

@@ -63,23 +63,31 @@ def detect_boundary(
     return Boundary(split=False, reason="same topic")
 
 
-def title_of(facts: list[str], stopwords: frozenset[str]) -> str:
-    """A few salient words of the segment, most frequent first."""
-    words = Counter(
-        word.lower()
-        for fact in facts
-        for word in re.findall(r"[A-Za-z][A-Za-z'-]{3,}", fact)
-        if word.lower() not in stopwords
+def title_of(facts: list[str], people: list[str] | None = None) -> str:
+    """The segment's main entities (memory/graph/entities.py), most mentioned first; people left out."""
+    from strata.memory.graph.entities import find_mentions
+
+    known = [p.lower() for p in people or []]
+    counts = Counter(
+        m.label for fact in facts for m in find_mentions(fact, known=people or []) if m.key not in known
     )
-    return ", ".join(word for word, _ in words.most_common(4)) or "conversation"
+    return ", ".join(label for label, _ in counts.most_common(4)) or "small talk"
 
 
 def narrate(segment: OpenSegment, title: str, max_facts: int = 14) -> str:
-    """A third-person narrative: when, who, what (from the segment's resolved facts)."""
-    when = segment.start.strftime("%-d %B %Y") if segment.start else "an unknown date"
+    """A third-person narrative of who did what and when, in order, from the segment's resolved facts.
+
+    The facts already name their subject and carry absolute dates (memory/facts.py), so the
+    narrative is the session's date and people, then the facts in the order they were said.
+    """
+    when = segment.start.strftime("%-d %B %Y") if segment.start else "an undated session"
     people = " and ".join(dict.fromkeys(segment.speakers)) or "the participants"
-    body = " ".join(_sentence(f) for f in segment.facts[:max_facts])
-    return f"On {when}, {people} talked about {title}. {body}".strip()
+    facts = list(dict.fromkeys(_sentence(f) for f in segment.facts))
+    if not facts:
+        return f"On {when}, {people} exchanged a few words ({title}); nothing was stated as fact."
+    shown = " ".join(facts[:max_facts])
+    more = f" ({len(facts) - max_facts} more facts in the turns.)" if len(facts) > max_facts else ""
+    return f"On {when}, with {people}: {shown}{more}"
 
 
 def _sentence(fact: str) -> str:

@@ -14,8 +14,8 @@ from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-Kind = Literal["raw", "fact", "episode", "persona"]
-KINDS: tuple[Kind, ...] = ("raw", "fact", "episode", "persona")
+Kind = Literal["raw", "fact", "episode", "persona", "summary"]
+KINDS: tuple[Kind, ...] = ("raw", "fact", "episode", "persona", "summary")
 
 
 class Status(StrEnum):
@@ -95,6 +95,10 @@ class Record(BaseModel):
     aspect: str = ""  # persona
     image_caption: str = ""  # raw
     entities: list[str] = Field(default_factory=list)
+    # A-MEM note attributes (memory/graph/notes.py); tags and context may evolve as later notes arrive
+    keywords: list[str] = Field(default_factory=list)
+    tags: list[str] = Field(default_factory=list)
+    context: str = ""
 
     def label(self) -> str:
         """How the record is shown on its own (CLI, tools): id, date, kind and text."""
@@ -114,10 +118,27 @@ class Record(BaseModel):
 
 
 class LinkType(StrEnum):
-    """Typed edges between records (MAGMA's four graphs, A-MEM's links)."""
+    """Typed edges between records (MAGMA's four graphs, A-MEM's links).
+
+    What each type means and how its weight reads (weights lie in (0, 1]; the
+    writers are in memory/graph/ and agents/memory.py):
+    - temporal: src turn precedes dst turn; weight 1.
+    - entity: two records mention the same entity node; weight is the entity's
+      specificity (rare entities near 1, common ones lower; memory/graph/links.py).
+    - mentions: record -> entity node `entity:<key>` (not a record: `MemoryStore.get`
+      skips it); the entity graph itself. Weight as for entity.
+    - semantic: A-MEM link between a note and one of its nearest earlier notes;
+      weight is the similarity (or the model's strength) of the pair.
+    - causal: src is a cause or reason of dst (MAGMA's causal graph, written by the
+      slow path, memory/graph/consolidation.py); weight is the cue's confidence.
+    - derived_from: a fact, persona trait, episode or summary -> the raw turns it came from.
+    - supersedes: newer record -> the one it replaced.
+    - related: AMA's R_t, an earlier turn this one refers to.
+    """
 
     TEMPORAL = "temporal"
     ENTITY = "entity"
+    MENTIONS = "mentions"
     SEMANTIC = "semantic"
     DERIVED_FROM = "derived_from"
     SUPERSEDES = "supersedes"
@@ -142,6 +163,15 @@ class Action(StrEnum):
     DELETE = "delete"
     NOOP = "noop"
     UNDO = "undo"
+    EVOLVE = "evolve"  # A-MEM memory evolution: a neighbour's tags/context refined by a newer note
+
+
+ENTITY_NODE = "entity:"
+
+
+def entity_node_id(key: str) -> str:
+    """The id of an entity node in the link graph (`entity:pottery`, `entity:caroline's sister`)."""
+    return f"{ENTITY_NODE}{key}"
 
 
 class Change(BaseModel):

@@ -29,11 +29,22 @@ from strata.memory.embeddings import CachedEmbedder, get_embedder
 from strata.memory.errors import InputError, NotFoundError
 from strata.memory.ledger import Ledger
 from strata.memory.locks import namespace_lock
-from strata.memory.records import KINDS, Action, Change, Kind, Link, LinkType, Record, Status, chronological_key
+from strata.memory.records import (
+    ENTITY_NODE,
+    KINDS,
+    Action,
+    Change,
+    Kind,
+    Link,
+    LinkType,
+    Record,
+    Status,
+    chronological_key,
+)
 from strata.memory.settings import StoreSettings
 from strata.memory.staging import FLUSH_TURNS, StagedWrites, merge_nearest
 
-_LIST_FIELDS = ("source_ids", "entities")
+_LIST_FIELDS = ("source_ids", "entities", "keywords", "tags")
 _FACT_FIELDS = ("subject", "attribute", "value")
 _TIME_FIELDS = ("time", "time_end")
 
@@ -50,7 +61,9 @@ def kind_of(record_id: str) -> Kind:
     """Record ids start with their kind (`raw:D1:3`, `fact:D1:3:0`, ...)."""
     prefix = record_id.split(":", 1)[0]
     if prefix not in KINDS:
-        raise NotFoundError(f"{record_id!r} is not a memory id: ids start with raw:, fact:, episode: or persona:")
+        raise NotFoundError(
+            f"{record_id!r} is not a memory id: ids start with raw:, fact:, episode:, persona: or summary:"
+        )
     return prefix  # type: ignore[return-value]
 
 
@@ -186,6 +199,8 @@ class MemoryStore:
         found: list[Record] = []
         mirrors: dict[Kind, dict[str, Record]] = {}  # one freshness check per kind, not per id
         for record_id in ids:
+            if record_id.startswith(ENTITY_NODE):  # an entity node of the link graph, not a stored record
+                continue
             kind = kind_of(record_id)
             if kind not in mirrors:
                 mirrors[kind] = self._load(kind)
@@ -357,6 +372,24 @@ class MemoryStore:
             updated = record.model_copy(update={"status": Status.DELETED, "version": record.version + 1})
             return self._apply(change, updated)
 
+    def evolve(self, record_id: str, tags: list[str], context: str, reason: str, policy: str = "offline") -> Change:
+        """Refine a record's note (tags, context) after a newer note arrived (A-MEM 3.3); undoable by id.
+
+        Kept apart from `update` (action `evolve`) so that a plain `undo()` still
+        reverses the latest edit of a record's content, not a background refinement.
+        """
+        with self._write_lock:
+            record = self.get_one(record_id)
+            old_fields = {"tags": json.dumps(record.tags), "context": record.context}
+            new_fields = {"tags": json.dumps(tags), "context": context}
+            change = Change(
+                namespace=self.namespace, record_id=record_id, kind=record.kind, action=Action.EVOLVE,
+                old_text=record.text, new_text=record.text, old_status=record.status, new_status=record.status,
+                reason=reason, policy=policy, old_fields=old_fields, new_fields=new_fields,
+            )
+            updated = record.model_copy(update={"tags": list(tags), "context": context})  # the text's version stays
+            return self._apply(change, updated)
+
     def supersede(
         self, old_id: str, new_id: str, reason: str, policy: str = "offline", follows: int | None = None
     ) -> Change:
@@ -414,7 +447,7 @@ class MemoryStore:
         restored = record.model_copy(
             update={
                 "text": change.old_text, "status": change.old_status, "version": record.version + 1,
-                **change.old_fields,
+                **_field_values(change.old_fields),
             }
         )
         undo = Change(
@@ -641,6 +674,11 @@ class _WriterLock:
             self._local.release()
 
 
+def _field_values(fields: dict[str, str]) -> dict[str, object]:
+    """History keeps fields as text; list fields (note tags) go back to lists."""
+    return {name: json.loads(value) if name in _LIST_FIELDS else value for name, value in fields.items()}
+
+
 def _fields_of(record: Record, new_text: str) -> dict[str, str]:
     """Re-read subject/attribute/value from a fact's new text, so conflict checks see the new value."""
     if record.kind != "fact" or not record.attribute:
@@ -656,5 +694,6 @@ def _fields_of(record: Record, new_text: str) -> dict[str, str]:
 
 
 def _lexical_text(record: Record) -> str:
-    """What BM25 sees: the text plus the speaker, title and image caption."""
-    return " ".join(part for part in (record.speaker, record.title, record.text, record.image_caption) if part)
+    """What BM25 sees: the text plus the speaker, title, image caption and note tags."""
+    parts = (record.speaker, record.title, record.text, record.image_caption, " ".join(record.tags))
+    return " ".join(part for part in parts if part)

@@ -19,6 +19,7 @@ from strata.graph.graph import graph
 from strata.graph.state import ChangeNote, Evidence, RoleNote, Verdict, validate_turns
 from strata.graph.tracing import run_config
 from strata.memory.errors import InputError
+from strata.memory.graph.consolidation import ConsolidationReport
 from strata.memory.records import Change, Record, Turn
 from strata.memory.registry import drop_namespace, open_store
 from strata.memory.store import MemoryStore
@@ -104,6 +105,18 @@ class Memory:
         from strata.agents.memory import close_open_episode
 
         return close_open_episode(self.store)
+
+    def consolidate(self, limit: int | None = None) -> ConsolidationReport:
+        """The slow path (causal links, denser entity links, summaries) over what was stored since the last run.
+
+        Ingestion never waits on it: call it after an import, at a session's end or on a schedule.
+        Stopping it at any moment loses nothing; the next call picks up where it stopped.
+        """
+        from strata.agents.consolidation import run
+
+        if limit is not None and limit < 1:
+            raise InputError(f"limit must be at least 1, got {limit}")
+        return run(self.store, self.context("ingest"), limit)
 
     # reading -----------------------------------------------------------
     def ask(self, question: str) -> Answer:

@@ -87,6 +87,12 @@ def build_parser() -> argparse.ArgumentParser:
     ingest.add_argument("--limit-sessions", type=int, metavar="N", help="store only the first N sessions")
     ingest.add_argument("--json", action="store_true", help="print the summary as JSON")
 
+    consolidate = command(
+        "consolidate", _consolidate, "the slow path: causal links, denser entity links, topic and persona summaries"
+    )
+    consolidate.add_argument("--limit", type=int, metavar="N", help="consolidate at most N turns in this run")
+    consolidate.add_argument("--json", action="store_true", help="print the report as JSON")
+
     ask = command("ask", _ask, "answer a question from memory (the question is not stored)")
     ask.add_argument("question", metavar="QUESTION")
     ask.add_argument("--retrieve-only", action="store_true", help="return the validated evidence, no answer")
@@ -264,6 +270,21 @@ def _stats(args: argparse.Namespace) -> int:
         print(f"links: {links}")
     print(f"history: {counts.get('history', 0)} changes")
     print(f"working memory: {counts.get('working', 0)} turns")
+    return 0
+
+
+def _consolidate(args: argparse.Namespace) -> int:
+    memory = _memory(args)
+    report = memory.consolidate(args.limit)
+    if args.json:
+        print(report.model_dump_json(indent=2))
+        return 0
+    print(
+        f"consolidated {report.turns} turns of {_where(memory)} in {report.seconds:.1f} s "
+        f"({report.per_thousand_turns():.1f} s per 1,000 turns; policy {report.policy})"
+    )
+    print(f"links written: causal {report.causal}, entity {report.entity}; "
+          f"summaries written {report.summaries}, unchanged {report.summaries_unchanged}")
     return 0
 
 

@@ -22,6 +22,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from strata.memory.entities import STOPWORDS
+from strata.prompts import graph as graph_prompts
 from strata.prompts import judge as judge_prompts
 from strata.prompts import memory as memory_prompts
 from strata.prompts import refresher as refresher_prompts
@@ -36,6 +37,9 @@ ROLE_OF_SYSTEM_PROMPT = {
     judge_prompts.JUDGE_SYSTEM: "judge",
     refresher_prompts.REFRESH_SYSTEM: "refresh",
     working_prompts.ANSWER_SYSTEM: "answer",
+    graph_prompts.NOTE_SYSTEM: "note",
+    graph_prompts.CAUSAL_SYSTEM: "causal",
+    graph_prompts.SUMMARY_SYSTEM: "summary",
 }
 
 

@@ -65,6 +65,9 @@ DEFAULTS: dict[str, Reply] = {
     "judge": json.dumps({"Action": "Pass", "reason": "the items state it", "confidence": 0.9, "conflicts": []}),
     "refresh": json.dumps({"Action": "No-Op", "memory_type": "fact", "dataList": [], "reason": "nothing to change"}),
     "answer": json.dumps({"answer": "Not in memory.", "cited_ids": []}),
+    "note": json.dumps({"entities": [], "keywords": [], "tags": [], "context": "", "links": [], "evolve": []}),
+    "causal": json.dumps({"links": []}),
+    "summary": json.dumps({"title": "A topic", "content": "What the turns say."}),
 }
 
 

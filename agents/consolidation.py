@@ -1,0 +1,97 @@
+"""The Memory role's slow path: consolidation outside the per-turn graph (MAGMA 3.4).
+
+`strata consolidate`, `Memory.consolidate()` or a scheduler call `run`; ingestion
+never waits on it. It picks the policies (the chat model's prompts when a model
+is configured, else the offline rules) and hands them to
+`memory.graph.consolidation`, which does the work and owns its durability.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from strata.agents.common import OFFLINE, model_policy_name
+from strata.agents.llm import ask_json, chat_model
+from strata.graph.context import Context
+from strata.memory.graph import causal
+from strata.memory.graph.consolidation import CausalPolicy, ConsolidationReport, SummaryPolicy, consolidate
+from strata.memory.graph.replies import ModelCausal, ModelSummary
+from strata.memory.graph.summaries import Group
+from strata.memory.records import Record
+from strata.memory.store import MemoryStore
+from strata.prompts import graph as prompts
+
+NEIGHBOURHOOD = 6  # earlier turns shown with each turn the model looks at
+
+
+def run(store: MemoryStore, context: Context, limit: int | None = None) -> ConsolidationReport:
+    """Consolidate what the fast path has filed since the last run; return counts, cost and policy."""
+    model = chat_model(context)
+    causal_policy: CausalPolicy | None = None
+    summary_policy: SummaryPolicy | None = None
+    policy = OFFLINE
+    failures: list[str] = []
+    if model is not None:
+        policy = model_policy_name(context)
+        causal_policy = model_causal_policy(store, context, failures)
+        summary_policy = model_summary_policy(context, failures)
+    report = consolidate(
+        store, causal_on=context.causal_links, entities_on=context.entity_graph, summaries_on=context.summaries,
+        causal_policy=causal_policy, summary_policy=summary_policy, policy=policy, limit=limit,
+    )
+    if failures:
+        report.policy = f"{policy}; offline for {len(failures)} unusable replies (first: {failures[0]})"
+    return report
+
+
+def model_causal_policy(store: MemoryStore, context: Context, failures: list[str]) -> CausalPolicy:
+    """The causal prompt over a turn and the turns before it; the cue rule when the reply is unusable."""
+    offline = None
+    model = chat_model(context)
+    assert model is not None
+
+    def policy(record: Record, earlier: Sequence[Record]) -> list[causal.CausalLink]:
+        nonlocal offline
+        if not causal.cues(record.text):
+            return []  # MAGMA infers causes where the events call for it; a turn with no cue word is left alone
+        shown = [*earlier[-NEIGHBOURHOOD:], record]
+        lines = "\n".join(f"[{r.id}] {r.speaker}: {r.text}" for r in shown)
+        parsed, problem, _ = ask_json(model, prompts.CAUSAL_SYSTEM, prompts.CAUSAL_USER.format(turns=lines),
+                                      ModelCausal, context)
+        if parsed is None:
+            failures.append(problem)
+            if offline is None:
+                from strata.memory.graph.consolidation import offline_causal
+
+                offline = offline_causal(store)
+            return offline(record, earlier)
+        ids = {r.id for r in shown}
+        return [
+            causal.CausalLink(cause=link.cause, effect=link.effect, weight=max(0.01, link.confidence),
+                              reason=link.reason or "model")
+            for link in parsed.links
+            if link.cause in ids and link.effect in ids and link.cause != link.effect and link.confidence > 0
+        ]
+
+    return policy
+
+
+def model_summary_policy(context: Context, failures: list[str]) -> SummaryPolicy:
+    model = chat_model(context)
+    assert model is not None
+
+    def policy(group: Group, members: Sequence[Record], offline_text: str) -> tuple[str, str] | None:
+        lines = "\n".join(
+            f"[{r.dialogue_id}] {r.time.strftime('%Y-%m-%d') if r.time else 'undated'} {r.speaker}: {r.text}"
+            for r in members
+        )
+        parsed, problem, _ = ask_json(
+            model, prompts.SUMMARY_SYSTEM, prompts.SUMMARY_USER.format(heading=group.heading, turns=lines),
+            ModelSummary, context,
+        )
+        if parsed is None:
+            failures.append(problem)
+            return None
+        return parsed.title, parsed.content
+
+    return policy

@@ -1,0 +1,179 @@
+"""The slow path (MAGMA 3.4, Algorithm 3): consolidation after ingestion, never during it.
+
+It walks the turns already filed as notes that it has not consolidated yet, in
+order and in batches, and for each batch infers causal links and densifies the
+entity links of the entities the batch mentions (every pair of turns sharing a
+specific entity, weighted by its specificity at that time). Then it regroups
+topics and persona aspects into summary records (memory/graph/summaries.py),
+rewriting only the groups whose turns changed.
+
+Safe to stop at any moment: links are written with INSERT OR REPLACE and
+summaries under fixed ids, so redoing a batch writes the same rows again; the
+set of consolidated turns advances only after a batch's links are stored, and
+a summary's digest only after the summary is. A crash loses at most the batch
+in progress, which the next run redoes. The policies that infer causes and
+write summaries are passed in (the Memory role supplies the chat-model ones);
+by default the offline ones run.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+
+from pydantic import BaseModel, Field
+from strata.memory.graph import causal, summaries
+from strata.memory.graph import links as entity_graph
+from strata.memory.records import ENTITY_NODE, Link, LinkType, Record, entity_node_id
+from strata.memory.store import MemoryStore
+
+DONE = "consolidated_turns"  # ledger state: raw ids already consolidated
+DIGESTS = "summary_digests"  # ledger state: {summary id: digest of what it was written from}
+BATCH = 50  # turns per committed step: what a crash can cost at most
+MAX_PAIRS_PER_ENTITY = 50  # a turn is linked to at most this many other turns through one entity (its latest)
+
+CausalPolicy = Callable[[Record, Sequence[Record]], list[causal.CausalLink]]
+SummaryPolicy = Callable[[summaries.Group, Sequence[Record], str], tuple[str, str] | None]
+
+
+class ConsolidationReport(BaseModel):
+    """What one slow-path run did, and what it cost."""
+
+    turns: int = Field(0, description="Turns consolidated by this run.")
+    causal: int = 0
+    entity: int = 0
+    summaries: int = 0
+    summaries_unchanged: int = 0
+    seconds: float = 0.0
+    policy: str = "offline"
+
+    def per_thousand_turns(self) -> float:
+        """Seconds this run would take for 1,000 turns at the same rate."""
+        return 1000.0 * self.seconds / self.turns if self.turns else 0.0
+
+
+def offline_causal(store: MemoryStore) -> CausalPolicy:
+    """The cue-based policy, with the store's embedder for similarities."""
+    known = store.participants()
+
+    def similarity(text: str, records: Sequence[Record]) -> list[float]:
+        vectors = store.embedder.embed([text, *(r.text for r in records)])
+        return [float(v) for v in vectors[1:] @ vectors[0]]
+
+    def policy(record: Record, earlier: Sequence[Record]) -> list[causal.CausalLink]:
+        return causal.infer(record, earlier, similarity, known)
+
+    return policy
+
+
+def consolidate(
+    store: MemoryStore, causal_on: bool = True, entities_on: bool = True, summaries_on: bool = True,
+    causal_policy: CausalPolicy | None = None, summary_policy: SummaryPolicy | None = None, policy: str = "offline",
+    limit: int | None = None,
+) -> ConsolidationReport:
+    """Run the slow path over every filed turn not consolidated yet (at most `limit` of them)."""
+    started = time.perf_counter()
+    report = ConsolidationReport(policy=policy)
+    ns = store.namespace
+    infer = causal_policy or offline_causal(store)
+    timeline = [r for r in store.timeline() if r.context]  # filed as notes by the fast path
+    order = {r.id: i for i, r in enumerate(timeline)}
+    done = set(store.ledger.get_state(ns, DONE, []) or [])  # type: ignore[arg-type]
+    todo = [i for i, r in enumerate(timeline) if r.id not in done]
+    if limit is not None:
+        todo = todo[:limit]
+    for start in range(0, len(todo), BATCH):
+        batch = todo[start : start + BATCH]
+        links: list[Link] = []
+        if causal_on:
+            for index in batch:
+                found = infer(timeline[index], timeline[:index])
+                links += causal.causal_links(ns, found)
+        causal_count = len(links)
+        if entities_on:
+            links += _densify(store, [timeline[i] for i in batch], order)
+        store.link(links)
+        done.update(timeline[i].id for i in batch)
+        store.ledger.set_state(ns, DONE, sorted(done))
+        report.turns += len(batch)
+        report.causal += causal_count
+        report.entity += len(links) - causal_count
+    if summaries_on:
+        written, unchanged = _summarise(store, timeline, summary_policy, policy)
+        report.summaries, report.summaries_unchanged = written, unchanged
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def _densify(store: MemoryStore, batch: Sequence[Record], order: dict[str, int]) -> list[Link]:
+    """Each batch turn linked to every other turn sharing a specific entity with it (MAGMA's entity densification).
+
+    A pair is written from the later turn to the earlier one, as the fast path writes it, so
+    writing it again (another batch, another run) replaces the same row.
+    """
+    total = len(order)
+    ns = store.namespace
+    ids = [r.id for r in batch]
+    touching: dict[str, set[str]] = defaultdict(set)  # entity key -> batch turns mentioning it
+    for link in store.ledger.neighbours(ns, ids, [LinkType.MENTIONS]):
+        if link.dst.startswith(ENTITY_NODE) and link.src in ids:
+            touching[link.dst[len(ENTITY_NODE):]].add(link.src)
+    mentions = entity_graph.earlier_mentions(store.ledger, ns, sorted(touching))
+    best: dict[tuple[str, str], float] = {}
+    for key, turns in mentions.items():
+        others = sorted({i for i in turns if i.startswith("raw:")})
+        weight = entity_graph.specificity(len(others), total)
+        if weight <= 0:
+            continue
+        for mine in sorted(touching[key]):
+            for other in others[-MAX_PAIRS_PER_ENTITY:]:
+                if other != mine and other in order:
+                    pair = (mine, other) if order[mine] > order[other] else (other, mine)
+                    best[pair] = max(best.get(pair, 0.0), weight)
+    return [Link(namespace=ns, src=a, dst=b, type=LinkType.ENTITY, weight=w) for (a, b), w in best.items()]
+
+
+def _summarise(
+    store: MemoryStore, timeline: Sequence[Record], policy_fn: SummaryPolicy | None, policy: str
+) -> tuple[int, int]:
+    """Regroup topics and persona aspects; write the groups whose turns changed. (written, unchanged)."""
+    ns = store.namespace
+    raw = {r.id: r for r in timeline}
+    catalogue: dict[str, list[str]] = dict(store.ledger.get_state(ns, entity_graph.CATALOGUE, {}) or {})  # type: ignore[arg-type]
+    types = {key: entry[1] for key, entry in catalogue.items()}
+    mentions: dict[str, list[str]] = defaultdict(list)
+    for link in store.ledger.neighbours(ns, [entity_node_id(k) for k in catalogue], [LinkType.MENTIONS]):
+        if link.src in raw:
+            mentions[link.dst[len(ENTITY_NODE):]].append(link.src)
+    activities: dict[str, dict[str, list[str]]] = defaultdict(dict)
+    for key, ids in mentions.items():
+        if types.get(key) != "activity":
+            continue
+        for rid in ids:
+            activities[raw[rid].speaker].setdefault(key, []).append(rid)
+    facts = store.all("fact")
+    groups = [*summaries.topic_groups(mentions, types, raw), *summaries.persona_groups(activities, facts, raw)]
+    facts_by_turn: dict[str, list[Record]] = defaultdict(list)
+    for fact in facts:
+        facts_by_turn[fact.dialogue_id].append(fact)
+    digests: dict[str, str] = dict(store.ledger.get_state(ns, DIGESTS, {}) or {})  # type: ignore[arg-type]
+    written = unchanged = 0
+    for group in groups:
+        digest = summaries.group_digest(group)
+        if digests.get(group.id) == digest:
+            unchanged += 1
+            continue
+        members = [raw[i] for i in group.turn_ids]
+        title, text, used = group.heading, summaries.narrate(group, raw, facts_by_turn), "offline"
+        if policy_fn is not None:
+            drafted = policy_fn(group, members, summaries.narrate(group, raw, facts_by_turn))
+            if drafted is not None:
+                title, text, used = drafted[0], drafted[1], policy
+        record = summaries.summary_record(group, text, title, ns, raw, used)
+        store.add([record])
+        store.link(summaries.summary_links(ns, record))
+        digests[group.id] = digest
+        store.ledger.set_state(ns, DIGESTS, digests)
+        written += 1
+    return written, unchanged

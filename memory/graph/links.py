@@ -1,0 +1,118 @@
+"""The entity graph in the ledger: mention edges to entity nodes, and weighted entity links.
+
+MAGMA (3.2) connects events to abstract entity nodes so that one thing stays
+one node across disjoint stretches of the timeline. Here a record mentioning
+an entity gets a `mentions` edge to the node `entity:<key>` (the node's label
+and type live in a small catalogue in the ledger's state), and on the fast path
+an `entity` link to the latest few earlier records that mention the same node.
+The slow path (memory/graph/consolidation.py) densifies: every pair of records
+sharing a specific entity.
+
+How much a shared entity says is its specificity, from document frequency:
+an entity named by a few turns connects them strongly; one named by a large
+share of the conversation ("Caroline" in a conversation with Caroline)
+connects nothing, so it gets no entity links at all.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+
+from pydantic import BaseModel
+from strata.memory.graph.entities import Mention
+from strata.memory.ledger import Ledger
+from strata.memory.records import ENTITY_NODE, Link, LinkType, Record, entity_node_id
+
+CATALOGUE = "entity_catalogue"  # ledger state: {key: [label, type]}
+# An entity mentioned by more than this share of the raw turns is too common to connect them
+# (participants' own names, "time", "thing"); below COMMON_FLOOR mentions it always may.
+COMMON_SHARE = 0.05
+COMMON_FLOOR = 4
+# On the fast path a new record links to this many of the latest earlier mentions per entity;
+# consolidation links the rest.
+RECENT_MENTIONS = 2
+LINKED_KINDS = ("raw",)  # record-to-record entity links join raw turns; facts get mention edges only
+
+
+class EntityNode(BaseModel):
+    """One node of the entity graph, as the catalogue and the mention edges describe it."""
+
+    key: str
+    label: str
+    type: str
+    records: list[str]
+
+
+def specificity(mentions: int, total: int) -> float:
+    """Weight of a link through an entity named by `mentions` of `total` records: 1 for a pair, less for many.
+
+    Inverse document frequency scaled to (0, 1]; 0 when the entity is too common to connect anything.
+    """
+    if mentions <= 1:
+        return 1.0
+    if mentions > max(COMMON_FLOOR, COMMON_SHARE * total):
+        return 0.0
+    total = max(total, mentions + 1)
+    return round(max(0.05, math.log(total / (mentions - 1)) / math.log(total)), 4)
+
+
+def mention_links(namespace: str, record: Record, mentions: Sequence[Mention]) -> list[Link]:
+    """The record's edges to its entity nodes."""
+    return [
+        Link(namespace=namespace, src=record.id, dst=entity_node_id(m.key), type=LinkType.MENTIONS)
+        for m in mentions
+    ]
+
+
+def earlier_mentions(ledger: Ledger, namespace: str, keys: Iterable[str]) -> dict[str, list[str]]:
+    """For each entity key, the records already mentioning it."""
+    nodes = [entity_node_id(k) for k in keys]
+    found: dict[str, list[str]] = {k: [] for k in keys}
+    for link in ledger.neighbours(namespace, nodes, [LinkType.MENTIONS]):
+        key = link.dst[len(ENTITY_NODE):]
+        if key in found:
+            found[key].append(link.src)
+    return found
+
+
+def entity_links(
+    namespace: str, record: Record, mentions: Sequence[Mention], earlier: dict[str, list[str]], total_raw: int,
+    order: dict[str, tuple[object, ...]] | None = None,
+) -> list[Link]:
+    """Fast path: link a new raw turn to the latest earlier turns that share a specific entity with it.
+
+    `earlier` maps each key to the records already mentioning it; `order` (optional) sorts them
+    chronologically, else their ids' numbers do. A pair sharing several entities keeps the strongest weight.
+    """
+    if record.kind not in LINKED_KINDS:
+        return []
+    best: dict[str, float] = {}
+    for mention in mentions:
+        others = [r for r in earlier.get(mention.key, []) if r != record.id and r.split(":", 1)[0] in LINKED_KINDS]
+        weight = specificity(len(others) + 1, total_raw)
+        if weight <= 0:
+            continue
+        others.sort(key=lambda rid: (order or {}).get(rid) or _id_order(rid))
+        for other in others[-RECENT_MENTIONS:]:
+            best[other] = max(best.get(other, 0.0), weight)
+    return [
+        Link(namespace=namespace, src=record.id, dst=other, type=LinkType.ENTITY, weight=weight)
+        for other, weight in best.items()
+    ]
+
+
+def catalogue_update(known: dict[str, list[str]], mentions: Sequence[Mention]) -> dict[str, list[str]]:
+    """New catalogue entries (label, type) for entities not seen before; a typed entry replaces 'other'/'name'."""
+    new: dict[str, list[str]] = {}
+    for m in mentions:
+        entry = known.get(m.key)
+        if entry is None or (entry[1] in ("other", "name") and m.type not in ("other", "name")):
+            new[m.key] = [m.label, m.type]
+    return new
+
+
+def _id_order(record_id: str) -> tuple[int, ...]:
+    import re
+
+    return tuple(int(n) for n in re.findall(r"\d+", record_id))
