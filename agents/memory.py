@@ -211,13 +211,12 @@ def _derive(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
         summary += f", closed episode {episode.id} ({boundary.reason})"
     if boundary_policy != OFFLINE:
         summary += f"; episode boundary by {boundary_policy}"
+    if context.entity_graph or context.semantic_links:  # the graph's policy is its own (facts may fall back alone)
+        summary += (
+            f"; graph by {graph_policy}: {graph.mentions} entity mentions, {graph.entity} entity links, "
+            f"{graph.semantic} semantic links, {graph.evolved} notes evolved"
+        )
     trace = traced(state, "memory", policy, summary)
-    if context.entity_graph or context.semantic_links:
-        trace.append(RoleNote(
-            role="memory", policy=graph_policy,
-            summary=f"{turn.dia_id} graph: {graph.mentions} entity mentions, {graph.entity} entity links, "
-            f"{graph.semantic} semantic links, {graph.evolved} notes evolved",
-        ))
     return {
         "cursor": cursor,
         "stage": "stored" if (more or context.mode == "chat") else "done",

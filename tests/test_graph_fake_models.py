@@ -65,7 +65,7 @@ DEFAULTS: dict[str, Reply] = {
     "judge": json.dumps({"Action": "Pass", "reason": "the items state it", "confidence": 0.9, "conflicts": []}),
     "refresh": json.dumps({"Action": "No-Op", "memory_type": "fact", "dataList": [], "reason": "nothing to change"}),
     "answer": json.dumps({"answer": "Not in memory.", "cited_ids": []}),
-    "note": json.dumps({"entities": [], "keywords": [], "tags": [], "context": "", "links": [], "evolve": []}),
+    "note": json.dumps({"entities": [], "keywords": [], "tags": [], "context": "a turn", "links": [], "evolve": []}),
     "causal": json.dumps({"links": []}),
     "summary": json.dumps({"title": "A topic", "content": "What the turns say."}),
 }
@@ -169,6 +169,8 @@ def test_pass_path_with_the_model_for_every_role(data_dir: Path, embedder: Any, 
     assert set(policies(stored["trace"], "judge")) == {MODEL}
     assert set(policies(stored["trace"], "research")) == {PLAN_NOT_ASKED_INGEST}  # a turn is searched by its words
     assert policies(stored["trace"], "memory").count(MODEL) == 5  # one derive per turn; intake is always offline
+    graph_notes = [n.summary for n in stored["trace"] if "; graph by " in n.summary]
+    assert len(graph_notes) == 5 and all(f"; graph by {MODEL}: " in s for s in graph_notes)  # one note call per turn
     # the facts prompt carried the session date, the speakers and the turn itself
     prompt = next(p for p in model.calls("facts") if "[D1:3]" in p)
     assert "Session date: 2023-05-08 13:56" in prompt
@@ -272,6 +274,8 @@ GOOD: dict[str, dict[str, Any]] = {
     "refresh": {"Action": "Update", "memory_type": "fact", "reason": "Ann moved", "timestamp": "empty",
                 "dataList": [{"id": "fact:D1:1:0", "new_content": "Ann lives in Denver."}]},
     "answer": {"answer": "Ann lives in Denver now.", "cited_ids": ["fact:D1:1:0"]},
+    "note": {"entities": [{"name": "Denver", "type": "place"}], "keywords": ["denver", "move"], "tags": ["home"],
+             "context": "Ann says she moved to Denver", "links": [], "evolve": []},
 }
 MISSING_FIELD: dict[str, dict[str, Any]] = {
     "facts": {"facts": [{"subject": "Ann", "attribute": "lives_in"}]},
@@ -281,6 +285,7 @@ MISSING_FIELD: dict[str, dict[str, Any]] = {
     "judge": {"reason": "Ann moved", "confidence": 0.9},
     "refresh": {"dataList": [{"id": "fact:D1:1:0", "new_content": "Ann lives in Denver."}]},
     "answer": {"cited_ids": ["D1:3"]},
+    "note": {"keywords": ["denver"]},
 }
 WRONG_TYPES: dict[str, dict[str, Any]] = {
     "facts": {"facts": "Ann lives in Denver"},
@@ -290,6 +295,7 @@ WRONG_TYPES: dict[str, dict[str, Any]] = {
     "judge": {"Action": 3, "conflicts": [["fact:D1:1:0", "new"]]},
     "refresh": {"Action": "Update", "dataList": "fact:D1:1:0"},
     "answer": {"answer": {"text": "Denver"}, "cited_ids": 7},
+    "note": {"context": "Ann moved", "links": "raw:D1:1"},
 }
 ROLES = tuple(GOOD)
 
@@ -327,7 +333,8 @@ def labels(result: dict[str, Any], data_dir: Path) -> dict[str, str]:
     trace = result["trace"]
     store = Memory("ann", data_dir=str(data_dir)).store
     derive = next(n for n in reversed(trace) if n.role == "memory")
-    boundary = re.search(r"episode boundary by (.+)$", derive.summary)
+    boundary = re.search(r"episode boundary by (.+?)(?:; graph by |$)", derive.summary)
+    note = re.search(r"; graph by (.+?): \d+ entity mentions", derive.summary)
     episodes = store.all("episode")
     return {
         "facts": derive.policy,
@@ -337,6 +344,7 @@ def labels(result: dict[str, Any], data_dir: Path) -> dict[str, str]:
         "judge": policies(trace, "judge")[0],
         "refresh": (policies(trace, "refresher") or [""])[0],
         "answer": policies(trace, "working")[0],
+        "note": note.group(1) if note else "",
     }
 
 

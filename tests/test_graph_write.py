@@ -273,9 +273,9 @@ def test_malformed_note_reply_falls_back_to_the_offline_rules(data_dir: Path, em
     from strata.graph.graph import graph
 
     result = graph.invoke({"turns": THREE}, context=memory.context("ingest"))
-    graph_notes = [n for n in result["trace"] if n.role == "memory" and " graph: " in n.summary]
+    graph_notes = [n.summary for n in result["trace"] if n.role == "memory" and "; graph by " in n.summary]
     assert len(graph_notes) == 3
-    assert all(n.policy.startswith("offline (model output unusable: ") for n in graph_notes)
+    assert all("; graph by offline (model output unusable: " in s for s in graph_notes)
     store = memory.store
     assert entity_node_id("greyhound") in mentions_of_ns(store, "raw:D1:1")  # the offline extractor wrote it
     assert store.get_one("raw:D1:3").context.startswith("Ann on 8 May 2023")

@@ -40,7 +40,7 @@ class ModelNote(BaseModel):
     entities: list[ModelEntity] = Field(default_factory=list)
     keywords: list[str] = Field(default_factory=list)
     tags: list[str] = Field(default_factory=list)
-    context: str = ""
+    context: str = Field(..., min_length=1)
     links: list[ModelLink] = Field(default_factory=list)
     evolve: list[ModelEvolution] = Field(default_factory=list)
 
