@@ -124,7 +124,7 @@ def test_memory_evolution_is_recorded_and_undone(ingested: Ingested) -> None:
     store = ingested.store
     evolutions = [c for c in store.history(limit=10_000) if c.action == Action.EVOLVE and not c.undone]
     assert evolutions, "no note evolved"
-    change = evolutions[-1]
+    change = evolutions[0]  # the newest: changes to one record are undone newest first
     before = json.loads(change.old_fields["tags"])
     after = store.get_one(change.record_id)
     assert after.tags and after.tags != before
