@@ -199,7 +199,7 @@ def _derive(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     state_after.update(graph.state)
     state_after[OPEN_SEGMENT] = segment.model_dump(mode="json")
     state_after[PENDING] = sorted(set(_pending(store)) - {raw.id})
-    full = store.stage(records, links, state_after)
+    full = store.stage([*records, *graph.records], links, state_after)  # graph.records: the raw turn's note
     cursor = state.cursor + 1
     more = cursor < len(state.turns)
     if full or not more or context.mode == "chat":

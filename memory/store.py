@@ -339,7 +339,12 @@ class MemoryStore:
 
     def _rewrite(self, record: Record) -> None:
         """Store a changed record (new text or status) in place, stamped with a new sequence."""
-        self._write([record], self.embedder.embed([record.text]), {record.kind: [0]})
+        vector = self.embedder.embed([record.text])
+        with self._lock:
+            if record.id in self._staged.records:  # a staged copy must not undo this edit when it is flushed
+                self._staged.records[record.id] = record
+                self._staged.vectors[record.id] = vector[0]
+        self._write([record], vector, {record.kind: [0]})
 
     def update(
         self, record_id: str, new_text: str, reason: str, policy: str = "offline",
@@ -388,7 +393,8 @@ class MemoryStore:
                 reason=reason, policy=policy, old_fields=old_fields, new_fields=new_fields,
             )
             updated = record.model_copy(update={"tags": list(tags), "context": context})  # the text's version stays
-            return self._apply(change, updated)
+            # no flush: an evolution runs inside a turn's derive, and `_rewrite` keeps a staged copy in step
+            return self._apply(change, updated, flush=False)
 
     def supersede(
         self, old_id: str, new_id: str, reason: str, policy: str = "offline", follows: int | None = None
@@ -406,9 +412,10 @@ class MemoryStore:
             self.link([Link(namespace=self.namespace, src=new_id, dst=old_id, type=LinkType.SUPERSEDES)])
             return result
 
-    def _apply(self, change: Change, updated: Record) -> Change:
+    def _apply(self, change: Change, updated: Record, flush: bool = True) -> Change:
         """History row and Chroma write as one step: the ledger rolls back if Chroma fails."""
-        self.flush()  # an edit must land after the staged version of the record, never under it
+        if flush:
+            self.flush()  # an edit must land after the staged version of the record, never under it
         with self.ledger.transaction() as conn:
             change_id = self.ledger.record_change(change, conn)
             self._rewrite(updated)

@@ -119,7 +119,7 @@ def _densify(store: MemoryStore, batch: Sequence[Record], order: dict[str, int])
     for link in store.ledger.neighbours(ns, ids, [LinkType.MENTIONS]):
         if link.dst.startswith(ENTITY_NODE) and link.src in ids:
             touching[link.dst[len(ENTITY_NODE):]].add(link.src)
-    mentions = entity_graph.earlier_mentions(store.ledger, ns, sorted(touching))
+    mentions = entity_graph.earlier_mentions(store, sorted(touching))
     best: dict[tuple[str, str], float] = {}
     for key, turns in mentions.items():
         others = sorted({i for i in turns if i.startswith("raw:")})

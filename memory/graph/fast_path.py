@@ -26,6 +26,7 @@ class TurnGraph(BaseModel):
     """What the fast path wrote for one turn (counts for the trace)."""
 
     links: list[Link]
+    records: list[Record] = Field(default_factory=list, description="records to stage with the turn (its note)")
     state: dict[str, object] = Field(default_factory=dict, description="ledger state to save with the links")
     mentions: int = 0
     entity: int = 0
@@ -54,7 +55,8 @@ def write_turn(
     decisions: Sequence[LinkDecision], evolutions: Sequence[Evolution], policy: str,
     entities_on: bool = True, semantic_on: bool = True,
 ) -> TurnGraph:
-    """Write one turn's entity graph, note, semantic links and evolutions; return the links to store."""
+    """One turn's entity graph, note, semantic links and evolutions: evolutions are written now (history
+    entries), the rest is returned for the Memory role to stage with the turn (links, the note, the catalogue)."""
     ns = store.namespace
     out: list[Link] = []
     result = TurnGraph(links=[])
@@ -63,7 +65,7 @@ def write_turn(
         out += entity_graph.mention_links(ns, raw, mentions)
         for fact in facts:
             out += entity_graph.mention_links(ns, fact, find_mentions(fact.text, known=participants))
-        earlier = entity_graph.earlier_mentions(store.ledger, ns, [m.key for m in mentions])
+        earlier = entity_graph.earlier_mentions(store, [m.key for m in mentions])
         linked = entity_graph.entity_links(ns, raw, mentions, earlier, len(store.timeline()))
         out += linked
         result.mentions, result.entity = len(out) - len(linked), len(linked)
@@ -71,7 +73,8 @@ def write_turn(
         new = entity_graph.catalogue_update(known, mentions)  # type: ignore[arg-type]
         if new:
             result.state[entity_graph.CATALOGUE] = {**known, **new}  # type: ignore[dict-item]
-    store.add([raw.model_copy(update={"keywords": note.keywords, "tags": note.tags, "context": note.context})])
+    filed = {"keywords": note.keywords, "tags": note.tags, "context": note.context}
+    result.records.append(raw.model_copy(update=filed))
     if semantic_on:
         semantic = semantic_links(ns, raw.id, decisions)
         out += semantic

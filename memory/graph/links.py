@@ -21,8 +21,8 @@ from collections.abc import Iterable, Sequence
 
 from pydantic import BaseModel
 from strata.memory.graph.entities import Mention
-from strata.memory.ledger import Ledger
-from strata.memory.records import ENTITY_NODE, Link, LinkType, Record, entity_node_id
+from strata.memory.records import Link, LinkType, Record, entity_node_id
+from strata.memory.store import MemoryStore
 
 CATALOGUE = "entity_catalogue"  # ledger state: {key: [label, type]}
 # An entity mentioned by more than this share of the raw turns is too common to connect them
@@ -65,15 +65,9 @@ def mention_links(namespace: str, record: Record, mentions: Sequence[Mention]) -
     ]
 
 
-def earlier_mentions(ledger: Ledger, namespace: str, keys: Iterable[str]) -> dict[str, list[str]]:
-    """For each entity key, the records already mentioning it."""
-    nodes = [entity_node_id(k) for k in keys]
-    found: dict[str, list[str]] = {k: [] for k in keys}
-    for link in ledger.neighbours(namespace, nodes, [LinkType.MENTIONS]):
-        key = link.dst[len(ENTITY_NODE):]
-        if key in found:
-            found[key].append(link.src)
-    return found
+def earlier_mentions(store: MemoryStore, keys: Iterable[str]) -> dict[str, list[str]]:
+    """For each entity key, the records already mentioning it (written or staged by this batch)."""
+    return {key: store.neighbours([entity_node_id(key)], [LinkType.MENTIONS]) for key in dict.fromkeys(keys)}
 
 
 def entity_links(
