@@ -44,9 +44,9 @@ from strata.memory.episodes import Boundary, OpenSegment, detect_boundary, narra
 from strata.memory.errors import InputError
 from strata.memory.facts import FactDraft, extract_facts
 from strata.memory.graph import fast_path
-from strata.memory.graph.entities import Mention, find_mentions, normalise
-from strata.memory.graph.evolution import Evolution, evolve_offline
-from strata.memory.graph.notes import Candidate, LinkDecision, Note, decide_offline, note_of
+from strata.memory.graph.entities import Mention, normalise
+from strata.memory.graph.evolution import Evolution
+from strata.memory.graph.notes import Candidate, LinkDecision, Note, note_of
 from strata.memory.graph.replies import ModelNote
 from strata.memory.persona import aspect_of, persona_id
 from strata.memory.records import Link, LinkType, Record, Turn, raw_record
@@ -410,12 +410,9 @@ def _graph(
     context = runtime.context
     if not (context.entity_graph or context.semantic_links):
         return fast_path.TurnGraph(links=[]), OFFLINE
-    said = f"{raw.text} ({raw.image_caption})" if raw.image_caption else raw.text  # a shared photo is said too
-    mentions = find_mentions(said, raw.speaker, turn.listener or "", store.participants())
-    note = note_of(raw, mentions)
-    nearby = fast_path.candidates(store, raw) if context.semantic_links else []
-    decisions = decide_offline(note, nearby)
-    evolutions = evolve_offline(decisions, {c.record.id: c.record for c in nearby}, raw.id)
+    plan = fast_path.plan_offline(store, raw, turn.listener or "", context.semantic_links)
+    mentions, note, nearby = plan.mentions, plan.note, plan.nearby
+    decisions, evolutions = plan.decisions, plan.evolutions
     policy = OFFLINE
     model = chat_model(context)
     if model is not None:

@@ -89,7 +89,8 @@ def test_json_schema_structured_output_for_every_role(stub: OpenAIStub, memory_d
         "research": "offline (model not asked: the question leaves no one to resolve)",
         "judge": "model:openai:stub-model (json_schema)", "working": "model:openai:stub-model (json_schema)"}
 
-    # a chat turn asks every role that writes: plan (a live turn), judge, facts, episode boundary, answer
+    # a chat turn asks every role that writes: plan (a live turn), judge, facts, episode boundary, the turn's
+    # graph note (entities, links), answer
     Memory("ann", data_dir=str(data_dir)).add(TURNS)
     stub.reset()
     chat = {"speaker": "Ann", "listener": "Ben", "text": "She said I should visit him in Denver.", "dia_id": "D1:3",
@@ -97,7 +98,7 @@ def test_json_schema_structured_output_for_every_role(stub: OpenAIStub, memory_d
     result = graph.invoke({"turns": [chat]}, context=wired(stub, data_dir, "chat"))
     asked = {role: kind for role, kind, _ in formats(stub)}
     assert asked == {"plan": "json_schema", "judge": "json_schema", "facts": "json_schema",
-                     "boundary": "json_schema", "answer": "json_schema"}
+                     "boundary": "json_schema", "note": "json_schema", "answer": "json_schema"}
     fact = Memory("ann", data_dir=str(data_dir)).get(["fact:D1:3:0"])[0]
     assert fact.text == f"Ann said: {chat['text']}" and fact.policy == "model:openai:stub-model (json_schema)"
     assert labels(result["trace"])["research"] == "model:openai:stub-model (json_schema)"

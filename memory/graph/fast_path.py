@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from pydantic import BaseModel, Field
 from strata.memory.graph import links as entity_graph
 from strata.memory.graph.entities import Mention, find_mentions
-from strata.memory.graph.evolution import Evolution, apply
-from strata.memory.graph.notes import CANDIDATES, Candidate, LinkDecision, Note, semantic_links
+from strata.memory.graph.evolution import Evolution, apply, evolve_offline
+from strata.memory.graph.notes import CANDIDATES, Candidate, LinkDecision, Note, decide_offline, note_of, semantic_links
 from strata.memory.records import Link, Record
 from strata.memory.store import MemoryStore
 
@@ -32,6 +32,28 @@ class TurnGraph(BaseModel):
     entity: int = 0
     semantic: int = 0
     evolved: int = 0
+
+
+class Plan(BaseModel):
+    """What the fast path will write for one turn, before a chat model may revise it."""
+
+    mentions: list[Mention]
+    note: Note
+    nearby: list[Candidate]
+    decisions: list[LinkDecision]
+    evolutions: list[Evolution]
+
+
+def plan_offline(store: MemoryStore, raw: Record, listener: str = "", semantic_on: bool = True) -> Plan:
+    """The offline policies for one turn: its entities (the photo it shares included), note, candidates,
+    semantic link decisions and evolutions."""
+    said = f"{raw.text} ({raw.image_caption})" if raw.image_caption else raw.text  # a shared photo is said too
+    mentions = find_mentions(said, raw.speaker, listener, store.participants())
+    note = note_of(raw, mentions)
+    nearby = candidates(store, raw) if semantic_on else []
+    decisions = decide_offline(note, nearby)
+    evolutions = evolve_offline(decisions, {c.record.id: c.record for c in nearby}, raw.id)
+    return Plan(mentions=mentions, note=note, nearby=nearby, decisions=decisions, evolutions=evolutions)
 
 
 def candidates(store: MemoryStore, record: Record, k: int = CANDIDATES) -> list[Candidate]:
