@@ -133,3 +133,23 @@ def test_a_dropped_namespace_can_be_used_again_in_the_same_process(data_dir: Pat
     assert [r.text for r in memory.store.all("raw")] == ["I adopted a cat called Miso."]
     answer = Memory(NAMESPACE, data_dir=str(data_dir)).ask("What is the name of Caroline's cat?")
     assert "raw:D1:1" in [e.id for e in answer.evidence]
+
+
+# ----------------------------------------------------------------------------- resumed imports
+
+
+def test_a_resumed_import_does_not_close_a_later_sessions_episode(data_dir: Path, embedder: object) -> None:
+    memory = Memory(NAMESPACE, data_dir=str(data_dir))
+    session_1 = [{"speaker": "Caroline", "text": f"I painted picture number {n} by the lake.", "dia_id": f"D1:{n}",
+                  "time": "2023-05-08T13:56"} for n in range(1, 4)]
+    session_2 = [{"speaker": "Melanie", "text": f"I ran race number {n} in the park.", "dia_id": f"D2:{n}",
+                  "time": "2023-05-25T13:14"} for n in range(1, 4)]
+    memory.add(session_1, end_session=True)
+    memory.add(session_2[:2])  # an import interrupted in session 2
+    episodes = [e.id for e in memory.store.all("episode")]
+    memory.add(session_1, end_session=True)  # the import run again: session 1 is already stored and closed
+    assert [e.id for e in memory.store.all("episode")] == episodes == ["episode:D1:1"]
+    assert open_segment(memory.store).turn_ids == ["D2:1", "D2:2"]
+    memory.add(session_2, end_session=True)
+    closed = {e.id: e.source_ids for e in memory.store.all("episode")}
+    assert closed == {"episode:D1:1": ["D1:1", "D1:2", "D1:3"], "episode:D2:1": ["D2:1", "D2:2", "D2:3"]}

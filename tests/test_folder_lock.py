@@ -1,0 +1,87 @@
+"""Processes sharing one embedded memory folder: they take turns (the folder lock), every turn is
+stored once and derived, and one that cannot wait gets one clear line and writes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from servers import REPO
+from strata.agents.memory import PENDING, open_segment
+from strata.memory.registry import close_all
+
+from strata.api import Memory
+
+NAMESPACE = "conv-26"
+PROCESS_TIMEOUT = 600
+
+
+# ----------------------------------------------------------------------------- processes on one folder
+
+WRITER = r'''
+import sys
+from strata.api import Memory
+data_dir, namespace, writer, count = sys.argv[1:5]
+memory = Memory(namespace, data_dir=data_dir)
+for n in range(int(count)):
+    memory.add({"speaker": f"Writer{writer}", "text": f"I visited the museum number {n} with Ana{writer} yesterday."})
+memory.end_session()
+'''
+PROCESSES = 3
+TURNS_PER_PROCESS = 15
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_three_processes_on_one_embedded_folder_take_turns(data_dir: Path, offline_env: dict[str, str]) -> None:
+    env = {**offline_env, "STRATA_LOCK_WAIT": str(PROCESS_TIMEOUT)}
+    writers = [
+        subprocess.Popen([sys.executable, "-c", WRITER, str(data_dir), NAMESPACE, str(w), str(TURNS_PER_PROCESS)],
+                         cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for w in range(PROCESSES)
+    ]
+    for writer in writers:
+        _, stderr = writer.communicate(timeout=PROCESS_TIMEOUT)
+        assert writer.returncode == 0, stderr
+    store = Memory(NAMESPACE, data_dir=str(data_dir)).store
+    raws = store.all("raw", include_inactive=True)
+    texts = sorted(r.text for r in raws)
+    expected = sorted(f"I visited the museum number {n} with Ana{w} yesterday."
+                      for w in range(PROCESSES) for n in range(TURNS_PER_PROCESS))
+    assert texts == expected  # every turn stored once
+    assert sorted(int(r.dialogue_id[1:]) for r in raws) == list(range(1, PROCESSES * TURNS_PER_PROCESS + 1))
+    assert store.ledger.get_state(NAMESPACE, PENDING, []) == [] and open_segment(store).turn_ids == []
+    assert sorted(i for e in store.all("episode") for i in e.source_ids) == sorted(r.dialogue_id for r in raws)
+    derived = {f.source_ids[0] for f in store.all("fact")}
+    assert derived == {r.dialogue_id for r in raws}  # every turn derived
+
+
+def test_a_process_that_cannot_wait_for_a_busy_folder_gets_one_line(
+    tmp_path: Path, data_dir: Path, offline_env: dict[str, str], embedder: object
+) -> None:
+    memory = Memory(NAMESPACE, data_dir=str(data_dir))
+    memory.add({"speaker": "Caroline", "text": "I moved to Boston last spring.", "dia_id": "D1:1"})
+    before = (memory.stats(), memory.store.ledger.get_state(NAMESPACE, PENDING, []))
+    turns = tmp_path / "turns.json"
+    turns.write_text(json.dumps([{"speaker": "Caroline", "text": "I adopted a cat called Miso.", "dia_id": "D1:2"}]))
+    env = {**offline_env, "STRATA_LOCK_WAIT": "0.5"}
+    busy = subprocess.run(
+        [sys.executable, "-m", "strata", "ingest", str(turns), "--data-dir", str(data_dir), "--namespace", NAMESPACE],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=PROCESS_TIMEOUT,
+    )
+    assert busy.returncode == 2
+    lines = busy.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"pid {os.getpid()}" in lines[0] and "Chroma server" in lines[0], busy.stderr
+    assert (memory.stats(), memory.store.ledger.get_state(NAMESPACE, PENDING, [])) == before  # nothing written
+    close_all()  # the folder is free again: the same command now succeeds
+    again = subprocess.run(
+        [sys.executable, "-m", "strata", "ingest", str(turns), "--data-dir", str(data_dir), "--namespace", NAMESPACE],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=PROCESS_TIMEOUT,
+    )
+    assert again.returncode == 0, again.stderr
+    assert Memory(NAMESPACE, data_dir=str(data_dir)).stats()["raw"]["active"] == 2
