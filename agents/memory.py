@@ -21,7 +21,6 @@ batch's turns pending, to be derived again from the state of the last write.
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 from langgraph.runtime import Runtime
@@ -48,6 +47,7 @@ from strata.memory.graph.entities import Mention, normalise
 from strata.memory.graph.evolution import Evolution
 from strata.memory.graph.notes import Candidate, LinkDecision, Note, note_of
 from strata.memory.graph.replies import ModelNote
+from strata.memory.moments import utc_now
 from strata.memory.persona import aspect_of, persona_id
 from strata.memory.records import Link, LinkType, Record, Turn, raw_record
 from strata.memory.store import MemoryStore
@@ -474,7 +474,7 @@ def _with_ids(store: MemoryStore, turns: list[Turn]) -> list[Turn]:
     if not missing:
         return turns
     number = store.ledger.bump(store.namespace, TURN_COUNTER, missing) - missing
-    now = datetime.now().replace(microsecond=0)
+    now = utc_now()
     named: list[Turn] = []
     for turn in turns:
         if not turn.dia_id:

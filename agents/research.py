@@ -50,6 +50,7 @@ from strata.graph.state import Evidence, Plan, RoleNote, State, fresh_run
 from strata.memory.dates import time_window
 from strata.memory.entities import wordset
 from strata.memory.errors import InputError
+from strata.memory.moments import utc_now
 from strata.memory.records import Kind, LinkType, Record, Status, chronological_key
 from strata.memory.speakers import resolve_participant
 from strata.memory.store import MemoryStore
@@ -556,7 +557,7 @@ def _now_of(state: State, raw: Sequence[Record], context: Context) -> datetime |
         if turn_time is not None:
             return turn_time
     times = [r.time for r in raw if r.time is not None]
-    return max(times) if times else datetime.now()
+    return max(times) if times else utc_now()
 
 
 def _first_round(searcher: Searcher, context: Context, kinds: Sequence[Kind]) -> tuple[list[Evidence], Plan, str]:

@@ -31,6 +31,7 @@ from strata.graph.context import Context
 from strata.graph.state import Evidence, State
 from strata.memory.dates import day_label, resolve_relative
 from strata.memory.entities import CHAT_WORDS, STOPWORDS, split_entities, stem, tokenize, wordset
+from strata.memory.moments import utc_now
 from strata.prompts import working as prompts
 
 NOT_IN_MEMORY = "Not in memory."
@@ -515,7 +516,7 @@ def when_answer(question: Question, best: Candidate, ranked: list[Candidate]) ->
     turns = set(best.item.turn_ids())
     same_turn = [c for c in ranked if c is not best and set(c.item.turn_ids()) & turns and not c.asks]
     for cand in [best, *same_turn]:
-        anchor = cand.item.time or datetime.now()
+        anchor = cand.item.time or utc_now()
         found = resolve_relative(cand.sentence, anchor)
         if found and question.text.lower().lstrip().startswith("how long ago"):
             return found[0].expression  # "how long ago" wants the span of time ("ten years ago")

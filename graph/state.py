@@ -7,11 +7,11 @@ run returns, and `State` adds the working fields the roles pass each other.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 from strata.memory.errors import InputError
+from strata.memory.moments import MaybeUtcTime, UtcTime
 from strata.memory.records import Kind, Turn
 
 Action = Literal["Pass", "Retry", "Refresh"]
@@ -26,7 +26,7 @@ class Evidence(BaseModel):
     dialogue_id: str = ""
     source_ids: list[str] = Field(default_factory=list)
     speaker: str = ""
-    time: datetime | None = None
+    time: MaybeUtcTime = None
     score: float = 0.0
     found_by: list[str] = Field(default_factory=list, description="dense, bm25, link, persona ...")
     label: str = Field("", description="How the item is shown on its own: id, date, kind, text.")
@@ -50,7 +50,7 @@ class Plan(BaseModel):
     route: Kind = "fact"
     k_dyn: int = 5
     participants: list[str] = Field(default_factory=list)
-    time_window: tuple[datetime, datetime] | None = None
+    time_window: tuple[UtcTime, UtcTime] | None = None
     searched: list[str] = Field(default_factory=list, description="Granularities searched so far.")
     policy: str = "offline"
 

@@ -19,6 +19,7 @@ from datetime import date, datetime, time, timedelta
 from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, Field
+from strata.memory.moments import utc
 
 Granularity = Literal["day", "week", "month", "year"]
 
@@ -700,8 +701,6 @@ def time_window(question: str, now: datetime | None = None) -> tuple[datetime, d
         return None
     first = datetime.combine(min(f.start for f in found), time.min)
     last = datetime.combine(max(f.end for f in found), time.max)
-    if now is not None and now.tzinfo is not None:
-        first, last = first.replace(tzinfo=now.tzinfo), last.replace(tzinfo=now.tzinfo)
     return first, last
 
 
@@ -713,7 +712,8 @@ _LOCOMO_STAMP = re.compile(
 
 
 def parse_datetime(text: str) -> datetime | None:
-    """A datetime from ISO 8601 or a LoCoMo session stamp ('1:56 pm on 8 May, 2023'); None if unreadable."""
+    """A naive UTC datetime from ISO 8601 (any offset) or a LoCoMo session stamp ('1:56 pm on 8 May, 2023');
+    None if unreadable (`memory/moments.py` states the convention)."""
     if not isinstance(text, str) or not text.strip():
         return None
     value = " ".join(text.split())
@@ -730,7 +730,7 @@ def parse_datetime(text: str) -> datetime | None:
             return None
     iso = value[:-1] + "+00:00" if value[-1] in "Zz" and value[:1].isdigit() else value
     try:
-        return datetime.fromisoformat(iso)
+        return utc(datetime.fromisoformat(iso))  # one convention for every stored time: naive UTC
     except ValueError:
         pass
     found = _find(value, None)

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from datetime import datetime
 
 import numpy as np
 from pydantic import BaseModel, Field
+from strata.memory.moments import MaybeUtcTime
 
 TRANSITION = re.compile(
     r"^\s*(by the way|btw|anyway|anyways|on another note|speaking of|changing the subject|oh,? also|so,? what about)\b",
@@ -31,8 +31,8 @@ class OpenSegment(BaseModel):
     turn_ids: list[str] = Field(default_factory=list)
     speakers: list[str] = Field(default_factory=list)
     facts: list[str] = Field(default_factory=list)
-    start: datetime | None = None
-    end: datetime | None = None
+    start: MaybeUtcTime = None
+    end: MaybeUtcTime = None
 
 
 class Boundary(BaseModel):

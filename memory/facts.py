@@ -20,6 +20,7 @@ from typing import NamedTuple
 from pydantic import BaseModel, Field
 from strata.memory.dates import ResolvedDate, resolve_relative
 from strata.memory.entities import CHAT_WORDS, PLAIN_WORDS, STOPWORDS, extract_entities, split_entities, wordset
+from strata.memory.moments import MaybeUtcTime
 from strata.memory.records import Turn
 from strata.memory.speakers import to_third_person
 
@@ -31,8 +32,8 @@ class FactDraft(BaseModel):
     subject: str = Field("", description="Who or what the fact is about.")
     attribute: str = Field("", description="Normalised predicate key ('lives_in', 'favorite_color'), if recognised.")
     value: str = Field("", description="The object of that predicate.")
-    time: datetime | None = Field(None, description="Start of the date the fact states or resolves, if any.")
-    time_end: datetime | None = Field(None, description="Last day of that date's period (a week, a month ...).")
+    time: MaybeUtcTime = Field(None, description="Start of the date the fact states or resolves, if any.")
+    time_end: MaybeUtcTime = Field(None, description="Last day of that date's period (a week, a month ...).")
     source_ids: list[str] = Field(default_factory=list)
     entities: list[str] = Field(default_factory=list)
 

@@ -13,6 +13,7 @@ from enum import StrEnum
 from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+from strata.memory.moments import MaybeUtcTime, UtcTime, epoch_seconds, utc_now
 
 Kind = Literal["raw", "fact", "episode", "persona", "summary"]
 KINDS: tuple[Kind, ...] = ("raw", "fact", "episode", "persona", "summary")
@@ -33,7 +34,9 @@ class Turn(BaseModel):
 
     speaker: str = Field("user", min_length=1, description="Who said it (a name, or 'user').")
     text: str = Field(..., description="What was said, verbatim.")
-    time: datetime | None = Field(None, description="When it was said (session date); ISO 8601.")
+    time: MaybeUtcTime = Field(
+        None, description="When it was said: ISO 8601 (any offset), epoch seconds or a LoCoMo stamp; kept as naive UTC."
+    )
     dia_id: str | None = Field(None, description="Dialogue id such as 'D1:3'; generated when absent.")
     session: str | None = Field(None, description="Session label such as '1'; derived from dia_id when absent.")
     listener: str | None = Field(None, description="Who it was said to; resolves 'you'.")
@@ -44,20 +47,6 @@ class Turn(BaseModel):
     def _not_blank(cls, value: str) -> str:
         if not value.strip():
             raise ValueError("text is empty: give the turn some words")
-        return value
-
-    @field_validator("time", mode="before")
-    @classmethod
-    def _parse_time(cls, value: object) -> object:
-        if isinstance(value, str) and value.strip():
-            from strata.memory.dates import parse_datetime
-
-            parsed = parse_datetime(value)
-            if parsed is None:
-                raise ValueError(f"cannot read the time {value!r}: use ISO 8601 such as 2023-05-08T13:56")
-            return parsed
-        if isinstance(value, str):
-            return None
         return value
 
     def session_label(self) -> str:
@@ -80,7 +69,7 @@ class Record(BaseModel):
     dialogue_id: str = Field("", description="The dia_id of the turn (raw) or of its first source turn.")
     session: str = ""
     speaker: str = ""
-    time: datetime | None = None
+    time: MaybeUtcTime = None
     source_ids: list[str] = Field(default_factory=list, description="dia_ids of the turns it came from.")
     status: Status = Status.ACTIVE
     version: int = 1
@@ -90,7 +79,7 @@ class Record(BaseModel):
     attribute: str = ""  # fact: the property, for conflict detection
     value: str = ""  # fact: the property's value
     title: str = ""  # episode
-    time_end: datetime | None = None  # episode: end of its span
+    time_end: MaybeUtcTime = None  # episode: end of its span
     participant: str = ""  # persona
     aspect: str = ""  # persona
     image_caption: str = ""  # raw
@@ -190,7 +179,7 @@ class Change(BaseModel):
     policy: str = "offline"
     old_fields: dict[str, str] = Field(default_factory=dict, description="subject/attribute/value before the change.")
     new_fields: dict[str, str] = Field(default_factory=dict)
-    time: datetime = Field(default_factory=datetime.now)
+    time: UtcTime = Field(default_factory=utc_now)
     undone: bool = False
     undoes: int | None = None
     follows: int | None = Field(None, description="The change this one came with: undone together with it.")
@@ -216,6 +205,6 @@ class Dated(Protocol):
 
 def chronological_key(item: Dated) -> tuple[float, tuple[int, ...], str]:
     """Chronological order: time, then the numbers of the dialogue id (D3:12 -> (3, 12))."""
-    moment = item.time.timestamp() if item.time else 0.0
+    moment = epoch_seconds(item.time) if item.time else 0.0
     numbers = tuple(int(n) for n in re.findall(r"\d+", item.dialogue_id or item.id))
     return moment, numbers, item.id

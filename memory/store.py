@@ -29,6 +29,7 @@ from strata.memory.embeddings import CachedEmbedder, get_embedder
 from strata.memory.errors import InputError, NotFoundError
 from strata.memory.ledger import Ledger
 from strata.memory.locks import namespace_lock
+from strata.memory.moments import epoch_seconds
 from strata.memory.records import (
     ENTITY_NODE,
     KINDS,
@@ -81,7 +82,7 @@ def to_metadata(record: Record) -> dict[str, Any]:
     for key in _TIME_FIELDS:
         moment: datetime | None = getattr(record, key)
         if moment is not None:
-            meta[f"{key}_ts"] = moment.timestamp()
+            meta[f"{key}_ts"] = epoch_seconds(moment)
     return meta
 
 
@@ -567,8 +568,8 @@ class MemoryStore:
         if not include_inactive:
             clauses.append({"status": "active"})
         if time_window is not None:
-            clauses.append({"time_ts": {"$gte": time_window[0].timestamp()}})
-            clauses.append({"time_ts": {"$lte": time_window[1].timestamp()}})
+            clauses.append({"time_ts": {"$gte": epoch_seconds(time_window[0])}})
+            clauses.append({"time_ts": {"$lte": epoch_seconds(time_window[1])}})
         where: dict[str, Any] | None = None
         if len(clauses) == 1:
             where = clauses[0]

@@ -24,8 +24,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError
 
-from strata.memory.dates import parse_datetime
 from strata.memory.errors import InputError
+from strata.memory.moments import read_time
 from strata.memory.records import Turn
 
 _SESSION_KEY = re.compile(r"session_(\d+)")
@@ -195,6 +195,8 @@ def _checked_turn(raw: object, keys: tuple[str, ...], name: str, where: str) -> 
             raise ConversationFileError(f"{name}: {where} has no {required}: {_TURN_FORMAT}")
     if "session" in fields and isinstance(fields["session"], int) and not isinstance(fields["session"], bool):
         fields["session"] = str(fields["session"])
+    if "time" in fields and isinstance(fields["time"], int | float) and not isinstance(fields["time"], bool):
+        fields["time"] = str(fields["time"])  # epoch seconds (or milliseconds), read by `read_time`
     for key, value in fields.items():
         if not isinstance(value, str):
             raise ConversationFileError(f"{name}: {where} has a {key} that is {_a(value)}: write the {key} as a string")
@@ -206,11 +208,14 @@ def _checked_turn(raw: object, keys: tuple[str, ...], name: str, where: str) -> 
 
 
 def _parse_time(value: str, name: str, where: str) -> datetime:
-    parsed = parse_datetime(value)
+    try:
+        parsed = read_time(value)
+    except ValueError:
+        parsed = None
     if parsed is None:
         raise ConversationFileError(
-            f"{name}: {where} {value!r} is not a date that can be read: "
-            "use ISO 8601 (2023-05-08T13:56) or LoCoMo's '1:56 pm on 8 May, 2023'"
+            f"{name}: {where} {value[:60]!r} is not a date that can be read: use ISO 8601 (2023-05-08T13:56, "
+            "an offset or Z is converted to UTC), epoch seconds or LoCoMo's '1:56 pm on 8 May, 2023'"
         )
     return parsed
 

@@ -84,9 +84,10 @@ def test_parse_datetime_formats(text: str, expected: datetime) -> None:
     assert parse_datetime(text) == expected
 
 
-def test_parse_datetime_keeps_utc_offset() -> None:
-    parsed = parse_datetime("2023-05-08T13:56:00Z")
-    assert parsed is not None and parsed.utcoffset() is not None and parsed.hour == 13
+def test_parse_datetime_converts_offsets_to_naive_utc() -> None:
+    """One convention for stored times (memory/moments.py): the instant in UTC, without an offset."""
+    assert parse_datetime("2023-05-08T13:56:00Z") == datetime(2023, 5, 8, 13, 56)
+    assert parse_datetime("2023-05-08T15:56:00+02:00") == datetime(2023, 5, 8, 13, 56)
 
 
 @pytest.mark.parametrize("text", ["", "   ", "soon", "13:00 pm on 8 May, 2023", "1:56 pm on 31 June, 2023"])

@@ -1,0 +1,92 @@
+"""One convention for times: every time the memory holds is a naive datetime in UTC.
+
+Callers send times in many shapes: ISO 8601 with `Z` or an offset (what
+JavaScript's `toISOString()` and most APIs emit), ISO without an offset,
+LoCoMo's session stamps ('1:56 pm on 8 May, 2023'), or epoch numbers. Python
+refuses to compare a time that carries an offset with one that does not, so
+a single offset in a namespace used to break every later question. Each time
+is therefore normalised where it enters (the pydantic models of turns,
+records, evidence and history use `UtcTime`), and records stored before this
+rule are normalised as they are read:
+
+- a time with an offset is converted to UTC and stored without the offset;
+- a time without an offset is taken to be UTC already (a replayed conversation
+  keeps its own clock, since all of its turns are read the same way);
+- a number is seconds since 1970-01-01 UTC; one above `MILLISECONDS_FROM`
+  is milliseconds (JavaScript's `Date.now()`), as pydantic reads them.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from datetime import UTC, date, datetime, time
+from typing import Annotated
+
+from pydantic import BeforeValidator
+
+# Above this an epoch number is read as milliseconds: 2e10 seconds is the year 2603, while
+# 2e10 milliseconds is August 1970, so no time a conversation holds falls on the wrong side.
+MILLISECONDS_FROM = 2e10
+_EPOCH_TEXT = re.compile(r"^-?\d{9,}(?:\.\d+)?$")  # "1683626400": nine digits or more, not a year
+
+
+def utc(moment: datetime) -> datetime:
+    """The same instant as a naive UTC datetime (a naive one is already UTC by convention)."""
+    if moment.tzinfo is None:
+        return moment
+    return moment.astimezone(UTC).replace(tzinfo=None)
+
+
+def utc_now() -> datetime:
+    """The current time under the convention, to the second."""
+    return datetime.now(UTC).replace(tzinfo=None, microsecond=0)
+
+
+def epoch_seconds(moment: datetime) -> float:
+    """Seconds since 1970 for range filters; a naive time counts as UTC whatever the machine's zone."""
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+
+
+def from_epoch(number: float) -> datetime:
+    """A naive UTC datetime from epoch seconds, or milliseconds above `MILLISECONDS_FROM`."""
+    if not math.isfinite(number):
+        raise ValueError(f"cannot read the time {number!r}: give seconds since 1970 or an ISO 8601 string")
+    seconds = number / 1000 if abs(number) > MILLISECONDS_FROM else number
+    try:
+        return datetime.fromtimestamp(seconds, UTC).replace(tzinfo=None)
+    except (OverflowError, OSError, ValueError):
+        raise ValueError(f"the time {number!r} is out of range: give seconds since 1970 (e.g. 1683626400)") from None
+
+
+def read_time(value: object) -> datetime | None:
+    """Any time a caller may send, normalised; None for None or blank text; ValueError otherwise."""
+    if value is None or isinstance(value, datetime):
+        return utc(value) if value is not None else None
+    if isinstance(value, date):
+        return datetime.combine(value, time.min)
+    if isinstance(value, bool):
+        raise ValueError(f"cannot read the time {value!r}: give an ISO 8601 string such as 2023-05-08T13:56")
+    if isinstance(value, int | float):
+        return from_epoch(float(value))
+    if isinstance(value, str):
+        if not value.strip():
+            return None
+        if _EPOCH_TEXT.match(value.strip()):
+            return from_epoch(float(value))
+        from strata.memory.dates import parse_datetime
+
+        parsed = parse_datetime(value)
+        if parsed is None:
+            raise ValueError(
+                f"cannot read the time {value[:60]!r}: use ISO 8601 such as 2023-05-08T13:56 or 2023-05-08T13:56:00Z, "
+                "epoch seconds, or '1:56 pm on 8 May, 2023'"
+            )
+        return parsed
+    raise ValueError(f"a time cannot be {type(value).__name__}: give an ISO 8601 string or epoch seconds")
+
+
+UtcTime = Annotated[datetime, BeforeValidator(read_time)]
+"""A datetime field that holds naive UTC, whatever form the caller sent."""
+MaybeUtcTime = Annotated[datetime | None, BeforeValidator(read_time)]
+"""The same, where no time (None or blank text) is allowed."""
