@@ -176,6 +176,10 @@ def refresher(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     """Apply Update / Delete / No-op to each conflict group of the verdict, then refresh the evidence."""
     context = runtime.context
     store = store_of(runtime)
+    if store.read_only:  # a read-only memory folder is read as it is (only questions get this far)
+        summary = "the memory folder is read-only: conflicts left as they are"
+        update = {"trace": traced(state, "refresher", OFFLINE, summary)}
+        return {**update, "stage": "done"} if context.mode == "retrieve" else update
     incoming = incoming_of(state, context.mode)
     groups = conflict_groups(state, store, incoming)
     model = chat_model(context)

@@ -9,11 +9,15 @@ server and an embedding app can each set it per run. Unset fields fall back to
 from __future__ import annotations
 
 import os
+import reprlib
 from dataclasses import dataclass, field, fields
-from typing import Any, Literal, get_args
+from functools import lru_cache
+from typing import Any, Literal, get_args, get_type_hints
 
+from pydantic import TypeAdapter, ValidationError
 from strata.memory.embeddings import DEFAULT_EMBEDDER
-from strata.memory.errors import InputError
+from strata.memory.errors import ConfigError, InputError
+from strata.memory.namespaces import check_namespace
 from strata.memory.settings import DEFAULT_DATA_DIR, StoreSettings
 
 Mode = Literal["ingest", "ask", "chat", "retrieve"]
@@ -146,21 +150,27 @@ class Context:
     )
 
     def __post_init__(self) -> None:
+        types = _field_types()
+        self.namespace = check_namespace(self.namespace)
+        if self.mode not in MODES:
+            raise InputError(f"unknown mode {_shown(self.mode)}: use one of {', '.join(MODES)}")
         for spec in fields(self):
-            if spec.name == "chat_model":
+            if spec.name in ("chat_model", "mode"):
                 continue
-            value = os.environ.get(f"STRATA_{spec.name.upper()}")
-            if value is not None and value != "" and getattr(self, spec.name) == spec.default:
-                setattr(self, spec.name, _coerce(value, spec.default))
+            value = _setting(spec.name, getattr(self, spec.name), types[spec.name], f"setting {spec.name}")
+            env = os.environ.get(f"STRATA_{spec.name.upper()}")
+            if env is not None and env != "" and value == spec.default:
+                value = _setting(spec.name, env, types[spec.name], f"STRATA_{spec.name.upper()}")
+            setattr(self, spec.name, value)
         if self.chat_model is not None and not callable(getattr(self.chat_model, "invoke", None)):
             raise InputError("chat_model must be a LangChain chat model object: from Studio or the server, set model")
-        if self.mode not in MODES:
-            raise InputError(f"unknown mode {self.mode!r}: use one of {', '.join(MODES)}")
-        if not self.namespace or not self.namespace.strip():
-            raise InputError("namespace is empty: name whose memory this is (e.g. a user id)")
-        for name in ("k_r", "k_m", "token_budget", "working_size", "episode_max_turns"):
-            if int(getattr(self, name)) < (0 if name == "k_r" else 1):
-                raise InputError(f"{name} must be a positive number, got {getattr(self, name)!r}")
+        if not self.data_dir.strip():
+            raise ConfigError("setting data_dir is empty: name the memory folder (e.g. data_dir='.strata')")
+        for name, (least, most) in _RANGES.items():
+            number = getattr(self, name)
+            if not least <= number <= most:
+                bound = f"at least {least}" if most == _NO_LIMIT else f"from {least} to {most}"
+                raise ConfigError(f"setting {name} must be {bound}, got {number!r}")
         self._check_wire()
         unknown = set(self.kinds()) - {"raw", "fact", "episode", "summary"}
         if unknown or not self.kinds():
@@ -201,17 +211,50 @@ class Context:
         return self.chat_model is None and self.model.strip().lower() in ("", "offline")
 
 
-def _coerce(value: str, default: object) -> object:
-    if isinstance(default, bool):
-        return value.strip().lower() in ("1", "true", "yes", "on")
-    if isinstance(default, float):
+_NO_LIMIT = 2**63
+# Least and most values of the numeric settings; a setting not listed takes any number of its type.
+_RANGES: dict[str, tuple[int, int]] = {
+    "k_r": (0, _NO_LIMIT), "k_m": (1, _NO_LIMIT), "token_budget": (1, _NO_LIMIT), "working_size": (1, _NO_LIMIT),
+    "episode_max_turns": (1, _NO_LIMIT), "chroma_port": (1, 65535),
+}  # fmt: skip
+_KIND_WORDS = {int: "a whole number", float: "a number", bool: "true or false", str: "text"}
+
+
+@lru_cache(maxsize=1)
+def _field_types() -> dict[str, Any]:
+    """The settings' declared types (the module uses postponed annotations)."""
+    return get_type_hints(Context)
+
+
+@lru_cache(maxsize=32)
+def _adapter(kind: Any) -> TypeAdapter[Any]:
+    return TypeAdapter(kind)
+
+
+def _setting(name: str, value: object, kind: Any, source: str) -> object:
+    """One setting checked against its declared type (pydantic), as a one-line `ConfigError` when wrong.
+
+    Text from the environment or a form is converted ('3' -> 3, 'true' -> True); a number is never text,
+    a flag is never a number, and a path object is its path.
+    """
+    if kind is str and isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    wrong = isinstance(value, bool) and kind in (int, float)
+    if not wrong:
         try:
-            return float(value)
-        except ValueError as exc:
-            raise InputError(f"environment setting {value!r} is not a number") from exc
-    if isinstance(default, int):
-        try:
-            return int(value)
-        except ValueError as exc:
-            raise InputError(f"environment setting {value!r} is not a whole number") from exc
-    return value
+            return _adapter(kind).validate_python(value)
+        except ValidationError:
+            pass
+    default = next(f.default for f in fields(Context) if f.name == name)
+    what = _KIND_WORDS.get(kind, f"one of {', '.join(map(str, get_args(kind)))}" if get_args(kind) else str(kind))
+    raise ConfigError(f"{source} must be {what}, got {_shown(value)}: e.g. {name}={default!r}")
+
+
+def _shown(value: object, width: int = 60) -> str:
+    """A value as one short line, for error messages (never fails, never spans lines)."""
+    try:
+        text = reprlib.repr(value)
+    except Exception:
+        text = f"a {type(value).__name__}"
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 3] + "..."

@@ -146,7 +146,7 @@ def validate_turns(items: list[Any], default_speaker: str = "user") -> list[Turn
             elif isinstance(item, str):
                 turns.append(Turn(speaker=default_speaker, text=item))
             elif isinstance(item, dict):
-                turns.append(Turn.model_validate({"speaker": default_speaker, **item}))
+                turns.append(Turn.model_validate({"speaker": default_speaker} | item))  # keys of any type
             else:
                 raise InputError(f"turn {n} is a {type(item).__name__}: give a string or {{'speaker', 'text'}}")
         except ValidationError as exc:

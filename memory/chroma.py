@@ -7,15 +7,20 @@ dropped whole.
 
 from __future__ import annotations
 
+import atexit
 import hashlib
+import os
 import re
+import shutil
+import tempfile
 import threading
+from pathlib import Path
 from typing import Any
 
 from strata.memory.errors import ConfigError
 from strata.memory.locks import hold_folder, release_folder
 from strata.memory.records import Kind
-from strata.memory.settings import StoreSettings
+from strata.memory.settings import StoreSettings, folder_is_read_only
 
 _CLIENTS: dict[StoreSettings, Any] = {}
 _LOCK = threading.Lock()
@@ -71,6 +76,8 @@ def _connect(settings: StoreSettings) -> Any:
         return client
     path = settings.chroma_path
     hold_folder(path)  # one process at a time: another one's index of the folder would go stale
+    if folder_is_read_only(path.parent):
+        path = _private_copy(path)
     try:
         path.mkdir(parents=True, exist_ok=True)
         return chromadb.PersistentClient(path=str(path), settings=chroma_settings)
@@ -80,6 +87,25 @@ def _connect(settings: StoreSettings) -> Any:
             f"cannot open the memory folder {path} ({type(exc).__name__}: {str(exc)[:100]}): "
             "check data_dir (STRATA_DATA_DIR) points to a writable folder"
         ) from exc
+
+
+def _private_copy(path: Path) -> Path:
+    """A read-only memory folder is read from a private copy of its Chroma folder: Chroma's embedded
+    engine writes to its files even to read them. The copy is removed when the process ends; writes
+    never reach it, since the ledger refuses them first (`Ledger.check_writable`)."""
+    if not path.is_dir():
+        raise ConfigError(
+            f"the memory folder {path.parent} is read-only and holds no memory yet: point data_dir at a "
+            "folder you can write, or at a copy of a memory"
+        )
+    copy = Path(tempfile.mkdtemp(prefix="strata-read-only-")) / "chroma"
+    atexit.register(shutil.rmtree, copy.parent, True)
+    shutil.copytree(path, copy, copy_function=shutil.copyfile)
+    for folder, _, files in os.walk(copy):  # the copy is ours to write, whatever the original's modes
+        os.chmod(folder, 0o700)
+        for name in files:
+            os.chmod(os.path.join(folder, name), 0o600)
+    return copy
 
 
 def get_collection(client: Any, namespace: str, kind: Kind) -> Any:

@@ -18,7 +18,8 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from pathlib import Path
 
-from strata.memory.ledger_sql import Backend, Session, SqliteBackend, immediate_transaction
+from strata.memory.errors import ConfigError
+from strata.memory.ledger_sql import Backend, Session, SqliteBackend, immediate_transaction, read_only_message
 from strata.memory.records import Action, Change, Link, LinkType, Status
 
 __all__ = ["Ledger", "immediate_transaction", "open_ledger"]
@@ -44,7 +45,9 @@ class Ledger:
         return self.backend.where
 
     def transaction(self) -> AbstractContextManager[Session]:
-        """All-or-nothing block: a failure inside rolls every statement back; nested blocks join it."""
+        """All-or-nothing block: a failure inside rolls every statement back; nested blocks join it.
+        Every write comes here."""
+        self.check_writable()
         return self.backend.transaction()
 
     def _read(self) -> AbstractContextManager[Session]:
@@ -53,6 +56,16 @@ class Ledger:
     def namespace_lock(self, namespace: str) -> AbstractContextManager[None]:
         """Serialise the writers of one namespace (across processes when the database is shared)."""
         return self.backend.namespace_lock(namespace)
+
+    @property
+    def read_only(self) -> bool:
+        """True for a ledger in a folder this process may read but not write."""
+        return bool(getattr(self.backend, "read_only", False))
+
+    def check_writable(self) -> None:
+        """A one-line `ConfigError` before any write to a read-only memory folder (reading it still works)."""
+        if self.read_only:
+            raise ConfigError(read_only_message(Path(self.where).parent))
 
     def close(self) -> None:
         self.backend.close()

@@ -19,6 +19,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
+from strata.memory.errors import ConfigError
+from strata.memory.settings import folder_is_read_only
+
 SCHEMA_VERSION = 2
 # The tables as of SCHEMA_VERSION; `{id}` is the dialect's auto-increment key.
 _TABLES = (
@@ -151,19 +154,30 @@ class SqliteBackend:
     dialect = "sqlite"
 
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
         self.where = str(path)
-        self._conn = _connect(path)
         self._lock = threading.RLock()
         self._local = threading.local()
-        with self.transaction() as session:
-            migrate(self, session, "INTEGER PRIMARY KEY AUTOINCREMENT")
-        self._reader = _connect(path)
         self._read_lock = threading.Lock()
+        self.read_only = folder_is_read_only(path.parent)  # creates the folder; a file in its place is refused
+        if self.read_only:
+            self._conn = self._reader = _open_read_only(path)
+            return
+        try:
+            self._conn = _connect(path)
+            with self.transaction() as session:
+                migrate(self, session, "INTEGER PRIMARY KEY AUTOINCREMENT")
+        except sqlite3.DatabaseError as exc:
+            raise ConfigError(
+                f"cannot open the ledger {path} ({exc}): the memory folder holds another file under its name; "
+                "point data_dir at another folder"
+            ) from None
+        self._reader = _connect(path)
 
     @contextmanager
     def transaction(self) -> Iterator[Session]:
         """BEGIN IMMEDIATE ... COMMIT; a transaction opened inside another joins it."""
+        if self.read_only:
+            raise ConfigError(read_only_message(Path(self.where).parent))
         with self._lock:
             if getattr(self._local, "depth", 0):
                 self._local.depth += 1
@@ -197,6 +211,31 @@ class SqliteBackend:
         with self._lock, self._read_lock:
             self._conn.close()
             self._reader.close()
+
+
+def read_only_message(folder: Path) -> str:
+    return (
+        f"the memory folder {folder} is read-only: reading works, but storing, changing or undoing needs write "
+        "access (make it writable, or copy it and point data_dir at the copy)"
+    )
+
+
+def _open_read_only(path: Path) -> sqlite3.Connection:
+    """The ledger of a read-only folder, opened for reading: through its write-ahead log when that can be
+    read, else as an immutable file (no writer can exist when nobody may write)."""
+    if not path.is_file():
+        raise ConfigError(
+            f"the memory folder {path.parent} is read-only and holds no memory yet: point data_dir at a "
+            "folder you can write, or at a copy of a memory"
+        )
+    for options in ("mode=ro", "mode=ro&immutable=1"):
+        conn = sqlite3.connect(f"{path.as_uri()}?{options}", uri=True, check_same_thread=False, isolation_level=None)
+        try:
+            conn.execute("SELECT count(*) FROM history").fetchone()
+            return conn
+        except sqlite3.Error:
+            conn.close()
+    raise ConfigError(f"cannot read the ledger {path}: the memory folder is read-only and the file is not a ledger")
 
 
 def _connect(path: Path) -> sqlite3.Connection:

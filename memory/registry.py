@@ -11,6 +11,7 @@ import threading
 from strata.memory.chroma import forget_client
 from strata.memory.ledger import Ledger, open_ledger
 from strata.memory.locks import location_of
+from strata.memory.namespaces import check_namespace
 from strata.memory.settings import StoreSettings
 from strata.memory.store import MemoryStore
 
@@ -21,6 +22,7 @@ _LOCK = threading.Lock()
 
 def open_store(settings: StoreSettings, namespace: str) -> MemoryStore:
     """The memory of `namespace` under `settings`, opened once per process."""
+    check_namespace(namespace)
     key = (settings, namespace)
     with _LOCK:
         store = _STORES.get(key)

@@ -11,8 +11,10 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 from strata.memory.embeddings import DEFAULT_EMBEDDER
+from strata.memory.errors import ConfigError
 
 DEFAULT_DATA_DIR = ".strata"
+LEDGER_NAME = "ledger.sqlite3"
 
 
 class StoreSettings(BaseModel):
@@ -34,7 +36,7 @@ class StoreSettings(BaseModel):
 
     @property
     def ledger_path(self) -> Path:
-        return Path(self.data_dir).expanduser() / "ledger.sqlite3"
+        return Path(self.data_dir).expanduser() / LEDGER_NAME
 
     @property
     def chroma_path(self) -> Path:
@@ -51,3 +53,20 @@ def env_default(name: str, fallback: str | None = None) -> str | None:
     """A `STRATA_<NAME>` environment variable, or the fallback."""
     value = os.environ.get(f"STRATA_{name.upper()}")
     return value if value not in (None, "") else fallback
+
+
+def folder_is_read_only(folder: Path) -> bool:
+    """True when the memory folder exists but this process may not write in it (a read-only mount,
+    permissions); creates the folder when it does not exist. An unusable path is a `ConfigError`."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        reason = "a file is in the way" if isinstance(exc, FileExistsError | NotADirectoryError) else exc.strerror
+        if not folder.is_dir():
+            raise ConfigError(
+                f"cannot use {folder} as the memory folder ({reason}): point data_dir (STRATA_DATA_DIR) at a folder"
+            ) from None
+    if not folder.is_dir():
+        raise ConfigError(f"the memory folder {folder} is a file: point data_dir (STRATA_DATA_DIR) at a folder")
+    ledger = folder / LEDGER_NAME
+    return not os.access(folder, os.W_OK) or (ledger.exists() and not os.access(ledger, os.W_OK))

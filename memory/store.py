@@ -132,6 +132,11 @@ class MemoryStore:
             return collection
 
     @property
+    def read_only(self) -> bool:
+        """True for a memory folder this process may read but not write: every write is refused."""
+        return self.ledger.read_only
+
+    @property
     def embedder(self) -> CachedEmbedder:
         """Loaded on first use: stats, history and undo never need it."""
         return get_embedder(self.settings.embedder)
@@ -227,6 +232,7 @@ class MemoryStore:
     # writing -----------------------------------------------------------
     def add(self, records: Sequence[Record], vectors: np.ndarray | None = None) -> None:
         """Insert or replace records of any kinds (embedding their core text)."""
+        self.ledger.check_writable()
         if not records:
             return
         if vectors is None:
@@ -352,6 +358,7 @@ class MemoryStore:
         fields: dict[str, str] | None = None, follows: int | None = None,
     ) -> Change:
         """Replace a record's text (and its subject/attribute/value); the old ones go to history first."""
+        self.ledger.check_writable()
         with self._write_lock:  # read and rewrite as one step: a concurrent edit cannot slip in between
             record = self.get_one(record_id)
             old_fields = {name: getattr(record, name) for name in _FACT_FIELDS}
@@ -368,6 +375,7 @@ class MemoryStore:
 
     def delete(self, record_id: str, reason: str, policy: str = "offline", follows: int | None = None) -> Change:
         """Tombstone a record: hidden from search, kept until purged on purpose."""
+        self.ledger.check_writable()
         with self._write_lock:
             record = self.get_one(record_id)
             change = Change(
@@ -401,6 +409,7 @@ class MemoryStore:
         self, old_id: str, new_id: str, reason: str, policy: str = "offline", follows: int | None = None
     ) -> Change:
         """Mark an old record as replaced by a newer one, with a supersedes link."""
+        self.ledger.check_writable()
         with self._write_lock:
             record = self.get_one(old_id)
             change = Change(
@@ -430,6 +439,7 @@ class MemoryStore:
         is in force would restore a value the record no longer holds and write a history the
         record never went through, so it is refused with the change to undo first.
         """
+        self.ledger.check_writable()
         with self._write_lock:
             return self._undo(change_id)
 
@@ -499,6 +509,7 @@ class MemoryStore:
 
     def record_noop(self, record_id: str, kind: Kind, reason: str, policy: str) -> Change:
         """Note that the refresher looked at a conflict and chose to leave it."""
+        self.ledger.check_writable()
         change = Change(
             namespace=self.namespace, record_id=record_id, kind=kind, action=Action.NOOP, reason=reason, policy=policy
         )
@@ -506,6 +517,7 @@ class MemoryStore:
 
     def purge(self) -> int:
         """Remove tombstoned records for good (on purpose only)."""
+        self.ledger.check_writable()
         self.flush()
         removed = 0
         for kind in KINDS:
@@ -526,6 +538,7 @@ class MemoryStore:
 
     # links and working memory ------------------------------------------
     def link(self, links: Iterable[Link]) -> int:
+        self.ledger.check_writable()
         return self.ledger.add_links(links)
 
     def neighbours(self, ids: Iterable[str], types: Iterable[LinkType] | None = None) -> list[str]:
@@ -544,6 +557,7 @@ class MemoryStore:
         return found
 
     def push_working(self, speaker: str, dia_id: str, text: str, time: datetime | None, size: int) -> None:
+        self.ledger.check_writable()
         self.ledger.push_working(self.namespace, speaker, dia_id, text, time, size)
 
     def working(self) -> list[dict[str, str]]:
@@ -638,6 +652,7 @@ class MemoryStore:
 
     def drop(self) -> None:
         """Delete this namespace entirely (collections, links, history); it can be written again at once."""
+        self.ledger.check_writable()
         with self._write_lock, self._lock:
             existing = {c.name for c in self._client.list_collections()}
             for kind in KINDS:

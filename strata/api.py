@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, fields
-from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from strata.graph.context import Context
 from strata.graph.graph import graph
@@ -25,6 +24,7 @@ from strata.memory.registry import drop_namespace, open_store
 from strata.memory.store import MemoryStore
 
 TurnLike = Turn | dict[str, Any] | str
+_Arguments = TypeVar("_Arguments", bound=BaseModel)
 
 
 class Answer(BaseModel):
@@ -63,8 +63,6 @@ class Memory:
         unknown = set(settings) - known
         if unknown:
             raise InputError(f"unknown setting(s) {', '.join(sorted(unknown))}: use some of {', '.join(sorted(known))}")
-        if "data_dir" in settings:
-            settings["data_dir"] = str(Path(settings["data_dir"]).expanduser())
         self._settings = settings
         self.namespace = namespace
         # validate settings now, not at the first call; STRATA_NAMESPACE fills in for the default namespace
@@ -129,26 +127,32 @@ class Memory:
 
     def chat(self, text: str, speaker: str = "user") -> Answer:
         """Store a turn and answer it."""
+        if not isinstance(text, str | bytes | bytearray):
+            raise InputError(f"chat takes the turn as text, not {type(text).__name__}: e.g. memory.chat('I am Ann')")
         batch = _as_turns(text, speaker)
         result = self._run("chat", {"turns": batch})
-        return _answer_from(text, result)
+        return _answer_from(batch[-1].text, result)
 
     def _answer(self, mode: str, question: str) -> Answer:
-        if not isinstance(question, str) or not question.strip():
+        question = _text(question, "the question")
+        if not question.strip():
             raise InputError("the question is empty: ask something, e.g. memory.ask('Where does Ann live?')")
         return _answer_from(question, self._run(mode, {"question": question}))
 
     # history -----------------------------------------------------------
     def history(self, record_id: str | None = None, limit: int = 50) -> list[Change]:
         """Changes made to memory, newest first (every one can be undone)."""
-        return self.store.history(record_id, limit)
+        query = _checked(_HistoryQuery, record_id=record_id, limit=limit)
+        return self.store.history(query.record_id, query.limit)
 
     def undo(self, change_id: int | None = None) -> Change:
         """Reverse a change (the latest when no id is given)."""
-        return self.store.undo(change_id)
+        return self.store.undo(_checked(_UndoRequest, change_id=change_id).change_id)
 
     def get(self, ids: Iterable[str]) -> list[Record]:
-        return self.store.get(ids)
+        if isinstance(ids, str | bytes) or not isinstance(ids, Iterable):
+            raise InputError(f"get takes a list of record ids, not {type(ids).__name__}: e.g. ['raw:D1:3']")
+        return self.store.get(_checked(_Ids, ids=list(ids)).ids)
 
     def stats(self) -> dict[str, Any]:
         return self.store.stats()
@@ -180,8 +184,67 @@ def _plain(result: Any) -> dict[str, Any]:
     return asdict(result)
 
 
+class _HistoryQuery(BaseModel):
+    """Arguments of `Memory.history`."""
+
+    model_config = ConfigDict(strict=True)
+
+    record_id: str | None = Field(None, description="Only the changes of this record, e.g. fact:D1:3:0.")
+    limit: int = Field(50, ge=1, description="At most this many changes.")
+
+
+class _UndoRequest(BaseModel):
+    """Arguments of `Memory.undo`."""
+
+    model_config = ConfigDict(strict=True)
+
+    change_id: int | None = Field(None, ge=1, description="The change to reverse; the latest when None.")
+
+
+class _Ids(BaseModel):
+    """Arguments of `Memory.get`."""
+
+    model_config = ConfigDict(strict=True)
+
+    ids: list[str]
+
+
+def _checked(model: type[_Arguments], **arguments: object) -> _Arguments:
+    """The arguments as `model`, or an `InputError` of one line naming the first wrong one."""
+    try:
+        return model.model_validate(arguments)
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ())) or "argument"
+        got = type(first.get("input")).__name__
+        raise InputError(f"{where}: {first.get('msg', 'invalid')} (got a {got})") from None
+
+
+def _text(value: object, what: str) -> str:
+    """Text as given, UTF-8 bytes decoded; anything else is an `InputError` (never its repr)."""
+    if isinstance(value, bytes | bytearray):
+        try:
+            return bytes(value).decode("utf-8")
+        except UnicodeDecodeError:
+            raise InputError(f"{what} is bytes that are not UTF-8: decode it to text first") from None
+    if not isinstance(value, str):
+        raise InputError(f"{what} must be text, not {type(value).__name__}")
+    return value
+
+
 def _as_turns(turns: TurnLike | Sequence[TurnLike], speaker: str) -> list[Turn]:
-    items = [turns] if isinstance(turns, (str, dict, Turn)) else list(turns)
+    if isinstance(turns, bytes | bytearray):
+        turns = _text(turns, "the turn")
+    if isinstance(turns, str | dict | Turn):
+        items: list[Any] = [turns]
+    elif isinstance(turns, list | tuple):
+        items = list(turns)
+    else:
+        raise InputError(
+            f"turns must be a string, a {{'speaker', 'text'}} dict or a list of them, not {type(turns).__name__}"
+        )
+    items = [_text(item, f"turn {n}") if isinstance(item, bytes | bytearray) else item
+             for n, item in enumerate(items, start=1)]
     batch = validate_turns(items, speaker)
     if not batch:
         raise InputError("no turns given: pass a string or a list of {'speaker', 'text'}")

@@ -129,7 +129,11 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _memory(args: argparse.Namespace, namespace: str | None = None, **overrides: Any) -> Memory:
-    return Memory(namespace or args.namespace or "default", **{**_settings(args), **overrides})
+    """The memory the options name; an empty --namespace is refused, never read as the default one."""
+    chosen = namespace if namespace is not None else args.namespace
+    if chosen is None:
+        return Memory(**{**_settings(args), **overrides})  # STRATA_NAMESPACE, then 'default'
+    return Memory(chosen, **{**_settings(args), **overrides})
 
 
 def _where(memory: Memory) -> str:
@@ -193,11 +197,14 @@ def _ingest(args: argparse.Namespace) -> int:
     conversations = load_conversations(args.file)  # validates the whole file before anything is written
     select_sessions(conversations[0], args.limit_sessions)  # a bad --limit-sessions fails before writing
     base = _memory(args).context("ingest").namespace
+    # a benchmark file holds several conversations: each gets its own namespace under the given one,
+    # all checked before anything is written
+    memories = [
+        _memory(args, base if len(conversations) == 1 else f"{base}/{conversation.conversation_id}")
+        for conversation in conversations
+    ]
     summaries = []
-    for conversation in conversations:
-        # a benchmark file holds several conversations: each gets its own namespace under the given one
-        namespace = base if len(conversations) == 1 else f"{base}/{conversation.conversation_id}"
-        memory = _memory(args, namespace)
+    for conversation, memory in zip(conversations, memories, strict=True):
         total = sum(len(s.turns) for s in select_sessions(conversation, args.limit_sessions))
         with _progress(total, conversation.conversation_id) as tick:
             summary = ingest_conversation(memory, conversation, args.limit_sessions, on_turn=tick)
@@ -321,7 +328,7 @@ def _demo(args: argparse.Namespace) -> int:
     questions = load_questions(file)
     # offline unless a model is named on the command line (STRATA_MODEL does not switch the demo online)
     overrides = {"model": args.model or "offline"}
-    namespace = args.namespace or "demo"
+    namespace = "demo" if args.namespace is None else args.namespace
     print(f"demo: {file} ({conversation.turn_count()} turns in {len(conversation.sessions)} sessions, "
           f"{len(questions)} gold questions), model: {overrides['model']}")
     if args.data_dir:

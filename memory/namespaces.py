@@ -1,0 +1,45 @@
+"""What a namespace may be called, and how the name maps to storage.
+
+A namespace says whose memory a run reads and writes: a user id, an agent, a
+conversation. The rule, checked wherever a namespace enters (the runtime
+context, hence the API, the CLI, Studio and the server, and the store registry):
+
+- 1 to `MAX_LENGTH` characters;
+- one or more labels joined by "/" (`users/ann`: the LangGraph store's namespace
+  tuples and a multi-conversation ingest use it);
+- a label is letters or digits of any script, or `_ - . @ +`, and is not `.` or `..`;
+- nothing else: no spaces, control characters, NUL bytes or backslashes.
+
+The name never becomes a path. Its four Chroma collections are
+`strata-<slug>-<digest>-<kind>` (`memory/chroma.py`): the slug keeps up to 40 ASCII letters and digits
+(other runs of characters become one "-") so a listing stays readable, and the
+digest is the first 8 hex digits of the name's SHA-1, so two names never share
+a collection. In the ledger the namespace is a column value, as given.
+"""
+
+from __future__ import annotations
+
+from strata.memory.errors import InputError
+
+MAX_LENGTH = 128  # well above any user or conversation id; Chroma names stay short whatever the length
+SEPARATOR = "/"
+_LABEL_MARKS = frozenset("_-.@+")
+_RULE = "letters, digits and _ - . @ +, labels joined by '/', at most 128 characters (e.g. 'ann' or 'users/ann')"
+
+
+def check_namespace(value: object) -> str:
+    """The namespace itself when it follows the rule; an `InputError` of one line otherwise."""
+    if not isinstance(value, str):
+        raise InputError(f"the namespace must be text, not {type(value).__name__}: use {_RULE}")
+    if not value:
+        raise InputError(f"the namespace is empty: name whose memory this is, with {_RULE}")
+    if len(value) > MAX_LENGTH:
+        raise InputError(f"the namespace has {len(value)} characters: use {_RULE}")
+    for label in value.split(SEPARATOR):
+        if label in ("", ".", ".."):
+            raise InputError(f"the namespace {value[:60]!r} has an empty, '.' or '..' label: use {_RULE}")
+        bad = next((c for c in label if not (c.isalnum() or c in _LABEL_MARKS)), None)
+        if bad is not None:
+            raise InputError(f"the namespace {value[:60]!r} contains {bad!r}: use {_RULE}")
+    return value
+

@@ -1,0 +1,221 @@
+"""What a caller of the Python API sends: wrong types, wrong settings, unusable folders, bad namespaces.
+
+Each case must end in the project's own error (a `StrataError`) whose message is
+one line, never a raw `TypeError` or `ValidationError`, and must leave what is
+stored as it was. A read-only memory folder can still be read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from strata.graph.context import Context
+from strata.memory.errors import ConfigError, InputError, StrataError
+from strata.memory.namespaces import check_namespace
+
+from strata.api import Memory
+from strata.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def memory(tmp_path_factory: pytest.TempPathFactory) -> Memory:
+    """One small stored conversation the cases below must not disturb."""
+    memory = Memory("ann", data_dir=str(tmp_path_factory.mktemp("api") / "mem"))
+    memory.add([
+        {"speaker": "Ann", "text": "I live in Boston.", "dia_id": "D1:1", "time": "2023-05-01T10:00:00"},
+        {"speaker": "Bo", "text": "I adopted a puppy named Rex.", "dia_id": "D1:2", "time": "2023-05-01T10:01:00"},
+    ])
+    return memory
+
+
+def snapshot(memory: Memory) -> tuple[Any, ...]:
+    store = memory.store
+    records = tuple(sorted((r.id, r.text, r.status.value) for k in ("raw", "fact") for r in store.all(k, True)))
+    return records, len(memory.history(limit=1000)), memory.stats()["links"]
+
+
+def one_line(error: pytest.ExceptionInfo[StrataError]) -> str:
+    message = str(error.value)
+    assert isinstance(error.value, StrataError)
+    assert message and "\n" not in message and len(message) < 300, message
+    return message
+
+
+@pytest.mark.parametrize(
+    ("call", "words"),
+    [
+        (lambda m: m.add(None), "not NoneType"),
+        (lambda m: m.add(123), "not int"),
+        (lambda m: m.add([None]), "turn 1 is a NoneType"),
+        (lambda m: m.add({1: "x"}), "turn 1"),
+        (lambda m: m.add(b"\xff\xfe"), "not UTF-8"),
+        (lambda m: m.add("hi", speaker=None), "speaker"),
+        (lambda m: m.chat(None), "not NoneType"),
+        (lambda m: m.chat(["a", "b"]), "not list"),
+        (lambda m: m.ask(None), "must be text"),
+        (lambda m: m.ask(42), "must be text"),
+        (lambda m: m.retrieve(b"\x80"), "not UTF-8"),
+        (lambda m: m.history(limit="many"), "limit"),
+        (lambda m: m.history(limit=0), "limit"),
+        (lambda m: m.history(record_id=5), "record_id"),
+        (lambda m: m.undo("last"), "change_id"),
+        (lambda m: m.undo(10**6), "change"),
+        (lambda m: m.get("raw:D1:1"), "list of record ids"),
+        (lambda m: m.get([1]), "ids"),
+    ],
+)
+def test_wrong_arguments_are_one_line_errors_and_change_nothing(memory: Memory, call: Any, words: str) -> None:
+    before = snapshot(memory)
+    with pytest.raises(StrataError) as error:
+        call(memory)
+    assert words in one_line(error)
+    assert snapshot(memory) == before
+
+
+def test_bytes_are_decoded_never_stored_as_their_repr(memory: Memory) -> None:
+    report = memory.add(b"I bought a blue bicycle.", speaker="Ann")
+    stored = memory.get([i for i in report.stored_ids if i.startswith("raw:")])[0]
+    assert stored.text == "I bought a blue bicycle."
+    report = memory.add({"speaker": "Ann", "text": b"I sold my old car."})
+    assert memory.get([report.stored_ids[0]])[0].text == "I sold my old car."
+    assert "b'" not in "".join(r.text for r in memory.store.all("raw"))
+
+
+@pytest.mark.parametrize(
+    ("settings", "error", "words"),
+    [
+        ({"namespace": 5}, InputError, "namespace must be text"),
+        ({"k_r": "abc"}, ConfigError, "k_r must be a whole number"),
+        ({"k_r": True}, ConfigError, "k_r must be a whole number"),
+        ({"k_r": -1}, ConfigError, "k_r must be at least 0"),
+        ({"token_budget": None}, ConfigError, "token_budget must be a whole number"),
+        ({"chroma_port": "abc"}, ConfigError, "chroma_port must be a whole number"),
+        ({"chroma_port": 99999}, ConfigError, "chroma_port must be from 1 to 65535"),
+        ({"data_dir": None}, ConfigError, "data_dir must be text"),
+        ({"data_dir": ""}, ConfigError, "data_dir is empty"),
+        ({"temperature": "hot"}, ConfigError, "temperature must be a number"),
+        ({"refresher": "maybe"}, ConfigError, "refresher must be true or false"),
+        ({"granularities": "raw,everything"}, InputError, "granularities"),
+        ({"colour": "blue"}, InputError, "unknown setting"),
+    ],
+)
+def test_wrong_settings_are_one_line_errors(tmp_path: Path, settings: dict[str, Any], error: type, words: str) -> None:
+    settings = {"data_dir": str(tmp_path), **settings}
+    namespace = settings.pop("namespace", "ann")
+    with pytest.raises(error) as caught:
+        Memory(namespace, **settings)
+    assert words in one_line(caught)
+
+
+def test_settings_from_text_are_converted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    memory = Memory("ann", data_dir=tmp_path, k_r="3", refresher="false")  # a Path and strings, as a form sends
+    context = memory.context("ask")
+    assert (context.k_r, context.refresher, context.data_dir) == (3, False, str(tmp_path))
+    monkeypatch.setenv("STRATA_K_M", "lots")
+    with pytest.raises(ConfigError) as caught:
+        Context(namespace="ann")
+    assert "STRATA_K_M must be a whole number" in one_line(caught)
+
+
+@pytest.mark.parametrize(
+    ("namespace", "words"),
+    [
+        ("../../etc", "'..' label"),
+        ("a\x00b", "contains '\\x00'"),
+        ("x" * 300, "300 characters"),
+        ("", "namespace is empty"),
+        ("ann smith", "contains ' '"),
+        ("/ann", "empty"),
+        ("a\\b", "contains"),
+    ],
+)
+def test_namespaces_outside_the_rule_are_refused(tmp_path: Path, namespace: str, words: str) -> None:
+    with pytest.raises(InputError) as caught:
+        Memory(namespace, data_dir=str(tmp_path))
+    assert words in one_line(caught)
+    assert not (tmp_path / "ledger.sqlite3").exists()
+
+
+@pytest.mark.parametrize("namespace", ["ann", "users/ann", "conv-26", "ann@example.com", "José", "a.b_c+d", "x" * 128])
+def test_namespaces_inside_the_rule_are_kept_as_given(namespace: str) -> None:
+    assert check_namespace(namespace) == namespace
+
+
+def test_a_data_folder_that_is_a_file(tmp_path: Path) -> None:
+    file = tmp_path / "memory.txt"
+    file.write_text("not a folder")
+    for folder in (file, file / "inside"):
+        with pytest.raises(ConfigError) as caught:
+            Memory("ann", data_dir=str(folder)).stats()
+        assert "point data_dir" in one_line(caught)
+    assert file.read_text() == "not a folder"
+
+
+def test_cli_refuses_an_empty_namespace_and_a_bad_port(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for argv in (["--namespace", "", "stats"], ["--chroma-host", "127.0.0.1", "--chroma-port", "99999", "stats"],
+                 ["--namespace", "../x", "stats"]):
+        assert main(["--data-dir", str(tmp_path / "mem"), *argv]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("strata: error:"), err
+    assert not (tmp_path / "mem").exists(), "a refused command must not create the memory folder"
+
+
+# --- a read-only memory folder ----------------------------------------------------------------
+READER = """
+import json, sys
+from strata import Memory, StrataError
+memory = Memory("ann", data_dir=sys.argv[1])
+out = {"stats": memory.stats()["raw"], "history": len(memory.history()),
+       "ask": memory.ask("Where does Ann live?").answer, "retrieve": len(memory.retrieve("What is Rex?").evidence)}
+for name, write in (("add", lambda: memory.add("I moved to Denver.", speaker="Ann")), ("undo", memory.undo)):
+    try:
+        write()
+        out[name] = "stored"
+    except StrataError as error:
+        out[name] = str(error)
+print(json.dumps(out))
+"""
+
+
+def read_only_run(folder: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """Run READER on `folder` made read-only: a read-only bind mount for root (whom permissions do not
+    stop), the folder's write permissions removed for anyone else."""
+    command = [sys.executable, "-c", READER, str(folder)]
+    if os.geteuid() != 0:
+        for path in [folder, *folder.rglob("*")]:
+            path.chmod(path.stat().st_mode & ~0o222)
+        return subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    if shutil.which("unshare") is None:
+        pytest.skip("running as root without unshare: cannot make a folder read-only")
+    script = 'mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" && exec "$@"'  # $0 is the folder
+    wrapped = ["unshare", "-m", "--propagation", "private", "sh", "-c", script, str(folder), *command]
+    result = subprocess.run(wrapped, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    if "mount:" in result.stderr or "unshare:" in result.stderr:
+        pytest.skip(f"cannot make a read-only mount here: {result.stderr.strip()[:100]}")
+    return result
+
+
+def test_a_read_only_folder_is_read_and_refuses_writes_in_one_line(
+    memory: Memory, tmp_path: Path, offline_env: dict[str, str]
+) -> None:
+    folder = tmp_path / "copy"
+    shutil.copytree(memory.context("ask").data_dir, folder)
+    before = sorted(p.name for p in folder.rglob("*"))
+    result = read_only_run(folder, {**offline_env, "PYTHONPATH": str(REPO)})
+    assert result.returncode == 0, result.stderr[-2000:]
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    assert out["stats"]["active"] >= 2 and out["ask"] == "Boston" and out["retrieve"] >= 1
+    for name in ("add", "undo"):
+        assert "read-only" in out[name] and "\n" not in out[name], out[name]
+    assert sorted(p.name for p in folder.rglob("*")) == before
