@@ -119,8 +119,9 @@ def _intake(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     store = store_of(runtime)
     turns = [*state.turns]
     if cursor == 0:
+        checked = validate_turns(turns, max_chars=runtime.context.max_turn_chars)  # all, before any write
         store.flush()  # what an earlier run derived but did not write (it stopped mid-batch)
-        turns = _with_ids(store, validate_turns(turns))
+        turns = _with_ids(store, checked)
         _prefetch(store, turns, chat_model(runtime.context) is None)
         _write_ahead(store, turns)
     turn = turns[cursor]

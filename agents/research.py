@@ -544,6 +544,12 @@ def input_of(state: State, context: Context) -> tuple[str, str, set[str]]:
         turn = state.turns[state.cursor]
         return turn.text, turn.speaker, {f"raw:{turn.dia_id}"} if turn.dia_id else set()
     if state.question.strip():
+        if len(state.question) > context.max_question_chars:
+            raise InputError(
+                f"the question has {len(state.question):,} characters, more than max_question_chars="
+                f"{context.max_question_chars:,}: ask something shorter, or raise max_question_chars "
+                "(STRATA_MAX_QUESTION_CHARS)"
+            )
         return state.question.strip(), "", set()
     if state.turns:
         return state.turns[-1].text, state.turns[-1].speaker, set()

@@ -118,6 +118,16 @@ class Context:
     episode_max_turns: int = field(
         default=16, metadata={"description": "An episode closes after this many turns even without a topic shift."}
     )
+    max_turn_chars: int = field(
+        default=32_000,
+        metadata={
+            "description": "Longest turn stored, in characters (about 5,000 words); a longer one is refused "
+            "before anything is written: split it into several turns."
+        },
+    )
+    max_question_chars: int = field(
+        default=8_000, metadata={"description": "Longest question asked, in characters; a longer one is refused."}
+    )
     refresher: bool = field(
         default=True, metadata={"description": "Let the Judge call the Refresher on conflicts (off for ablations)."}
     )
@@ -215,7 +225,8 @@ _NO_LIMIT = 2**63
 # Least and most values of the numeric settings; a setting not listed takes any number of its type.
 _RANGES: dict[str, tuple[int, int]] = {
     "k_r": (0, _NO_LIMIT), "k_m": (1, _NO_LIMIT), "token_budget": (1, _NO_LIMIT), "working_size": (1, _NO_LIMIT),
-    "episode_max_turns": (1, _NO_LIMIT), "chroma_port": (1, 65535),
+    "episode_max_turns": (1, _NO_LIMIT), "chroma_port": (1, 65535), "max_turn_chars": (1, _NO_LIMIT),
+    "max_question_chars": (1, _NO_LIMIT),
 }  # fmt: skip
 _KIND_WORDS = {int: "a whole number", float: "a number", bool: "true or false", str: "text"}
 

@@ -136,8 +136,9 @@ def fresh_run() -> dict[str, object]:
     }
 
 
-def validate_turns(items: list[Any], default_speaker: str = "user") -> list[Turn]:
-    """Turns from Turn objects, dicts (server/Studio JSON) or strings, with one-line errors."""
+def validate_turns(items: list[Any], default_speaker: str = "user", max_chars: int | None = None) -> list[Turn]:
+    """Turns from Turn objects, dicts (server/Studio JSON) or strings, with one-line errors; with `max_chars`,
+    a turn longer than that is refused (the runtime context's `max_turn_chars`)."""
     turns: list[Turn] = []
     for n, item in enumerate(items, start=1):
         try:
@@ -154,4 +155,9 @@ def validate_turns(items: list[Any], default_speaker: str = "user") -> list[Turn
             where = ".".join(str(p) for p in first.get("loc", ())) or "turn"
             message = str(first.get("msg", "invalid")).removeprefix("Value error, ")
             raise InputError(f"turn {n}: {where}: {message}") from None
+        if max_chars is not None and len(turns[-1].text) > max_chars:
+            raise InputError(
+                f"turn {n} has {len(turns[-1].text):,} characters, more than max_turn_chars={max_chars:,}: split it "
+                "into shorter turns, or raise max_turn_chars (STRATA_MAX_TURN_CHARS)"
+            )
     return turns

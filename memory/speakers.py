@@ -10,6 +10,7 @@ done here with word lists and a tokenizer, no model.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 from strata.memory.entities import CHAT_WORDS, STOPWORDS, wordset
 
@@ -189,11 +190,22 @@ def _we_names(sentence: str, context: str, speaker: str, listener: str | None) -
     """
     if listener and _INCLUSIVE_WE.search(sentence):
         return f"{speaker} and {listener}", f"{speaker} and {listener}'s"
-    if _FAMILY_CUE.search(context):
+    circle = _circle_of(context)
+    if circle == "family":
         return f"{speaker}'s family", f"{speaker}'s"
-    if _FRIENDS_CUE.search(context):
+    if circle == "friends":
         return f"{speaker} and {speaker}'s friends", f"{speaker}'s"
     return f"{speaker} and others", f"{speaker}'s"
+
+
+@lru_cache(maxsize=8)
+def _circle_of(context: str) -> str:
+    """'family', 'friends' or '': the circle a turn mentions. Read once per turn, not once per sentence:
+    every sentence of a turn asks about the same whole turn, and searching it each time made the cost
+    of a turn grow with the square of its length."""
+    if _FAMILY_CUE.search(context):
+        return "family"
+    return "friends" if _FRIENDS_CUE.search(context) else ""
 
 
 def _capitalise_like(original: str, replacement: str) -> str:

@@ -1,0 +1,95 @@
+"""The cost of one big turn: time of one `Memory.add` by the turn's size, offline.
+
+A pasted document arrives as one turn. Its cost must grow linearly with its
+size, and a turn above `max_turn_chars` must be refused at once. For each size
+the script builds one turn from the speakers' own sentences in a LoCoMo
+conversation (dates, "we", "I", names, questions, as a real turn has), adds it
+to a fresh namespace and prints the seconds, the records derived from it, and
+seconds per KB (flat when the cost is linear).
+
+    .venv/bin/python benchmarks/big_turns.py                     # 2, 16, 32, 64 KB and the limit
+    .venv/bin/python benchmarks/big_turns.py --sizes 2,64,1024 --max-turn-chars 1100000   # beyond the limit
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+
+from strata.graph.context import Context
+from strata.memory.embeddings import get_embedder
+from strata.memory.errors import InputError
+from strata.memory.registry import close_all
+
+from strata.api import Memory
+from strata.conversations import load_turns
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_FILE = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo" / "conv-26.json"
+
+
+def big_text(sentences: list[str], size: int) -> str:
+    """`size` characters of the conversation's own sentences, in order, repeated as needed."""
+    parts: list[str] = []
+    length = 0
+    while length < size:
+        for sentence in sentences:
+            parts.append(sentence)
+            length += len(sentence) + 1
+            if length >= size:
+                break
+    return " ".join(parts)[:size]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--file", type=Path, default=DEFAULT_FILE if DEFAULT_FILE.is_file() else
+                        REPO / "examples" / "sample_conversation.json")
+    parser.add_argument("--sizes", default="", help="KB, comma separated (default: 2,16,32,64 and the limit)")
+    parser.add_argument("--max-turn-chars", type=int, default=None, help="raise the limit to time bigger turns")
+    args = parser.parse_args()
+    limit = args.max_turn_chars or getattr(Context(), "max_turn_chars", 0)
+    sizes = [int(s) * 1024 for s in args.sizes.split(",") if s.strip()] or [2048, 16384, 32768, 65536, limit]
+    sizes = [s for s in sizes if s]
+    conversation = load_turns(args.file)
+    speaker = conversation.participants[0]
+    # Sentences naming a family or friends circle are left out: without one, the old rule for "we"
+    # searched the whole turn to its end once per sentence, the slowest case.
+    circle = re.compile(r"\b(?:family|fam|kids?|children|husband|wife|partner|son|daughter|parents?|mom|dad"
+                        r"|friends?|gang|buddies|crew|group|team|mates|pals)\b", re.IGNORECASE)
+    sentences = [t.text for t in conversation.turns() if t.speaker == speaker and not circle.search(t.text)]
+    get_embedder().embed(["warm up"])
+    settings = {"max_turn_chars": limit} if args.max_turn_chars else {}
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="strata-big-turns-") as folder:
+        for n, size in enumerate(sizes):
+            memory = Memory(f"big-{n}", data_dir=folder, model="offline", **settings)
+            text = big_text(sentences, size)
+            start = time.perf_counter()
+            try:
+                report = memory.add([{"speaker": speaker, "text": text, "time": "2023-05-08T13:56:00Z"}])
+                derived = len(report.stored_ids) - 1
+                outcome = "stored"
+            except InputError as error:
+                derived, outcome = 0, f"refused: {error}"
+            seconds = time.perf_counter() - start
+            rows.append({"chars": len(text), "seconds": round(seconds, 3), "derived_records": derived,
+                         "seconds_per_kb": round(seconds / (len(text) / 1024), 4), "outcome": outcome[:90]})
+            print(f"{len(text) / 1024:8.1f} KB  {seconds:8.2f} s  {derived:5d} derived  "
+                  f"{seconds / (len(text) / 1024):7.4f} s/KB  {outcome[:90]}", flush=True)
+        close_all()
+    print(json.dumps({"limit": limit, "rows": rows}))
+
+
+if __name__ == "__main__":
+    main()
