@@ -53,7 +53,7 @@ class _Parser(argparse.ArgumentParser):
     """argparse whose usage errors are one line, like every other error of the command."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USER_ERROR, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+        self.exit(EXIT_USER_ERROR, f"{self.prog}: error: {_one_line(message)} (see `{self.prog} --help`)\n")
 
 
 def _settings_options(suppress: bool) -> argparse.ArgumentParser:
@@ -352,7 +352,9 @@ def _run_demo(
 # --- entry point -----------------------------------------------------------------------------
 
 
-def _one_line(error: BaseException) -> str:
+def _one_line(error: BaseException | str) -> str:
+    """The message on one line: any run of whitespace or line separator (a user's value may hold
+    them) becomes one space."""
     return " ".join(str(error).split()) or type(error).__name__
 
 
