@@ -2,8 +2,8 @@
 
 A pasted document arrives as one turn. Its cost must grow linearly with its
 size, and a turn above `max_turn_chars` must be refused at once. For each size
-the script builds one turn from the speakers' own sentences in a LoCoMo
-conversation (dates, "we", "I", names, questions, as a real turn has), adds it
+the script builds one turn from the turns of the LoCoMo conversations (dates,
+"we", "I", names, questions, as real speech has), adds it
 to a fresh namespace and prints the seconds, the records derived from it, and
 seconds per KB (flat when the cost is linear).
 
@@ -35,43 +35,52 @@ from strata.api import Memory
 from strata.conversations import load_turns
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_FILE = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo" / "conv-26.json"
+LOCOMO = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo"
 
 
 def big_text(sentences: list[str], size: int) -> str:
-    """`size` characters of the conversation's own sentences, in order, repeated as needed."""
+    """`size` characters of the conversations' own turns, in order; past the end they come round again
+    marked with the round, so no fact repeats (a repeated one would be derived once and cost nothing)."""
     parts: list[str] = []
-    length = 0
+    length, round_ = 0, 0
     while length < size:
         for sentence in sentences:
-            parts.append(sentence)
-            length += len(sentence) + 1
+            part = sentence if round_ == 0 else f"Round {round_}: {sentence}"
+            parts.append(part)
+            length += len(part) + 1
             if length >= size:
                 break
-    return " ".join(parts)[:size]
+        round_ += 1
+    text = " ".join(parts)[:size]
+    return text[: text.rfind(" ")] if " " in text else text
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--file", type=Path, default=DEFAULT_FILE if DEFAULT_FILE.is_file() else
-                        REPO / "examples" / "sample_conversation.json")
+    parser.add_argument("--files", type=Path, nargs="*", help="conversations whose turns make the text "
+                        "(default: the LoCoMo files, else the shipped sample)")
     parser.add_argument("--sizes", default="", help="KB, comma separated (default: 2,16,32,64 and the limit)")
     parser.add_argument("--max-turn-chars", type=int, default=None, help="raise the limit to time bigger turns")
     args = parser.parse_args()
     limit = args.max_turn_chars or getattr(Context(), "max_turn_chars", 0)
     sizes = [int(s) * 1024 for s in args.sizes.split(",") if s.strip()] or [2048, 16384, 32768, 65536, limit]
     sizes = [s for s in sizes if s]
-    conversation = load_turns(args.file)
-    speaker = conversation.participants[0]
+    files = args.files or sorted(LOCOMO.glob("conv-*.json")) or [REPO / "examples" / "sample_conversation.json"]
+    conversations = [load_turns(file) for file in files]
+    speaker = conversations[0].participants[0]
     # Sentences naming a family or friends circle are left out: without one, the old rule for "we"
     # searched the whole turn to its end once per sentence, the slowest case.
     circle = re.compile(r"\b(?:family|fam|kids?|children|husband|wife|partner|son|daughter|parents?|mom|dad"
                         r"|friends?|gang|buddies|crew|group|team|mates|pals)\b", re.IGNORECASE)
-    sentences = [t.text for t in conversation.turns() if t.speaker == speaker and not circle.search(t.text)]
+    texts = (t.text for conversation in conversations for t in conversation.turns())
+    sentences = list(dict.fromkeys(text for text in texts if not circle.search(text)))
     get_embedder().embed(["warm up"])
     settings = {"max_turn_chars": limit} if args.max_turn_chars else {}
     rows = []
     with tempfile.TemporaryDirectory(prefix="strata-big-turns-") as folder:
+        start = time.perf_counter()  # a process pays its imports and Chroma start once: not a turn's cost
+        Memory("warm-up", data_dir=folder, model="offline").add([{"speaker": speaker, "text": "Hello there."}])
+        print(f"warm-up (imports, Chroma start, one small turn): {time.perf_counter() - start:.2f} s", flush=True)
         for n, size in enumerate(sizes):
             memory = Memory(f"big-{n}", data_dir=folder, model="offline", **settings)
             text = big_text(sentences, size)

@@ -119,9 +119,9 @@ class Context:
         default=16, metadata={"description": "An episode closes after this many turns even without a topic shift."}
     )
     max_turn_chars: int = field(
-        default=32_000,
+        default=40_000,
         metadata={
-            "description": "Longest turn stored, in characters (about 5,000 words); a longer one is refused "
+            "description": "Longest turn stored, in characters (about 6,500 words); a longer one is refused "
             "before anything is written: split it into several turns."
         },
     )

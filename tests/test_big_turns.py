@@ -51,7 +51,7 @@ def fingerprint(memory: Memory) -> Any:
 
 def test_the_defaults_are_tens_of_kilobytes() -> None:
     context = Context()
-    assert context.max_turn_chars == 32_000 and context.max_question_chars == 8_000
+    assert context.max_turn_chars == 40_000 and context.max_question_chars == 8_000
 
 
 def test_a_big_turn_under_the_limit_is_stored_and_found(memory: Memory) -> None:
