@@ -5,7 +5,8 @@ size, and a turn above `max_turn_chars` must be refused at once. For each size
 the script builds one turn from the turns of the LoCoMo conversations (dates,
 "we", "I", names, questions, as real speech has), adds it
 to a fresh namespace and prints the seconds, the records derived from it, and
-seconds per KB (flat when the cost is linear).
+seconds per KB (flat when the cost is linear), wall clock and CPU time of this
+process, and the machine's load average (figures from a busy machine are slower).
 
     .venv/bin/python benchmarks/big_turns.py                     # 2, 16, 32, 64 KB and the limit
     .venv/bin/python benchmarks/big_turns.py --sizes 2,64,1024 --max-turn-chars 1100000   # beyond the limit
@@ -84,20 +85,22 @@ def main() -> None:
         for n, size in enumerate(sizes):
             memory = Memory(f"big-{n}", data_dir=folder, model="offline", **settings)
             text = big_text(sentences, size)
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             try:
                 report = memory.add([{"speaker": speaker, "text": text, "time": "2023-05-08T13:56:00Z"}])
                 derived = len(report.stored_ids) - 1
                 outcome = "stored"
             except InputError as error:
                 derived, outcome = 0, f"refused: {error}"
-            seconds = time.perf_counter() - start
-            rows.append({"chars": len(text), "seconds": round(seconds, 3), "derived_records": derived,
+            seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
+            rows.append({"chars": len(text), "seconds": round(seconds, 3), "cpu_seconds": round(cpu, 3),
+                         "derived_records": derived,
                          "seconds_per_kb": round(seconds / (len(text) / 1024), 4), "outcome": outcome[:90]})
-            print(f"{len(text) / 1024:8.1f} KB  {seconds:8.2f} s  {derived:5d} derived  "
+            print(f"{len(text) / 1024:8.1f} KB  {seconds:8.2f} s  {cpu:8.2f} s CPU  {derived:5d} derived  "
                   f"{seconds / (len(text) / 1024):7.4f} s/KB  {outcome[:90]}", flush=True)
         close_all()
-    print(json.dumps({"limit": limit, "rows": rows}))
+    load = os.getloadavg()[0]  # other work on the machine slows every figure above
+    print(json.dumps({"limit": limit, "load_average": round(load, 2), "rows": rows}))
 
 
 if __name__ == "__main__":
