@@ -2,39 +2,90 @@
 
 Graph nodes receive only settings in the runtime context (they must stay
 serialisable for the server and Studio); this turns settings into live stores.
+
+One process may serve many namespaces (one per user of an agent app). An open
+store holds its records and their BM25 index in memory, so only the
+`max_open_stores()` most recently used stay open; the least recently used one
+is closed when another opens (a store with writes still staged, an ingest in
+progress, is never the one closed). Reopening a closed namespace reads it again
+from Chroma and the ledger.
 """
 
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 
 from strata.memory.chroma import forget_client
+from strata.memory.errors import ConfigError
 from strata.memory.ledger import Ledger, open_ledger
 from strata.memory.locks import location_of
 from strata.memory.namespaces import check_namespace
-from strata.memory.settings import StoreSettings
+from strata.memory.settings import StoreSettings, env_default
 from strata.memory.store import MemoryStore
 
+DEFAULT_MAX_OPEN_STORES = 64
+"""Open namespaces kept per process (STRATA_MAX_OPEN_STORES overrides it). A store of a LoCoMo-sized
+conversation mirrors a few MB; 64 of them stay well inside a worker's memory, and a namespace in
+active use is the most recently used, so it is not the one closed."""
+
 _LEDGERS: dict[str, Ledger] = {}
-_STORES: dict[tuple[StoreSettings, str], MemoryStore] = {}
+_STORES: OrderedDict[tuple[StoreSettings, str], MemoryStore] = OrderedDict()
 _LOCK = threading.Lock()
 
 
+def max_open_stores() -> int:
+    """The bound on open namespaces, from STRATA_MAX_OPEN_STORES or the default."""
+    raw = env_default("max_open_stores")
+    if raw is None:
+        return DEFAULT_MAX_OPEN_STORES
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ConfigError(
+            f"STRATA_MAX_OPEN_STORES={raw!r}: give a whole number of at least 1 (default {DEFAULT_MAX_OPEN_STORES})"
+        )
+    return value
+
+
 def open_store(settings: StoreSettings, namespace: str) -> MemoryStore:
-    """The memory of `namespace` under `settings`, opened once per process."""
+    """The memory of `namespace` under `settings`, opened once per process (while recently used)."""
     check_namespace(namespace)
     key = (settings, namespace)
     with _LOCK:
         store = _STORES.get(key)
-        if store is None:
-            ledger_key = settings.ledger_url or str(settings.ledger_path.resolve())
-            ledger = _LEDGERS.get(ledger_key)
-            if ledger is None:
-                ledger = open_ledger(settings.ledger_path, settings.ledger_url)
-                _LEDGERS[ledger_key] = ledger
-            store = MemoryStore(settings, namespace, ledger)
-            _STORES[key] = store
+        if store is not None:
+            _STORES.move_to_end(key)
+            return store
+        ledger_key = settings.ledger_url or str(settings.ledger_path.resolve())
+        ledger = _LEDGERS.get(ledger_key)
+        if ledger is None:
+            ledger = open_ledger(settings.ledger_path, settings.ledger_url)
+            _LEDGERS[ledger_key] = ledger
+        store = MemoryStore(settings, namespace, ledger)
+        _STORES[key] = store
+        _close_idle(max_open_stores())
         return store
+
+
+def open_count() -> int:
+    """How many namespaces are open in this process."""
+    with _LOCK:
+        return len(_STORES)
+
+
+def _close_idle(bound: int) -> None:
+    """Close the least recently used stores beyond `bound`, skipping any with writes still staged."""
+    for key in list(_STORES):
+        if len(_STORES) <= bound:
+            return
+        store = _STORES[key]
+        if store.has_staged():
+            continue
+        del _STORES[key]
+        store.close()
 
 
 def drop_namespace(settings: StoreSettings, namespace: str) -> None:
