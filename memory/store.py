@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
@@ -46,6 +46,7 @@ from strata.memory.settings import StoreSettings
 from strata.memory.staging import FLUSH_TURNS, StagedWrites, merge_nearest
 
 _LIST_FIELDS = ("source_ids", "entities", "keywords", "tags")
+READ_PAGE = 5_000  # records per Chroma read when a collection is mirrored (see read_collection)
 _FACT_FIELDS = ("subject", "attribute", "value")
 _TIME_FIELDS = ("time", "time_end")
 
@@ -151,10 +152,9 @@ class MemoryStore:
         self._refresh()
         with self._lock:
             if force or kind not in self._records:
-                got = self._collection(kind).get(include=["documents", "metadatas"])
                 self._records[kind] = {}
                 self._lexical[kind] = BM25Index()
-                for rid, doc, meta in zip(got["ids"], got["documents"], got["metadatas"], strict=True):
+                for rid, doc, meta in read_collection(self._collection(kind)):
                     self._remember(from_metadata(rid, doc or "", meta or {}))
                 if kind == "raw":
                     self._timeline = None
@@ -700,6 +700,19 @@ class _WriterLock:
 def _field_values(fields: dict[str, str]) -> dict[str, object]:
     """History keeps fields as text; list fields (note tags) go back to lists."""
     return {name: json.loads(value) if name in _LIST_FIELDS else value for name, value in fields.items()}
+
+
+def read_collection(collection: Any) -> Iterator[tuple[str, str | None, dict[str, Any] | None]]:
+    """Every (id, document, metadata) of a collection, read a page at a time: Chroma binds one SQL
+    variable per record of a read, and SQLite refuses more than 32,766 (a namespace past about
+    30,000 records could not be read whole)."""
+    offset = 0
+    while True:
+        page = collection.get(include=["documents", "metadatas"], limit=READ_PAGE, offset=offset)
+        yield from zip(page["ids"], page["documents"], page["metadatas"], strict=True)
+        if len(page["ids"]) < READ_PAGE:
+            return
+        offset += READ_PAGE
 
 
 def _fields_of(record: Record, new_text: str) -> dict[str, str]:

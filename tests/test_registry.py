@@ -1,4 +1,5 @@
-"""The registry keeps a bounded number of namespaces open and closes the idle ones."""
+"""Many and large namespaces in one process: the registry keeps a bounded number open and
+closes the idle ones; a collection is mirrored page by page."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import strata.memory.store as store_module
 from strata.memory.errors import ConfigError
 from strata.memory.records import Record
 from strata.memory.registry import max_open_stores, open_count, open_store
@@ -41,3 +43,16 @@ def test_a_bad_bound_is_one_clear_error(monkeypatch: pytest.MonkeyPatch) -> None
         max_open_stores()
     monkeypatch.delenv("STRATA_MAX_OPEN_STORES")
     assert max_open_stores() == 64
+
+
+def test_a_collection_is_mirrored_page_by_page(data_dir: Path, embedder: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A whole-collection read binds one SQL variable per record, which SQLite caps near 32,766."""
+    monkeypatch.setattr(store_module, "READ_PAGE", 2)
+    settings = StoreSettings(data_dir=str(data_dir))
+    records = [
+        Record(id=f"raw:D1:{n}", kind="raw", text=f"turn number {n}", namespace="ann", dialogue_id=f"D1:{n}")
+        for n in range(1, 6)
+    ]
+    open_store(settings, "ann").add(records)
+    open_store(settings, "ann").close()
+    assert sorted(r.id for r in open_store(settings, "ann").all("raw")) == sorted(r.id for r in records)
