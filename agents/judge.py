@@ -28,13 +28,13 @@ from typing import Any, Literal
 
 from langgraph.runtime import Runtime
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
-from strata.agents.common import decided_offline, format_evidence, store_of, traced
+from strata.agents.common import OFFLINE, decided_offline, format_evidence, store_of, traced
 from strata.agents.llm import ask_json, chat_model, one_of
 from strata.agents.refresher import ForgetRequest, read_forget_request, single_valued
 from strata.agents.research import input_of
 from strata.agents.working import classify
 from strata.graph.context import Context
-from strata.graph.routing import retry_allowed
+from strata.graph.routing import refresh_allowed, retry_allowed
 from strata.graph.state import Action, Evidence, State, Verdict
 from strata.memory.dates import resolve_relative
 from strata.memory.entities import CHAT_WORDS, MONTH_WORDS, PLAIN_WORDS, WEEKDAY_WORDS, split_entities, stem, tokenize
@@ -47,6 +47,7 @@ from strata.prompts import judge as prompts
 NEW = "new"  # the incoming turn inside a conflict group (the Refresher's name for it)
 MIN_COVERAGE = 0.5  # share of the question's content words an item must hold to count as relevant
 MAX_GROUPS = 6
+KEEP_SHARE = 0.5  # the filter never drops the better-scored half: the search's own ranking stands for it
 
 _CHANGE_CUE = re.compile(
     r"\b(now|no longer|anymore|any more|moved|changed|switched|instead|actually|currently|these days|quit)\b",
@@ -98,6 +99,17 @@ class ModelVerdict(BaseModel):
     reason: str = ""
     confidence: float = 0.5
     conflicts: list[list[str]] = Field(default_factory=list)
+    irrelevant: list[str] = Field(default_factory=list)
+
+    @field_validator("irrelevant", mode="before")
+    @classmethod
+    def _irrelevant(cls, value: object) -> list[str]:
+        """Ids as a list, one id as a string, anything else (null, a number, a dict) as none."""
+        if isinstance(value, str):
+            return [value] if value.strip() else []
+        if isinstance(value, list):
+            return [str(v) for v in value if isinstance(v, str | int)]
+        return []
 
     @field_validator("action", mode="before")
     @classmethod
@@ -347,6 +359,50 @@ def sufficiency(
     return True, [], f"{len(holding)} item(s) hold {what} ({refs})", round(min(1.0, 0.5 + best / 2), 2)
 
 
+# --- the filter (AMA's H_r: only what helps the question reaches the answer) ------------------
+def irrelevant_items(question: str, evidence: Sequence[Evidence], participants: Sequence[str]) -> list[str]:
+    """Ids of items that hold none of the question's content words, are not in the better-scored
+    KEEP_SHARE of the context, and do not sit next to an item that holds them (an answer often follows
+    the turn that asked). A question without content words keeps everything."""
+    words = content_words(question, participants)
+    if not words:
+        return []
+    best = {e.id for e in sorted(evidence, key=lambda e: -e.score)[: round(len(evidence) * KEEP_SHARE)]}
+    holding = [e for e in evidence if coverage(words, e) > 0]
+    near = {n for e in holding for n in _adjacent_ids(e)}
+    return [
+        e.id for e in evidence
+        if e.id not in best and coverage(words, e) == 0 and (e.dialogue_id or e.id) not in near
+    ]
+
+
+def _adjacent_ids(item: Evidence) -> list[str]:
+    """The dialogue ids just before and after a turn (D3:12 -> D3:11, D3:13)."""
+    match = re.fullmatch(r"(.*:)(\d+)", item.dialogue_id or "")
+    if not match:
+        return []
+    head, number = match.group(1), int(match.group(2))
+    return [f"{head}{number - 1}", f"{head}{number + 1}"]
+
+
+def model_irrelevant(named: Sequence[str], evidence: Sequence[Evidence]) -> list[str]:
+    """The model's irrelevant ids, read as record ids or the dialogue ids the context shows; others ignored."""
+    by_name = {e.id: e.id for e in evidence} | {e.dialogue_id: e.id for e in evidence if e.dialogue_id}
+    return list(dict.fromkeys(by_name[n.strip().strip("[]")] for n in named if n.strip().strip("[]") in by_name))
+
+
+def filtered(
+    s: Situation, verdict: Verdict, model_ids: list[str] | None
+) -> tuple[list[Evidence], list[str], str]:
+    """(kept evidence, dropped ids, policy) for a question; the model's list when it gave a usable reply."""
+    if model_ids is not None:
+        dropped, policy = model_irrelevant(model_ids, s.evidence), verdict.policy
+    else:
+        dropped, policy = irrelevant_items(s.text, s.evidence, s.participants), OFFLINE
+    gone = set(dropped)
+    return [e for e in s.evidence if e.id not in gone], dropped, policy
+
+
 # --- the policies -------------------------------------------------------------------------------
 class Situation:
     """What both policies look at: the input, the evidence, and the facts behind them."""
@@ -410,8 +466,9 @@ def _describe_conflicts(groups: list[list[str]], s: Situation) -> str:
     return "conflicting facts: " + "; ".join(parts)
 
 
-def model_verdict(s: Situation, offline: Verdict, retry_left: bool = True) -> Verdict:
+def model_verdict(s: Situation, offline: Verdict, retry_left: bool = True) -> tuple[Verdict, list[str] | None]:
     """Ask the chat model (AMA's Judge contract); the offline verdict stands in when its reply is unusable.
+    Also returns the ids the model found irrelevant (None when the offline policy decided).
 
     A question with no Retry round left is answered from what was found whatever
     the model would say about sufficiency, so the model is not asked; conflicts
@@ -419,9 +476,9 @@ def model_verdict(s: Situation, offline: Verdict, retry_left: bool = True) -> Ve
     """
     model = chat_model(s.context)
     if model is None:
-        return offline
+        return offline, None
     if s.question and not retry_left:
-        return offline.model_copy(update={"policy": decided_offline("no Retry round left")})
+        return offline.model_copy(update={"policy": decided_offline("no Retry round left")}), None
     new_facts = "\n".join(f"- {d.text} ({d.subject} | {d.attribute} | {d.value})" for d in s.drafts) or "(none)"
     when = s.turn.time if s.turn is not None and s.turn.time else None
     user = prompts.JUDGE_USER.format(
@@ -430,7 +487,7 @@ def model_verdict(s: Situation, offline: Verdict, retry_left: bool = True) -> Ve
     )
     parsed, _, policy = ask_json(model, prompts.JUDGE_SYSTEM, user, ModelVerdict, s.context)
     if parsed is None:
-        return offline.model_copy(update={"policy": policy})
+        return offline.model_copy(update={"policy": policy}), None
     action: Action = parsed.action
     reason = parsed.reason.strip() or "model decision"
     if action == "Retry" and not s.question:
@@ -438,10 +495,11 @@ def model_verdict(s: Situation, offline: Verdict, retry_left: bool = True) -> Ve
     conflicts: list[list[str]] = []
     if action == "Refresh":
         conflicts = _valid_groups(parsed.conflicts, s) or offline.conflicts
-    return Verdict(
+    verdict = Verdict(
         action=action, reason=reason, confidence=parsed.confidence, conflicts=conflicts,
         missing=offline.missing if action == "Retry" else [], policy=policy,
     )
+    return verdict, list(parsed.irrelevant)
 
 
 def _valid_groups(groups: list[list[str]], s: Situation) -> list[list[str]]:
@@ -476,7 +534,7 @@ def judge(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     context = runtime.context
     situation = Situation(state, runtime)
     offline = offline_verdict(situation)
-    verdict = model_verdict(situation, offline, retry_allowed(state, context))
+    verdict, model_ids = model_verdict(situation, offline, retry_allowed(state, context))
     notes = list(state.notes)
     retry_next = verdict.action == "Retry" and retry_allowed(state, context)
     if verdict.action == "Retry" and not retry_next:
@@ -485,9 +543,17 @@ def judge(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     summary = f"{verdict.action} ({verdict.confidence:.2f}): {verdict.reason}"
     if verdict.conflicts:
         summary += " | conflicts: " + "; ".join(", ".join(g) for g in verdict.conflicts)
-    trace = traced(state, "judge", verdict.policy, summary)
-    update: dict[str, Any] = {"verdict": verdict, "notes": notes, "trace": trace}
-    refreshing = verdict.action == "Refresh" and context.refresher
+    update: dict[str, Any] = {"verdict": verdict, "notes": notes}
+    if context.judge_filter and situation.question and context.mode != "ingest":
+        kept, dropped, policy = filtered(situation, verdict, model_ids)
+        if dropped:
+            update["evidence"] = kept
+            shown = ", ".join(dropped[:8]) + (" ..." if len(dropped) > 8 else "")
+            summary += f" | filter ({policy}): {len(dropped)} irrelevant item(s) left out ({shown}); {len(kept)} kept"
+    update["trace"] = traced(state, "judge", verdict.policy, summary)
+    refreshing = verdict.action == "Refresh" and refresh_allowed(context)
+    if verdict.action == "Refresh" and not refreshing and context.mode in ("ask", "retrieve"):
+        notes.append("conflict reported, memory unchanged: a read changes memory only with refresh_on_read")
     if context.mode == "retrieve" and not refreshing and not retry_next:
         update["stage"] = "done"
     return update

@@ -43,13 +43,16 @@ from strata.agents.common import (
     store_of,
 )
 from strata.agents.llm import ask_json, chat_model
+from strata.agents.subquestion import subquestion
 from strata.agents.wire import new_question
 from strata.evaluation.tokens import count_tokens as _count_tokens
 from strata.graph.context import Context
-from strata.graph.state import Evidence, Plan, RoleNote, State, fresh_run
+from strata.graph.state import Evidence, PathStep, Plan, RoleNote, State, fresh_run
 from strata.memory.dates import time_window
 from strata.memory.entities import wordset
 from strata.memory.errors import InputError
+from strata.memory.graph.traversal import Reached, edge_weights, focus_of, traverse
+from strata.memory.graph.view import StoreGraph
 from strata.memory.moments import utc_now
 from strata.memory.records import Kind, LinkType, Record, Status, chronological_key
 from strata.memory.speakers import resolve_participant
@@ -76,6 +79,12 @@ MAX_EPISODES = 2  # episodes are long: at most this many in a question's context
 RETRY_NEW_SHARE = 0.15  # budget share a retry round reserves for new finds (each share drops earlier ones)
 MAX_K_DYN = 20
 COMPACT_BROAD = True  # broad questions read facts on their own, not raw turns (see Searcher.compact)
+ANCHORS = 10  # best fused units a traversal starts from (MAGMA's anchor set)
+GRAPH_WEIGHT = 1.0  # the traversal's ranked list counts like one dense or BM25 list in the fusion
+# Context switches (ablations) that take an edge type out of the walk; a switch absent from Context is on.
+EDGE_SWITCHES: tuple[tuple[str, str], ...] = (
+    ("entity_graph", "entity"), ("semantic_links", "semantic"), ("causal_links", "causal"),
+)
 INGEST_POOL = 24  # a turn being stored needs only its near neighbours: what it relates to or may contradict
 
 Intent = list[int]
@@ -332,6 +341,7 @@ class Unit:
     record: Record
     score: float = 0.0
     found_by: set[str] = field(default_factory=set)
+    path: list[PathStep] = field(default_factory=list)
 
 
 def strip_names(query: str, participants: Sequence[str]) -> str:
@@ -376,10 +386,13 @@ class Searcher:
         lexical = [rid for rid, _ in self.store.lexical(kind, self.plan.query, pool, window)]
         return [("dense", dense), ("bm25", lexical)]
 
-    def units(self, kinds: Sequence[Kind], pool: int, light: bool = False) -> dict[str, Unit]:
+    def units(
+        self, kinds: Sequence[Kind], pool: int, light: bool = False, walk: dict[str, float] | None = None
+    ) -> dict[str, Unit]:
         """Fused units from `kinds`: raw turns (found directly or through their facts), and the
         episodes and facts that stand on their own. `light` (a turn being stored, not a question)
-        leaves out the time window and the boosts."""
+        leaves out the time window and the boosts; `walk` (edge type -> weight) adds the records a
+        traversal reaches from the best of them as one more ranked list."""
         scores: dict[str, float] = {}
         found: dict[str, set[str]] = {}
         shown: dict[str, Record] = dict(self.raw)
@@ -396,13 +409,44 @@ class Searcher:
                         found.setdefault(key, set()).add(tag or name)
                         if kind == "fact":
                             found[key].add("fact")
+        paths = self._walk(scores, found, shown, kinds, walk) if walk else {}
         if not light:
             self._boost(scores, shown)
         return {
-            key: Unit(key=key, record=shown[key], score=score, found_by=found.get(key, set()))
+            key: Unit(key=key, record=shown[key], score=score, found_by=found.get(key, set()), path=paths.get(key, []))
             for key, score in scores.items()
             if key in shown and key not in self.exclude
         }
+
+    def _walk(
+        self, scores: dict[str, float], found: dict[str, set[str]], shown: dict[str, Record], kinds: Sequence[Kind],
+        weights: dict[str, float],
+    ) -> dict[str, list[PathStep]]:
+        """MAGMA's traversal from the best fused units; what it reaches enters the fusion as a ranked
+        list of its own, and each unit it ranks keeps the path it was reached by."""
+        anchors = [k for k, _ in sorted(scores.items(), key=lambda kv: -kv[1]) if k not in self.exclude][:ANCHORS]
+        reached = traverse(anchors, self.vector, StoreGraph(self.store), weights)
+        ranking: dict[str, Reached] = {}
+        for item in sorted(reached.values(), key=lambda r: (-r.score, r.id)):
+            for key in self._reached_keys(item.id, kinds, shown):
+                ranking.setdefault(key, item)
+        lists = {a: sorted(found.get(a, set())) for a in anchors}
+        paths: dict[str, list[PathStep]] = {}
+        fresh = [(key, item) for key, item in ranking.items() if key not in self.exclude and key not in lists]
+        for rank, (key, item) in enumerate(fresh, start=1):  # an anchor's own facts lead back to it: not new
+            scores[key] = scores.get(key, 0.0) + GRAPH_WEIGHT / (RRF_K + rank)
+            start = PathStep(step="anchor", via=lists[item.anchor], dst=item.anchor)
+            edges = [PathStep(step="edge", via=[s.via], src=s.src, dst=s.dst, hop=s.hop) for s in item.path]
+            paths[key] = [start, *edges]
+            found.setdefault(key, set()).add("graph")
+        return paths
+
+    def _reached_keys(self, record_id: str, kinds: Sequence[Kind], shown: dict[str, Record]) -> list[str]:
+        """The unit keys a reached record stands for (an unedited fact is its turn, as in `_to_units`)."""
+        kind = record_id.split(":", 1)[0]
+        if kind not in kinds or kind not in SEARCHABLE:
+            return []
+        return self._to_units(kind, [record_id], shown)  # type: ignore[arg-type]
 
     def _to_units(self, kind: Kind, ids: list[str], shown: dict[str, Record]) -> list[str]:
         """A ranked id list as ranked unit keys. A fact stands for its source turn (AdaMem), unless it was
@@ -458,7 +502,10 @@ def line_tokens(text: str) -> int:
 
 
 def unit_evidence(unit: Unit) -> Evidence:
-    return evidence_of(unit.record, round(unit.score, 6), sorted(unit.found_by))
+    item = evidence_of(unit.record, round(unit.score, 6), sorted(unit.found_by))
+    lists = sorted(unit.found_by - {"graph"})
+    item.path = unit.path or [PathStep(step="anchor", via=lists, dst=unit.key)]
+    return item
 
 
 def select(ranked: Sequence[Evidence], budget: int, limit: int | None = None) -> list[Evidence]:
@@ -533,7 +580,8 @@ def research(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     elif first:
         evidence, plan, summary = _first_round(searcher, context, kinds)
     else:
-        evidence, plan, summary = _retry_round(searcher, context, kinds, earlier, rounds)
+        missing = list(state.verdict.missing) if state.verdict is not None else []
+        evidence, plan, summary = _retry_round(searcher, context, kinds, earlier, rounds, missing)
     trace.append(RoleNote(role="research", policy=plan.policy, summary=summary))
     return {**update, "plan": plan, "evidence": evidence, "rounds": rounds + 1, "trace": trace}
 
@@ -574,11 +622,19 @@ def _first_round(searcher: Searcher, context: Context, kinds: Sequence[Kind]) ->
     if searcher.compact and "fact" in searched:
         searched = [k for k in searched if k != "raw"]  # a broad question reads facts, not whole turns
     k = max(plan.k_dyn, context.k_m)
-    units = searcher.units(searched, POOL)
+    units = searcher.units(searched, POOL, walk=walk_weights(plan, context, searcher.compact))
     ranked = _ranked(units)
     evidence = chronological(select(ranked, context.token_budget))
     plan = plan.model_copy(update={"searched": list(searched)})
     return evidence, plan, _summary(plan, evidence, k, 1)
+
+
+def walk_weights(plan: Plan, context: Context, broad: bool) -> dict[str, float] | None:
+    """Edge weights for this question's traversal (None when traversal is switched off)."""
+    if not context.traversal:
+        return None
+    disabled = [edge for switch, edge in EDGE_SWITCHES if not getattr(context, switch, True)]
+    return edge_weights(focus_of(plan.query, broad or _broad(plan.query.lower())), disabled)
 
 
 def _ingest_round(searcher: Searcher, context: Context, kinds: Sequence[Kind]) -> tuple[list[Evidence], Plan, str]:
@@ -594,14 +650,27 @@ def _ingest_round(searcher: Searcher, context: Context, kinds: Sequence[Kind]) -
 
 
 def _retry_round(
-    searcher: Searcher, context: Context, kinds: Sequence[Kind], earlier: list[Evidence], rounds: int
+    searcher: Searcher, context: Context, kinds: Sequence[Kind], earlier: list[Evidence], rounds: int,
+    missing: Sequence[str] = (),
 ) -> tuple[list[Evidence], Plan, str]:
-    """Remaining granularities, then link neighbours of what was found, then a wider K (AMA's Retry)."""
+    """Remaining granularities, then link neighbours of what was found, then a sub-question for what the
+    Judge found missing (AdaMem), or a wider K when it named nothing (AMA's Retry)."""
     plan, store, exclude = searcher.plan, searcher.store, searcher.exclude
     remaining = [k for k in kinds if k not in plan.searched]
     searched = list(plan.searched)
     new: list[Evidence] = []
     steps: list[str] = []
+    known = {e.id for e in earlier}
+    sub, policy = subquestion(plan.query, missing, store.participants(), earlier, context)
+    if sub:  # what the Judge found missing comes first: it is what this round is for
+        sub_plan = plan.model_copy(update={"query": sub})
+        sub_searcher = Searcher(store, sub_plan, strip_names(sub, store.participants()), exclude,
+                                list(searcher.raw.values()))
+        units = sub_searcher.units(list(plan.searched), POOL, walk=walk_weights(sub_plan, context, searcher.compact))
+        for unit in units.values():
+            unit.found_by.add("subquestion")
+        new += [e for e in _ranked(units) if e.id not in known][: max(plan.k_dyn, context.k_m)]
+        steps.append(f"sub-question {sub!r} ({policy})")
     if remaining:
         units = searcher.units(remaining, POOL)
         new += _ranked(units)
@@ -611,10 +680,9 @@ def _retry_round(
     if linked:
         new += linked
         steps.append(f"{len(linked)} linked records")
-    if not remaining:
+    if not sub and not remaining:
         wider = max(plan.k_dyn, context.k_m) * (rounds + 1)
         units = searcher.units(plan.searched, POOL * (rounds + 1))
-        known = {e.id for e in earlier}
         new += [e for e in _ranked(units) if e.id not in known][: wider]
         steps.append(f"wider K={wider}")
     known = {e.id for e in earlier}

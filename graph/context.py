@@ -151,6 +151,21 @@ class Context:
         default="raw,fact,episode",
         metadata={"description": "Granularities research may search, comma separated (ablations: 'raw' only...)."},
     )
+    traversal: bool = field(
+        default=True,
+        metadata={"description": "Walk the typed links from the first search's anchors (MAGMA); off for ablations."},
+    )
+    judge_filter: bool = field(
+        default=True,
+        metadata={"description": "The Judge drops irrelevant items before the answer (AMA); off for ablations."},
+    )
+    refresh_on_read: bool = field(
+        default=False,
+        metadata={
+            "description": "ask/retrieve may change memory when they find a conflict (default: report it only). "
+            "ingest and chat always refresh."
+        },
+    )
     chat_model: Any = field(
         default=None,
         metadata={

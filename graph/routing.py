@@ -31,11 +31,19 @@ def route_after_judge(
 ) -> Literal["research", "refresher", "memory", "working", "__end__"]:
     """Refresh on a conflict, Retry while rounds remain, else carry on with what was found."""
     verdict = state.verdict
-    if verdict is not None and verdict.action == "Refresh" and runtime.context.refresher:
+    if verdict is not None and verdict.action == "Refresh" and refresh_allowed(runtime.context):
         return "refresher"
     if verdict is not None and verdict.action == "Retry" and retry_allowed(state, runtime.context):
         return "research"
     return route_onward(state, runtime)
+
+
+def refresh_allowed(context: Context) -> bool:
+    """Storing (ingest, chat) refreshes memory on a conflict; reading (ask, retrieve) only reports it,
+    unless the caller opts in with `refresh_on_read`."""
+    if not context.refresher:
+        return False
+    return context.mode in ("ingest", "chat") or context.refresh_on_read
 
 
 def retry_allowed(state: State, context: Context) -> bool:

@@ -17,6 +17,22 @@ from strata.memory.records import Kind, Turn
 Action = Literal["Pass", "Retry", "Refresh"]
 
 
+class PathStep(BaseModel):
+    """One step of how an item reached the context: the ranked lists that found an anchor, or an edge
+    followed from another record (its type and hop)."""
+
+    step: Literal["anchor", "edge"]
+    via: list[str] = Field(default_factory=list, description="anchor: the lists (dense, bm25, time...); edge: its type")
+    src: str = Field("", description="The record the edge left from.")
+    dst: str = Field("", description="The record the step reached.")
+    hop: int = 0
+
+    def describe(self) -> str:
+        if self.step == "anchor":
+            return f"anchor {self.dst} ({', '.join(self.via) or 'search'})"
+        return f"hop {self.hop}: {self.src} -{'/'.join(self.via)}-> {self.dst}"
+
+
 class Evidence(BaseModel):
     """One record offered to the Judge and to the answer, with where it came from."""
 
@@ -31,6 +47,7 @@ class Evidence(BaseModel):
     found_by: list[str] = Field(default_factory=list, description="dense, bm25, link, persona ...")
     label: str = Field("", description="How the item is shown on its own: id, date, kind, text.")
     line: str = Field("", description="How the item appears in a context, under its date heading.")
+    path: list[PathStep] = Field(default_factory=list, description="How the item was reached (anchor, then edges).")
 
     def day(self) -> str:
         """The heading the item's line is grouped under in a context."""

@@ -115,6 +115,7 @@ class MemoryStore:
         # with a server, other processes may write this namespace too: their state must not be
         # overwritten by a batch staged here, so each turn is written at its end
         self._batch_turns = 1 if self._shared else FLUSH_TURNS
+        self._vectors: dict[str, np.ndarray] = {}  # stored vectors read back for graph traversal, by id
         self._lock = threading.RLock()
         self._write_lock = _WriterLock(namespace_lock(settings, namespace), ledger, namespace)
 
@@ -226,6 +227,22 @@ class MemoryStore:
     def has(self, record_id: str) -> bool:
         return bool(self.get([record_id]))
 
+    def vectors(self, ids: Iterable[str]) -> dict[str, np.ndarray]:
+        """Stored vectors by id, read back from Chroma once (a traversal scores the records it reaches by
+        their own similarity to the question); ids that are not records, or unknown, are left out."""
+        ids = list(dict.fromkeys(ids))
+        with self._lock:
+            missing: dict[Kind, list[str]] = {}
+            for record_id in ids:
+                kind = record_id.split(":", 1)[0]
+                if record_id not in self._vectors and kind in KINDS:
+                    missing.setdefault(kind, []).append(record_id)  # type: ignore[arg-type]
+            for kind, wanted in missing.items():
+                got = self._collections[kind].get(ids=wanted, include=["embeddings"])
+                for record_id, vector in zip(got["ids"], got["embeddings"], strict=True):
+                    self._vectors[record_id] = np.asarray(vector, dtype=np.float32)
+            return {i: self._vectors[i] for i in ids if i in self._vectors}
+
     def count(self, kind: Kind) -> int:
         return self._collection(kind).count()
 
@@ -259,6 +276,7 @@ class MemoryStore:
                     )
                     for i in positions:
                         self._remember(records[i])
+                        self._vectors[records[i].id] = np.asarray(vectors[i], dtype=np.float32)
                 self._advance(seq)
 
     def stage(

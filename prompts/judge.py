@@ -2,7 +2,9 @@
 
 The output contract is AMA's Judge (AMA, appendix C, figure 10): an action
 among Pass, Retry and Refresh, a reason and a confidence. We add an optional
-list of conflicting record ids so the Refresher knows which entries to edit.
+list of conflicting record ids so the Refresher knows which entries to edit,
+and the ids of items that do not help the question, which leave the context
+before the answer is written (AMA's relevance filter H_r).
 The wording is the project's own.
 """
 
@@ -40,9 +42,14 @@ Reply with one JSON object only:
 {"Action": "Pass" | "Retry" | "Refresh",
  "reason": "<one short sentence>",
  "confidence": 0.0-1.0,
- "conflicts": [["<id>", "<id or new>"]]}
+ "conflicts": [["<id>", "<id or new>"]],
+ "irrelevant": ["<id>"]}
 List in "conflicts" the ids of the items that disagree, one group per conflict;
-write "new" for the current input. Leave it empty unless the action is Refresh."""
+write "new" for the current input. Leave it empty unless the action is Refresh.
+When the current input is a question, list in "irrelevant" the ids of items that
+say nothing that helps answer it (another topic, small talk); they are removed
+before the answer is written. Keep any item that might hold part of the answer
+or a date or name it needs; when unsure, leave the id out."""
 
 JUDGE_USER = """Mode: {mode}
 Date of the current input: {now}

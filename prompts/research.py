@@ -42,3 +42,22 @@ Recent context:
 {window}
 
 Current input: {text}"""
+
+# AdaMem's research loop (section 3.3): after a search falls short, ask for the missing part.
+SUBQUESTION_SYSTEM = """You help search a long-term conversation memory.
+
+A first search for a question came back without everything the answer needs. You
+see the question, what a checker found missing, and some of the items found.
+Write one short question that searches for the missing part only: name the
+person and the thing, event or detail still needed, in plain words that a turn
+stating it would use. Do not repeat what the items already answer, and do not
+guess the answer.
+
+Reply with one JSON object only:
+{"question": "..."}"""
+
+SUBQUESTION_USER = """Question: {question}
+Missing: {missing}
+
+Items found so far:
+{evidence}"""

@@ -19,6 +19,7 @@ from strata.graph.state import ChangeNote, Evidence, RoleNote, Verdict, validate
 from strata.graph.tracing import run_config
 from strata.memory.errors import InputError
 from strata.memory.graph.consolidation import ConsolidationReport
+from strata.memory.graph.export import MemoryGraph, build_graph, namespace_graph, person_graph
 from strata.memory.records import Change, Record, Turn
 from strata.memory.registry import drop_namespace, open_store
 from strata.memory.store import MemoryStore
@@ -44,6 +45,21 @@ class Answer(BaseModel):
     def evidence_ids(self) -> list[str]:
         """Dialogue ids of every turn the evidence stands for, in order."""
         return list(dict.fromkeys(i for item in self.evidence for i in item.turn_ids()))
+
+    def explain(self) -> str:
+        """How each item reached the context: the lists that found its anchor, then each edge and hop
+        (MAGMA's traversal), and what the Judge decided and left out."""
+        lines = [f"question: {self.question}"]
+        lines += [f"{note.role} ({note.policy}): {note.summary}" for note in self.trace if note.role in
+                  ("research", "judge")]
+        lines.append(f"{len(self.evidence)} item(s) in the context, in the order the answer reads them:")
+        for item in self.evidence:
+            lines.append(f"  {item.label or item.id}")
+            found = ", ".join(item.found_by) or "search"
+            lines.append(f"      found by {found}; score {item.score:g}")
+            lines += [f"      {step.describe()}" for step in item.path]
+        lines += [f"note: {n}" for n in self.notes]
+        return "\n".join(lines)
 
 
 class IngestReport(BaseModel):
@@ -138,6 +154,35 @@ class Memory:
         if not question.strip():
             raise InputError("the question is empty: ask something, e.g. memory.ask('Where does Ann live?')")
         return _answer_from(question, self._run(mode, {"question": question}))
+
+    def explain(self, question: str) -> Answer:
+        """The evidence for a question with the path each item was reached by (`Answer.explain()` prints it);
+        a read: memory is not changed."""
+        return self.retrieve(question)
+
+    def graph(self, question: str | None = None, person: str | None = None) -> MemoryGraph:
+        """The namespace's graph, or the neighbourhood of a question (its evidence and the paths that reached
+        it) or of a participant; write it with `strata.memory.graph.export.write_graph`."""
+        if question is not None and person is not None:
+            raise InputError("give a question or a person, not both")
+        store = self.store
+        if person is not None:
+            return person_graph(store, person)
+        if question is None:
+            return namespace_graph(store)
+        reply = self.retrieve(question)
+        roles: dict[str, str] = {}
+        edges: list[tuple[str, str, str]] = []
+        for item in reply.evidence:
+            for step in item.path:
+                if step.step == "anchor":
+                    roles[step.dst] = "anchor"
+                else:
+                    edges.append((step.src, step.dst, "/".join(step.via)))
+                    roles.setdefault(step.dst, "reached")
+            roles.setdefault(item.id, "found")
+        ids = [*(e.id for e in reply.evidence), *roles]
+        return build_graph(store, ids, f"question: {question}", roles, edges)
 
     # history -----------------------------------------------------------
     def history(self, record_id: str | None = None, limit: int = 50) -> list[Change]:

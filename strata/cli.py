@@ -97,6 +97,21 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("question", metavar="QUESTION")
     ask.add_argument("--retrieve-only", action="store_true", help="return the validated evidence, no answer")
     ask.add_argument("--json", action="store_true", help="print the whole answer as JSON")
+    ask.add_argument(
+        "--refresh", action="store_true",
+        help="let a conflict the Judge finds change memory (default: report it, change nothing)",
+    )
+
+    explain = command("explain", _explain, "show how each item of a question's evidence was reached (no answer)")
+    explain.add_argument("question", metavar="QUESTION")
+    explain.add_argument("--json", action="store_true", help="print the evidence with its paths as JSON")
+
+    graph_cmd = command("graph", _graph, "export the memory graph (or a question's or a person's part) as files")
+    scope = graph_cmd.add_mutually_exclusive_group()
+    scope.add_argument("--question", metavar="QUESTION", help="only the evidence of this question and its paths")
+    scope.add_argument("--person", metavar="NAME", help="only what memory holds about this participant")
+    graph_cmd.add_argument("--out", type=Path, default=Path("graph-export"), help="folder (default graph-export)")
+    graph_cmd.add_argument("--formats", default="json,graphml,png", help="some of json,graphml,png (default all)")
 
     chat = command("chat", _chat, "talk: every line you type is stored and answered (/quit or EOF ends)")
     chat.add_argument("--speaker", default="user", help="who is typing (default: user)")
@@ -220,13 +235,38 @@ def _ingest(args: argparse.Namespace) -> int:
 def _ask(args: argparse.Namespace) -> int:
     if not args.question.strip():
         raise InputError('the question is empty: ask something, e.g. strata ask "Where does Ann live?"')
-    memory = _memory(args)
+    memory = _memory(args, **({"refresh_on_read": True} if args.refresh else {}))
     _require_memories(memory)
     answer = memory.retrieve(args.question) if args.retrieve_only else memory.ask(args.question)
     if args.json:
         print(answer.model_dump_json(indent=2))
     else:
         _print_answer(answer)
+    return 0
+
+
+def _explain(args: argparse.Namespace) -> int:
+    if not args.question.strip():
+        raise InputError('the question is empty: e.g. strata explain "Where does Ann live?"')
+    memory = _memory(args)
+    _require_memories(memory)
+    answer = memory.explain(args.question)
+    print(answer.model_dump_json(indent=2, include={"question", "evidence", "trace", "notes"}) if args.json
+          else answer.explain())
+    return 0
+
+
+def _graph(args: argparse.Namespace) -> int:
+    from strata.memory.graph.export import write_graph
+
+    formats = [f.strip() for f in args.formats.split(",") if f.strip()]
+    memory = _memory(args)
+    _require_memories(memory)
+    exported = memory.graph(question=args.question, person=args.person)
+    stem = "question" if args.question else f"person-{args.person.lower()}" if args.person else "namespace"
+    for path in write_graph(exported, args.out, stem, formats):
+        print(f"wrote {path}")
+    print(f"{len(exported.nodes)} nodes, {len(exported.edges)} edges ({exported.scope})")
     return 0
 
 

@@ -34,6 +34,7 @@ ROLE_OF_SYSTEM_PROMPT = {
     memory_prompts.BOUNDARY_SYSTEM: "boundary",
     memory_prompts.EPISODE_SYSTEM: "episode",
     research_prompts.PLAN_SYSTEM: "plan",
+    research_prompts.SUBQUESTION_SYSTEM: "subquestion",
     judge_prompts.JUDGE_SYSTEM: "judge",
     refresher_prompts.REFRESH_SYSTEM: "refresh",
     working_prompts.ANSWER_SYSTEM: "answer",

@@ -62,6 +62,7 @@ DEFAULTS: dict[str, Reply] = {
     "boundary": json.dumps({"T_t": 0, "reason": "same topic", "confidence": 0.8, "topic_summary": "catching up"}),
     "episode": json.dumps({"title": "Catching up", "content": "Two friends caught up.", "timestamp": "empty"}),
     "plan": plan_for,
+    "subquestion": json.dumps({"question": "What is the name of Ann's dog?"}),
     "judge": json.dumps({"Action": "Pass", "reason": "the items state it", "confidence": 0.9, "conflicts": []}),
     "refresh": json.dumps({"Action": "No-Op", "memory_type": "fact", "dataList": [], "reason": "nothing to change"}),
     "answer": json.dumps({"answer": "Not in memory.", "cited_ids": []}),

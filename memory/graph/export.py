@@ -1,0 +1,191 @@
+"""The memory graph as files a person or a tool can open: JSON, GraphML and a PNG picture.
+
+A namespace's graph is its records (turns, facts, episodes, persona traits, and
+any node that only the links name) joined by the ledger's typed links. The
+whole graph of a long conversation has thousands of nodes, which no picture can
+show, so the exporter also cuts out a neighbourhood: the evidence a question
+reaches with the paths that reached it, or what memory holds about one person.
+JSON and GraphML always hold every node and edge of the chosen part; the PNG
+draws at most `PICTURE_NODES` of them, the best connected, and says so.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import networkx as nx
+from pydantic import BaseModel, Field
+from strata.memory.errors import InputError
+from strata.memory.records import Record, Status
+from strata.memory.store import MemoryStore
+
+PICTURE_NODES = 60  # more nodes than this make an unreadable picture
+LABEL_WORDS = 5  # words of a record's text shown under its id in the picture
+PERSON_FACTS = 40  # facts about a person exported, the most recent first
+FORMATS = ("json", "graphml", "png")
+KIND_COLOURS = {"raw": "#4e79a7", "fact": "#59a14f", "episode": "#f28e2b", "persona": "#b07aa1"}
+EDGE_COLOURS = {
+    "related": "#e15759", "entity": "#76b7b2", "semantic": "#edc948", "causal": "#ff9da7",
+    "temporal": "#bab0ac", "derived_from": "#9c755f", "supersedes": "#000000",
+}
+OTHER_COLOUR = "#cccccc"
+
+
+class GraphNode(BaseModel):
+    id: str
+    kind: str
+    label: str = ""
+    text: str = ""
+    speaker: str = ""
+    time: str = ""
+    role: str = Field("", description="In a question's neighbourhood: anchor, reached or bridge.")
+
+
+class GraphEdge(BaseModel):
+    src: str
+    dst: str
+    type: str
+    weight: float = 1.0
+    on_path: bool = Field(False, description="Taken by the traversal that reached a question's evidence.")
+
+
+class MemoryGraph(BaseModel):
+    """Nodes and typed edges of (part of) one namespace, ready to write."""
+
+    namespace: str
+    scope: str = Field(..., description="namespace, question: ..., or person: ...")
+    nodes: list[GraphNode]
+    edges: list[GraphEdge]
+
+    def to_networkx(self) -> nx.MultiDiGraph:
+        graph = nx.MultiDiGraph(namespace=self.namespace, scope=self.scope)
+        for node in self.nodes:
+            graph.add_node(node.id, **node.model_dump(exclude={"id"}))
+        for edge in self.edges:
+            graph.add_edge(edge.src, edge.dst, key=edge.type, **edge.model_dump(exclude={"src", "dst"}))
+        return graph
+
+
+def node_of(record: Record, role: str = "") -> GraphNode:
+    words = record.text.split()
+    short = " ".join(words[:LABEL_WORDS]) + (" ..." if len(words) > LABEL_WORDS else "")
+    return GraphNode(
+        id=record.id, kind=record.kind, label=f"{record.dialogue_id or record.id}\n{short}", text=record.text,
+        speaker=record.speaker, time=record.time.isoformat() if record.time else "", role=role,
+    )
+
+
+def build_graph(
+    store: MemoryStore, ids: Iterable[str], scope: str, roles: dict[str, str] | None = None,
+    path_edges: Iterable[tuple[str, str, str]] = (),
+) -> MemoryGraph:
+    """The records `ids` and every link among them; nodes a link names that are not records come too
+    when they join two of them (an entity node, say)."""
+    wanted = list(dict.fromkeys(ids))
+    inside = set(wanted)
+    roles = roles or {}
+    on_path = {(s, d, t) for s, d, t in path_edges} | {(d, s, t) for s, d, t in path_edges}
+    links = store.ledger.neighbours(store.namespace, wanted) if wanted else []
+    touching: dict[str, set[str]] = {}
+    for link in links:
+        for here, there in ((link.src, link.dst), (link.dst, link.src)):
+            if here in inside and there not in inside:
+                touching.setdefault(there, set()).add(here)
+    bridges = {other for other, ends in touching.items() if len(ends) >= 2 and other.split(":", 1)[0] not in
+               ("raw", "fact", "episode", "persona")}
+    records = {r.id: r for r in store.get(wanted) if r.status == Status.ACTIVE}
+    nodes = [node_of(records[i], roles.get(i, "")) for i in wanted if i in records]
+    nodes += [GraphNode(id=b, kind=b.split(":", 1)[0], label=b, role="bridge") for b in sorted(bridges)]
+    shown = {n.id for n in nodes}
+    edges = [
+        GraphEdge(src=lk.src, dst=lk.dst, type=lk.type.value, weight=lk.weight,
+                  on_path=(lk.src, lk.dst, lk.type.value) in on_path)
+        for lk in links if lk.src in shown and lk.dst in shown
+    ]
+    return MemoryGraph(namespace=store.namespace, scope=scope, nodes=nodes, edges=edges)
+
+
+def namespace_graph(store: MemoryStore) -> MemoryGraph:
+    """Every active record of the namespace and every link among them."""
+    ids = [r.id for kind in ("raw", "fact", "episode", "persona") for r in store.all(kind)]  # type: ignore[arg-type]
+    return build_graph(store, ids, "namespace")
+
+
+def person_graph(store: MemoryStore, person: str) -> MemoryGraph:
+    """What memory holds about one participant: their persona traits, the latest facts about them, and
+    the turns those came from."""
+    wanted = person.strip().lower()
+    people = store.participants()
+    if wanted not in {p.lower() for p in people}:
+        raise InputError(f"no participant {person!r} in this memory: choose one of {', '.join(people) or '(none)'}")
+    traits = [r for r in store.all("persona") if (r.subject or r.speaker).lower() == wanted]
+    facts = sorted((r for r in store.all("fact") if (r.subject or "").lower() == wanted),
+                   key=lambda r: (r.time.timestamp() if r.time else 0.0, r.id), reverse=True)[:PERSON_FACTS]
+    turns = [f"raw:{s}" for r in (*traits, *facts) for s in r.source_ids]
+    return build_graph(store, [*(r.id for r in traits), *(r.id for r in facts), *turns], f"person: {person}")
+
+
+def write_graph(graph: MemoryGraph, folder: Path, stem: str, formats: Sequence[str] = FORMATS) -> list[Path]:
+    """Write the chosen formats into `folder`; returns the files written."""
+    unknown = [f for f in formats if f not in FORMATS]
+    if unknown:
+        raise InputError(f"unknown graph format(s) {', '.join(unknown)}: use some of {', '.join(FORMATS)}")
+    folder.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    if "json" in formats:
+        target = folder / f"{stem}.json"
+        target.write_text(json.dumps(graph.model_dump(mode="json"), indent=1), encoding="utf-8")
+        written.append(target)
+    if "graphml" in formats:
+        target = folder / f"{stem}.graphml"
+        nx.write_graphml(graph.to_networkx(), target)
+        written.append(target)
+    if "png" in formats:
+        target = folder / f"{stem}.png"
+        draw_graph(graph, target)
+        written.append(target)
+    return written
+
+
+def draw_graph(graph: MemoryGraph, target: Path) -> None:
+    """A picture: nodes coloured by kind, edges by type, traversal paths drawn thick, a legend."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+
+    full = nx.Graph()
+    full.add_nodes_from(n.id for n in graph.nodes)
+    full.add_edges_from((e.src, e.dst) for e in graph.edges)
+    keep = sorted(full.nodes, key=lambda n: (-full.degree(n), n))[:PICTURE_NODES]
+    picture = full.subgraph(keep)
+    by_id = {n.id: n for n in graph.nodes}
+    layout = nx.spring_layout(picture, seed=7, k=1.6 / max(1, len(keep)) ** 0.5)
+    figure, axes = plt.subplots(figsize=(14, 10))
+    for edge in graph.edges:
+        if edge.src in layout and edge.dst in layout:
+            (x1, y1), (x2, y2) = layout[edge.src], layout[edge.dst]
+            axes.plot([x1, x2], [y1, y2], color=EDGE_COLOURS.get(edge.type, OTHER_COLOUR),
+                      linewidth=3.0 if edge.on_path else 0.8, alpha=0.9 if edge.on_path else 0.5, zorder=1)
+    for node_id in keep:
+        node = by_id[node_id]
+        x, y = layout[node_id]
+        edge_colour = "#000000" if node.role == "anchor" else "#ffffff"
+        axes.scatter([x], [y], s=260, color=KIND_COLOURS.get(node.kind, OTHER_COLOUR), edgecolors=edge_colour,
+                     linewidths=2.0, zorder=2)
+        axes.annotate(node.label, (x, y), fontsize=6, ha="center", va="top", xytext=(0, -9),
+                      textcoords="offset points", zorder=3)
+    handles = [Line2D([], [], marker="o", linestyle="", color=c, label=k) for k, c in KIND_COLOURS.items()]
+    used = sorted({e.type for e in graph.edges})
+    handles += [Line2D([], [], color=EDGE_COLOURS.get(t, OTHER_COLOUR), label=t) for t in used]
+    axes.legend(handles=handles, loc="upper right", fontsize=8)
+    note = "" if len(keep) == len(full) else f" - the {len(keep)} best connected of {len(full)} nodes"
+    axes.set_title(f"{graph.namespace}: {graph.scope}{note} (black ring: anchor, thick edge: traversal path)",
+                   fontsize=10)
+    axes.set_axis_off()
+    figure.tight_layout()
+    figure.savefig(target, dpi=110)
+    plt.close(figure)
