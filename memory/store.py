@@ -238,7 +238,7 @@ class MemoryStore:
                 if record_id not in self._vectors and kind in KINDS:
                     missing.setdefault(kind, []).append(record_id)  # type: ignore[arg-type]
             for kind, wanted in missing.items():
-                got = self._collections[kind].get(ids=wanted, include=["embeddings"])
+                got = self._collection(kind).get(ids=wanted, include=["embeddings"])
                 for record_id, vector in zip(got["ids"], got["embeddings"], strict=True):
                     self._vectors[record_id] = np.asarray(vector, dtype=np.float32)
             return {i: self._vectors[i] for i in ids if i in self._vectors}
@@ -682,6 +682,7 @@ class MemoryStore:
             self._collections.clear()
             self._records.clear()
             self._lexical.clear()
+            self._vectors.clear()
             self._timeline = None
 
 

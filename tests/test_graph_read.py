@@ -162,7 +162,7 @@ def test_the_models_filter_is_read_leniently(memory_dir: Path, irrelevant: Any, 
     reply = json.dumps({"Action": "Pass", "reason": "stated", "confidence": 0.9, "irrelevant": irrelevant})
     model = FakeListChatModel(responses=[reply])
     state = State(question=FILTER_QUESTION, evidence=FILTER_ITEMS, rounds=1)
-    out = judge(state, runtime(memory_dir, mode="ask", k_r=0, chat_model=model))
+    out = judge(state, runtime(memory_dir, mode="ask", chat_model=model))  # a Retry round is left: the model is asked
     assert [e.id for e in out.get("evidence", FILTER_ITEMS)] == kept
     assert out["verdict"].policy == "model:FakeListChatModel"
 
@@ -170,7 +170,7 @@ def test_the_models_filter_is_read_leniently(memory_dir: Path, irrelevant: Any, 
 def test_an_unusable_model_reply_falls_back_to_the_offline_filter(memory_dir: Path) -> None:
     model = FakeListChatModel(responses=["I think the first two items matter."])
     state = State(question=FILTER_QUESTION, evidence=FILTER_ITEMS, rounds=1)
-    out = judge(state, runtime(memory_dir, mode="ask", k_r=0, chat_model=model))
+    out = judge(state, runtime(memory_dir, mode="ask", chat_model=model))
     assert [e.id for e in out["evidence"]] == ["raw:D1:12", "raw:D1:13"]
     assert out["verdict"].policy.startswith("offline (model output unusable")
     assert "filter (offline)" in out["trace"][-1].summary
