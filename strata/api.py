@@ -8,7 +8,7 @@ exactly what Studio and the server do.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, fields
+from dataclasses import asdict, fields, replace
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -133,13 +133,14 @@ class Memory:
         return run(self.store, self.context("ingest"), limit)
 
     # reading -----------------------------------------------------------
-    def ask(self, question: str) -> Answer:
-        """Answer from memory without storing the question."""
-        return self._answer("ask", question)
+    def ask(self, question: str, refresh: bool = False) -> Answer:
+        """Answer from memory without storing the question. A conflict the Judge finds is reported in the
+        verdict; `refresh=True` lets it change memory too."""
+        return self._answer("ask", question, refresh)
 
-    def retrieve(self, question: str) -> Answer:
-        """The validated evidence for a question, without an answer (retrieval-only mode)."""
-        return self._answer("retrieve", question)
+    def retrieve(self, question: str, refresh: bool = False) -> Answer:
+        """The validated evidence for a question, without an answer (retrieval-only mode); `refresh` as in ask."""
+        return self._answer("retrieve", question, refresh)
 
     def chat(self, text: str, speaker: str = "user") -> Answer:
         """Store a turn and answer it."""
@@ -149,11 +150,12 @@ class Memory:
         result = self._run("chat", {"turns": batch})
         return _answer_from(batch[-1].text, result)
 
-    def _answer(self, mode: str, question: str) -> Answer:
+    def _answer(self, mode: str, question: str, refresh: bool = False) -> Answer:
         question = _text(question, "the question")
         if not question.strip():
             raise InputError("the question is empty: ask something, e.g. memory.ask('Where does Ann live?')")
-        return _answer_from(question, self._run(mode, {"question": question}))
+        overrides = {"refresh_on_read": True} if refresh else {}
+        return _answer_from(question, self._run(mode, {"question": question}, overrides=overrides))
 
     def explain(self, question: str) -> Answer:
         """The evidence for a question with the path each item was reached by (`Answer.explain()` prints it);
@@ -208,8 +210,13 @@ class Memory:
         drop_namespace(context.store_settings(), context.namespace)
 
     # running -----------------------------------------------------------
-    def _run(self, mode: str, payload: dict[str, Any], on_turn: Callable[[int], None] | None = None) -> dict[str, Any]:
+    def _run(
+        self, mode: str, payload: dict[str, Any], on_turn: Callable[[int], None] | None = None,
+        overrides: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
         context = self.context(mode)
+        if overrides:
+            context = replace(context, **overrides)
         if on_turn is None:
             return _plain(graph.invoke(payload, context=context, config=run_config(context)))
         final: dict[str, Any] = {}

@@ -235,9 +235,10 @@ def _ingest(args: argparse.Namespace) -> int:
 def _ask(args: argparse.Namespace) -> int:
     if not args.question.strip():
         raise InputError('the question is empty: ask something, e.g. strata ask "Where does Ann live?"')
-    memory = _memory(args, **({"refresh_on_read": True} if args.refresh else {}))
+    memory = _memory(args)
     _require_memories(memory)
-    answer = memory.retrieve(args.question) if args.retrieve_only else memory.ask(args.question)
+    read = memory.retrieve if args.retrieve_only else memory.ask
+    answer = read(args.question, refresh=args.refresh)
     if args.json:
         print(answer.model_dump_json(indent=2))
     else:

@@ -114,7 +114,7 @@ def memory_tools(memory: Memory) -> list[BaseTool]:
 
     def forget(description: str) -> str:
         try:
-            answer = memory.retrieve(forget_request(description))
+            answer = memory.retrieve(forget_request(description), refresh=True)  # asked to change memory
         except StrataError as exc:
             raise ToolException(str(exc)) from exc
         return describe_changes(answer.changes)

@@ -273,5 +273,5 @@ def test_ask_reports_a_conflict_and_changes_nothing_unless_asked_to(data_dir: Pa
         assert answer.changes == [] and any("memory unchanged" in n for n in answer.notes)
     after = ([c.model_dump() for c in memory.history()], [r.model_dump() for r in memory.store.all("fact")])
     assert after == before
-    opted = Memory("ann", data_dir=str(data_dir), refresh_on_read=True).ask("Where does Ann live?")
+    opted = memory.ask("Where does Ann live?", refresh=True)
     assert opted.changes and len(memory.history()) == len(before[0]) + len(opted.changes)
