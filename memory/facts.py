@@ -316,7 +316,13 @@ def _resolve_dates(clause: str, anchor: datetime | None) -> tuple[str, ResolvedD
 # --- subject / attribute / value ------------------------------------------------------------
 
 _NAME = r"[A-Z][\w’'-]*(?:\s+(?:and|&)\s+[A-Z][\w’'-]*)?"
-_LEAD = r"^(?:(?:On|In|During)\s[^,]{3,60}?\d{4},?\s+)?"
+# Before the subject: a dated opener ("On 8 May 2023, ...") and a discourse or present-time adverbial
+# ("Actually I live in Boulder now", "These days I work at ..."), which leave the relation as it is.
+_OPENER = (
+    r"(?:actually|now|currently|nowadays|these\s+days|at\s+the\s+moment|right\s+now|as\s+of\s+now|for\s+now"
+    r"|honestly|well|so|anyway|still|by\s+the\s+way|in\s+fact|oh|also)"
+)
+_LEAD = rf"^(?:(?:On|In|During)\s[^,]{{3,60}}?\d{{4}},?\s+)?(?:(?i:{_OPENER}),?\s+)*"
 _ADV = r"(?:\s+(?:really|also|still|now|currently|always|just|actually|absolutely|totally|truly|definitely|even|only"
 _ADV += r"|recently|finally|usually|already|mostly|so|genuinely|particularly|especially))*"
 _VALUE_CUT = re.compile(
@@ -326,6 +332,11 @@ _VALUE_CUT = re.compile(
 _ROLE_CUT = re.compile(r"\s+(?:at|for|in|with|on)\b")
 _PLACE_CUT = re.compile(r"\s+(?:with|and|for|to|since|because|where|now)\b")
 _DATE_TAIL = re.compile(r"\s+(?:on|in|during|around)\s+(?:the\s+)?[^,]*?\d{4}\s*$")
+# After a value: words that only say the value holds now ("nurse now"); the value is what comes before.
+_NOW_TAIL = re.compile(
+    r"\s+(?:now|currently|these\s+days|nowadays|at\s+the\s+moment|right\s+now|anymore|any\s+more|instead)$",
+    re.IGNORECASE,
+)
 
 _PREDICATES: tuple[tuple[str, str, bool], ...] = (
     # (regex after the subject, attribute, is the value a place or organisation)
@@ -372,7 +383,7 @@ def _value(raw: str, place: bool) -> str:
     value = _VALUE_CUT.split(_DATE_TAIL.sub("", raw.strip(" .!?")), maxsplit=1)[0]
     if place:
         value = _PLACE_CUT.split(value, maxsplit=1)[0]
-    value = _DATE_TAIL.sub("", value)
+    value = _NOW_TAIL.sub("", _DATE_TAIL.sub("", value))
     value = re.sub(r"^(?:a|an)\s+", "", value.strip(), flags=re.IGNORECASE)
     return value.strip(" .!?\"'")
 

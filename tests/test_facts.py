@@ -257,6 +257,23 @@ def test_conflict_pairs_share_subject_and_attribute(
     assert (after.subject, after.attribute, after.value) == ("Caroline", attribute, new_value)
 
 
+@pytest.mark.parametrize(
+    ("text", "attribute", "value"),
+    [
+        ("Actually I live in Boulder now.", "lives_in", "Boulder"),  # issue 9: this fact had no attribute
+        ("These days I work at Google.", "works_at", "Google"),
+        ("Now I work as a teacher.", "works_as", "teacher"),
+        ("Actually, I'm a nurse now.", "is_a", "nurse"),
+        ("I work as a nurse now.", "works_as", "nurse"),
+        ("Currently I'm studying law.", "studies", "law"),
+    ],
+)
+def test_present_tense_statements_with_an_opener_keep_their_attribute(text: str, attribute: str, value: str) -> None:
+    """A discourse or time opener before the subject, or 'now' after the value, leaves the relation as it is."""
+    fact = _one(text)
+    assert (fact.subject, fact.attribute, fact.value) == ("Caroline", attribute, value)
+
+
 def test_likes_and_dislikes_are_opposite_keys() -> None:
     assert (_one("I like jazz.").attribute, _one("I hate jazz.").attribute) == ("likes", "dislikes")
     assert _one("I hate jazz.").value == "jazz"
