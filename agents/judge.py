@@ -12,9 +12,11 @@ Offline, both checks are rules. Conflicts compare facts slot by slot: the same
 subject and the same single-valued attribute (lives_in, works_as, age ...) with
 values that differ once normalised; an incoming statement is compared the same
 way through the facts `memory.facts` extracts from it; and an explicit request
-to forget or cancel something names the stored records it is about. The
-single-valued test and the request reader are the Refresher's own, so a
-Refresh verdict is always one the Refresher can act on. Sufficiency reads the
+to forget names the records `memory.forgetting` allows this turn to delete
+(whose memory it is, a precise match, a bound). The single-valued test is the
+Refresher's own and the forget rule is shared, so a Refresh verdict is always
+one the Refresher can act on; a refused request or one waiting for a
+confirmation is said in the run's notes. Sufficiency reads the
 question type and looks for what it needs in the items that cover the
 question's content words.
 """
@@ -30,7 +32,7 @@ from langgraph.runtime import Runtime
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 from strata.agents.common import OFFLINE, decided_offline, format_evidence, store_of, traced
 from strata.agents.llm import ask_json, chat_model, one_of
-from strata.agents.refresher import ForgetRequest, read_forget_request, single_valued
+from strata.agents.refresher import single_valued
 from strata.agents.research import input_of
 from strata.agents.working import classify
 from strata.graph.context import Context
@@ -39,6 +41,7 @@ from strata.graph.state import Action, Evidence, State, Verdict
 from strata.memory.dates import resolve_relative
 from strata.memory.entities import CHAT_WORDS, MONTH_WORDS, PLAIN_WORDS, WEEKDAY_WORDS, split_entities, stem, tokenize
 from strata.memory.facts import FactDraft, extract_facts
+from strata.memory.forgetting import decide
 from strata.memory.records import Record, Status, Turn
 from strata.memory.speakers import resolve_participant
 from strata.memory.store import MemoryStore
@@ -235,28 +238,6 @@ def same_slot_facts(store: MemoryStore, drafts: Sequence[FactDraft]) -> list[Rec
     return [r for r in store.all("fact") if r.subject and r.attribute and slot(r.subject, r.attribute) in slots]
 
 
-def forget_targets(
-    request: ForgetRequest, evidence: Sequence[Evidence], facts: Sequence[Record], speaker: str, exclude: set[str]
-) -> list[str]:
-    """Stored records the request names, by the Refresher's rule: a proper name the request gives,
-    or, for a request without names, half of its content words or more."""
-    if not request.words:
-        return []
-    named: list[tuple[str, str]] = []
-    for record_id, text, who in [
-        *((e.id, e.text, e.speaker) for e in evidence),
-        *((f.id, f"{f.text} {f.value}", f.subject or f.speaker) for f in facts),
-    ]:
-        if record_id in exclude or record_id.startswith("episode:"):
-            continue
-        held = set(tokenize(text))
-        half = len(request.words & held) * 2 >= len(request.words)
-        if (request.names & held) if request.names else half:
-            named.append((record_id, who))
-    own = [rid for rid, who in named if speaker and who == speaker]
-    return list(dict.fromkeys(own or [rid for rid, _ in named]))
-
-
 # --- sufficiency --------------------------------------------------------------------------------
 def is_question(text: str) -> bool:
     stripped = text.strip()
@@ -420,8 +401,10 @@ class Situation:
         if context.mode == "ingest":
             self.question = False
         self.participants = self.store.participants()
+        listener = self.turn.listener or "" if self.turn is not None else ""
+        self.forget = decide(self.store, context.mode, self.text, self.speaker, listener, context.owner, self.exclude)
         self.drafts: list[FactDraft] = []
-        if self.turn is not None and not is_question(self.text):
+        if self.turn is not None and not is_question(self.text) and self.forget is None:
             self.drafts = [d for d in extract_facts(self.turn, self.turn.time, self.turn.listener) if d.attribute]
         self.facts = facts_behind(self.store, self.evidence)
         known = {f.id for f in self.facts}
@@ -429,15 +412,8 @@ class Situation:
 
 
 def offline_verdict(s: Situation) -> Verdict:
-    people = tuple(p for p in (s.speaker, s.turn.listener if s.turn else None) if p)
-    request = read_forget_request(s.text, people)
-    if request is not None:
-        targets = forget_targets(request, s.evidence, s.facts, s.speaker, s.exclude)
-        if targets:
-            return Verdict(
-                action="Refresh", reason=f"the input asks to forget or cancel {', '.join(sorted(request.words))}",
-                confidence=0.9, conflicts=[[*targets, NEW]],
-            )
+    if s.forget is not None and s.forget.allowed:
+        return Verdict(action="Refresh", reason=s.forget.reason(), confidence=0.9, conflicts=[[*s.forget.allowed, NEW]])
     groups = incoming_conflicts(s.drafts, s.text, s.facts) + stored_conflicts(s.facts)
     if groups:
         groups = groups[:MAX_GROUPS]
@@ -446,8 +422,8 @@ def offline_verdict(s: Situation) -> Verdict:
         )
     if not s.question:
         why = "a statement: nothing to answer, no conflict with stored facts"
-        if request is not None:
-            why = "asked to forget something, but no stored record matches it"
+        if s.forget is not None:
+            why = s.forget.reason()
         return Verdict(action="Pass", reason=why, confidence=0.8)
     enough, missing, why, confidence = sufficiency(s.text, s.evidence, s.participants)
     return Verdict(action="Pass" if enough else "Retry", reason=why, confidence=confidence, missing=missing)
@@ -536,6 +512,8 @@ def judge(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     offline = offline_verdict(situation)
     verdict, model_ids = model_verdict(situation, offline, retry_allowed(state, context))
     notes = list(state.notes)
+    if situation.forget is not None:
+        notes.append(situation.forget.reason())
     retry_next = verdict.action == "Retry" and retry_allowed(state, context)
     if verdict.action == "Retry" and not retry_next:
         outcome = "returning" if context.mode == "retrieve" else "answering from"

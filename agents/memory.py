@@ -33,7 +33,6 @@ from strata.agents.common import (
     traced,
 )
 from strata.agents.llm import ask_json, chat_model
-from strata.agents.refresher import forget_request
 from strata.agents.wire import new_question
 from strata.graph.context import Context
 from strata.graph.state import RoleNote, State, fresh_run, validate_turns
@@ -42,6 +41,7 @@ from strata.memory.entities import extract_entities
 from strata.memory.episodes import Boundary, OpenSegment, detect_boundary, narrate, title_of
 from strata.memory.errors import InputError
 from strata.memory.facts import FactDraft, extract_facts
+from strata.memory.forgetting import read_forget_request
 from strata.memory.graph import fast_path
 from strata.memory.graph.entities import Mention, normalise
 from strata.memory.graph.evolution import Evolution
@@ -231,7 +231,7 @@ def _facts(
     turn: Turn, state: State, runtime: Runtime[Context], store: MemoryStore
 ) -> tuple[list[FactDraft], str, list[str]]:
     """The turn's facts, the policy that wrote them, and the earlier dialogue ids the model said it refers to."""
-    if forget_request(turn.text) is not None:
+    if read_forget_request(turn.text) is not None:
         return [], OFFLINE, []  # an instruction to the memory, not something to remember (the Refresher acts on it)
     model = chat_model(runtime.context)
     if model is None:

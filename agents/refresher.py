@@ -18,6 +18,10 @@ How an update is written, consistently for both policies:
   only the disputed value changed, and the old text kept in history.
 Raw turns are never rewritten: they are the verbatim record of what was said.
 A raw turn can only be tombstoned, on an explicit request to forget it.
+Whatever a policy plans, a delete is applied only when the forget rule
+(`memory.forgetting.decide`: chat or ingest, the speaker's own words, the
+person the memory is about or the owner, a precise match, a bound) allows that
+record for the current turn; any other delete becomes a recorded no-op.
 """
 
 from __future__ import annotations
@@ -40,9 +44,9 @@ from strata.agents.common import (
 from strata.agents.llm import ask_json, chat_model, one_of
 from strata.graph.context import Context
 from strata.graph.state import ChangeNote, Evidence, State
-from strata.memory.entities import STOPWORDS, split_entities, stem, tokenize, wordset
 from strata.memory.errors import NotFoundError
 from strata.memory.facts import FactDraft, extract_facts
+from strata.memory.forgetting import ForgetDecision, decide
 from strata.memory.records import Record, Status, Turn
 from strata.memory.store import MemoryStore, kind_of
 from strata.prompts import refresher as prompts
@@ -50,24 +54,6 @@ from strata.prompts import refresher as prompts
 NEW = "new"  # how the Judge names the incoming turn inside a conflict group
 MAX_GROUPS = 4  # conflict groups settled per run; the rest wait for a later turn
 
-# Requests addressed to the memory: an imperative (or "could you ...") verb of removal.
-_FORGET_VERB = re.compile(r"\b(forget|delete|erase|remove|discard|disregard|cancel|unlearn)\b", re.IGNORECASE)
-_POLITE_PREFIX = re.compile(
-    r"^(?:(?:can|could|would|will) you|id? (?:want|need|would like|like) you to|you (?:can|should|may|must))\b"
-)
-_REQUEST_LEAD = wordset("please pls kindly just also and so now then actually ok okay oh but well hey")
-_NEGATION = wordset("dont not never")
-# Statements that invalidate something on the user's say-so.
-_INVALIDATED = re.compile(
-    r"(?P<object>[\w' ]{2,80}?)\s+(?:is|was|has been|have been|are|were|got|'s)\s+(?:now\s+)?"
-    r"(?:cancell?ed|called off|no longer (?:true|valid|happening|the case|on))\b",
-    re.IGNORECASE,
-)
-_DISAVOWAL = re.compile(
-    r"\b(?:never ?mind|scratch that|ignore what i (?:said|told you)|that(?:'s| is) (?:no longer|not) "
-    r"(?:true|valid|correct|right)(?: anymore| any more)?|stop remembering|don't remember (?:that|this|it))\b",
-    re.IGNORECASE,
-)
 # Attribute words of properties that hold one value at a time: a different newer value replaces the old one.
 # Past forms ("lived_in") are left out on purpose: a person has lived in many places.
 _SINGLE_VALUED = frozenset((
@@ -126,6 +112,7 @@ class Incoming:
     time: datetime | None = None
     listener: str | None = None
     is_turn: bool = False  # a stored turn (ingest, chat) rather than a question
+    forget: ForgetDecision | None = None  # what the turn may delete (`memory.forgetting`), None: no request
 
     @property
     def raw_id(self) -> str:
@@ -181,6 +168,8 @@ def refresher(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
         update = {"trace": traced(state, "refresher", OFFLINE, summary)}
         return {**update, "stage": "done"} if context.mode == "retrieve" else update
     incoming = incoming_of(state, context.mode)
+    incoming.forget = decide(store, context.mode, incoming.text, incoming.speaker, incoming.listener or "",
+                             context.owner, [incoming.raw_id] if incoming.raw_id else [])
     groups = conflict_groups(state, store, incoming)
     model = chat_model(context)
     notes: list[ChangeNote] = []
@@ -194,7 +183,8 @@ def refresher(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
         plan = offline_plan(group, incoming) if model is None else model_plan(group, incoming, runtime)
         policies.append(plan.policy)
         looked_at += len(group.records)
-        for step in plan.steps:
+        for planned in plan.steps:
+            step = guarded(planned, incoming)
             note = apply(store, step, plan.policy)
             notes.append(note)
             touched.add(step.record.id)
@@ -269,9 +259,8 @@ def conflict_groups(state: State, store: MemoryStore, incoming: Incoming) -> lis
 # --- the offline policy --------------------------------------------------------------------
 def offline_plan(group: Group, incoming: Incoming) -> Plan:
     """Delete on an explicit request, supersede or update a single-valued attribute, else no-op."""
-    request = read_forget_request(incoming.text, incoming.people())
-    if request is not None:
-        return Plan(forget_steps(group, incoming, request), OFFLINE)
+    if incoming.forget is not None:
+        return Plan(forget_steps(group, incoming, incoming.forget), OFFLINE)
     steps: list[Step] = []
     changed: set[str] = set()
     for step in [*stored_conflicts(group.records), *incoming_conflicts(group, incoming)]:
@@ -287,73 +276,26 @@ def offline_plan(group: Group, incoming: Incoming) -> Plan:
     return Plan(steps, OFFLINE)
 
 
-@dataclass
-class ForgetRequest:
-    """What an explicit request to forget names: its content words, and the proper names among them."""
-
-    words: set[str]
-    names: set[str]
-
-
-def forget_request(text: str, people: tuple[str, ...] = ()) -> set[str] | None:
-    """The content words of what the input explicitly asks to forget, or None if it asks nothing."""
-    request = read_forget_request(text, people)
-    return None if request is None else request.words
-
-
-def read_forget_request(text: str, people: tuple[str, ...] = ()) -> ForgetRequest | None:
-    """What the input explicitly asks to forget or cancel, or None if it asks nothing.
-
-    Empty words mean a request that does not say what ("never mind"). Only
-    requests count: an imperative at the start of a clause ("please forget ...",
-    "could you delete ...", "cancel my ..."), or a statement that something is
-    cancelled or no longer true. "Don't forget", "I forgot" and "I deleted the
-    app" are not requests. `people` (speaker, listener) are not names of a target.
-    """
-    for clause in re.split(r"[.!?;,:\n]+|\s[-–—]\s", text):
-        named: str | None = None
-        for match in _FORGET_VERB.finditer(clause):
-            lead = " ".join(re.findall(r"[a-z]+", clause[: match.start()].lower().replace("'", "")))
-            lead = _POLITE_PREFIX.sub("", lead).split()
-            if all(w in _REQUEST_LEAD for w in lead) and not _NEGATION & set(lead):
-                named = clause[match.end() :]
-                break
-        if named is None:
-            invalidated = _INVALIDATED.search(clause)
-            if invalidated:
-                named = invalidated.group("object")
-            elif _DISAVOWAL.search(clause):
-                named = _DISAVOWAL.sub(" ", clause)
-        if named is not None:
-            persons = {stem(w) for p in people for w in tokenize(p)}
-            names = {t for n in split_entities(named).names for t in tokenize(n)} - persons
-            return ForgetRequest(words=_content(named), names=names)
-    return None
-
-
-def forget_steps(group: Group, incoming: Incoming, request: ForgetRequest) -> list[Step]:
-    """Tombstone the group's records the request names; keep the rest.
-
-    A record is named when it holds a proper name the request gives ("forget
-    that I live in Denver" spares the Boston record), or, for a request without
-    names, half its content words or more.
-    """
+def forget_steps(group: Group, incoming: Incoming, decision: ForgetDecision) -> list[Step]:
+    """Tombstone the group's records the forget rule allows for this turn; keep the rest, saying why."""
+    allowed = set(decision.allowed)
     steps: list[Step] = []
     for record in group.records:
-        held = _content(f"{record.text} {record.value}")
-        shared = request.words & held
-        if request.names:
-            named = bool(request.names & held)
+        if record.id in allowed:
+            steps.append(Step("delete", record, f"forgotten on request in {incoming.describe()}: {decision.reason()}"))
         else:
-            named = bool(request.words) and len(shared) * 2 >= len(request.words)
-        if named:
-            steps.append(Step("delete", record, f"forgotten on request in {incoming.describe()} "
-                                                 f"(asked about: {', '.join(sorted(shared))})"))
-        else:
-            why = ("the request to forget does not say what: nothing deleted" if not request.words
-                   else "the request to forget names something else: kept")
+            why = decision.refused or "the request to forget names something else: kept"
             steps.append(Step("noop", record, why))
     return steps
+
+
+def guarded(step: Step, incoming: Incoming) -> Step:
+    """The forget rule after whatever a policy planned: a delete outside what the turn may delete is a no-op."""
+    decision = incoming.forget
+    if step.action != "delete" or (decision is not None and step.record.id in decision.allowed):
+        return step
+    why = decision.reason() if decision is not None else "the current turn asks to forget nothing"
+    return Step("noop", step.record, f"not deleted ({why}); proposed: {step.reason}")
 
 
 def stored_conflicts(records: list[Record]) -> list[Step]:
@@ -463,20 +405,6 @@ def _norm(text: str) -> str:
     return " ".join(re.sub(r"[^\w\s]", " ", text.lower().replace("-", "_")).split())
 
 
-def _content(text: str) -> set[str]:
-    return {t for t in tokenize(text) if t not in _REQUEST_STEMS}
-
-
-_REQUEST_STEMS = frozenset(
-    stem(w)
-    for w in wordset(
-        """forget delete erase remove discard disregard ignore scratch cancel unlearn please memory remember said
-        told know mind cancelled canceled called longer true valid happening case anymore"""
-    )
-    if w not in STOPWORDS
-)
-
-
 # --- the model policy ----------------------------------------------------------------------
 def model_plan(group: Group, incoming: Incoming, runtime: Runtime[Context]) -> Plan:
     """Ask the model (AMA's contract); only ids inside the group are edited, and Delete needs an explicit request."""
@@ -497,8 +425,10 @@ def model_plan(group: Group, incoming: Incoming, runtime: Runtime[Context]) -> P
     reason = (parsed.reason.strip() or "model decision") + note
     if parsed.action == "No-Op":
         return Plan([Step("noop", r, reason) for r in group.records], name)
+    if incoming.forget is not None and parsed.action == "Update":
+        return _fallback(group, incoming, "Update on a request to forget: only the forget rule may act on it")
     if parsed.action == "Delete":
-        if forget_request(incoming.text, incoming.people()) is None:
+        if incoming.forget is None:
             return _fallback(group, incoming, "Delete without an explicit request to forget in the input")
         targets = {e.id.strip() for e in named}
         if not targets:

@@ -128,6 +128,13 @@ class Context:
     max_question_chars: int = field(
         default=8_000, metadata={"description": "Longest question asked, in characters; a longer one is refused."}
     )
+    owner: str = field(
+        default="",
+        metadata={
+            "description": "Who owns this namespace's memory (a speaker name). Besides the person a memory is "
+            "about, only the owner may ask to forget it. Empty: nobody but that person."
+        },
+    )
     refresher: bool = field(
         default=True, metadata={"description": "Let the Judge call the Refresher on conflicts (off for ablations)."}
     )

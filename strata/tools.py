@@ -6,19 +6,23 @@ Studio or API run does:
 - `search_memory(query)`: retrieval-only mode (research, judge, its Retry
   rounds), returning one evidence line per record with its id;
 - `remember(text)`: ingest mode, the text stored as a turn at every granularity;
-- `forget(description)`: an explicit request to forget, run through the graph
-  so the Judge flags the matching records and the Refresher tombstones them
-  (AMA's Refresher: Delete only on an explicit request). Every change is in the
-  history with a change id that `Memory.undo` reverses.
+- `forget(description)`: an explicit request to forget, stored as a turn of
+  `speaker` (the person the app acts for) so the Judge flags the matching
+  records and the Refresher tombstones them, under the forget rule of
+  `strata.memory.forgetting`: only that person's own memories (all of them when
+  `speaker` is the namespace's `owner`), only records that match precisely, and
+  a confirmation ("yes, forget them") past a few records. Every change is in
+  the history with a change id that `Memory.undo` reverses.
 
 ```python
 from langgraph.prebuilt import create_react_agent
-agent = create_react_agent(model, memory_tools(Memory("ann")))
+agent = create_react_agent(model, memory_tools(Memory("ann"), speaker="Ann"))
 ```
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from langchain_core.tools import BaseTool, StructuredTool, ToolException
@@ -27,6 +31,7 @@ from pydantic import BaseModel, Field, ValidationError
 from strata.api import Answer, Memory
 from strata.graph.state import ChangeNote, Evidence
 from strata.memory.errors import StrataError
+from strata.memory.forgetting import is_confirmation
 
 MAX_LINES = 12
 
@@ -72,13 +77,11 @@ def describe_search(query: str, answer: Answer) -> str:
     return "\n".join([head, *evidence_lines(answer.evidence)])
 
 
-def describe_changes(changes: list[ChangeNote]) -> str:
+def describe_changes(changes: list[ChangeNote], notes: Sequence[str] = ()) -> str:
     done = [c for c in changes if c.action != "noop"]
     if not done:
-        kept = len(changes)
-        return "Nothing was forgotten: no stored record matched the request" + (
-            f" ({kept} looked at and kept)." if kept else "."
-        )
+        why = next((n for n in reversed(notes) if "forget" in n), "no stored record matched the request")
+        return f"Nothing was forgotten: {why}."
     lines = [f"Forgot {len(done)} record(s); undo with Memory.undo(change_id):"]
     for change in done:
         lines.append(f"- change {change.change_id}: {change.action} {change.record_id}: {change.old_text!r}")
@@ -94,8 +97,8 @@ def bad_arguments(error: ValidationError | Exception) -> str:
     return f"Bad tool arguments: {error}. Fix the arguments and call again."
 
 
-def memory_tools(memory: Memory) -> list[BaseTool]:
-    """search_memory, remember and forget, bound to one namespace's memory."""
+def memory_tools(memory: Memory, speaker: str = "user") -> list[BaseTool]:
+    """search_memory, remember and forget, bound to one namespace's memory; `forget` asks as `speaker`."""
 
     def search_memory(query: str) -> str:
         try:
@@ -114,10 +117,11 @@ def memory_tools(memory: Memory) -> list[BaseTool]:
 
     def forget(description: str) -> str:
         try:
-            answer = memory.retrieve(forget_request(description), refresh=True)  # asked to change memory
+            text = description if is_confirmation(description) else forget_request(description)
+            report = memory.add(text, speaker=speaker)
         except StrataError as exc:
             raise ToolException(str(exc)) from exc
-        return describe_changes(answer.changes)
+        return describe_changes(report.changes, report.notes)
 
     common: dict[str, Any] = {"handle_tool_error": True, "handle_validation_error": bad_arguments}
     return [
@@ -131,6 +135,7 @@ def memory_tools(memory: Memory) -> list[BaseTool]:
         ),
         StructuredTool.from_function(
             forget, name="forget", args_schema=ForgetArgs, **common,
-            description="Forget what matches the description. Versioned: the reply lists change ids that undo it.",
+            description="Forget what matches the description. Versioned: the reply lists change ids that undo it. "
+            "When the reply asks for a confirmation, ask the user, then call forget with 'yes, forget them'.",
         ),
     ]

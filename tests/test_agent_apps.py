@@ -155,7 +155,7 @@ def test_forget_goes_through_the_refresher_and_undo_restores(memory: Memory) -> 
         call("forget", {"description": "the lake sunrise painting"}, "f1"),
         AIMessage(content="Done, I no longer remember the painting."),
     ])
-    agent = create_agent(ToolCallingFake(messages=script), tools=memory_tools(memory))
+    agent = create_agent(ToolCallingFake(messages=script), tools=memory_tools(memory, speaker="Melanie"))
     result = agent.invoke({"messages": [HumanMessage("Please forget the lake sunrise painting.")]})
     reply = tool_replies(result["messages"])["f1"]
     assert reply.startswith("Forgot ")
@@ -174,6 +174,14 @@ def test_forget_goes_through_the_refresher_and_undo_restores(memory: Memory) -> 
         memory.undo(change.id)
     assert all(r.status == Status.ACTIVE for r in memory.get(gone))
     assert "D1:14" in memory.retrieve("What did Melanie paint last year?").evidence_ids()
+
+
+def test_the_forget_tool_acts_only_for_its_speaker(memory: Memory) -> None:
+    """The painting is Melanie's memory: an agent acting for Caroline cannot make the memory forget it."""
+    forget = {t.name: t for t in memory_tools(memory, speaker="Caroline")}["forget"]
+    reply = forget.invoke({"description": "the lake sunrise painting"})
+    assert reply.startswith("Nothing was forgotten: no record about Caroline matches")
+    assert not [c for c in memory.history() if c.action.value == "delete"]
 
 
 def test_forget_request_wording() -> None:

@@ -156,6 +156,20 @@ def test_after_the_update_ask_gives_the_new_value(data_dir: Path, embedder: Any)
     assert answer.answer == "Denver"
 
 
+def test_actually_i_live_in_boulder_now_updates_the_home_and_undo_goes_back(data_dir: Path, embedder: Any) -> None:
+    """Issue 9: the Boulder turn's fact had no attribute, so the older home stayed active beside it."""
+    boulder = turn("Actually I live in Boulder now.", "D3:1", "2023-08-01T10:00")
+    graph.invoke({"turns": [BOSTON, SPRING, DENVER, boulder]}, context=context(data_dir, "ingest", "ann"))
+    memory = Memory("ann", data_dir=str(data_dir))
+    homes = [f for f in memory.store.all("fact") if f.subject == "Ann" and f.attribute == "lives_in"]
+    assert homes and all("Boulder" in f.text for f in homes), [f.text for f in homes]
+    [latest, first] = memory.history("fact:D1:1:0")[:2]
+    assert (first.old_text, latest.old_text, latest.new_text) == (
+        "Ann lives in Boston.", "Ann lives in Denver.", "Ann lives in Boulder.")
+    memory.undo(latest.id)
+    assert memory.get(["fact:D1:1:0"])[0].text == "Ann lives in Denver."
+
+
 # --- forget: tombstone, undo -------------------------------------------------------------------------
 def test_a_request_to_forget_tombstones_and_undo_restores(data_dir: Path, embedder: Any) -> None:
     graph.invoke({"turns": [BOSTON, SPRING, DENVER]}, context=context(data_dir, "ingest", "ann"))
@@ -163,8 +177,10 @@ def test_a_request_to_forget_tombstones_and_undo_restores(data_dir: Path, embedd
     assert result["verdict"].action == "Refresh"
     assert roles(result["trace"]) == ["memory", "research", "judge", "refresher", "memory"]
     deleted = {c.record_id: c for c in result["changes"] if c.action == "delete"}
-    assert {"fact:D2:1:0", "raw:D2:1"} <= set(deleted)  # "Ann moved to Denver in June 2023." and its turn
+    # "Ann moved to Denver in June 2023." (its attribute is lives_in) and the Boston fact the move updated
+    assert {"fact:D2:1:0", "fact:D1:1:0"} <= set(deleted)
     assert "raw:D1:1" not in deleted  # what was said about Boston is not what the request names
+    assert "raw:D2:1" not in deleted  # "I moved to Denver last month." does not say "live": a precise match only
 
     memory = Memory("ann", data_dir=str(data_dir))
     store = memory.store
