@@ -46,6 +46,7 @@ SETTINGS = {
     "chroma_host": "Chroma server host; empty means embedded Chroma in --data-dir (STRATA_CHROMA_HOST)",
     "chroma_port": "Chroma server port (STRATA_CHROMA_PORT, default 8000)",
     "ledger_url": "PostgreSQL URL of a ledger shared by replicas; empty means SQLite in --data-dir (STRATA_LEDGER_URL)",
+    "owner": "who owns the memory: may ask to forget anyone's memories, not only their own (STRATA_OWNER)",
 }
 
 

@@ -203,3 +203,9 @@ def test_own_words_stop_at_the_first_role_marker() -> None:
     assert own_words("My system works well: no markers here.") == "My system works well: no markers here."
     request = read_forget_request("Forget that Melanie's daughter is Rosa.", ["Jordan"], ["Caroline", "Melanie"])
     assert request is not None and request.about == ["Melanie"] and request.names == {"rosa"}
+
+
+def test_the_command_line_takes_the_owner() -> None:
+    from strata.cli import build_parser
+
+    assert build_parser().parse_args(["--owner", "Caroline", "chat", "--speaker", "Caroline"]).owner == "Caroline"
