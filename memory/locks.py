@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from strata.memory.errors import ConfigError
-from strata.memory.settings import StoreSettings, env_default
+from strata.memory.settings import StoreSettings, env_number
 
 LOCK_WAIT_SECONDS = 30.0  # how long a second process waits for a busy folder (STRATA_LOCK_WAIT)
 _POLL_SECONDS = 0.05
@@ -49,16 +49,7 @@ def namespace_lock(settings: StoreSettings, namespace: str) -> threading.RLock:
 
 def lock_wait_seconds() -> float:
     """The bounded wait for a busy folder, from STRATA_LOCK_WAIT (seconds) or the default."""
-    raw = env_default("lock_wait")
-    if raw is None:
-        return LOCK_WAIT_SECONDS
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigError(f"STRATA_LOCK_WAIT must be a number of seconds, got {raw!r}") from None
-    if value < 0:
-        raise ConfigError(f"STRATA_LOCK_WAIT must be 0 or more seconds, got {raw!r}")
-    return value
+    return env_number("lock_wait", LOCK_WAIT_SECONDS, 0, unit="seconds")
 
 
 def hold_folder(folder: Path) -> None:

@@ -17,11 +17,10 @@ import threading
 from collections import OrderedDict
 
 from strata.memory.chroma import forget_client
-from strata.memory.errors import ConfigError
 from strata.memory.ledger import Ledger, open_ledger
 from strata.memory.locks import location_of
 from strata.memory.namespaces import check_namespace
-from strata.memory.settings import StoreSettings, env_default
+from strata.memory.settings import StoreSettings, env_number
 from strata.memory.store import MemoryStore
 
 DEFAULT_MAX_OPEN_STORES = 64
@@ -36,18 +35,7 @@ _LOCK = threading.Lock()
 
 def max_open_stores() -> int:
     """The bound on open namespaces, from STRATA_MAX_OPEN_STORES or the default."""
-    raw = env_default("max_open_stores")
-    if raw is None:
-        return DEFAULT_MAX_OPEN_STORES
-    try:
-        value = int(raw)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise ConfigError(
-            f"STRATA_MAX_OPEN_STORES={raw!r}: give a whole number of at least 1 (default {DEFAULT_MAX_OPEN_STORES})"
-        )
-    return value
+    return int(env_number("max_open_stores", DEFAULT_MAX_OPEN_STORES, 1, whole=True))
 
 
 def open_store(settings: StoreSettings, namespace: str) -> MemoryStore:

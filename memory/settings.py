@@ -55,6 +55,25 @@ def env_default(name: str, fallback: str | None = None) -> str | None:
     return value if value not in (None, "") else fallback
 
 
+def env_number(name: str, default: float, minimum: float, *, whole: bool = False, unit: str = "") -> float:
+    """A numeric `STRATA_<NAME>` setting at least `minimum`, or the default; a wrong value is a one-line
+    `ConfigError` naming the variable and what to give (one rule for every numeric process setting)."""
+    raw = env_default(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw) if whole else float(raw)
+    except ValueError:
+        value = None
+    if value is None or value < minimum:
+        kind = "a whole number" if whole else "a number"
+        suffix = f" {unit}" if unit else ""
+        raise ConfigError(
+            f"STRATA_{name.upper()}={raw!r}: give {kind} of at least {minimum:g}{suffix} (default {default:g})"
+        )
+    return value
+
+
 def folder_is_read_only(folder: Path) -> bool:
     """True when the memory folder exists but this process may not write in it (a read-only mount,
     permissions); creates the folder when it does not exist. An unusable path is a `ConfigError`."""

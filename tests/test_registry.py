@@ -56,3 +56,14 @@ def test_a_collection_is_mirrored_page_by_page(data_dir: Path, embedder: Any, mo
     open_store(settings, "ann").add(records)
     open_store(settings, "ann").close()
     assert sorted(r.id for r in open_store(settings, "ann").all("raw")) == sorted(r.id for r in records)
+
+
+@pytest.mark.parametrize("raw", ["soon", "-1"])
+def test_a_bad_lock_wait_is_one_clear_error(monkeypatch: pytest.MonkeyPatch, raw: str) -> None:
+    from strata.memory.locks import lock_wait_seconds
+
+    monkeypatch.setenv("STRATA_LOCK_WAIT", raw)
+    with pytest.raises(ConfigError, match=r"STRATA_LOCK_WAIT='.*': give a number of at least 0 seconds"):
+        lock_wait_seconds()
+    monkeypatch.setenv("STRATA_LOCK_WAIT", "2.5")
+    assert lock_wait_seconds() == 2.5
