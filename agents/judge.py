@@ -182,10 +182,8 @@ def facts_behind(store: MemoryStore, evidence: Sequence[Evidence]) -> list[Recor
     ids = [e.id for e in evidence if e.kind == "fact"]
     turns = {e.dialogue_id for e in evidence if e.kind == "raw" and e.dialogue_id}
     found = {r.id: r for r in store.get(ids) if r.status == Status.ACTIVE}
-    if turns:
-        for record in store.all("fact"):
-            if turns & set(record.source_ids):
-                found.setdefault(record.id, record)
+    for record in store.facts_from(sorted(turns)):
+        found.setdefault(record.id, record)
     return list(found.values())
 
 

@@ -26,7 +26,8 @@ share of its neighbours' scores.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections import ChainMap
+from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import lru_cache
@@ -360,24 +361,22 @@ def strip_names(query: str, participants: Sequence[str]) -> str:
 class Searcher:
     """The hybrid search of one round: ranked lists per granularity, fused at the level of turns."""
 
-    def __init__(
-        self, store: MemoryStore, plan: Plan, dense_text: str, exclude: set[str], raw: Sequence[Record]
-    ) -> None:
+    def __init__(self, store: MemoryStore, plan: Plan, dense_text: str, exclude: set[str]) -> None:
         self.store = store
         self.plan = plan
         self.exclude = exclude
         self.vector = store.embedder.embed([dense_text])[0]
-        self.raw = {r.id: r for r in raw}
-        self._records: dict[Kind, dict[str, Record]] = {"raw": self.raw}
+        self.raw = store.active("raw")  # a view, not a copy: a namespace may hold 100,000 turns
+        self._records: dict[Kind, Mapping[str, Record]] = {"raw": self.raw}
         # A question that gathers many events ("what activities...") reads facts, not whole turns:
         # several times more of them fit the token budget (AMA routes such questions away from raw
         # text). Its first round searches no raw turns, and facts are shown on their own.
         self.compact = COMPACT_BROAD and _broad(plan.query.lower())
 
-    def records(self, kind: Kind) -> dict[str, Record]:
-        """A granularity's active records by id, read once per round."""
+    def records(self, kind: Kind) -> Mapping[str, Record]:
+        """A granularity's active records by id (the store's view), looked up once per round."""
         if kind not in self._records:
-            self._records[kind] = {r.id: r for r in self.store.all(kind)}
+            self._records[kind] = self.store.active(kind)
         return self._records[kind]
 
     def ranked(self, kind: Kind, pool: int, window: tuple[datetime, datetime] | None) -> list[tuple[str, list[str]]]:
@@ -395,7 +394,7 @@ class Searcher:
         traversal reaches from the best of them as one more ranked list."""
         scores: dict[str, float] = {}
         found: dict[str, set[str]] = {}
-        shown: dict[str, Record] = dict(self.raw)
+        shown: MutableMapping[str, Record] = ChainMap({}, self.raw)  # what each unit shows; turns by default
         windows: list[tuple[tuple[datetime, datetime] | None, float, str]] = [(None, 1.0, "")]
         if self.plan.time_window is not None and not light:
             start, end = self.plan.time_window
@@ -419,7 +418,8 @@ class Searcher:
         }
 
     def _walk(
-        self, scores: dict[str, float], found: dict[str, set[str]], shown: dict[str, Record], kinds: Sequence[Kind],
+        self, scores: dict[str, float], found: dict[str, set[str]], shown: MutableMapping[str, Record],
+        kinds: Sequence[Kind],
         weights: dict[str, float],
     ) -> dict[str, list[PathStep]]:
         """MAGMA's traversal from the best fused units; what it reaches enters the fusion as a ranked
@@ -441,14 +441,14 @@ class Searcher:
             found.setdefault(key, set()).add("graph")
         return paths
 
-    def _reached_keys(self, record_id: str, kinds: Sequence[Kind], shown: dict[str, Record]) -> list[str]:
+    def _reached_keys(self, record_id: str, kinds: Sequence[Kind], shown: MutableMapping[str, Record]) -> list[str]:
         """The unit keys a reached record stands for (an unedited fact is its turn, as in `_to_units`)."""
         kind = record_id.split(":", 1)[0]
         if kind not in kinds or kind not in SEARCHABLE:
             return []
         return self._to_units(kind, [record_id], shown)  # type: ignore[arg-type]
 
-    def _to_units(self, kind: Kind, ids: list[str], shown: dict[str, Record]) -> list[str]:
+    def _to_units(self, kind: Kind, ids: list[str], shown: MutableMapping[str, Record]) -> list[str]:
         """A ranked id list as ranked unit keys. A fact stands for its source turn (AdaMem), unless it was
         edited since (the turn no longer says what the fact says) or its turn is gone: then it is shown itself."""
         ranking: dict[str, None] = {}
@@ -464,7 +464,7 @@ class Searcher:
                 ranking.setdefault(key, None)
         return list(ranking)
 
-    def _boost(self, scores: dict[str, float], shown: dict[str, Record]) -> None:
+    def _boost(self, scores: dict[str, float], shown: MutableMapping[str, Record]) -> None:
         """Speaker boost (AdaMem participant resolution), neighbour share (MAGMA temporal chain), and an
         edited fact ranked with the turn it corrects."""
         if len(self.plan.participants) == 1:
@@ -473,18 +473,13 @@ class Searcher:
                 record = shown.get(key)
                 if record is not None and (record.speaker == who or record.subject == who):
                     scores[key] *= 1.0 + SPEAKER_BOOST
-        order = self.store.timeline()
-        position = {r.id: i for i, r in enumerate(order)}
         inherited: dict[str, float] = {}
-        for key, score in scores.items():
-            index = position.get(key)
-            if index is None:
-                continue
-            for step, share in ((1, NEIGHBOUR_SHARE), (-1, NEIGHBOUR_SHARE_BACK)):
-                j = index + step
-                if 0 <= j < len(order) and order[j].session == order[index].session:
-                    other = order[j].id
-                    inherited[other] = max(inherited.get(other, 0.0), share * score)
+        turns = [key for key in scores if key in self.raw]
+        for step, share in ((1, NEIGHBOUR_SHARE), (-1, NEIGHBOUR_SHARE_BACK)):
+            for key, other in self.store.adjacent(turns, step).items():
+                turn = self.raw.get(key)
+                if turn is not None and other.session == turn.session:
+                    inherited[other.id] = max(inherited.get(other.id, 0.0), share * scores[key])
         for key, share in inherited.items():
             scores[key] = scores.get(key, 0.0) + share
         for key in list(scores):
@@ -563,9 +558,8 @@ def research(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     if context.mode in ("ingest", "chat"):  # the input's later turns are written ahead but not yet said
         exclude |= {f"raw:{t.dia_id}" for t in state.turns[state.cursor + 1 :] if t.dia_id}
     store = store_of(runtime)
-    raw = store.all("raw")
     participants = store.participants()
-    now = _now_of(state, raw, context)
+    now = _now_of(state, store, context)
     kinds = [k for k in context.kinds() if k in SEARCHABLE]
     plan = None if fresh else state.plan
     first = rounds == 0 or plan is None
@@ -574,7 +568,7 @@ def research(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
         plan = model_plan(text, offline, participants, store, now, context)
     # A stored turn is searched with its own words: its vector is already cached from the write.
     dense_text = text if context.mode == "ingest" else strip_names(plan.query, participants)
-    searcher = Searcher(store, plan, dense_text, exclude, raw)
+    searcher = Searcher(store, plan, dense_text, exclude)
     if context.mode == "ingest":
         evidence, plan, summary = _ingest_round(searcher, context, kinds)
     elif first:
@@ -604,14 +598,13 @@ def input_of(state: State, context: Context) -> tuple[str, str, set[str]]:
     raise InputError("ask needs a question: pass {'question': '...'}")
 
 
-def _now_of(state: State, raw: Sequence[Record], context: Context) -> datetime | None:
+def _now_of(state: State, store: MemoryStore, context: Context) -> datetime | None:
     """'Now' for relative dates: the turn's time, else the latest time in memory (replayed dialogues)."""
     if context.mode in ("ingest", "chat") and state.turns and state.cursor < len(state.turns):
         turn_time = state.turns[state.cursor].time
         if turn_time is not None:
             return turn_time
-    times = [r.time for r in raw if r.time is not None]
-    return max(times) if times else utc_now()
+    return store.latest_time() or utc_now()
 
 
 def _first_round(searcher: Searcher, context: Context, kinds: Sequence[Kind]) -> tuple[list[Evidence], Plan, str]:
@@ -664,8 +657,7 @@ def _retry_round(
     sub, policy = subquestion(plan.query, missing, store.participants(), earlier, context)
     if sub:  # what the Judge found missing comes first: it is what this round is for
         sub_plan = plan.model_copy(update={"query": sub})
-        sub_searcher = Searcher(store, sub_plan, strip_names(sub, store.participants()), exclude,
-                                list(searcher.raw.values()))
+        sub_searcher = Searcher(store, sub_plan, strip_names(sub, store.participants()), exclude)
         units = sub_searcher.units(list(plan.searched), POOL, walk=walk_weights(sub_plan, context, searcher.compact))
         for unit in units.values():
             unit.found_by.add("subquestion")

@@ -162,6 +162,8 @@ def grow(data_dir: Path, target: int) -> dict[str, Any]:
 def measure_big(data_dir: Path, question_count: int) -> dict[str, Any]:
     """In a fresh process: cold open, question latency, RSS, ingest speed at scale."""
     get_embedder().embed(["warm up"])
+    import chromadb  # noqa: F401  (loaded once per process, like the embedder: not a namespace's cost)
+
     rss_start = rss_mb()
     questions = [q.question for f in sorted(LOCOMO.glob("conv-*.json")) for q in load_questions(f)]
     step = max(1, len(questions) // question_count)

@@ -41,15 +41,23 @@ class BM25Index:
         return doc_id in self._lengths
 
     def add(self, doc_id: str, text: str) -> None:
+        self.add_counts(doc_id, Counter(self._tokenize(text)))
+
+    def add_counts(self, doc_id: str, counts: dict[str, int]) -> None:
+        """Add a document by its term counts (as `counts` gave them): a saved index is reloaded without
+        tokenising every text again (memory/snapshots.py)."""
         if doc_id in self._lengths:
             self.remove(doc_id)
-        counts = Counter(self._tokenize(text))
         for token, tf in counts.items():
             self._postings[token][doc_id] = tf
         length = sum(counts.values())
         self._lengths[doc_id] = length
         self._terms[doc_id] = list(counts)
         self._total_length += length
+
+    def counts(self, doc_id: str) -> dict[str, int]:
+        """A document's term counts (empty when it is not indexed)."""
+        return {token: self._postings[token][doc_id] for token in self._terms.get(doc_id, ())}
 
     def remove(self, doc_id: str) -> None:
         length = self._lengths.pop(doc_id, None)

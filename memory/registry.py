@@ -87,8 +87,11 @@ def drop_namespace(settings: StoreSettings, namespace: str) -> None:
 
 
 def close_all() -> None:
-    """Close every ledger and forget every client (tests, CLI exit, restarts)."""
+    """Close every store (saving its large mirrors), every ledger, and forget every client (tests,
+    CLI exit, restarts)."""
     with _LOCK:
+        for store in _STORES.values():
+            store.close()
         for ledger in _LEDGERS.values():
             ledger.close()
         for settings, _ in _STORES:

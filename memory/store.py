@@ -14,15 +14,19 @@ update or undo made by another replica is seen at once (docs/architecture.md).
 
 from __future__ import annotations
 
+import gc
 import json
 import threading
-from collections.abc import Iterable, Iterator, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
+from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
 from pydantic import BaseModel
+from strata.memory import snapshots
 from strata.memory.bm25 import BM25Index, reciprocal_rank_fusion
 from strata.memory.chroma import collection_name, get_collection, open_client
 from strata.memory.embeddings import CachedEmbedder, get_embedder
@@ -40,13 +44,17 @@ from strata.memory.records import (
     LinkType,
     Record,
     Status,
-    chronological_key,
 )
 from strata.memory.settings import StoreSettings
 from strata.memory.staging import FLUSH_TURNS, StagedWrites, merge_nearest
+from strata.memory.timeline import Timeline
 
 _LIST_FIELDS = ("source_ids", "entities", "keywords", "tags")
 READ_PAGE = 5_000  # records per Chroma read when a collection is mirrored (see read_collection)
+UNFILTERED_SLACK = 500
+"""Dense search asks Chroma for k + (inactive records) nearest without a status filter while the
+inactive ones are at most this many: Chroma runs a metadata filter by reading every record's
+status (about 35 ms a query at 20,000 records), while a few hundred extra neighbours cost less."""
 _FACT_FIELDS = ("subject", "attribute", "value")
 _TIME_FIELDS = ("time", "time_end")
 
@@ -108,9 +116,13 @@ class MemoryStore:
         self._client = open_client(settings)
         self._collections: dict[Kind, Any] = {}  # opened (or created again after a drop) on first use
         self._records: dict[Kind, dict[str, Record]] = {}
+        self._active: dict[Kind, dict[str, Record]] = {}  # the active records of each mirror, kept with it
         self._lexical: dict[Kind, BM25Index] = {}
         self._seen = 0  # the change sequence the mirrors reflect
-        self._timeline: list[Record] | None = None  # active raw turns in order; rebuilt after a raw write
+        self._saved: dict[Kind, int] = {}  # the sequence each mirror was last saved at (memory/snapshots.py)
+        self._timeline = Timeline()  # the active raw turns in order, kept with the raw mirror
+        self._turn_list: list[Record] | None = None  # `timeline()` as a list, until the next raw change
+        self._facts_of: dict[str, set[str]] = {}  # dialogue id -> ids of the facts derived from it
         self._staged = StagedWrites()  # derived writes not yet in Chroma and the ledger (memory/staging.py)
         # with a server, other processes may write this namespace too: their state must not be
         # overwritten by a batch staged here, so each turn is written at its end
@@ -147,19 +159,83 @@ class MemoryStore:
     def _load(self, kind: Kind, force: bool = False) -> dict[str, Record]:
         """The in-memory mirror of a collection (for BM25 and fast reads), brought up to date first.
 
-        A collection is read whole once per process; after that only the records whose change
-        sequence moved past the mirror's are fetched again.
+        A collection is loaded once per process, from its saved mirror when there is one (then only
+        what changed since it was saved is read from Chroma), else read whole from Chroma; after that
+        only the records whose change sequence moved past the mirror's are fetched again.
         """
         self._refresh()
         with self._lock:
             if force or kind not in self._records:
-                self._records[kind] = {}
-                self._lexical[kind] = BM25Index()
-                for rid, doc, meta in read_collection(self._collection(kind)):
-                    self._remember(from_metadata(rid, doc or "", meta or {}))
-                if kind == "raw":
-                    self._timeline = None
+                with _no_collection_pauses():
+                    if force or not self._load_saved(kind):
+                        self._reset_mirror(kind)
+                        for rid, doc, meta in read_collection(self._collection(kind)):
+                            self._remember(from_metadata(rid, doc or "", meta or {}))
+                        self._save(kind)
             return self._records[kind]
+
+    def _snapshot(self, kind: Kind) -> Path:
+        return snapshots.snapshot_path(self.settings.ledger_path.parent, collection_name(self.namespace, kind))
+
+    def _load_saved(self, kind: Kind) -> bool:
+        """Load a kind's saved mirror and bring it up to date from the ledger's change sequence;
+        False when there is none, or it does not match the collection (then it is read whole)."""
+        saved = snapshots.load(self._snapshot(kind), self.namespace, kind)
+        if saved is None:
+            return False
+        seq, records, terms = saved
+        current, reset = self.ledger.sequence(self.namespace)
+        if seq > current or reset > seq:  # another ledger, or the namespace was dropped since
+            return False
+        self._reset_mirror(kind)
+        for record in records:
+            self._remember(record, terms.get(record.id))
+        changed = [rid for rid in self.ledger.changed_since(self.namespace, seq) if kind_of(rid) == kind]
+        collection = self._collection(kind)
+        for start in range(0, len(changed), READ_PAGE):
+            ids = changed[start : start + READ_PAGE]
+            got = collection.get(ids=ids, include=["documents", "metadatas"])
+            for rid, doc, meta in zip(got["ids"], got["documents"], got["metadatas"], strict=True):
+                self._remember(from_metadata(rid, doc or "", meta or {}))
+            for gone in set(ids) - set(got["ids"]):
+                self._forget(kind, gone)
+        if collection.count() != len(self._records[kind]):  # the collection is not the one saved
+            return False
+        self._saved[kind] = seq
+        return True
+
+    def _save(self, kind: Kind) -> None:
+        """Save a large mirror that changed since it was last saved (never with writes staged in it)."""
+        records = self._records.get(kind)
+        if (
+            records is None or len(records) < snapshots.MIN_RECORDS or self._saved.get(kind) == self._seen
+            or self.ledger.read_only or any(r.kind == kind for r in self._staged.records.values())
+        ):
+            return
+        index = self._lexical[kind]
+        terms = {rid: index.counts(rid) for rid in self._active[kind]}
+        if snapshots.save(self._snapshot(kind), self.namespace, kind, self._seen, records.values(), terms):
+            self._saved[kind] = self._seen
+
+    def _reset_mirror(self, kind: Kind) -> None:
+        """An empty mirror of `kind`, with its lexical index and lookups."""
+        self._records[kind] = {}
+        self._active[kind] = {}
+        self._lexical[kind] = BM25Index()
+        if kind == "raw":
+            self._timeline = Timeline()
+            self._turn_list = None
+        elif kind == "fact":
+            self._facts_of = {}
+
+    def _clear_mirrors(self) -> None:
+        self._records.clear()
+        self._active.clear()
+        self._lexical.clear()
+        self._saved.clear()
+        self._timeline = Timeline()
+        self._turn_list = None
+        self._facts_of = {}
 
     def _refresh(self) -> None:
         """Compare the namespace's change sequence with the mirror's; reload what changed since.
@@ -176,9 +252,7 @@ class MemoryStore:
         changed = [] if reset > self._seen else self.ledger.changed_since(self.namespace, self._seen)
         with self._lock:
             if reset > self._seen:
-                self._records.clear()
-                self._lexical.clear()
-                self._timeline = None
+                self._clear_mirrors()
             by_kind: dict[Kind, list[str]] = {}
             for record_id in changed:
                 kind = kind_of(record_id)
@@ -198,8 +272,15 @@ class MemoryStore:
             self._seen = seq
 
     def all(self, kind: Kind, include_inactive: bool = False) -> list[Record]:
-        records = self._load(kind).values()
-        return [r for r in records if include_inactive or r.status == Status.ACTIVE]
+        records = self._load(kind)
+        with self._lock:
+            return list(records.values() if include_inactive else self._active[kind].values())
+
+    def active(self, kind: Kind) -> Mapping[str, Record]:
+        """The active records of `kind` by id, brought up to date first: a read-only view, not a copy,
+        so a question can look records up in a large namespace without copying it."""
+        self._load(kind)
+        return MappingProxyType(self._active[kind])
 
     def get(self, ids: Iterable[str]) -> list[Record]:
         """Records by id, in the order asked; unknown ids are skipped."""
@@ -326,41 +407,96 @@ class MemoryStore:
         return self.ledger.get_state(self.namespace, key, default)
 
     def close(self) -> None:
-        """Let go of the in-memory mirrors (the registry closes idle namespaces); the data stays stored."""
+        """Let go of the in-memory mirrors (the registry closes idle namespaces), saving the large ones
+        first (memory/snapshots.py); the data stays stored."""
         with self._lock:
-            self._records.clear()
-            self._lexical.clear()
+            for kind in list(self._records):
+                self._save(kind)
+            self._clear_mirrors()
             self._collections.clear()
-            self._timeline = None
+            self._vectors.clear()
 
     def timeline(self) -> list[Record]:
-        """The active raw turns in chronological order (cached: questions read it every time)."""
+        """The active raw turns in chronological order (kept sorted as turns come and go)."""
+        self._load("raw")
         with self._lock:
-            raw = self._load("raw")
-            if self._timeline is None:
-                active = (r for r in raw.values() if r.status == Status.ACTIVE)
-                self._timeline = sorted(active, key=chronological_key)
-            return self._timeline
+            if self._turn_list is None:
+                self._turn_list = self._timeline.records()
+            return self._turn_list
+
+    def adjacent(self, record_ids: Iterable[str], step: int) -> dict[str, Record]:
+        """For each active turn among `record_ids`, the active turn `step` places after it (negative:
+        before) in the timeline, where there is one."""
+        self._load("raw")
+        with self._lock:
+            found = {rid: self._timeline.adjacent(rid, step) for rid in record_ids}
+        return {rid: other for rid, other in found.items() if other is not None}
+
+    def latest_time(self) -> datetime | None:
+        """The latest time of an active turn, None when no turn is dated."""
+        self._load("raw")
+        with self._lock:
+            return self._timeline.latest_time()
 
     def participants(self) -> list[str]:
         """Who takes part: the distinct speakers of the stored turns, in order of appearance."""
-        return list(dict.fromkeys(r.speaker for r in self.timeline() if r.speaker))
+        self._load("raw")
+        with self._lock:
+            return self._timeline.participants()
 
-    def _remember(self, record: Record) -> None:
-        if record.kind == "raw":
-            self._timeline = None
-        self._records[record.kind][record.id] = record
-        index = self._lexical[record.kind]
-        if record.status == Status.ACTIVE:
-            index.add(record.id, _lexical_text(record))
+    def facts_from(self, dialogue_ids: Iterable[str]) -> list[Record]:
+        """The active facts derived from any of these turns (by dialogue id), from an index kept with the mirror."""
+        facts = self._load("fact")
+        with self._lock:
+            ids = {fid for dia in dialogue_ids for fid in self._facts_of.get(dia, ())}
+            found = (facts.get(fid) for fid in sorted(ids))
+            return [r for r in found if r is not None and r.status == Status.ACTIVE]
+
+    def _remember(self, record: Record, terms: dict[str, int] | None = None) -> None:
+        """Put a record in the mirror and its lookups; `terms`, its BM25 term counts when known."""
+        kind = record.kind
+        old = self._records[kind].get(record.id)
+        if old is not None and kind == "fact":
+            self._unfile_fact(old)
+        self._records[kind][record.id] = record
+        index = self._lexical[kind]
+        active = record.status == Status.ACTIVE
+        if active:
+            self._active[kind][record.id] = record
+            if terms is None:
+                index.add(record.id, _lexical_text(record))
+            else:
+                index.add_counts(record.id, terms)
         else:
+            self._active[kind].pop(record.id, None)
             index.remove(record.id)
+        if kind == "raw":
+            self._turn_list = None
+            if active:
+                self._timeline.put(record)
+            else:
+                self._timeline.remove(record.id)
+        elif kind == "fact":
+            for dia in record.source_ids:
+                self._facts_of.setdefault(dia, set()).add(record.id)
+
+    def _unfile_fact(self, record: Record) -> None:
+        for dia in record.source_ids:
+            ids = self._facts_of.get(dia)
+            if ids is not None:
+                ids.discard(record.id)
+                if not ids:
+                    del self._facts_of[dia]
 
     def _forget(self, kind: Kind, record_id: str) -> None:
-        if kind == "raw":
-            self._timeline = None
-        self._records[kind].pop(record_id, None)
+        old = self._records[kind].pop(record_id, None)
+        self._active[kind].pop(record_id, None)
         self._lexical[kind].remove(record_id)
+        if kind == "raw":
+            self._turn_list = None
+            self._timeline.remove(record_id)
+        elif kind == "fact" and old is not None:
+            self._unfile_fact(old)
 
     def _rewrite(self, record: Record) -> None:
         """Store a changed record (new text or status) in place, stamped with a new sequence."""
@@ -593,9 +729,22 @@ class MemoryStore:
             staged = self._staged.nearest(kind, vector, time_window, include_inactive)
             replaced = set(self._staged.records)
         collection = self._collection(kind)
-        total = len(self._load(kind))
+        records = self._load(kind)
+        total = len(records)
         if total == 0:
             return merge_nearest([], staged, replaced, k)
+        with self._lock:
+            active = self._active[kind]
+            inactive = total - len(active)
+        if time_window is None and (include_inactive or inactive <= UNFILTERED_SLACK):
+            # the nearest k + inactive records hold the nearest k active ones: no metadata filter to run
+            n = min(k + (0 if include_inactive else inactive), total)
+            result = collection.query(query_embeddings=[vector.tolist()], n_results=n, include=["distances"])
+            stored = [
+                (rid, 1.0 - float(dist)) for rid, dist in zip(result["ids"][0], result["distances"][0], strict=True)
+                if include_inactive or rid in active
+            ]
+            return merge_nearest(stored[:k], staged, replaced, k)
         clauses: list[dict[str, Any]] = []
         if not include_inactive:
             clauses.append({"status": "active"})
@@ -678,12 +827,12 @@ class MemoryStore:
                 if name in existing:
                     self._client.delete_collection(name)
             self.ledger.drop_namespace(self.namespace)
+            snapshots.remove(self.settings.ledger_path.parent, [collection_name(self.namespace, k) for k in KINDS])
+            self._saved.clear()
             self._staged = StagedWrites()
             self._collections.clear()
-            self._records.clear()
-            self._lexical.clear()
+            self._clear_mirrors()
             self._vectors.clear()
-            self._timeline = None
 
 
 class _WriterLock:
@@ -719,6 +868,20 @@ class _WriterLock:
 def _field_values(fields: dict[str, str]) -> dict[str, object]:
     """History keeps fields as text; list fields (note tags) go back to lists."""
     return {name: json.loads(value) if name in _LIST_FIELDS else value for name, value in fields.items()}
+
+
+@contextmanager
+def _no_collection_pauses() -> Iterator[None]:
+    """Hold Python's cycle collector while a mirror is loaded: the load creates a few objects per
+    record and none of them cyclic garbage, yet at 100,000 records the collector would pass over the
+    whole growing heap again and again (a third of a cold open, measured with cProfile)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def read_collection(collection: Any) -> Iterator[tuple[str, str | None, dict[str, Any] | None]]:
