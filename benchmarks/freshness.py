@@ -19,20 +19,10 @@ runs the same on them.
 from __future__ import annotations
 
 import argparse
-import os
-import statistics
-import sys
 import tempfile
-import time
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
-os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-
+from common import locomo_files, machine, median_ms, servers, timed
 from strata.memory.embeddings import get_embedder
 from strata.memory.ledger import open_ledger
 from strata.memory.records import Record, raw_record
@@ -41,47 +31,18 @@ from strata.memory.store import MemoryStore
 
 from strata.conversations import load_turns
 
-REPO = Path(__file__).resolve().parents[1]
-LOCOMO = REPO.parent / "shared" / "data" / "locomo"
 NAMESPACE = "freshness"
 
 
 def replayed_turns(count: int) -> list[Record]:
     """`count` raw records: the LoCoMo turns, replayed under new ids until there are enough."""
-    files = sorted(LOCOMO.glob("conv-*.json"))
-    turns = [turn for file in files for turn in load_turns(file).turns()]
+    turns = [turn for file in locomo_files("freshness") for turn in load_turns(file).turns()]
     records = []
     for n in range(count):
         turn = turns[n % len(turns)]
         round_ = n // len(turns)
         records.append(raw_record(turn.model_copy(update={"dia_id": f"D{round_}{n}:{n}"}), NAMESPACE))
     return records
-
-
-def timed(action: Callable[[], object], repeat: int) -> list[float]:
-    seconds = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        action()
-        seconds.append(time.perf_counter() - start)
-    return seconds
-
-
-def ms(values: list[float]) -> str:
-    return f"{statistics.median(values) * 1000:.3f} ms (p50 of {len(values)})"
-
-
-@contextmanager
-def servers(folder: Path) -> Iterator[StoreSettings]:
-    """A throwaway PostgreSQL and Chroma server, as the tests start them."""
-    sys.path.insert(0, str(REPO / "tests"))
-    from servers import LOOPBACK, chroma_run, postgres_run
-
-    with ExitStack() as stack:
-        postgres = stack.enter_context(postgres_run(folder / "postgres.log"))
-        chroma = stack.enter_context(chroma_run(folder / "chroma", folder / "chroma.log"))
-        yield StoreSettings(data_dir=str(folder / "local"), chroma_host=LOOPBACK, chroma_port=chroma.port,
-                            ledger_url=postgres.create_database("freshness"))
 
 
 def measure(settings: StoreSettings, records: list[Record]) -> dict[str, str]:
@@ -104,9 +65,9 @@ def measure(settings: StoreSettings, records: list[Record]) -> dict[str, str]:
     return {
         "records": str(len(records)),
         "cold load (full read + BM25 build)": f"{cold[0] * 1000:.1f} ms",
-        "get by id, nothing changed (sequence check)": ms(check),
-        "get by id after another's update of it": ms(after),
-        "BM25 search, 20 hits": ms(lexical),
+        "get by id, nothing changed (sequence check)": median_ms(check),
+        "get by id after another's update of it": median_ms(after),
+        "BM25 search, 20 hits": median_ms(lexical),
     }
 
 
@@ -119,9 +80,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="strata-fresh-") as tmp:
         results = {"SQLite + embedded Chroma": measure(StoreSettings(data_dir=str(Path(tmp) / "embedded")), records)}
         if args.postgres:
-            with servers(Path(tmp)) as settings:
+            with servers(Path(tmp), "freshness") as settings:
                 results["PostgreSQL + Chroma server"] = measure(settings, records)
-    print(f"machine: {os.cpu_count()} cpus, load average {os.getloadavg()[0]:.1f}")
+    print(f"machine: {machine()}")
     for backend, figures in results.items():
         print(f"\n{backend}")
         for name, value in figures.items():

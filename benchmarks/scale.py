@@ -1,11 +1,12 @@
 """Scale: one namespace grown to 100,000 records, and 1,000 small namespaces in one process.
 
-Offline, embedded Chroma + SQLite ledger, in a data folder under runs/ (git-ignored)
-or --data-dir. Prints:
+Offline, on embedded Chroma + a SQLite ledger in a data folder under runs/ (git-ignored)
+or --data-dir, or (`--backend server`) on a Chroma server + PostgreSQL started for the
+run as the tests start them (tests/servers.py). Prints:
 - growing: records/s of the bulk load (see below);
 - one big namespace, measured in a fresh process: cold open (open the namespace and
-  answer a first question, the embedder already loaded: a server loads it once for
-  all namespaces), question p50/p95 through the whole graph (`Memory.ask`), RSS, and
+  answer a first question, the embedder and the Chroma library already loaded: a
+  server loads them once for all namespaces), question p50/p95 through the whole graph (`Memory.ask`), RSS, and
   ingest turns/s of one new LoCoMo session through the whole graph (`Memory.add`) on
   top of the 100,000 records;
 - many namespaces, in a fresh process: each written (one LoCoMo session) and searched
@@ -20,9 +21,11 @@ renumbered), and written in batches of raw turns plus the facts the offline extr
 derives from them, straight through `MemoryStore.add` (not the per-turn graph: 30,000
 turns through research and judge would take hours on 2 cores). Vectors of repeated
 texts come from the embedder layer's text-keyed cache (`CachedEmbedder`), so only the
-first round pays for embedding. A Chroma server + PostgreSQL column is not measured yet.
+first round pays for embedding. The grow process saves the namespace's mirror when it
+closes the namespace (memory/snapshots.py), as a server does when it closes an idle one.
 
     .venv/bin/python benchmarks/scale.py                      # both parts, 100,000 records, 1,000 namespaces
+    .venv/bin/python benchmarks/scale.py --backend server     # the same on a Chroma server + PostgreSQL
     .venv/bin/python benchmarks/scale.py --records 20000 --namespaces 200 --questions 30   # a quick look
 """
 
@@ -35,17 +38,12 @@ import shutil
 import subprocess
 import sys
 import time
+from contextlib import ExitStack
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
-os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-
+from common import REPO, locomo_files, percentiles, rss_mb, servers
 from strata.memory.embeddings import get_embedder
 from strata.memory.entities import extract_entities
 from strata.memory.facts import extract_facts
@@ -56,32 +54,14 @@ from strata.memory.settings import StoreSettings
 from strata.api import Memory
 from strata.conversations import load_questions, load_turns
 
-REPO = Path(__file__).resolve().parents[1]
-LOCOMO = REPO.parent / "shared" / "data" / "locomo"
 BIG = "scale-big"
 WRITE_BATCH = 2_000  # records per upsert while growing: large enough that per-call costs vanish
 TARGETS = {"ask_p50_ms": 100.0, "ask_p95_ms": 300.0, "cold_open_s": 3.0, "rss_per_idle_namespace_mb": 1.0}
 
 
-def rss_mb() -> float:
-    """Resident memory of this process now (not the peak)."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024.0
-    return 0.0
-
-
-def percentiles(seconds: list[float]) -> dict[str, float]:
-    ms = np.asarray(seconds) * 1000.0
-    return {"p50": round(float(np.percentile(ms, 50)), 1), "p95": round(float(np.percentile(ms, 95)), 1)}
-
-
 def conversations() -> list[list[list[Turn]]]:
     """The LoCoMo development conversations as lists of sessions of turns."""
-    files = sorted(LOCOMO.glob("conv-*.json"))
-    if not files:
-        raise SystemExit(f"scale: error: no LoCoMo files in {LOCOMO}: clone the repo with shared/ beside it")
-    return [[list(s.turns) for s in load_turns(f).sessions] for f in files]
+    return [[list(s.turns) for s in load_turns(f).sessions] for f in locomo_files("scale")]
 
 
 class Derived:
@@ -110,9 +90,9 @@ class Derived:
         return [raw, *facts], links
 
 
-def grow(data_dir: Path, target: int) -> dict[str, Any]:
+def grow(settings: StoreSettings, target: int) -> dict[str, Any]:
     """Write `target` records into one namespace; returns the growing figures."""
-    store = open_store(StoreSettings(data_dir=str(data_dir)), BIG)
+    store = open_store(settings, BIG)
     embedder = get_embedder()
     sessions = [[Derived(t) for t in session] for conv in conversations() for session in conv]
     times = [d.turn.time for s in sessions for d in s if d.turn.time]
@@ -159,17 +139,17 @@ def grow(data_dir: Path, target: int) -> dict[str, Any]:
             "grow_records_per_s": round(written / seconds, 1)}
 
 
-def measure_big(data_dir: Path, question_count: int) -> dict[str, Any]:
+def measure_big(settings: StoreSettings, question_count: int) -> dict[str, Any]:
     """In a fresh process: cold open, question latency, RSS, ingest speed at scale."""
     get_embedder().embed(["warm up"])
     import chromadb  # noqa: F401  (loaded once per process, like the embedder: not a namespace's cost)
 
     rss_start = rss_mb()
-    questions = [q.question for f in sorted(LOCOMO.glob("conv-*.json")) for q in load_questions(f)]
+    questions = [q.question for f in locomo_files("scale") for q in load_questions(f)]
     step = max(1, len(questions) // question_count)
     questions = questions[::step][:question_count]
     started = time.perf_counter()
-    memory = Memory(BIG, data_dir=str(data_dir), model="offline")
+    memory = Memory(BIG, model="offline", **_context_of(settings))
     memory.ask(questions[0])
     cold = time.perf_counter() - started
     rss_open = rss_mb()
@@ -196,13 +176,12 @@ def measure_big(data_dir: Path, question_count: int) -> dict[str, Any]:
     }
 
 
-def measure_many(data_dir: Path, count: int) -> dict[str, Any]:
+def measure_many(settings: StoreSettings, count: int) -> dict[str, Any]:
     """In a fresh process: `count` namespaces, each written and searched once, then idle."""
     embedder = get_embedder()
     sessions = [s for conv in conversations() for s in conv]
     derived = [[Derived(t) for t in s] for s in sessions[:20]]
     embedder.embed([r.text for s in derived for d in s for r in d.records("x", "D1:1", timedelta())[0]])
-    settings = StoreSettings(data_dir=str(data_dir))
     marks: dict[int, float] = {0: rss_mb()}
     started = time.perf_counter()
     for i in range(count):
@@ -228,11 +207,16 @@ def measure_many(data_dir: Path, count: int) -> dict[str, Any]:
     }
 
 
-def child(part: str, data_dir: Path, extra: list[str]) -> dict[str, Any]:
+def _context_of(settings: StoreSettings) -> dict[str, Any]:
+    """The graph's context settings for these store settings."""
+    return settings.model_dump(exclude_none=True, exclude={"embedder", "chroma_auth_header", "chroma_ssl"})
+
+
+def child(part: str, settings: StoreSettings, extra: list[str]) -> dict[str, Any]:
     """Run one measurement in a fresh interpreter (cold caches), return its JSON."""
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     out = subprocess.run(
-        [sys.executable, __file__, "--child", part, "--data-dir", str(data_dir), *extra],
+        [sys.executable, __file__, "--child", part, "--settings", settings.model_dump_json(), *extra],
         env=env, cwd=REPO, check=True, stdout=subprocess.PIPE, text=True,
     ).stdout
     return json.loads(out.strip().splitlines()[-1])
@@ -240,7 +224,8 @@ def child(part: str, data_dir: Path, extra: list[str]) -> dict[str, Any]:
 
 def table(result: dict[str, Any]) -> str:
     mark = {True: "met", False: "MISSED"}
-    rows = [("machine", f"{os.cpu_count()} cpus, load average {result['load_before']:.1f} before, "
+    rows = [("backend", result["backend"]),
+            ("machine", f"{os.cpu_count()} cpus, load average {result['load_before']:.1f} before, "
                         f"{result['load_after']:.1f} after")]
     if "grow" in result:
         grow_ = result["grow"]
@@ -271,7 +256,6 @@ def table(result: dict[str, Any]) -> str:
             ("RSS per idle namespace",
              f"{per:.3f} MB (target < 1 MB: {mark[per < TARGETS['rss_per_idle_namespace_mb']]})"),
         ]
-    rows.append(("server column", "Chroma server + PostgreSQL: not measured (pending the PostgreSQL ledger)"))
     width = max(len(name) for name, _ in rows)
     return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
 
@@ -282,33 +266,52 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--namespaces", type=int, default=1_000, help="small namespaces in one process")
     parser.add_argument("--questions", type=int, default=100, help="questions asked of the big namespace")
     parser.add_argument("--part", choices=["all", "big", "many"], default="all")
+    parser.add_argument("--backend", choices=["embedded", "server"], default="embedded",
+                        help="embedded Chroma + SQLite, or a Chroma server + PostgreSQL started for the run")
     parser.add_argument("--data-dir", type=Path, default=REPO / "runs" / "scale", help="where the memory is written")
     parser.add_argument("--reuse", action="store_true", help="measure a big namespace grown by an earlier run")
     parser.add_argument("--out", type=Path, help="also write the figures as JSON here")
     parser.add_argument("--child", choices=["big", "many"], help=argparse.SUPPRESS)
+    parser.add_argument("--settings", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.child == "big":
-        print(json.dumps(measure_big(args.data_dir, args.questions)))
-        return 0
-    if args.child == "many":
-        print(json.dumps(measure_many(args.data_dir, args.namespaces)))
+    if args.child:
+        settings = StoreSettings.model_validate_json(args.settings)
+        if args.child == "big":
+            print(json.dumps(measure_big(settings, args.questions)))
+        else:
+            print(json.dumps(measure_many(settings, args.namespaces)))
         return 0
     if min(args.records, args.namespaces, args.questions) < 2:
         print("scale: error: --records, --namespaces and --questions must be at least 2", file=sys.stderr)
         return 2
+    if args.reuse and args.backend == "server":
+        print("scale: error: --reuse needs --backend embedded (the servers are started for one run)", file=sys.stderr)
+        return 2
     result: dict[str, Any] = {"load_before": os.getloadavg()[0]}
-    big_dir, many_dir = args.data_dir / "big", args.data_dir / "many"
-    if args.part in ("all", "big"):
-        if not args.reuse:
-            shutil.rmtree(big_dir, ignore_errors=True)
-            print(f"growing one namespace to {args.records:,} records in {big_dir} ...", flush=True)
-            result["grow"] = grow(big_dir, args.records)
-        print("measuring it in a fresh process ...", flush=True)
-        result["big"] = child("big", big_dir, ["--questions", str(args.questions)])
-    if args.part in ("all", "many"):
-        shutil.rmtree(many_dir, ignore_errors=True)
-        print(f"writing {args.namespaces:,} namespaces in a fresh process ...", flush=True)
-        result["many"] = child("many", many_dir, ["--namespaces", str(args.namespaces)])
+    with ExitStack() as stack:
+        if args.backend == "server":
+            folder = args.data_dir / "server"
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir(parents=True)
+            print(f"starting PostgreSQL and a Chroma server in {folder} ...", flush=True)
+            big = stack.enter_context(servers(folder / "big", "scale_big"))
+            many = stack.enter_context(servers(folder / "many", "scale_many"))
+            result["backend"] = "Chroma server + PostgreSQL (both on this machine)"
+        else:
+            big = StoreSettings(data_dir=str(args.data_dir / "big"))
+            many = StoreSettings(data_dir=str(args.data_dir / "many"))
+            result["backend"] = "embedded Chroma + SQLite"
+        if args.part in ("all", "big"):
+            if not args.reuse:
+                shutil.rmtree(big.data_dir, ignore_errors=True)
+                print(f"growing one namespace to {args.records:,} records ...", flush=True)
+                result["grow"] = grow(big, args.records)
+            print("measuring it in a fresh process ...", flush=True)
+            result["big"] = child("big", big, ["--questions", str(args.questions)])
+        if args.part in ("all", "many"):
+            shutil.rmtree(many.data_dir, ignore_errors=True)
+            print(f"writing {args.namespaces:,} namespaces in a fresh process ...", flush=True)
+            result["many"] = child("many", many, ["--namespaces", str(args.namespaces)])
     result["load_after"] = os.getloadavg()[0]
     print(table(result))
     if args.out:
