@@ -38,14 +38,20 @@ def _store(settings: StoreSettings, namespace: str) -> MemoryStore:
     return MemoryStore(settings, namespace, open_ledger(settings.ledger_path, settings.ledger_url))
 
 
+def _saved(data_dir: Path, monkeypatch: pytest.MonkeyPatch, records: list[Record]) -> MemoryStore:
+    """A store of `records` whose mirrors were saved as it closed (any size is saved here)."""
+    monkeypatch.setattr(snapshots, "MIN_RECORDS", 1)
+    first = _store(StoreSettings(data_dir=str(data_dir)), "ann")
+    first.add(records)
+    first.close()
+    return first
+
+
 def test_a_saved_mirror_reopens_without_a_full_read_and_sees_what_changed_since(
     data_dir: Path, embedder: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(snapshots, "MIN_RECORDS", 1)
     settings = StoreSettings(data_dir=str(data_dir))
-    first = _store(settings, "ann")
-    first.add([*_turns("ann"), _fact("ann", 3, "Ann sold a bike.")])
-    first.close()  # saves the mirrors
+    _saved(data_dir, monkeypatch, [*_turns("ann"), _fact("ann", 3, "Ann sold a bike.")])
     assert (data_dir / "mirrors").is_dir() and len(list((data_dir / "mirrors").glob("*.json"))) == 2
     writer = _store(settings, "ann")  # changes made after the save, by a store that never saves
     writer.update("raw:D1:2", "Bob repairs old cellos.", reason="test")
@@ -70,11 +76,8 @@ def test_a_saved_mirror_reopens_without_a_full_read_and_sees_what_changed_since(
 def test_a_stale_or_broken_saved_mirror_is_ignored(
     data_dir: Path, embedder: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(snapshots, "MIN_RECORDS", 1)
     settings = StoreSettings(data_dir=str(data_dir))
-    first = _store(settings, "ann")
-    first.add(_turns("ann"))
-    first.close()
+    first = _saved(data_dir, monkeypatch, _turns("ann"))
     saved = next((data_dir / "mirrors").glob("*raw.json"))
     kept = saved.read_bytes()
     first.drop()  # a dropped namespace written again: the old file must not come back
@@ -123,4 +126,4 @@ def test_dense_search_leaves_out_inactive_records_with_or_without_a_filter(
     monkeypatch.setattr(store_module, "UNFILTERED_SLACK", 0)  # Chroma's status filter instead
     assert [rid for rid, _ in store.dense("raw", vector, 4)] == [rid for rid, _ in unfiltered]
     assert "raw:D1:3" not in {rid for rid, _ in unfiltered} and len(unfiltered) == 4
-    assert [rid for rid, _ in store.dense("raw", vector, 5, include_inactive=True)][0] == "raw:D1:3"
+    assert store.dense("raw", vector, 5, include_inactive=True)[0][0] == "raw:D1:3"
