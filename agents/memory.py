@@ -492,16 +492,17 @@ def _pending(store: MemoryStore) -> list[str]:
 
 
 def _prefetch(store: MemoryStore, turns: list[Turn], offline: bool) -> None:
-    """Embed a batch's turns (and offline facts) in one call: bulk ingestion speed.
+    """Embed a batch's turns in one call, and hand its offline facts to the embedder's background
+    thread, which embeds them while the turns are researched and derived: bulk ingestion speed.
 
     Only a speed-up, and it runs before the raw write: a failure here is left
     for the derive step to meet, after the turn is safely stored (write-ahead).
     """
-    texts = [t.text for t in turns]
+    store.embedder.prefetch([t.text for t in turns])  # the write-ahead needs these at once
+    facts: list[str] = []
     try:
         for turn in turns if offline else ():
-            texts.extend(d.text for d in extract_facts(turn, turn.time, turn.listener))
+            facts.extend(d.text for d in extract_facts(turn, turn.time, turn.listener))
     except Exception:
-        texts = [t.text for t in turns]
-    store.embedder.prefetch(texts)
-
+        return
+    store.embedder.prefetch(facts, background=True)

@@ -12,6 +12,12 @@ time depends on the other work, which the load average shows.
 
     .venv/bin/python benchmarks/ingest_and_query.py [--file conv-26.json] [--questions N] [--out result.json]
     .venv/bin/python benchmarks/ingest_and_query.py --profile   # where the time goes, per phase
+    .venv/bin/python benchmarks/ingest_and_query.py --snapshot after.json   # what was stored, to compare
+
+`--snapshot` writes every record (all kinds, all fields, inactive ones too), every
+link (type and weight) and every history entry (its record, action, fields and
+reason) in a stable order, so two builds can be checked to store the same memory
+(`benchmarks/compare_snapshots.py before.json after.json`).
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 from strata.evaluation.metrics import evidence_recall
 from strata.memory.embeddings import get_embedder
+from strata.memory.records import KINDS
 from strata.memory.registry import close_all
 
 from strata.api import Memory
@@ -87,7 +94,33 @@ def report_profile(name: str, profile: cProfile.Profile, rows: int = 25) -> str:
     return out.getvalue().replace(f"{REPO}/", "")
 
 
-def run(file: Path, question_limit: int | None, limit_sessions: int | None, profile: bool) -> dict[str, Any]:
+def snapshot(memory: Memory) -> dict[str, Any]:
+    """What the memory holds, in a stable order: records, links, history (ids and times of changes left out)."""
+    store = memory.store
+    records = {
+        kind: sorted((r.model_dump(mode="json") for r in store.all(kind, include_inactive=True)), key=lambda r: r["id"])
+        for kind in KINDS
+    }
+    with store.ledger._read() as session:
+        links = session.execute(
+            "SELECT src, dst, type, weight FROM links WHERE namespace = ? ORDER BY type, src, dst", (store.namespace,)
+        ).fetchall()
+    history = [
+        {"record_id": c.record_id, "action": c.action.value, "old_fields": c.old_fields, "new_fields": c.new_fields,
+         "old_text": c.old_text, "new_text": c.new_text, "reason": c.reason}
+        for c in reversed(store.history(limit=1_000_000))
+    ]
+    return {
+        "records": records,
+        "links": [[src, dst, kind, round(float(weight), 4)] for src, dst, kind, weight in links],
+        "history": history,
+    }
+
+
+def run(
+    file: Path, question_limit: int | None, limit_sessions: int | None, profile: bool,
+    snapshot_to: Path | None = None,
+) -> dict[str, Any]:
     conversation = load_turns(file)
     questions = load_questions(file)
     if question_limit is not None:
@@ -103,6 +136,9 @@ def run(file: Path, question_limit: int | None, limit_sessions: int | None, prof
         cpu_before = time.process_time()
         summary = profiled(ingest_profile, lambda: ingest_conversation(memory, conversation, limit_sessions))
         ingest_cpu = time.process_time() - cpu_before
+        if snapshot_to is not None:
+            snapshot_to.parent.mkdir(parents=True, exist_ok=True)
+            snapshot_to.write_text(json.dumps(snapshot(memory), indent=1, sort_keys=True) + "\n")
         memory.retrieve("warm up")  # first read mirrors the stores; not a per-question cost
         ask_times: list[float] = []
         retrieve_times: list[float] = []
@@ -180,11 +216,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit-sessions", type=int, metavar="N", help="ingest only the first N sessions")
     parser.add_argument("--out", type=Path, help="also write the figures as JSON here")
     parser.add_argument("--profile", action="store_true", help="cProfile ingest and questions, print the top functions")
+    parser.add_argument("--snapshot", type=Path, help="write what the ingest stored (records, links, history) here")
     args = parser.parse_args(argv)
     if not args.file.is_file():
         print(f"benchmark: error: {args.file} not found: pass --file a LoCoMo conversation", file=sys.stderr)
         return 2
-    result = run(args.file, args.questions, args.limit_sessions, args.profile)
+    result = run(args.file, args.questions, args.limit_sessions, args.profile, args.snapshot)
     print(table(result))
     if "profile" in result:
         print(result["profile"])

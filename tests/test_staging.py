@@ -46,3 +46,25 @@ def test_an_edit_flushes_first_so_it_is_never_overwritten(data_dir: Path, embedd
     assert store.flush() == 0
     assert store.get_one("fact:D1:1:0").text == "Ann lives in Porto."
     assert store.count("fact") == 1
+
+
+def test_a_note_evolved_inside_a_batch_is_written_with_it(data_dir: Path, embedder: Any) -> None:
+    store = open_store(StoreSettings(data_dir=str(data_dir)), "ns")
+    note = Record(id="raw:D1:1", kind="raw", text="I keep bees on my roof.", namespace="ns", dialogue_id="D1:1",
+                  speaker="Ann", keywords=["bee", "roof"], context="Ann, about bee, roof")
+    store.add([note])
+    store.stage([_fact(2, "Ann sells honey at the market.")])  # an ingest's batch is open
+    change = store.evolve("raw:D1:1", ["bee"], "Ann, about bee, roof", reason="evolved by raw:D1:2")
+
+    def stored_tags() -> str:
+        got = store._collection("raw").get(ids=["raw:D1:1"], include=["metadatas"])
+        return str(got["metadatas"][0]["tags"])
+
+    # readable at once, its history row written, the Chroma write left to the batch's flush
+    assert store.get_one("raw:D1:1").tags == ["bee"]
+    assert store.history("raw:D1:1")[0].id == change.id
+    assert stored_tags() == "[]"
+    assert store.flush() == 2
+    assert stored_tags() == '["bee"]'
+    store.undo(change.id)  # still one undoable change
+    assert store.get_one("raw:D1:1").tags == [] and stored_tags() == "[]"

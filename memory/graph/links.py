@@ -32,6 +32,7 @@ COMMON_FLOOR = 4
 # On the fast path a new record links to this many of the latest earlier mentions per entity;
 # consolidation links the rest.
 RECENT_MENTIONS = 2
+KEYS_PER_QUERY = 500  # entity nodes per ledger query (SQLite binds two variables per node)
 LINKED_KINDS = ("raw",)  # record-to-record entity links join raw turns; facts get mention edges only
 
 
@@ -66,8 +67,17 @@ def mention_links(namespace: str, record: Record, mentions: Sequence[Mention]) -
 
 
 def earlier_mentions(store: MemoryStore, keys: Iterable[str]) -> dict[str, list[str]]:
-    """For each entity key, the records already mentioning it (written or staged by this batch)."""
-    return {key: store.neighbours([entity_node_id(key)], [LinkType.MENTIONS]) for key in dict.fromkeys(keys)}
+    """For each entity key, the records already mentioning it (written or staged by this batch), read
+    with one query for all the keys."""
+    nodes = {entity_node_id(key): key for key in keys}
+    found: dict[str, dict[str, None]] = {key: {} for key in nodes.values()}
+    names = list(nodes)
+    for start in range(0, len(names), KEYS_PER_QUERY):
+        for link in store.edges(names[start : start + KEYS_PER_QUERY], [LinkType.MENTIONS]):
+            key = nodes.get(link.dst)
+            if key is not None and link.src not in nodes:
+                found[key][link.src] = None
+    return {key: list(records) for key, records in found.items()}
 
 
 def entity_links(
