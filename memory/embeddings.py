@@ -123,12 +123,7 @@ class CachedEmbedder:
             wait(waiting)  # a failed background batch leaves its texts to be embedded here
         missing = [t for t in dict.fromkeys(texts) if t not in self._cache]
         if missing:
-            vectors = self.inner.embed(missing)
-            with self._lock:
-                for text, vector in zip(missing, vectors, strict=True):
-                    self._cache[text] = vector
-                while len(self._cache) > self._capacity:
-                    self._cache.popitem(last=False)
+            self._keep(missing, self.inner.embed(missing))
         with self._lock:
             rows = []
             for text in texts:
@@ -138,6 +133,14 @@ class CachedEmbedder:
                 self._cache[text] = vector
                 rows.append(vector)
         return np.vstack(rows) if rows else np.zeros((0, 0), dtype=np.float32)
+
+    def _keep(self, texts: Sequence[str], vectors: np.ndarray) -> None:
+        """Cache new vectors, dropping the least recently used past the capacity."""
+        with self._lock:
+            for text, vector in zip(texts, vectors, strict=True):
+                self._cache[text] = vector
+            while len(self._cache) > self._capacity:
+                self._cache.popitem(last=False)
 
     def clear(self) -> None:
         """Forget every cached vector (a benchmark that must pay for embedding again)."""
@@ -168,11 +171,7 @@ class CachedEmbedder:
             inner = self.inner
             vectors = inner.embed(texts, threads=BACKGROUND_THREADS) if isinstance(inner, LocalMiniLM) else \
                 inner.embed(texts)
-            with self._lock:
-                for text, vector in zip(texts, vectors, strict=True):
-                    self._cache[text] = vector
-                while len(self._cache) > self._capacity:
-                    self._cache.popitem(last=False)
+            self._keep(texts, vectors)
         finally:
             with self._lock:
                 for text in texts:
