@@ -39,9 +39,19 @@ from strata.graph.context import Context
 from strata.graph.routing import refresh_allowed, retry_allowed
 from strata.graph.state import Action, Evidence, State, Verdict
 from strata.memory.dates import resolve_relative
-from strata.memory.entities import CHAT_WORDS, MONTH_WORDS, PLAIN_WORDS, WEEKDAY_WORDS, split_entities, stem, tokenize
+from strata.memory.entities import (
+    CHAT_WORDS,
+    MONTH_WORDS,
+    PLAIN_WORDS,
+    WEEKDAY_WORDS,
+    plain_words,
+    split_entities,
+    stem,
+    tokenize,
+)
 from strata.memory.facts import FactDraft, extract_facts
 from strata.memory.forgetting import decide
+from strata.memory.lemmas import forms, text_forms
 from strata.memory.records import Record, Status, Turn
 from strata.memory.speakers import resolve_participant
 from strata.memory.store import MemoryStore
@@ -249,19 +259,23 @@ def need_of(question: str) -> Need:
 
 
 def content_words(question: str, participants: Sequence[str]) -> list[str]:
-    """The question's content stems: no names of participants, no light verbs or chat words, no dates."""
+    """The question's content words: no names of participants, no light verbs or chat words, no dates."""
     text = question
     for found in reversed(resolve_relative(question, datetime(2000, 1, 1))):
         text = text[: found.char_start] + " " + text[found.char_end :]
     names = {t for p in participants for t in tokenize(p)}
-    return [t for t in dict.fromkeys(tokenize(text)) if t not in names and t not in _LIGHT and not t.isdigit()]
+    return [
+        w for w in dict.fromkeys(plain_words(text))
+        if stem(w) not in names and stem(w) not in _LIGHT and not w.isdigit()
+    ]
 
 
 def coverage(words: Sequence[str], item: Evidence) -> float:
+    """Share of the question's words the item holds in some form ("sell" is held by "sold": shared lemmas)."""
     if not words:
         return 1.0
-    tokens = set(tokenize(f"{item.speaker} {item.text}"))
-    return sum(w in tokens for w in words) / len(words)
+    held = text_forms(f"{item.speaker} {item.text}")
+    return sum(bool(forms(w) & held) for w in words) / len(words)
 
 
 def states_time(item: Evidence) -> bool:
@@ -319,7 +333,7 @@ def sufficiency(
     best = scored[0][0]
     relevant = [e for c, e in scored if c >= MIN_COVERAGE and c > 0] if words else list(evidence)
     if not relevant:
-        missing = [w for w in words if not any(w in set(tokenize(e.text)) for e in evidence)][:5]
+        missing = [w for w in words if not any(forms(w) & text_forms(e.text) for e in evidence)][:5]
         return False, ["content", *missing], f"no item covers the question's words ({best:.0%} at best)", 0.6
     need = need_of(question)
     asked = [p for p in participants if p.lower() in question.lower()]

@@ -119,11 +119,16 @@ def _undouble(w: str) -> str:
     return w
 
 
-def tokenize(text: str) -> list[str]:
-    """BM25 tokens: lowercased, possessives and stopwords removed, stemmed; repeats kept (term frequency)."""
+def plain_words(text: str) -> list[str]:
+    """A text's words lowercased, possessives and stopwords removed, not yet stemmed; repeats kept."""
     lowered = _POSSESSIVE.sub("", text.lower().replace("’", "'"))
     lowered = lowered.replace("'", "")
-    return [stem(t) for t in _TOKEN.findall(lowered) if t not in STOPWORDS and (len(t) > 1 or t.isdigit())]
+    return [t for t in _TOKEN.findall(lowered) if t not in STOPWORDS and (len(t) > 1 or t.isdigit())]
+
+
+def tokenize(text: str) -> list[str]:
+    """BM25 tokens: the plain words, stemmed; repeats kept (term frequency)."""
+    return [stem(t) for t in plain_words(text)]
 
 
 def keywords(text: str) -> list[str]:

@@ -139,6 +139,20 @@ def test_the_filter_drops_an_irrelevant_item_and_keeps_the_answer_and_its_neighb
     assert set(dropped) == {"raw:D4:2", "raw:D5:7"}
 
 
+def test_the_filter_matches_word_forms_not_surface_words() -> None:
+    """'sell' is held by 'sold', 'children' by 'child': the filter reads lemmas (memory/lemmas.py)."""
+    items = [
+        item("D2:1", "The weather was lovely on Sunday.", 0.9),
+        item("D2:2", "We had pizza for dinner.", 0.8),
+        item("D7:3", "I finally sold my old bike to a neighbour.", 0.2),  # the answer, scored low
+        item("D9:5", "My children loved the museum.", 0.1),
+        item("D9:9", "Work has been busy lately.", 0.05),
+    ]
+    dropped = irrelevant_items("What did Melanie sell, and what did her child love?", items, ["Melanie"])
+    assert "raw:D7:3" not in dropped and "raw:D9:5" not in dropped
+    assert "raw:D9:9" in dropped
+
+
 def test_the_judge_node_filters_before_the_answer_and_says_so(memory_dir: Path) -> None:
     state = State(question=FILTER_QUESTION, evidence=FILTER_ITEMS, rounds=1)
     out = judge(state, runtime(memory_dir, mode="ask", k_r=0))

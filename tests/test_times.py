@@ -93,7 +93,7 @@ def test_a_store_that_already_holds_an_offset_keeps_working(tmp_path: Path) -> N
     assert raw["metadatas"][0]["time"].endswith("Z"), "the test must store an offset as older versions did"
     close_all()
     reopened = Memory("old", data_dir=str(tmp_path))
-    answer = reopened.ask("Which bike did Bo sell?")
+    answer = reopened.ask("What did Bo sell?")
     assert "OLD1" in answer.evidence_ids()
     assert reopened.get(["raw:OLD1"])[0].time == datetime(2023, 5, 2, 8, 0)
     reopened.add([{"speaker": "Bo", "text": "I painted the kayak blue.", "time": "2023-05-03T08:00:00+01:00"}])

@@ -22,10 +22,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from functools import lru_cache
 from typing import Literal
 
-from lemminflect import getAllLemmas
 from pydantic import BaseModel, Field
 from strata.memory.entities import (
     CHAT_WORDS,
@@ -36,6 +34,7 @@ from strata.memory.entities import (
     split_entities,
     wordset,
 )
+from strata.memory.lemmas import lemmas as _lemmas  # the lexicon lookup the Judge's filter shares
 
 EntityType = Literal["person", "place", "organisation", "object", "activity", "event", "name", "other"]
 ENTITY_TYPES: tuple[str, ...] = ("person", "place", "organisation", "object", "activity", "event", "name", "other")
@@ -62,11 +61,6 @@ class Mention(BaseModel):
     key: str = Field(..., min_length=1)
     label: str
     type: EntityType = "other"
-
-
-@lru_cache(maxsize=50_000)
-def _lemmas(word: str) -> dict[str, tuple[str, ...]]:
-    return dict(getAllLemmas(word))
 
 
 def _noun(word: str, previous: str, after_noun: bool) -> str | None:

@@ -1,0 +1,38 @@
+"""Word forms: which dictionary words a written word may stand for ("sold" -> sell, "kids" -> kid).
+
+The entity graph needs a word's part of speech and lemma to tell "painting" the
+activity from "painting" the object; the Judge's offline filter needs "sold" and
+"sell" to meet. Both read lemminflect's English lexicon (shipped in its wheel,
+no download) through this one cached lookup, so the two agree on word forms.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from lemminflect import getAllLemmas
+from strata.memory.entities import plain_words, stem
+
+
+@lru_cache(maxsize=50_000)
+def lemmas(word: str) -> dict[str, tuple[str, ...]]:
+    """The word's lemmas by part of speech ({"VERB": ("sell",)}); empty for a word the lexicon lacks."""
+    return dict(getAllLemmas(word))
+
+
+@lru_cache(maxsize=50_000)
+def forms(word: str) -> frozenset[str]:
+    """Everything a lowercase word may stand for: its light stem, each lemma, and each lemma's stem.
+
+    Two words share a meaning when their forms meet: "sold" -> {sold, sell}, "selling" -> {sell}.
+    Names and words the lexicon lacks keep their stem alone (what BM25 would match)."""
+    out = {stem(word)}
+    for found in lemmas(word).values():
+        for lemma in found:
+            out.update((lemma.lower(), stem(lemma.lower())))
+    return frozenset(out)
+
+
+def text_forms(text: str) -> frozenset[str]:
+    """The union of the forms of a text's words: what a question word must meet to be 'in' the text."""
+    return frozenset().union(*(forms(w) for w in plain_words(text)))
