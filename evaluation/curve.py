@@ -1,8 +1,11 @@
 """Evidence recall against the context budget, per category, with ablations and leave-conversations-out.
 
 Retrieval only (no answers are written, so no chat model is needed): each
-conversation is ingested once into `<out>/memory` (kept, so a second run only
-asks), then every question of categories 1-4 is retrieved
+conversation is ingested and consolidated (the slow path: causal links,
+summaries) once per set of write-side switches into `<ingest-cache>/<set>/`
+(`all` with every mechanism on, `no-summaries` with summaries off at ingest and
+at read time, ...), kept so a second run only asks; read-side switches share
+the `all` ingest. Then every question of categories 1-4 is retrieved
 - by strata (the full read path: research, judge filter, retries) and by dense,
   BM25 and their reciprocal-rank hybrid over raw turns, each filled to the
   same budget, at every budget of `--budgets`;
@@ -60,6 +63,9 @@ ABLATIONS = {
     "no traversal": "traversal",
     "no Judge filter": "judge_filter",
 }
+# switches that change what ingest and consolidation write: their ablations need their own ingest
+WRITE_SWITCHES = frozenset({"entity_graph", "semantic_links", "causal_links", "summaries"})
+READY = "ready.json"  # written in a conversation's cache folder once its ingest and consolidation finished
 
 
 class Row(BaseModel):
@@ -74,6 +80,11 @@ class Row(BaseModel):
     lenient: float
     tokens: int
     ms: float
+
+
+def ingest_set(off: frozenset[str]) -> str:
+    """The cache folder's name for a set of write-side switches turned off."""
+    return "all" if not off else "no-" + "+".join(sorted(off))
 
 
 def context_switches() -> set[str]:
@@ -94,11 +105,11 @@ def scored(question: Question, evidence: Sequence[Evidence]) -> tuple[float, flo
 
 
 class Run:
-    """One output folder: the memory, the cached rows, and what is still to measure."""
+    """One output folder: the cached rows and what is still to measure; memories come from the ingest cache."""
 
-    def __init__(self, out: Path, memory_dir: str = "") -> None:
+    def __init__(self, out: Path, ingest_cache: str = "") -> None:
         self.out = out
-        self.memory_pattern = memory_dir or str(out / "memory")
+        self.cache = Path(ingest_cache) if ingest_cache else out / "ingest"
         self.rows_path = out / "rows.jsonl"
         out.mkdir(parents=True, exist_ok=True)
         self.done: set[tuple[str, str, str, int]] = set()
@@ -112,17 +123,29 @@ class Run:
             return []
         return [Row.model_validate_json(line) for line in self.rows_path.read_text().splitlines()]
 
-    def memory_dir(self, file: str) -> str:
-        """The memory folder of a conversation file (`{stem}` in --memory names one folder per file)."""
-        return self.memory_pattern.replace("{stem}", Path(file).stem)
+    def memory_dir(self, conversation: str, off: frozenset[str] = frozenset()) -> Path:
+        """The folder one conversation is ingested into with these write-side switches off."""
+        return self.cache / ingest_set(off) / conversation
 
-    def memory(self, conversation: LoadedConversation, data_dir: str, **settings: Any) -> Memory:
-        memory = Memory(conversation.conversation_id, data_dir=data_dir, **settings)
-        if memory.store.count("raw") == 0:
+    def memory(self, conversation: LoadedConversation, off: frozenset[str] = frozenset(), **settings: Any) -> Memory:
+        """A conversation's memory ingested and consolidated with `off` switched off (ingested on first use)."""
+        folder = self.memory_dir(conversation.conversation_id, off)
+        switches = {name: False for name in off}
+        if not (folder / READY).is_file():
             started = time.perf_counter()
-            ingest_conversation(memory, conversation)
-            print(f"{conversation.conversation_id}: ingested in {time.perf_counter() - started:.0f} s", flush=True)
-        return memory
+            writer = Memory(conversation.conversation_id, data_dir=str(folder), **switches)
+            ingest_conversation(writer, conversation)  # resumes: turns already stored are skipped
+            ingested = time.perf_counter() - started
+            report = writer.consolidate()
+            consolidated = time.perf_counter() - started - ingested
+            (folder / READY).write_text(json.dumps({
+                "ingest_s": round(ingested, 1), "consolidate_s": round(consolidated, 1),
+                "off": sorted(off), "consolidation": report.model_dump(mode="json"),
+            }, indent=1))
+            print(f"{conversation.conversation_id} [{ingest_set(off)}]: ingested in {ingested:.0f} s, "
+                  f"consolidated in {consolidated:.0f} s", flush=True)
+            del writer
+        return Memory(conversation.conversation_id, data_dir=str(folder), **switches, **settings)
 
     def measure(
         self, system: str, setting: str, conversation: str, questions: Sequence[tuple[int, Question]],
@@ -177,40 +200,38 @@ def set_constant(spec: str, value: float) -> Callable[[], None]:
 
 
 def evaluate(options: argparse.Namespace) -> Run:
-    run = Run(Path(options.out), options.memory)
+    run = Run(Path(options.out), options.ingest_cache)
     switches = context_switches()
     for file in options.files:
         conversation = load_turns(file)
         name = conversation.conversation_id
         questions = [(i, q) for i, q in enumerate(load_questions(file)) if q.category in CATEGORIES and q.evidence]
         questions = questions[: options.questions] if options.questions else questions
-        data_dir = run.memory_dir(file)
-        memory = run.memory(conversation, data_dir)
-        index = TurnIndex(RunSettings(data_dir=data_dir))
+        run.memory(conversation)
+        index = TurnIndex(RunSettings(data_dir=str(run.memory_dir(name))))
         index.ensure(conversation, "baselines")
         for budget in options.budgets:
             setting = f"budget={budget}"
-            strata = Memory(name, data_dir=data_dir, token_budget=budget)
+            strata = run.memory(conversation, token_budget=budget)
             run.measure("strata", setting, name, questions, lambda q, m=strata: m.retrieve(q).evidence)
             for kind in BASELINES:
                 run.measure(kind, setting, name, questions, baseline_retriever(index, kind, budget))
         for label, switch in ABLATIONS.items():
-            if switch not in switches:
+            if switch not in switches or (options.ablations and switch not in options.ablations):
                 continue
-            ablated = Memory(name, data_dir=data_dir, token_budget=options.ablation_budget,
-                             **{switch: False})
+            off = frozenset({switch}) & WRITE_SWITCHES
+            ablated = run.memory(conversation, off, token_budget=options.ablation_budget, **{switch: False})
             run.measure("strata", label, name, questions, lambda q, m=ablated: m.retrieve(q).evidence)
         for spec in options.tune:
             target, _, values = spec.partition("=")
             for value in (float(v) for v in values.split(",")):
                 undo = set_constant(target, value)
                 try:
-                    tuned = Memory(name, data_dir=data_dir, token_budget=options.ablation_budget)
+                    tuned = run.memory(conversation, token_budget=options.ablation_budget)
                     run.measure("strata", f"{target}={value:g}", name, questions,
                                 lambda q, m=tuned: m.retrieve(q).evidence)
                 finally:
                     undo()
-        del memory
     return run
 
 
@@ -347,7 +368,10 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m strata.evaluation.curve", description=__doc__.split("\n\n")[0])
     parser.add_argument("files", nargs="+", help="LoCoMo conversation files")
     parser.add_argument("--out", required=True, help="run folder (memory, rows, report, curve)")
-    parser.add_argument("--memory", default="", help="memory folder ({stem}: one per file; namespace: conversation id)")
+    parser.add_argument("--ingest-cache", default="runs/ingest",
+                        help="ingested memories, one folder per write-side switch set and conversation (reused)")
+    parser.add_argument("--ablations", default="", help="only these switches' ablation rows, comma separated "
+                        "(default: all; a write-side one ingests again)")
     parser.add_argument("--budgets", default=",".join(map(str, BUDGETS)), help="token budgets, comma separated")
     parser.add_argument("--ablation-budget", type=int, default=Context().token_budget, help="budget of the ablations")
     parser.add_argument("--tune", action="append", default=[], metavar="MODULE.NAME=v1,v2",
@@ -359,6 +383,10 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
         args.budgets = [int(b) for b in args.budgets.split(",") if b.strip()]
     except ValueError:
         parser.error(f"--budgets {args.budgets!r}: give whole numbers like 500,1000")
+    args.ablations = {a.strip() for a in args.ablations.split(",") if a.strip()}
+    unknown = args.ablations - set(ABLATIONS.values())
+    if unknown:
+        parser.error(f"--ablations {', '.join(sorted(unknown))}: choose from {', '.join(ABLATIONS.values())}")
     for spec in args.tune:
         if "=" not in spec or "." not in spec.partition("=")[0]:
             parser.error(f"--tune {spec!r}: write MODULE.NAME=v1,v2 (e.g. strata.agents.research.ANCHORS=5,10)")
@@ -375,7 +403,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import sys
 
     args = parse(list(argv) if argv is not None else sys.argv[1:])
-    run = evaluate(args) if not args.report_only else Run(Path(args.out), args.memory)
+    run = evaluate(args) if not args.report_only else Run(Path(args.out), args.ingest_cache)
     print(write_report(run, args))
     return 0
 
