@@ -1,0 +1,60 @@
+"""The recall-against-budget harness: ingests cached per write-side switch set, leave-conversations-out.
+
+Memory is real (the first two sessions of LoCoMo conv-26, ingested and
+consolidated offline); the rotation is checked on rows whose best value differs
+between conversations, so choosing on three and scoring on two shows a gap.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from strata.evaluation.curve import Row, Run, ingest_set, leave_out, parse
+
+from strata.conversations import load_turns
+
+
+def test_a_write_side_ablation_is_ingested_apart_and_only_once(
+    tmp_path: Path, locomo_dir: Path, embedder: object
+) -> None:
+    loaded = load_turns(locomo_dir / "conv-26.json")
+    small = loaded.model_copy(update={"sessions": loaded.sessions[:2]})
+    run = Run(tmp_path / "out", str(tmp_path / "cache"))
+    full = run.memory(small)
+    ready = run.memory_dir("conv-26") / "ready.json"
+    assert ready.is_file() and run.memory_dir("conv-26") == tmp_path / "cache" / "all" / "conv-26"
+    assert full.store.count("raw") == small.turn_count() and full.store.count("summary") > 0
+    stamp = ready.stat().st_mtime_ns
+    again = run.memory(small, token_budget=700)
+    assert ready.stat().st_mtime_ns == stamp and again.context("retrieve").token_budget == 700
+    ablated = run.memory(small, frozenset({"summaries"}))
+    assert run.memory_dir("conv-26", frozenset({"summaries"})) == tmp_path / "cache" / "no-summaries" / "conv-26"
+    assert ablated.store.count("raw") == small.turn_count() and ablated.store.count("summary") == 0
+    assert ingest_set(frozenset({"summaries", "causal_links"})) == "no-causal_links+summaries"
+
+
+def row(conversation: str, value: str, recall: float) -> Row:
+    return Row(system="strata", setting=f"m.X={value}", conversation=conversation, index=0, category=1,
+               recall=recall, lenient=recall, tokens=100, ms=1.0)
+
+
+def test_leave_conversations_out_chooses_on_three_and_scores_on_two() -> None:
+    # value 1 is best on a, b, c; value 2 only on d and e
+    table = {"a": (0.9, 0.5), "b": (0.9, 0.5), "c": (0.9, 0.5), "d": (0.4, 0.8), "e": (0.4, 0.8)}
+    rows = [row(c, v, r) for c, scores in table.items() for v, r in zip(("1", "2"), scores, strict=True)]
+    rotations = leave_out(rows, sorted(table))
+    assert [r["held_out"] for r in rotations] == [["a", "b"], ["b", "c"], ["c", "d"], ["d", "e"], ["a", "e"]]
+    held_de = next(r for r in rotations if r["held_out"] == ["d", "e"])
+    assert held_de["chosen"] == "1" and held_de["tune_recall"] == 0.9 and held_de["held_out_recall"] == 0.4
+    held_ab = next(r for r in rotations if r["held_out"] == ["a", "b"])
+    assert held_ab["chosen"] == "2" and abs(held_ab["tune_recall"] - (0.5 + 0.8 + 0.8) / 3) < 1e-9
+
+
+def test_the_command_line_rejects_an_unknown_ablation(locomo_dir: Path, capsys: object) -> None:
+    import pytest
+
+    with pytest.raises(SystemExit):
+        parse([str(locomo_dir / "conv-26.json"), "--out", "x", "--ablations", "entity_graph,colour"])
+    assert "--ablations colour" in capsys.readouterr().err  # type: ignore[attr-defined]
+    args = parse([str(locomo_dir / "conv-26.json"), "--out", "x", "--ablations", "summaries,judge_filter"])
+    assert args.ablations == {"summaries", "judge_filter"}
