@@ -116,10 +116,14 @@ class Reached:
 
 def traverse(
     anchors: Sequence[str], query: np.ndarray, view: GraphView, weights: Mapping[str, float], *,
-    hops: int = HOPS, beam: int = BEAM, max_reached: int = MAX_REACHED, decay: float = DECAY,
+    hops: int | None = None, beam: int | None = None, max_reached: int | None = None, decay: float | None = None,
 ) -> dict[str, Reached]:
     """Records reached from `anchors` (not the anchors themselves), best path each, by the rule in the
-    module docstring."""
+    module docstring. Unset limits are the module's constants, read at call time (so a tuning run can set them)."""
+    hops = HOPS if hops is None else hops
+    beam = BEAM if beam is None else beam
+    max_reached = MAX_REACHED if max_reached is None else max_reached
+    decay = DECAY if decay is None else decay
     starts = list(dict.fromkeys(anchors))
     best: dict[str, Reached] = {}
     paths: dict[str, Reached] = {a: Reached(a, 1.0, a, ()) for a in starts}
