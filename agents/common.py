@@ -6,12 +6,15 @@ different.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
+from typing import Literal
 
 from langgraph.runtime import Runtime
 from strata.agents.wire import WIRE_PROBLEMS
 from strata.graph.context import Context
 from strata.graph.state import Evidence, RoleNote, State
+from strata.memory.errors import InputError
 from strata.memory.records import Record
 from strata.memory.registry import open_store
 from strata.memory.store import Hit, MemoryStore
@@ -111,3 +114,47 @@ def format_window(store: MemoryStore) -> str:
     """Working memory (the recent turns) as the roles' prompts show it."""
     lines = [f"[{t['dia_id']}] {t['speaker']}: {t['text']}" for t in store.working()]
     return "\n".join(lines) or "(empty)"
+
+
+# --- what several roles read from their input -----------------------------------------------------
+QuestionType = Literal["when", "where", "who", "how_many", "why", "yes_no", "how", "what"]
+
+
+def classify(question: str) -> QuestionType:
+    """The kind of answer a question wants, from its wording."""
+    q = " ".join(question.lower().split())
+    q = re.sub(r"^(?:and|so|but|also|then|ok|okay)\b[\s,]*", "", q)
+    if re.match(r"(when\b|since when|what (year|month|date|day|time)\b|which (year|month|date|day)\b|"
+                r"(in|on|during) (what|which) (year|month|date|day)|how long ago)", q):
+        return "when"
+    if re.match(r"how (many|much|often|long|old|far)\b", q):
+        return "how_many"
+    if re.match(r"(where\b|what (city|country|state|town|place|part of)|which (city|country|state|town|place))", q):
+        return "where"
+    if re.match(r"(who\b|whom\b|whose\b|with whom|which (person|friend|family member))", q):
+        return "who"
+    if re.match(r"(why\b|what (made|caused|motivated|inspired|led)|for what reason)", q):
+        return "why"
+    if re.match(r"(is|are|was|were|do|does|did|has|have|had|can|could|would|will|should|am)\b", q):
+        return "yes_no"
+    if q.startswith("how"):
+        return "how"
+    return "what"
+
+
+def input_of(state: State, context: Context) -> tuple[str, str, set[str]]:
+    """The text researched, who said it, and the ids to leave out (the turn's own write-ahead record)."""
+    if context.mode in ("ingest", "chat") and state.turns and state.cursor < len(state.turns):
+        turn = state.turns[state.cursor]
+        return turn.text, turn.speaker, {f"raw:{turn.dia_id}"} if turn.dia_id else set()
+    if state.question.strip():
+        if len(state.question) > context.max_question_chars:
+            raise InputError(
+                f"the question has {len(state.question):,} characters, more than max_question_chars="
+                f"{context.max_question_chars:,}: ask something shorter, or raise max_question_chars "
+                "(STRATA_MAX_QUESTION_CHARS)"
+            )
+        return state.question.strip(), "", set()
+    if state.turns:
+        return state.turns[-1].text, state.turns[-1].speaker, set()
+    raise InputError("ask needs a question: pass {'question': '...'}")

@@ -30,11 +30,8 @@ from typing import Any, Literal
 
 from langgraph.runtime import Runtime
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
-from strata.agents.common import OFFLINE, decided_offline, format_evidence, store_of, traced
+from strata.agents.common import OFFLINE, classify, decided_offline, format_evidence, input_of, store_of, traced
 from strata.agents.llm import ask_json, chat_model, one_of
-from strata.agents.refresher import single_valued
-from strata.agents.research import input_of
-from strata.agents.working import classify
 from strata.graph.context import Context
 from strata.graph.routing import refresh_allowed, retry_allowed
 from strata.graph.state import Action, Evidence, State, Verdict
@@ -49,7 +46,7 @@ from strata.memory.entities import (
     stem,
     tokenize,
 )
-from strata.memory.facts import FactDraft, extract_facts
+from strata.memory.facts import FactDraft, extract_facts, single_valued
 from strata.memory.forgetting import decide
 from strata.memory.lemmas import forms, text_forms
 from strata.memory.records import Record, Status, Turn

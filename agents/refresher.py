@@ -45,7 +45,7 @@ from strata.agents.llm import ask_json, chat_model, one_of
 from strata.graph.context import Context
 from strata.graph.state import ChangeNote, Evidence, State
 from strata.memory.errors import NotFoundError
-from strata.memory.facts import FactDraft, extract_facts
+from strata.memory.facts import FactDraft, extract_facts, single_valued
 from strata.memory.forgetting import ForgetDecision, decide
 from strata.memory.records import Record, Status, Turn
 from strata.memory.store import MemoryStore, kind_of
@@ -54,14 +54,6 @@ from strata.prompts import refresher as prompts
 NEW = "new"  # how the Judge names the incoming turn inside a conflict group
 MAX_GROUPS = 4  # conflict groups settled per run; the rest wait for a later turn
 
-# Attribute words of properties that hold one value at a time: a different newer value replaces the old one.
-# Past forms ("lived_in") are left out on purpose: a person has lived in many places.
-_SINGLE_VALUED = frozenset((
-    "live", "lives", "living", "home", "location", "based", "resides", "address", "job", "work", "works", "working",
-    "occupation", "employer", "career", "profession", "title", "role", "age", "status", "relationship", "married",
-    "spouse", "partner", "engaged", "name", "birthday", "born", "favorite", "favourite", "count", "number", "price",
-    "cost", "salary", "scheduled", "appointment", "deadline", "school", "major", "city", "country", "phone", "email",
-))
 _VALUE_TAIL = re.compile(r"\s+(?:now|currently|these days|anymore|any more|at the moment|instead)$", re.IGNORECASE)
 # Words in the newer statement that announce a change of state.
 _CHANGE_CUE = re.compile(
@@ -382,11 +374,6 @@ def _replaces(attribute: str, newer_text: str, older: Record, newer: Record) -> 
     if older.time and newer.time and older.time == newer.time and older.dialogue_id == newer.dialogue_id:
         return False  # said in the same breath: two values that hold together
     return single_valued(attribute) or bool(_CHANGE_CUE.search(newer_text))
-
-
-def single_valued(attribute: str) -> bool:
-    """Whether a property holds one value at a time (lives_in, works_as, age ...), unlike likes or hobbies."""
-    return any(part in _SINGLE_VALUED for part in re.split(r"[^a-z]+", attribute.lower()) if part)
 
 
 def _same_slot(record: Record, draft: FactDraft) -> bool:

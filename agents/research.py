@@ -41,6 +41,7 @@ from strata.agents.common import (
     date_heading,
     decided_offline,
     evidence_of,
+    input_of,
     store_of,
 )
 from strata.agents.llm import ask_json, chat_model
@@ -49,9 +50,9 @@ from strata.agents.wire import new_question
 from strata.evaluation.tokens import count_tokens as _count_tokens
 from strata.graph.context import Context
 from strata.graph.state import Evidence, PathStep, Plan, RoleNote, State, fresh_run
+from strata.memory.bm25 import reciprocal_rank_fusion
 from strata.memory.dates import time_window
 from strata.memory.entities import wordset
-from strata.memory.errors import InputError
 from strata.memory.graph.traversal import Reached, edge_weights, focus_of, traverse
 from strata.memory.graph.view import StoreGraph
 from strata.memory.moments import utc_now
@@ -82,6 +83,10 @@ MAX_K_DYN = 20
 COMPACT_BROAD = True  # broad questions read facts on their own, not raw turns (see Searcher.compact)
 ANCHORS = 10  # best fused units a traversal starts from (MAGMA's anchor set)
 GRAPH_WEIGHT = 1.0  # the traversal's ranked list counts like one dense or BM25 list in the fusion
+# Topic and persona summaries (AdaMem) matched by the question join the traversal's anchors: a gathering
+# question finds the one record that lists its answers, and the walk's derived-from edges bring the turns
+# it cites (strict recall counts turns, not summaries). This many of the best-fused summaries start a walk.
+SUMMARY_ANCHORS = 2
 # Context switches (ablations) that take an edge type out of the walk; a switch absent from Context is on.
 EDGE_SWITCHES: tuple[tuple[str, str], ...] = (
     ("entity_graph", "entity"), ("semantic_links", "semantic"), ("causal_links", "causal"),
@@ -372,6 +377,7 @@ class Searcher:
         # several times more of them fit the token budget (AMA routes such questions away from raw
         # text). Its first round searches no raw turns, and facts are shown on their own.
         self.compact = COMPACT_BROAD and _broad(plan.query.lower())
+        self.summaries = True  # summaries may start a walk (the `summaries` switch turns it off)
 
     def records(self, kind: Kind) -> Mapping[str, Record]:
         """A granularity's active records by id (the store's view), looked up once per round."""
@@ -425,12 +431,13 @@ class Searcher:
         """MAGMA's traversal from the best fused units; what it reaches enters the fusion as a ranked
         list of its own, and each unit it ranks keeps the path it was reached by."""
         anchors = [k for k, _ in sorted(scores.items(), key=lambda kv: -kv[1]) if k not in self.exclude][:ANCHORS]
-        reached = traverse(anchors, self.vector, StoreGraph(self.store), weights)
+        bridges = self.summary_anchors() if weights.get("derived_from", 0.0) > 0 else []
+        reached = traverse([*anchors, *bridges], self.vector, StoreGraph(self.store), weights)
         ranking: dict[str, Reached] = {}
         for item in sorted(reached.values(), key=lambda r: (-r.score, r.id)):
             for key in self._reached_keys(item.id, kinds, shown):
                 ranking.setdefault(key, item)
-        lists = {a: sorted(found.get(a, set())) for a in anchors}
+        lists = {a: sorted(found.get(a, set())) for a in anchors} | {b: ["summary"] for b in bridges}
         paths: dict[str, list[PathStep]] = {}
         fresh = [(key, item) for key, item in ranking.items() if key not in self.exclude and key not in lists]
         for rank, (key, item) in enumerate(fresh, start=1):  # an anchor's own facts lead back to it: not new
@@ -440,6 +447,13 @@ class Searcher:
             paths[key] = [start, *edges]
             found.setdefault(key, set()).add("graph")
         return paths
+
+    def summary_anchors(self) -> list[str]:
+        """The summaries that best match the question (dense and BM25 fused), as extra starts of the walk."""
+        if SUMMARY_ANCHORS <= 0 or not self.summaries:
+            return []
+        fused = reciprocal_rank_fusion([ids for _, ids in self.ranked("summary", POOL, None)])
+        return [i for i, _ in fused[:SUMMARY_ANCHORS]]
 
     def _reached_keys(self, record_id: str, kinds: Sequence[Kind], shown: MutableMapping[str, Record]) -> list[str]:
         """The unit keys a reached record stands for (an unedited fact is its turn, as in `_to_units`)."""
@@ -569,6 +583,7 @@ def research(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     # A stored turn is searched with its own words: its vector is already cached from the write.
     dense_text = text if context.mode == "ingest" else strip_names(plan.query, participants)
     searcher = Searcher(store, plan, dense_text, exclude)
+    searcher.summaries = getattr(context, "summaries", True)
     if context.mode == "ingest":
         evidence, plan, summary = _ingest_round(searcher, context, kinds)
     elif first:
@@ -578,24 +593,6 @@ def research(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
         evidence, plan, summary = _retry_round(searcher, context, kinds, earlier, rounds, missing)
     trace.append(RoleNote(role="research", policy=plan.policy, summary=summary))
     return {**update, "plan": plan, "evidence": evidence, "rounds": rounds + 1, "trace": trace}
-
-
-def input_of(state: State, context: Context) -> tuple[str, str, set[str]]:
-    """The text researched, who said it, and the ids to leave out (the turn's own write-ahead record)."""
-    if context.mode in ("ingest", "chat") and state.turns and state.cursor < len(state.turns):
-        turn = state.turns[state.cursor]
-        return turn.text, turn.speaker, {f"raw:{turn.dia_id}"} if turn.dia_id else set()
-    if state.question.strip():
-        if len(state.question) > context.max_question_chars:
-            raise InputError(
-                f"the question has {len(state.question):,} characters, more than max_question_chars="
-                f"{context.max_question_chars:,}: ask something shorter, or raise max_question_chars "
-                "(STRATA_MAX_QUESTION_CHARS)"
-            )
-        return state.question.strip(), "", set()
-    if state.turns:
-        return state.turns[-1].text, state.turns[-1].speaker, set()
-    raise InputError("ask needs a question: pass {'question': '...'}")
 
 
 def _now_of(state: State, store: MemoryStore, context: Context) -> datetime | None:

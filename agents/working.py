@@ -20,22 +20,29 @@ import math
 import re
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
-from typing import Any, Literal
+from typing import Any
 
 from langgraph.runtime import Runtime
 from pydantic import BaseModel, Field, field_validator
-from strata.agents.common import OFFLINE, current_turn_text, fallback_policy, format_evidence, traced
+from strata.agents.common import (
+    OFFLINE,
+    QuestionType,
+    classify,
+    current_turn_text,
+    fallback_policy,
+    format_evidence,
+    traced,
+)
 from strata.agents.llm import ask_json, chat_model
-from strata.agents.refresher import single_valued
 from strata.graph.context import Context
 from strata.graph.state import Evidence, State
 from strata.memory.dates import day_label, resolve_relative
 from strata.memory.entities import CHAT_WORDS, STOPWORDS, split_entities, stem, tokenize, wordset
+from strata.memory.facts import single_valued
 from strata.memory.moments import utc_now
 from strata.prompts import working as prompts
 
 NOT_IN_MEMORY = "Not in memory."
-QuestionType = Literal["when", "where", "who", "how_many", "why", "yes_no", "how", "what"]
 
 _NOW = datetime(2000, 1, 1)  # anchor for finding date spans in a question; only absolute ones are kept
 _QUESTION_PHRASE = re.compile(
@@ -236,28 +243,6 @@ class Candidate:
     grounded: bool = False  # holds an asked-about word itself, or answers the question that held it
     asks: bool = False  # a question or a reaction: it echoes the other speaker's words, it rarely answers
     matched: set[str] = field(default_factory=set)
-
-
-def classify(question: str) -> QuestionType:
-    """The kind of answer a question wants, from its wording."""
-    q = " ".join(question.lower().split())
-    q = re.sub(r"^(?:and|so|but|also|then|ok|okay)\b[\s,]*", "", q)
-    if re.match(r"(when\b|since when|what (year|month|date|day|time)\b|which (year|month|date|day)\b|"
-                r"(in|on|during) (what|which) (year|month|date|day)|how long ago)", q):
-        return "when"
-    if re.match(r"how (many|much|often|long|old|far)\b", q):
-        return "how_many"
-    if re.match(r"(where\b|what (city|country|state|town|place|part of)|which (city|country|state|town|place))", q):
-        return "where"
-    if re.match(r"(who\b|whom\b|whose\b|with whom|which (person|friend|family member))", q):
-        return "who"
-    if re.match(r"(why\b|what (made|caused|motivated|inspired|led)|for what reason)", q):
-        return "why"
-    if re.match(r"(is|are|was|were|do|does|did|has|have|had|can|could|would|will|should|am)\b", q):
-        return "yes_no"
-    if q.startswith("how"):
-        return "how"
-    return "what"
 
 
 def analyse(question: str, evidence: list[Evidence]) -> Question:

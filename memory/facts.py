@@ -602,3 +602,18 @@ def extract_facts(turn: Turn, anchor: datetime | None = None, listener: str | No
     if caption is not None:
         add(caption)
     return drafts
+
+
+# Attribute words of properties that hold one value at a time: a different newer value replaces the old one.
+# Past forms ("lived_in") are left out on purpose: a person has lived in many places.
+_SINGLE_VALUED = frozenset((
+    "live", "lives", "living", "home", "location", "based", "resides", "address", "job", "work", "works", "working",
+    "occupation", "employer", "career", "profession", "title", "role", "age", "status", "relationship", "married",
+    "spouse", "partner", "engaged", "name", "birthday", "born", "favorite", "favourite", "count", "number", "price",
+    "cost", "salary", "scheduled", "appointment", "deadline", "school", "major", "city", "country", "phone", "email",
+))
+
+
+def single_valued(attribute: str) -> bool:
+    """Whether a property holds one value at a time (lives_in, works_as, age ...), unlike likes or hobbies."""
+    return any(part in _SINGLE_VALUED for part in re.split(r"[^a-z]+", attribute.lower()) if part)
