@@ -23,7 +23,7 @@ import strata.graph  # noqa: F401  (loads the graph package before the role modu
 from langchain_core.language_models.fake_chat_models import FakeListChatModel
 from langgraph.runtime import Runtime
 from strata.agents.judge import irrelevant_items, judge
-from strata.agents.research import research
+from strata.agents.research import Searcher, offline_plan, research, strip_names
 from strata.agents.subquestion import offline_subquestion, subquestion
 from strata.graph.context import Context
 from strata.graph.state import Evidence, State, Verdict
@@ -289,3 +289,43 @@ def test_ask_reports_a_conflict_and_changes_nothing_unless_asked_to(data_dir: Pa
     assert after == before
     opted = memory.ask("Where does Ann live?", refresh=True)
     assert opted.changes and len(memory.history()) == len(before[0]) + len(opted.changes)
+
+
+# --- summaries as anchors ------------------------------------------------------------------------
+GATHERING = "What activities does Melanie partake in?"  # a real conv-26 question (gold D1:12, D1:18, ...)
+
+
+@pytest.fixture(scope="module")
+def consolidated(tmp_path_factory: pytest.TempPathFactory, locomo_dir: Path, embedder: object) -> Iterator[Path]:
+    """conv-26's first three sessions ingested and consolidated offline (topic and persona summaries)."""
+    from strata.ingestion import ingest_conversation
+
+    path = tmp_path_factory.mktemp("summaries") / "mem"
+    loaded = load_turns(locomo_dir / "conv-26.json")
+    memory = Memory(NAMESPACE, data_dir=str(path))
+    ingest_conversation(memory, loaded.model_copy(update={"sessions": loaded.sessions[:3]}))
+    memory.consolidate()
+    close_all()
+    yield path
+    close_all()
+
+
+def test_a_gathering_question_walks_from_a_summary_to_the_turns_it_cites(consolidated: Path, locomo_dir: Path) -> None:
+    gold = next(q for q in load_questions(locomo_dir / "conv-26.json") if q.question == GATHERING).evidence
+    store = open_store(StoreSettings(data_dir=str(consolidated)), NAMESPACE)
+    plan = offline_plan(GATHERING, store.participants(), [], None, ["raw", "fact", "episode"])
+    searcher = Searcher(store, plan, strip_names(plan.query, store.participants()), set(), store.all("raw"))
+    anchors = searcher.summary_anchors()
+    assert "summary:persona:melanie:activities" in anchors  # the record that lists what Melanie does
+    summary = store.get(["summary:persona:melanie:activities"])[0]
+    cited_gold = [f"raw:{d}" for d in gold if d in summary.source_ids]
+    assert cited_gold, "the persona summary cites gold turns of this question"
+    reached = traverse(anchors, searcher.vector, StoreGraph(store), edge_weights(focus_of(GATHERING, broad=True)))
+    for turn in cited_gold:
+        assert [(s.via, s.src, s.hop) for s in reached[turn].path][:1] == [("derived_from", reached[turn].anchor, 1)]
+    rt = Runtime(context=Context(data_dir=str(consolidated), namespace=NAMESPACE, mode="retrieve", token_budget=1500))
+    out = research(State(question=GATHERING), rt)
+    assert all(e.kind != "summary" for e in out["evidence"])  # strict recall counts turns: summaries only bridge
+    assert {e.dialogue_id for e in out["evidence"]} >= {t.removeprefix("raw:") for t in cited_gold}
+    searcher.summaries = False  # the `summaries` switch: no summary starts a walk
+    assert searcher.summary_anchors() == []
