@@ -314,7 +314,7 @@ def test_a_gathering_question_walks_from_a_summary_to_the_turns_it_cites(consoli
     gold = next(q for q in load_questions(locomo_dir / "conv-26.json") if q.question == GATHERING).evidence
     store = open_store(StoreSettings(data_dir=str(consolidated)), NAMESPACE)
     plan = offline_plan(GATHERING, store.participants(), [], None, ["raw", "fact", "episode"])
-    searcher = Searcher(store, plan, strip_names(plan.query, store.participants()), set(), store.all("raw"))
+    searcher = Searcher(store, plan, strip_names(plan.query, store.participants()), set())
     anchors = searcher.summary_anchors()
     assert "summary:persona:melanie:activities" in anchors  # the record that lists what Melanie does
     summary = store.get(["summary:persona:melanie:activities"])[0]
