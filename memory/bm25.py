@@ -9,9 +9,11 @@ process changed a few records (the store re-adds just those).
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import Counter, defaultdict
 from collections.abc import Callable
+from operator import itemgetter
 
 
 def _default_tokenize(text: str) -> list[str]:
@@ -87,10 +89,8 @@ class BM25Index:
             for doc_id, tf in docs.items():
                 norm = tf + self.k1 * (1 - self.b + self.b * self._lengths[doc_id] / avg_len)
                 scores[doc_id] += idf * tf * (self.k1 + 1) / norm
-        ranked = sorted(scores.items(), key=lambda item: item[1], reverse=True)
-        if allowed is not None:
-            ranked = [item for item in ranked if allowed(item[0])]
-        return ranked[:k]
+        items = scores.items() if allowed is None else [item for item in scores.items() if allowed(item[0])]
+        return heapq.nlargest(k, items, key=itemgetter(1))  # the order of a full sort, without sorting every match
 
 
 def reciprocal_rank_fusion(rankings: list[list[str]], k: int = 60) -> list[tuple[str, float]]:

@@ -131,15 +131,18 @@ class Ledger:
         if not ids:
             return []
         marks = ",".join("?" * len(ids))
-        sql = (
-            f"SELECT namespace, src, dst, type, weight FROM links WHERE namespace = ? "
-            f"AND (src IN ({marks}) OR dst IN ({marks}))"
-        )
-        params: list[object] = [namespace, *ids, *ids]
+        typed, type_values = "", []
         if types is not None:
             type_values = [t.value for t in types]
-            sql += f" AND type IN ({','.join('?' * len(type_values))})"
-            params += type_values
+            typed = f" AND type IN ({','.join('?' * len(type_values))})"
+        # two index searches (by source, the primary key; by destination, links_dst), not one
+        # `src IN (...) OR dst IN (...)`, which SQLite answers by reading every link of the namespace
+        sql = (
+            f"SELECT namespace, src, dst, type, weight FROM links WHERE namespace = ? AND src IN ({marks}){typed} "
+            f"UNION ALL SELECT namespace, src, dst, type, weight FROM links WHERE namespace = ? AND dst IN ({marks}) "
+            f"AND src NOT IN ({marks}){typed}"
+        )
+        params: list[object] = [namespace, *ids, *type_values, namespace, *ids, *ids, *type_values]
         with self._read() as session:
             rows = session.execute(sql, params).fetchall()
         return [Link(namespace=r[0], src=r[1], dst=r[2], type=LinkType(r[3]), weight=r[4]) for r in rows]

@@ -51,6 +51,10 @@ from strata.memory.timeline import Timeline
 
 _LIST_FIELDS = ("source_ids", "entities", "keywords", "tags")
 READ_PAGE = 5_000  # records per Chroma read when a collection is mirrored (see read_collection)
+WINDOW_IDS = 5_000
+"""A time-windowed dense search names the window's records to Chroma (found in the mirror's time
+index) when there are at most this many: Chroma's own time filter reads every record's metadata
+(300-500 ms a query at 100,000 records), while a search among given ids takes a few ms."""
 UNFILTERED_SLACK = 500
 """Dense search asks Chroma for k + (inactive records) nearest without a status filter while the
 inactive ones are at most this many: Chroma runs a metadata filter by reading every record's
@@ -123,6 +127,7 @@ class MemoryStore:
         self._timeline = Timeline()  # the active raw turns in order, kept with the raw mirror
         self._turn_list: list[Record] | None = None  # `timeline()` as a list, until the next raw change
         self._facts_of: dict[str, set[str]] = {}  # dialogue id -> ids of the facts derived from it
+        self._times: dict[Kind, tuple[np.ndarray, list[str]]] = {}  # active dated records by time (`_within`)
         self._staged = StagedWrites()  # derived writes not yet in Chroma and the ledger (memory/staging.py)
         # with a server, other processes may write this namespace too: their state must not be
         # overwritten by a batch staged here, so each turn is written at its end
@@ -220,6 +225,7 @@ class MemoryStore:
     def _reset_mirror(self, kind: Kind) -> None:
         """An empty mirror of `kind`, with its lexical index and lookups."""
         self._records[kind] = {}
+        self._times.pop(kind, None)
         self._active[kind] = {}
         self._lexical[kind] = BM25Index()
         if kind == "raw":
@@ -230,6 +236,7 @@ class MemoryStore:
 
     def _clear_mirrors(self) -> None:
         self._records.clear()
+        self._times.clear()
         self._active.clear()
         self._lexical.clear()
         self._saved.clear()
@@ -455,6 +462,7 @@ class MemoryStore:
     def _remember(self, record: Record, terms: dict[str, int] | None = None) -> None:
         """Put a record in the mirror and its lookups; `terms`, its BM25 term counts when known."""
         kind = record.kind
+        self._times.pop(kind, None)
         old = self._records[kind].get(record.id)
         if old is not None and kind == "fact":
             self._unfile_fact(old)
@@ -490,6 +498,7 @@ class MemoryStore:
 
     def _forget(self, kind: Kind, record_id: str) -> None:
         old = self._records[kind].pop(record_id, None)
+        self._times.pop(kind, None)
         self._active[kind].pop(record_id, None)
         self._lexical[kind].remove(record_id)
         if kind == "raw":
@@ -749,14 +758,22 @@ class MemoryStore:
         with self._lock:
             active = self._active[kind]
             inactive = total - len(active)
+        if time_window is not None and not include_inactive:
+            within = [rid for rid in self._within(kind, time_window) if rid not in replaced]
+            if len(within) <= WINDOW_IDS:  # Chroma searches just these ids, no metadata filter to run
+                stored = []
+                if within:
+                    result = collection.query(
+                        query_embeddings=[vector.tolist()], ids=within, n_results=min(k, len(within)),
+                        include=["distances"],
+                    )
+                    stored = _similarities(result)
+                return merge_nearest(stored, staged, replaced, k)
         if time_window is None and (include_inactive or inactive <= UNFILTERED_SLACK):
             # the nearest k + inactive records hold the nearest k active ones: no metadata filter to run
             n = min(k + (0 if include_inactive else inactive), total)
             result = collection.query(query_embeddings=[vector.tolist()], n_results=n, include=["distances"])
-            stored = [
-                (rid, 1.0 - float(dist)) for rid, dist in zip(result["ids"][0], result["distances"][0], strict=True)
-                if include_inactive or rid in active
-            ]
+            stored = [(rid, sim) for rid, sim in _similarities(result) if include_inactive or rid in active]
             return merge_nearest(stored[:k], staged, replaced, k)
         clauses: list[dict[str, Any]] = []
         if not include_inactive:
@@ -772,8 +789,20 @@ class MemoryStore:
         result = collection.query(
             query_embeddings=[vector.tolist()], n_results=min(k, total), where=where, include=["distances"]
         )
-        stored = [(rid, 1.0 - float(dist)) for rid, dist in zip(result["ids"][0], result["distances"][0], strict=True)]
-        return merge_nearest(stored, staged, replaced, k)
+        return merge_nearest(_similarities(result), staged, replaced, k)
+
+    def _within(self, kind: Kind, window: tuple[datetime, datetime]) -> list[str]:
+        """Ids of the active records of `kind` dated inside `window`, from a time index built on first
+        use and dropped when the kind changes."""
+        with self._lock:
+            index = self._times.get(kind)
+            if index is None:
+                dated = sorted((epoch_seconds(r.time), r.id) for r in self._active[kind].values() if r.time is not None)
+                index = self._times[kind] = (np.array([e for e, _ in dated], dtype=np.float64), [i for _, i in dated])
+        epochs, ids = index
+        low = int(np.searchsorted(epochs, epoch_seconds(window[0]), side="left"))
+        high = int(np.searchsorted(epochs, epoch_seconds(window[1]), side="right"))
+        return ids[low:high]
 
     def lexical(
         self, kind: Kind, query: str, k: int, time_window: tuple[datetime, datetime] | None = None
@@ -881,6 +910,11 @@ class _WriterLock:
 def _field_values(fields: dict[str, str]) -> dict[str, object]:
     """History keeps fields as text; list fields (note tags) go back to lists."""
     return {name: json.loads(value) if name in _LIST_FIELDS else value for name, value in fields.items()}
+
+
+def _similarities(result: Any) -> list[tuple[str, float]]:
+    """(id, cosine similarity) of a one-vector Chroma query, nearest first."""
+    return [(rid, 1.0 - float(dist)) for rid, dist in zip(result["ids"][0], result["distances"][0], strict=True)]
 
 
 @contextmanager

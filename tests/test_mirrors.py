@@ -127,3 +127,17 @@ def test_dense_search_leaves_out_inactive_records_with_or_without_a_filter(
     assert [rid for rid, _ in store.dense("raw", vector, 4)] == [rid for rid, _ in unfiltered]
     assert "raw:D1:3" not in {rid for rid, _ in unfiltered} and len(unfiltered) == 4
     assert store.dense("raw", vector, 5, include_inactive=True)[0][0] == "raw:D1:3"
+
+
+def test_a_time_windowed_dense_search_names_the_window_s_records_to_chroma(
+    data_dir: Path, embedder: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = _store(StoreSettings(data_dir=str(data_dir)), "ann")
+    store.add(_turns("ann"))
+    store.delete("raw:D1:3", reason="test")
+    vector = embedder.embed(["Ann sold her red bike."])[0]
+    window = (START + timedelta(minutes=2), START + timedelta(minutes=4))
+    by_ids = store.dense("raw", vector, 5, window)
+    monkeypatch.setattr(store_module, "WINDOW_IDS", 0)  # Chroma's metadata filter instead
+    assert by_ids == store.dense("raw", vector, 5, window)
+    assert sorted(rid for rid, _ in by_ids) == ["raw:D1:2", "raw:D1:4"]
