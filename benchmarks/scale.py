@@ -5,8 +5,8 @@ or --data-dir, or (`--backend server`) on a Chroma server + PostgreSQL started f
 run as the tests start them (tests/servers.py). Prints:
 - growing: records/s of the bulk load (see below);
 - one big namespace, measured in a fresh process: cold open (open the namespace and
-  answer a first question, the embedder and the Chroma library already loaded: a
-  server loads them once for all namespaces), question p50/p95 through the whole graph (`Memory.ask`), RSS, and
+  answer a first question, the embedder, the Chroma library and the token counter
+  already loaded: a server loads them once for all namespaces), question p50/p95 through the whole graph (`Memory.ask`), RSS, and
   ingest turns/s of one new LoCoMo session through the whole graph (`Memory.add`) on
   top of the 100,000 records;
 - many namespaces, in a fresh process: each written (one LoCoMo session) and searched
@@ -141,8 +141,11 @@ def grow(settings: StoreSettings, target: int) -> dict[str, Any]:
 
 def measure_big(settings: StoreSettings, question_count: int) -> dict[str, Any]:
     """In a fresh process: cold open, question latency, RSS, ingest speed at scale."""
-    get_embedder().embed(["warm up"])
-    import chromadb  # noqa: F401  (loaded once per process, like the embedder: not a namespace's cost)
+    get_embedder().embed(["warm up"])  # what a server loads once for all its namespaces: the embedder,
+    import chromadb  # noqa: F401  (the Chroma library)
+    from strata.evaluation.tokens import count_tokens
+
+    count_tokens("warm up")  # and the token counter's encoding
 
     rss_start = rss_mb()
     questions = [q.question for f in locomo_files("scale") for q in load_questions(f)]
