@@ -6,9 +6,9 @@ run as the tests start them (tests/servers.py). Prints:
 - growing: records/s of the bulk load (see below);
 - one big namespace, measured in a fresh process: cold open (open the namespace and
   answer a first question, the embedder, the Chroma library and the token counter
-  already loaded: a server loads them once for all namespaces), question p50/p95 through the whole graph (`Memory.ask`), RSS, and
-  ingest turns/s of one new LoCoMo session through the whole graph (`Memory.add`) on
-  top of the 100,000 records;
+  already loaded: a server loads them once for all namespaces), question p50/p95
+  through the whole graph (`Memory.ask`), RSS, and ingest turns/s of one new LoCoMo
+  session through the whole graph (`Memory.add`) on top of the 100,000 records;
 - many namespaces, in a fresh process: each written (one LoCoMo session) and searched
   once, then left idle; RSS growth per idle namespace, with the registry's bound on
   open namespaces (STRATA_MAX_OPEN_STORES, memory/registry.py).
