@@ -14,6 +14,7 @@ import math
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from operator import itemgetter
+from typing import Any
 
 
 def _default_tokenize(text: str) -> list[str]:
@@ -43,13 +44,9 @@ class BM25Index:
         return doc_id in self._lengths
 
     def add(self, doc_id: str, text: str) -> None:
-        self.add_counts(doc_id, Counter(self._tokenize(text)))
-
-    def add_counts(self, doc_id: str, counts: dict[str, int]) -> None:
-        """Add a document by its term counts (as `counts` gave them): a saved index is reloaded without
-        tokenising every text again (memory/snapshots.py)."""
         if doc_id in self._lengths:
             self.remove(doc_id)
+        counts = Counter(self._tokenize(text))
         for token, tf in counts.items():
             self._postings[token][doc_id] = tf
         length = sum(counts.values())
@@ -57,9 +54,19 @@ class BM25Index:
         self._terms[doc_id] = list(counts)
         self._total_length += length
 
-    def counts(self, doc_id: str) -> dict[str, int]:
-        """A document's term counts (empty when it is not indexed)."""
-        return {token: self._postings[token][doc_id] for token in self._terms.get(doc_id, ())}
+    def state(self) -> dict[str, Any]:
+        """The index as plain data, to be saved with a mirror (memory/snapshots.py)."""
+        return {"postings": self._postings, "lengths": self._lengths, "terms": self._terms}
+
+    @classmethod
+    def restore(cls, state: dict[str, Any]) -> BM25Index:
+        """An index from `state()`'s data, without tokenising any text again."""
+        index = cls()
+        index._postings = defaultdict(dict, state["postings"])
+        index._lengths = dict(state["lengths"])
+        index._terms = dict(state["terms"])
+        index._total_length = sum(index._lengths.values())
+        return index
 
     def remove(self, doc_id: str) -> None:
         length = self._lengths.pop(doc_id, None)

@@ -2,8 +2,8 @@
 
 Opening a large namespace read every record back from Chroma and tokenised it for
 BM25: about 5 s at 20,000 records, a minute at 100,000 (`benchmarks/scale.py`).
-A process therefore saves a collection's mirror (its records and each one's BM25
-term counts) once it has read a large one whole, and again when it closes the
+A process therefore saves a collection's mirror (its records and their BM25 index)
+once it has read a large one whole, and again when it closes the
 namespace. A later process loads the file, then reloads from Chroma only the records
 whose change sequence moved past the one the file was saved at (the ledger keeps
 each record's last sequence, so nothing changed since is missed).
@@ -27,7 +27,7 @@ import orjson
 from pydantic import ValidationError
 from strata.memory.records import Kind, Record
 
-FORMAT = 1
+FORMAT = 2
 """Bumped whenever what a file holds changes, so files of an older layout are ignored."""
 MIN_RECORDS = 2_000
 """Smaller collections are read from Chroma in well under a second: no file for them."""
@@ -38,14 +38,12 @@ def snapshot_path(folder: Path, collection: str) -> Path:
     return folder / "mirrors" / f"{collection}.json"
 
 
-def save(
-    path: Path, namespace: str, kind: Kind, seq: int, records: Iterable[Record], terms: dict[str, dict[str, int]]
-) -> bool:
+def save(path: Path, namespace: str, kind: Kind, seq: int, records: Iterable[Record], index: dict[str, Any]) -> bool:
     """Write the mirror of one collection as of change sequence `seq` (atomically); False when the
     folder cannot be written (a read-only memory folder)."""
     body = {
         "format": FORMAT, "namespace": namespace, "kind": kind, "seq": seq,
-        "records": [record.model_dump(mode="json") for record in records], "terms": terms,
+        "records": [record.model_dump(mode="json", exclude_defaults=True) for record in records], "index": index,
     }
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -62,8 +60,8 @@ def save(
     return True
 
 
-def load(path: Path, namespace: str, kind: Kind) -> tuple[int, list[Record], dict[str, dict[str, int]]] | None:
-    """(sequence, records, BM25 term counts by id) of a saved mirror, or None when there is no usable file."""
+def load(path: Path, namespace: str, kind: Kind) -> tuple[int, list[Record], dict[str, Any]] | None:
+    """(sequence, records, BM25 index state) of a saved mirror, or None when there is no usable file."""
     try:
         body: dict[str, Any] = orjson.loads(path.read_bytes())
     except (OSError, orjson.JSONDecodeError):
@@ -79,7 +77,10 @@ def load(path: Path, namespace: str, kind: Kind) -> tuple[int, list[Record], dic
                 if isinstance(data.get(key), str):
                     data[key] = datetime.fromisoformat(data[key])
             records.append(Record.model_validate(data))
-        return int(body["seq"]), records, dict(body["terms"])
+        index = body["index"]
+        if not all(isinstance(index.get(part), dict) for part in ("postings", "lengths", "terms")):
+            return None
+        return int(body["seq"]), records, index
     except (KeyError, TypeError, ValueError, ValidationError):
         return None
 

@@ -188,13 +188,16 @@ class MemoryStore:
         saved = snapshots.load(self._snapshot(kind), self.namespace, kind)
         if saved is None:
             return False
-        seq, records, terms = saved
+        seq, records, index = saved
         current, reset = self.ledger.sequence(self.namespace)
         if seq > current or reset > seq:  # another ledger, or the namespace was dropped since
             return False
         self._reset_mirror(kind)
+        self._lexical[kind] = BM25Index.restore(index)
         for record in records:
-            self._remember(record, terms.get(record.id))
+            self._remember(record, indexed=True)
+        if len(self._active[kind]) != len(self._lexical[kind]):  # the index is not the records'
+            return False
         changed = [rid for rid in self.ledger.changed_since(self.namespace, seq) if kind_of(rid) == kind]
         collection = self._collection(kind)
         for start in range(0, len(changed), READ_PAGE):
@@ -217,9 +220,8 @@ class MemoryStore:
             or self.ledger.read_only or any(r.kind == kind for r in self._staged.records.values())
         ):
             return
-        index = self._lexical[kind]
-        terms = {rid: index.counts(rid) for rid in self._active[kind]}
-        if snapshots.save(self._snapshot(kind), self.namespace, kind, self._seen, records.values(), terms):
+        state = self._lexical[kind].state()
+        if snapshots.save(self._snapshot(kind), self.namespace, kind, self._seen, records.values(), state):
             self._saved[kind] = self._seen
 
     def _reset_mirror(self, kind: Kind) -> None:
@@ -459,8 +461,8 @@ class MemoryStore:
             found = (facts.get(fid) for fid in sorted(ids))
             return [r for r in found if r is not None and r.status == Status.ACTIVE]
 
-    def _remember(self, record: Record, terms: dict[str, int] | None = None) -> None:
-        """Put a record in the mirror and its lookups; `terms`, its BM25 term counts when known."""
+    def _remember(self, record: Record, indexed: bool = False) -> None:
+        """Put a record in the mirror and its lookups (`indexed`: its BM25 entry is already there)."""
         kind = record.kind
         self._times.pop(kind, None)
         old = self._records[kind].get(record.id)
@@ -471,10 +473,8 @@ class MemoryStore:
         active = record.status == Status.ACTIVE
         if active:
             self._active[kind][record.id] = record
-            if terms is None:
+            if not indexed:
                 index.add(record.id, _lexical_text(record))
-            else:
-                index.add_counts(record.id, terms)
         else:
             self._active[kind].pop(record.id, None)
             index.remove(record.id)
