@@ -11,11 +11,13 @@ texts waits for its chunk instead of embedding it a second time.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import os
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, wait
 from typing import Protocol
 
 import numpy as np
@@ -27,7 +29,8 @@ BACKGROUND_CHUNK = 16
 """Texts per background batch: small enough that the first turn's facts are ready soon, large enough
 that the per-batch cost stays small."""
 BACKGROUND_THREADS = 1
-"""Threads a background batch computes with: the other core runs the caller, who keeps working meanwhile."""
+"""Threads a background batch computes with while the caller keeps working on the other core; a batch
+the caller is waiting for takes every core."""
 
 
 class Embedder(Protocol):
@@ -114,13 +117,24 @@ class CachedEmbedder:
         self._capacity = capacity
         self._lock = threading.Lock()
         self._inflight: dict[str, Future[None]] = {}  # texts a background batch is embedding
-        self._worker: ThreadPoolExecutor | None = None
+        # background batches, most urgent first: (later, order, texts, future); `later` batches
+        # (for a next input) wait behind every batch of the current one
+        self._queue: list[tuple[bool, int, list[str], Future[None]]] = []
+        self._order = itertools.count()
+        self._ready = threading.Condition(self._lock)
+        self._worker: threading.Thread | None = None
+        self._waiters = 0  # callers blocked on a background batch
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         with self._lock:
             waiting = {self._inflight[t] for t in texts if t in self._inflight}
+            self._waiters += bool(waiting)
         if waiting:
-            wait(waiting)  # a failed background batch leaves its texts to be embedded here
+            try:
+                wait(waiting)  # a failed background batch leaves its texts to be embedded here
+            finally:
+                with self._lock:
+                    self._waiters -= 1
         missing = [t for t in dict.fromkeys(texts) if t not in self._cache]
         if missing:
             self._keep(missing, self.inner.embed(missing))
@@ -147,9 +161,10 @@ class CachedEmbedder:
         with self._lock:
             self._cache.clear()
 
-    def prefetch(self, texts: Sequence[str], background: bool = False) -> None:
+    def prefetch(self, texts: Sequence[str], background: bool = False, later: bool = False) -> None:
         """Embed a batch ahead of time (bulk ingestion embeds a session in one call); with `background`,
-        on a worker thread, in order and in chunks, while the caller carries on."""
+        on a worker thread, in order and in chunks, while the caller carries on; `later` texts (a next
+        input's) wait behind every other background batch."""
         if not texts:
             return
         if not background:
@@ -157,20 +172,37 @@ class CachedEmbedder:
             return
         with self._lock:
             todo = [t for t in dict.fromkeys(texts) if t not in self._cache and t not in self._inflight]
-            if todo and self._worker is None:
-                self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="strata-embed")
             for start in range(0, len(todo), BACKGROUND_CHUNK):
                 chunk = todo[start : start + BACKGROUND_CHUNK]
-                future = self._worker.submit(self._fill, chunk)  # type: ignore[union-attr]
+                future: Future[None] = Future()
+                heapq.heappush(self._queue, (later, next(self._order), chunk, future))
                 for text in chunk:
                     self._inflight[text] = future
+            if todo and self._worker is None:
+                self._worker = threading.Thread(target=self._work, name="strata-embed", daemon=True)
+                self._worker.start()
+            self._ready.notify()
 
-    def _fill(self, texts: list[str]) -> None:
+    def _work(self) -> None:
+        """The background thread: embeds queued batches, most urgent first, for the life of the process."""
+        while True:
+            with self._lock:
+                while not self._queue:
+                    self._ready.wait()
+                _, _, texts, future = heapq.heappop(self._queue)
+                threads = None if self._waiters else BACKGROUND_THREADS
+            try:
+                self._fill(texts, threads)
+            except BaseException as exc:  # the waiting caller embeds these texts itself
+                future.set_exception(exc)
+            else:
+                future.set_result(None)
+
+    def _fill(self, texts: list[str], threads: int | None) -> None:
         """A background batch: its vectors go to the cache; its texts stop being in flight either way."""
         try:
             inner = self.inner
-            vectors = inner.embed(texts, threads=BACKGROUND_THREADS) if isinstance(inner, LocalMiniLM) else \
-                inner.embed(texts)
+            vectors = inner.embed(texts, threads=threads) if isinstance(inner, LocalMiniLM) else inner.embed(texts)
             self._keep(texts, vectors)
         finally:
             with self._lock:

@@ -73,7 +73,7 @@ def ingest_conversation(
     embedder = memory.store.embedder
     for number, session in enumerate(sessions):
         if number + 1 < len(sessions):  # the next session's turns are embedded while this one is stored
-            embedder.prefetch([turn.text for turn in sessions[number + 1].turns], background=True)
+            embedder.prefetch([turn.text for turn in sessions[number + 1].turns], background=True, later=True)
         done = 0
 
         def finished(count: int) -> None:
