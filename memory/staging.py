@@ -45,16 +45,24 @@ class StagedWrites(BaseModel):
         return bool(self.records or self.links or self.state)
 
     def put(
-        self, records: Sequence[Record], vectors: np.ndarray, links: Iterable[Link], state: dict[str, object]
+        self, records: Sequence[Record], vectors: np.ndarray | None, links: Iterable[Link], state: dict[str, object]
     ) -> None:
-        """Stage one turn's derived writes (a later version of an id or a key replaces the earlier one)."""
-        for record, vector in zip(records, vectors, strict=True):
+        """Stage one turn's derived writes (a later version of an id or a key replaces the earlier one);
+        without `vectors`, the records' vectors are filled in when first needed (`unresolved`)."""
+        for i, record in enumerate(records):
             self.records[record.id] = record
-            self.vectors[record.id] = vector
+            if vectors is None:
+                self.vectors.pop(record.id, None)
+            else:
+                self.vectors[record.id] = vectors[i]
         for link in links:
             self.links[(link.src, link.dst, link.type.value)] = link
         self.state.update(state)
         self.turns += 1
+
+    def unresolved(self, kind: Kind | None = None) -> list[Record]:
+        """Staged records (of `kind`, or all) whose vectors are not filled in yet."""
+        return [r for rid, r in self.records.items() if rid not in self.vectors and kind in (None, r.kind)]
 
     def nearest(
         self, kind: Kind, vector: np.ndarray, time_window: tuple[datetime, datetime] | None, include_inactive: bool

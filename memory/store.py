@@ -373,12 +373,15 @@ class MemoryStore:
         self, records: Sequence[Record], links: Iterable[Link] = (), state: dict[str, object] | None = None
     ) -> bool:
         """Hold one turn's derived records, links and small ledger state for the next `flush`
-        (readable at once); True when the batch is full and should be flushed now."""
-        vectors = self.embedder.embed([r.text for r in records]) if records else np.zeros((0, 0), dtype=np.float32)
+        (readable at once); True when the batch is full and should be flushed now.
+
+        The records' vectors are computed on the embedder's background thread while the next
+        turns are derived, and filled in when a search of their kind or the flush needs them."""
+        self.embedder.prefetch([r.text for r in records], background=True)
         with self._lock:
             for kind in {r.kind for r in records}:
                 self._load(kind)
-            self._staged.put(records, vectors, links, state or {})
+            self._staged.put(records, None, links, state or {})
             for record in records:
                 self._remember(record)
             return self._staged.turns >= self._batch_turns
@@ -393,6 +396,7 @@ class MemoryStore:
             staged = self._staged
             if not staged:
                 return 0
+            self._resolve()
             records = list(staged.records.values())
             if records:
                 self.add(records, np.vstack([staged.vectors[r.id] for r in records]))
@@ -402,6 +406,16 @@ class MemoryStore:
                     self.ledger.set_state(self.namespace, key, value, conn)
             self._staged = StagedWrites()
             return len(records)
+
+    def _resolve(self, kind: Kind | None = None) -> None:
+        """Fill in the vectors of staged records (of `kind`, or all), waiting for the background batch
+        that holds them."""
+        with self._lock:
+            waiting = self._staged.unresolved(kind)
+            if waiting:
+                vectors = self.embedder.embed([r.text for r in waiting])
+                for record, vector in zip(waiting, vectors, strict=True):
+                    self._staged.vectors[record.id] = vector
 
     def has_staged(self) -> bool:
         """Whether derived writes wait for a flush (an ingest is in progress)."""
@@ -748,6 +762,7 @@ class MemoryStore:
         if k <= 0:
             return []
         with self._lock:
+            self._resolve(kind)
             staged = self._staged.nearest(kind, vector, time_window, include_inactive)
             replaced = set(self._staged.records)
         collection = self._collection(kind)
