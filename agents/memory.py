@@ -100,9 +100,11 @@ def memory(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     or replicas on one PostgreSQL ledger) interleave turn by turn, never inside a turn's
     read-modify-write of the ledger.
     """
-    with store_of(runtime).writing():
-        if state.stage == "intake":
+    store = store_of(runtime)
+    if state.stage == "intake":
+        with store.edits():  # the turn's note evolutions stand with its batch (memory/journal.py)
             return _derive(state, runtime)
+    with store.writing():
         return _intake(state, runtime)
 
 

@@ -168,20 +168,21 @@ def refresher(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     policies: list[str] = []
     touched: set[str] = set()
     looked_at = 0
-    for group in groups[:MAX_GROUPS]:
-        group.records = [r for r in group.records if r.id not in touched]
-        if not group.records:
-            continue
-        plan = offline_plan(group, incoming) if model is None else model_plan(group, incoming, runtime)
-        policies.append(plan.policy)
-        looked_at += len(group.records)
-        for planned in plan.steps:
-            step = guarded(planned, incoming)
-            note = apply(store, step, plan.policy)
-            notes.append(note)
-            touched.add(step.record.id)
-            if step.action != "noop":
-                notes += follow_persona(store, step, plan.policy, note.change_id)
+    with store.edits():  # the step's changes stand or fall together: a crash midway redoes them whole
+        for group in groups[:MAX_GROUPS]:
+            group.records = [r for r in group.records if r.id not in touched]
+            if not group.records:
+                continue
+            plan = offline_plan(group, incoming) if model is None else model_plan(group, incoming, runtime)
+            policies.append(plan.policy)
+            looked_at += len(group.records)
+            for planned in plan.steps:
+                step = guarded(planned, incoming)
+                note = apply(store, step, plan.policy)
+                notes.append(note)
+                touched.add(step.record.id)
+                if step.action != "noop":
+                    notes += follow_persona(store, step, plan.policy, note.change_id)
     evidence = refreshed_evidence(state.evidence, store, notes)
     counts = {a: sum(n.action == a for n in notes) for a in ("update", "delete", "noop")}
     summary = (

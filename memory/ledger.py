@@ -123,6 +123,13 @@ class Ledger:
             )
         return len(rows)
 
+    def remove_links(self, links: Iterable[Link], conn: Session | None = None) -> None:
+        """Take back edges an unfinished edit added; joins the open transaction."""
+        rows = [(lk.namespace, lk.src, lk.dst, lk.type.value) for lk in links]
+        if rows:
+            with self.transaction() as session:
+                session.executemany("DELETE FROM links WHERE namespace = ? AND src = ? AND dst = ? AND type = ?", rows)
+
     def neighbours(
         self, namespace: str, ids: Iterable[str], types: Iterable[LinkType] | None = None
     ) -> list[Link]:
@@ -205,9 +212,14 @@ class Ledger:
             rows = cursor.fetchall()
         return [_change_from_row(dict(zip(names, row, strict=True))) for row in rows]
 
-    def mark_undone(self, change_id: int, conn: Session | None = None) -> None:
+    def mark_undone(self, change_id: int, conn: Session | None = None, undone: bool = True) -> None:
         with self.transaction() as session:
-            session.execute("UPDATE history SET undone = 1 WHERE id = ?", (change_id,))
+            session.execute("UPDATE history SET undone = ? WHERE id = ?", (int(undone), change_id))
+
+    def remove_change(self, change_id: int, conn: Session | None = None) -> None:
+        """Take back a history row whose edit never finished (memory/journal.py); joins the open transaction."""
+        with self.transaction() as session:
+            session.execute("DELETE FROM history WHERE id = ?", (change_id,))
 
     # working buffer ----------------------------------------------------
     def push_working(

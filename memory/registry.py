@@ -47,15 +47,22 @@ def open_store(settings: StoreSettings, namespace: str) -> MemoryStore:
         if store is not None:
             _STORES.move_to_end(key)
             return store
-        ledger_key = settings.ledger_url or str(settings.ledger_path.resolve())
-        ledger = _LEDGERS.get(ledger_key)
-        if ledger is None:
-            ledger = open_ledger(settings.ledger_path, settings.ledger_url)
-            _LEDGERS[ledger_key] = ledger
-        store = MemoryStore(settings, namespace, ledger)
-        _STORES[key] = store
-        _close_idle(max_open_stores())
-        return store
+        store = _open(settings, namespace, key)
+    store.recover()  # edits a killed writer left half done (memory/journal.py), outside the registry's lock
+    return store
+
+
+def _open(settings: StoreSettings, namespace: str, key: tuple[StoreSettings, str]) -> MemoryStore:
+    """A new store of `namespace`, registered (the caller holds the registry's lock)."""
+    ledger_key = settings.ledger_url or str(settings.ledger_path.resolve())
+    ledger = _LEDGERS.get(ledger_key)
+    if ledger is None:
+        ledger = open_ledger(settings.ledger_path, settings.ledger_url)
+        _LEDGERS[ledger_key] = ledger
+    store = MemoryStore(settings, namespace, ledger)
+    _STORES[key] = store
+    _close_idle(max_open_stores())
+    return store
 
 
 def open_count() -> int:

@@ -18,7 +18,7 @@ import gc
 import json
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from types import MappingProxyType
@@ -26,11 +26,12 @@ from typing import Any
 
 import numpy as np
 from pydantic import BaseModel
-from strata.memory import snapshots
+from strata.memory import journal, snapshots
 from strata.memory.bm25 import BM25Index, reciprocal_rank_fusion
 from strata.memory.chroma import collection_name, get_collection, open_client
 from strata.memory.embeddings import CachedEmbedder, get_embedder
 from strata.memory.errors import InputError, NotFoundError
+from strata.memory.journal import JournalEntry
 from strata.memory.ledger import Ledger
 from strata.memory.locks import namespace_lock
 from strata.memory.moments import epoch_seconds
@@ -135,13 +136,86 @@ class MemoryStore:
         self._vectors: dict[str, np.ndarray] = {}  # stored vectors read back for graph traversal, by id
         self._lock = threading.RLock()
         self._write_lock = _WriterLock(namespace_lock(settings, namespace), ledger, namespace)
+        self._group_depth = 0  # how deep the holder of the write lock is in `edits()` groups
+        self._journaled = False  # this process wrote journal entries that a flush or a group's end clears
 
-    def writing(self) -> AbstractContextManager[None]:
+    @contextmanager
+    def writing(self) -> Iterator[None]:
         """The namespace's write lock: hold it around every read-modify-write of its records or state.
 
         It is this process's lock of the namespace, then the ledger's: on a shared PostgreSQL
-        ledger, a lock every replica's writers of the namespace take in turn."""
-        return self._write_lock
+        ledger, a lock every replica's writers of the namespace take in turn. Taken outside a
+        unit of work, it first takes back the edits a crashed writer left unfinished (`recover`).
+        """
+        with self._write_lock:
+            if not self._group_depth:
+                self.recover()
+            yield
+
+    @contextmanager
+    def edits(self) -> Iterator[None]:
+        """A unit of work whose edits stand or fall together (memory/journal.py): a Refresher step,
+        an undo and the changes that follow it, a turn's derive.
+
+        Each edit journals the record as it was with its history row before it touches Chroma.
+        When the outermost unit ends with nothing staged, the journal is cleared (the edits stand);
+        while a batch is staged its flush clears it. A unit that raises is taken back whole.
+        """
+        self.ledger.check_writable()
+        with self.writing():
+            self._group_depth += 1
+            try:
+                yield
+            except BaseException:
+                self._group_depth -= 1
+                self.recover()  # a failed unit leaves no half: nothing when a batch is staged (its flush decides)
+                raise
+            self._group_depth -= 1
+            if not self._group_depth and not self._staged and self._journaled:
+                journal.clear(self.ledger, self.namespace)
+                self._journaled = False
+
+    def recover(self) -> int:
+        """Take back the journaled edits of a unit of work that never finished; returns how many.
+
+        Only outside any unit and with nothing staged: then every entry in the journal was left
+        by a writer that died (this process clears its own), so the records are restored, their
+        history rows and links removed, and what an undo marked is un-marked.
+        """
+        if self.read_only:
+            return 0
+        with self._write_lock:
+            if self._group_depth or self._staged:
+                return 0
+            found = journal.entries(self.ledger, self.namespace)
+            if found:
+                self._take_back(found)
+            self._journaled = False
+            return len(found)
+
+    def _take_back(self, entries: list[JournalEntry]) -> None:
+        """Each record as it was before its first journaled edit, then the rows, links and marks gone."""
+        before: dict[str, Record] = {}
+        for entry in entries:
+            if entry.record is not None:
+                before.setdefault(entry.record.id, entry.record)
+        for record in before.values():
+            self._rewrite(record)
+        taken = {entry.change for entry in entries}
+        with self.ledger.transaction() as session:
+            for entry in entries:
+                if entry.change:
+                    self.ledger.remove_change(entry.change, session)
+                self.ledger.remove_links(entry.links, session)
+                if entry.undid is not None:
+                    self.ledger.mark_undone(entry.undid, session, undone=False)
+            left = [e for e in journal.entries(self.ledger, self.namespace) if e.change not in taken]
+            self.ledger.set_state(self.namespace, journal.EDIT_JOURNAL, [e.model_dump(mode="json") for e in left],
+                                  session)
+
+    def _journal(self, entry: JournalEntry, session: Any) -> None:
+        journal.append(self.ledger, self.namespace, entry, session)
+        self._journaled = True
 
     def _collection(self, kind: Kind) -> Any:
         with self._lock:
@@ -404,7 +478,10 @@ class MemoryStore:
                 self.ledger.add_links(staged.links.values(), conn)
                 for key, value in staged.state.items():
                     self.ledger.set_state(self.namespace, key, value, conn)
+                if self._journaled:  # the batch's note evolutions stand with it
+                    journal.clear(self.ledger, self.namespace, conn)
             self._staged = StagedWrites()
+            self._journaled = False
             return len(records)
 
     def _resolve(self, kind: Kind | None = None) -> None:
@@ -543,8 +620,7 @@ class MemoryStore:
         fields: dict[str, str] | None = None, follows: int | None = None,
     ) -> Change:
         """Replace a record's text (and its subject/attribute/value); the old ones go to history first."""
-        self.ledger.check_writable()
-        with self._write_lock:  # read and rewrite as one step: a concurrent edit cannot slip in between
+        with self.edits():  # read and rewrite as one step: a concurrent edit cannot slip in between
             record = self.get_one(record_id)
             old_fields = {name: getattr(record, name) for name in _FACT_FIELDS}
             new_fields = {**old_fields, **(fields if fields is not None else _fields_of(record, new_text))}
@@ -556,12 +632,11 @@ class MemoryStore:
             updated = record.model_copy(
                 update={"text": new_text, "version": record.version + 1, "status": Status.ACTIVE, **new_fields}
             )
-            return self._apply(change, updated)
+            return self._apply(change, record, updated)
 
     def delete(self, record_id: str, reason: str, policy: str = "offline", follows: int | None = None) -> Change:
         """Tombstone a record: hidden from search, kept until purged on purpose."""
-        self.ledger.check_writable()
-        with self._write_lock:
+        with self.edits():
             record = self.get_one(record_id)
             change = Change(
                 namespace=self.namespace, record_id=record_id, kind=record.kind, action=Action.DELETE,
@@ -569,7 +644,7 @@ class MemoryStore:
                 reason=reason, policy=policy, follows=follows,
             )
             updated = record.model_copy(update={"status": Status.DELETED, "version": record.version + 1})
-            return self._apply(change, updated)
+            return self._apply(change, record, updated)
 
     def evolve(self, record_id: str, tags: list[str], context: str, reason: str, policy: str = "offline") -> Change:
         """Refine a record's note (tags, context) after a newer note arrived (A-MEM 3.3); undoable by id.
@@ -577,7 +652,7 @@ class MemoryStore:
         Kept apart from `update` (action `evolve`) so that a plain `undo()` still
         reverses the latest edit of a record's content, not a background refinement.
         """
-        with self._write_lock:
+        with self.edits():
             record = self.get_one(record_id)
             old_fields = {"tags": json.dumps(record.tags), "context": record.context}
             new_fields = {"tags": json.dumps(tags), "context": context}
@@ -588,14 +663,13 @@ class MemoryStore:
             )
             updated = record.model_copy(update={"tags": list(tags), "context": context})  # the text's version stays
             # no flush: an evolution runs inside a turn's derive, and `_rewrite` keeps a staged copy in step
-            return self._apply(change, updated, flush=False)
+            return self._apply(change, record, updated, flush=False)
 
     def supersede(
         self, old_id: str, new_id: str, reason: str, policy: str = "offline", follows: int | None = None
     ) -> Change:
         """Mark an old record as replaced by a newer one, with a supersedes link."""
-        self.ledger.check_writable()
-        with self._write_lock:
+        with self.edits():
             record = self.get_one(old_id)
             change = Change(
                 namespace=self.namespace, record_id=old_id, kind=record.kind, action=Action.UPDATE,
@@ -603,18 +677,32 @@ class MemoryStore:
                 new_status=Status.SUPERSEDED, reason=reason, policy=policy, follows=follows,
             )
             updated = record.model_copy(update={"status": Status.SUPERSEDED, "version": record.version + 1})
-            result = self._apply(change, updated)
-            self.link([Link(namespace=self.namespace, src=new_id, dst=old_id, type=LinkType.SUPERSEDES)])
-            return result
+            link = Link(namespace=self.namespace, src=new_id, dst=old_id, type=LinkType.SUPERSEDES)
+            return self._apply(change, record, updated, [link])
 
-    def _apply(self, change: Change, updated: Record, flush: bool = True) -> Change:
-        """History row and Chroma write as one step: the ledger rolls back if Chroma fails."""
+    def _apply(
+        self, change: Change, record: Record, updated: Record, links: Sequence[Link] = (), flush: bool = True
+    ) -> Change:
+        """The history row, the links and a journal entry holding `record` as it was, committed
+        together; then the Chroma write. A crash in between is taken back by `recover`, a failed
+        write at once, so a record never changes without its history row, nor the reverse."""
         if flush:
             self.flush()  # an edit must land after the staged version of the record, never under it
-        with self.ledger.transaction() as conn:
-            change_id = self.ledger.record_change(change, conn)
+        with self.edits():
+            entry = JournalEntry(record=record, links=list(links))
+            with self.ledger.transaction() as session:
+                entry.change = self.ledger.record_change(change, session)
+                self.ledger.add_links(links, session)
+                self._journal(entry, session)
+            self._write_or_take_back(updated, entry)
+        return change.model_copy(update={"id": entry.change})
+
+    def _write_or_take_back(self, updated: Record, entry: JournalEntry) -> None:
+        try:
             self._rewrite(updated)
-        return change.model_copy(update={"id": change_id})
+        except BaseException:
+            self._take_back([entry])
+            raise
 
     def undo(self, change_id: int | None = None) -> Change:
         """Reverse one change (the latest not yet undone when no id is given), and the changes that
@@ -624,8 +712,7 @@ class MemoryStore:
         is in force would restore a value the record no longer holds and write a history the
         record never went through, so it is refused with the change to undo first.
         """
-        self.ledger.check_writable()
-        with self._write_lock:
+        with self.edits():  # the change and its followers are reversed together, or not at all
             return self._undo(change_id)
 
     def _undo(self, change_id: int | None) -> Change:
@@ -660,11 +747,13 @@ class MemoryStore:
             undoes=change.id, old_fields={name: getattr(record, name) for name in _FACT_FIELDS},
             new_fields=dict(change.old_fields),
         )
-        with self.ledger.transaction() as conn:
-            undo_id = self.ledger.record_change(undo, conn)
-            self.ledger.mark_undone(int(change.id or 0), conn)
-            self._rewrite(restored)
-        return undo.model_copy(update={"id": undo_id})
+        entry = JournalEntry(record=record, undid=change.id)
+        with self.ledger.transaction() as session:
+            entry.change = self.ledger.record_change(undo, session)
+            self.ledger.mark_undone(int(change.id or 0), session)
+            self._journal(entry, session)
+        self._write_or_take_back(restored, entry)
+        return undo.model_copy(update={"id": entry.change})
 
     def _refuse_if_overtaken(self, change: Change, together: set[int]) -> None:
         """Raise when a newer change to the same record is still in force (and is not undone with this one)."""
@@ -694,11 +783,13 @@ class MemoryStore:
 
     def record_noop(self, record_id: str, kind: Kind, reason: str, policy: str) -> Change:
         """Note that the refresher looked at a conflict and chose to leave it."""
-        self.ledger.check_writable()
         change = Change(
             namespace=self.namespace, record_id=record_id, kind=kind, action=Action.NOOP, reason=reason, policy=policy
         )
-        return change.model_copy(update={"id": self.ledger.record_change(change)})
+        with self.edits(), self.ledger.transaction() as session:  # taken back with its Refresher step
+            entry = JournalEntry(change=self.ledger.record_change(change, session))
+            self._journal(entry, session)
+        return change.model_copy(update={"id": entry.change})
 
     def purge(self) -> int:
         """Remove tombstoned records for good (on purpose only)."""

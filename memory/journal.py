@@ -1,0 +1,54 @@
+"""The edit journal: what the edits of an unfinished unit of work changed, so a crash can take them back.
+
+Chroma has no transactions, so an edit (update, delete, supersede, evolve,
+undo, no-op) cannot write its history row and its record in one step. Each
+edit therefore commits, in one ledger transaction, its history row, the links
+it adds and a journal entry holding the record as it was; only then is Chroma
+written. The entries stay until the unit of work they belong to is complete:
+a Refresher step (its update and the persona changes that follow it), or a
+batch of derived turns, whose note evolutions are cleared in the transaction
+that writes the batch's links and clears its pending marks. A process killed
+in between leaves the journal behind; the next writer of the namespace
+restores those records, removes their rows and links and un-marks what an
+undo marked (`MemoryStore.recover`), and the unit is redone whole: the turn
+is still pending, so the same refresh and evolutions happen once again.
+
+The journal lives in the ledger's per-namespace state, so it works alike on
+SQLite and on a shared PostgreSQL ledger, where the namespace's write lock
+keeps another replica from taking back edits still in progress.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+from strata.memory.ledger import Ledger
+from strata.memory.ledger_sql import Session
+from strata.memory.records import Link, Record
+
+EDIT_JOURNAL = "edit_journal"  # ledger state key: the entries of the unit of work in progress
+
+
+class JournalEntry(BaseModel):
+    """One edit of an unfinished unit of work: what is needed to take it back."""
+
+    change: int = Field(0, description="The history row the edit wrote.")
+    record: Record | None = Field(None, description="The record as it was before the edit (none for a no-op).")
+    undid: int | None = Field(None, description="The change an undo marked undone.")
+    links: list[Link] = Field(default_factory=list, description="Links the edit added.")
+
+
+def entries(ledger: Ledger, namespace: str) -> list[JournalEntry]:
+    """The journal as stored (inside a transaction: as this transaction sees it)."""
+    value = ledger.get_state(namespace, EDIT_JOURNAL, [])
+    return [JournalEntry.model_validate(v) for v in value] if isinstance(value, list) else []
+
+
+def append(ledger: Ledger, namespace: str, entry: JournalEntry, session: Session) -> None:
+    """Add an entry in the caller's transaction (the one that writes the edit's history row)."""
+    kept = [e.model_dump(mode="json") for e in entries(ledger, namespace)]
+    ledger.set_state(namespace, EDIT_JOURNAL, [*kept, entry.model_dump(mode="json")], session)
+
+
+def clear(ledger: Ledger, namespace: str, session: Session | None = None) -> None:
+    """The unit of work is complete: its edits stand."""
+    ledger.set_state(namespace, EDIT_JOURNAL, [], session)
