@@ -168,7 +168,8 @@ def refresher(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     policies: list[str] = []
     touched: set[str] = set()
     looked_at = 0
-    with store.edits():  # the step's changes stand or fall together: a crash midway redoes them whole
+    # the step's changes stand or fall together (a crash midway redoes them whole); a turn's stand with its derive
+    with store.edits(until_flush=incoming.is_turn):
         for group in groups[:MAX_GROUPS]:
             group.records = [r for r in group.records if r.id not in touched]
             if not group.records:

@@ -13,6 +13,13 @@ restores those records, removes their rows and links and un-marks what an
 undo marked (`MemoryStore.recover`), and the unit is redone whole: the turn
 is still pending, so the same refresh and evolutions happen once again.
 
+A flush journals its batch too (the records it is about to overwrite, and the
+ids it creates), so a crash after the batch reached Chroma but before its
+ledger transaction leaves no derived record of a turn that is still pending:
+the turns are redone over the memory exactly as it was before them, and find
+what an uninterrupted ingest found. In an ingest or a chat the Refresher's
+edits belong to their turn's batch in the same way (cleared by its flush).
+
 The journal lives in the ledger's per-namespace state, so it works alike on
 SQLite and on a shared PostgreSQL ledger, where the namespace's write lock
 keeps another replica from taking back edits still in progress.
@@ -31,8 +38,9 @@ EDIT_JOURNAL = "edit_journal"  # ledger state key: the entries of the unit of wo
 class JournalEntry(BaseModel):
     """One edit of an unfinished unit of work: what is needed to take it back."""
 
-    change: int = Field(0, description="The history row the edit wrote.")
-    record: Record | None = Field(None, description="The record as it was before the edit (none for a no-op).")
+    change: int = Field(0, description="The history row the edit wrote (0 for a batch's write).")
+    records: list[Record] = Field(default_factory=list, description="Records as they were before (none for a no-op).")
+    created: list[str] = Field(default_factory=list, description="Ids a batch wrote that did not exist before.")
     undid: int | None = Field(None, description="The change an undo marked undone.")
     links: list[Link] = Field(default_factory=list, description="Links the edit added.")
 

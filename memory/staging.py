@@ -40,16 +40,23 @@ class StagedWrites(BaseModel):
     links: dict[tuple[str, str, str], Link] = Field(default_factory=dict)
     state: dict[str, object] = Field(default_factory=dict)
     turns: int = 0
+    before: dict[str, Record | None] = Field(
+        default_factory=dict, description="Each staged id as stored before this batch (None: new), for the journal."
+    )
 
     def __bool__(self) -> bool:
         return bool(self.records or self.links or self.state)
 
     def put(
-        self, records: Sequence[Record], vectors: np.ndarray | None, links: Iterable[Link], state: dict[str, object]
+        self, records: Sequence[Record], vectors: np.ndarray | None, links: Iterable[Link], state: dict[str, object],
+        stored: dict[str, Record] | None = None,
     ) -> None:
         """Stage one turn's derived writes (a later version of an id or a key replaces the earlier one);
-        without `vectors`, the records' vectors are filled in when first needed (`unresolved`)."""
+        without `vectors`, the records' vectors are filled in when first needed (`unresolved`). `stored`
+        holds the stored versions of the ids, kept for the journal as they were before the batch."""
         for i, record in enumerate(records):
+            if record.id not in self.records:
+                self.before[record.id] = (stored or {}).get(record.id)
             self.records[record.id] = record
             if vectors is None:
                 self.vectors.pop(record.id, None)

@@ -138,6 +138,7 @@ class MemoryStore:
         self._write_lock = _WriterLock(namespace_lock(settings, namespace), ledger, namespace)
         self._group_depth = 0  # how deep the holder of the write lock is in `edits()` groups
         self._journaled = False  # this process wrote journal entries that a flush or a group's end clears
+        self._until_flush = False  # the entries belong to a turn being stored: only its batch's flush clears them
 
     @contextmanager
     def writing(self) -> Iterator[None]:
@@ -153,13 +154,15 @@ class MemoryStore:
             yield
 
     @contextmanager
-    def edits(self) -> Iterator[None]:
+    def edits(self, until_flush: bool = False) -> Iterator[None]:
         """A unit of work whose edits stand or fall together (memory/journal.py): a Refresher step,
         an undo and the changes that follow it, a turn's derive.
 
         Each edit journals the record as it was with its history row before it touches Chroma.
         When the outermost unit ends with nothing staged, the journal is cleared (the edits stand);
-        while a batch is staged its flush clears it. A unit that raises is taken back whole.
+        while a batch is staged, or with `until_flush` (the Refresher's step of a turn being
+        stored, on a memory no other process writes), the next flush clears it. A unit that
+        raises is taken back whole, unless a batch staged before it still owns the journal.
         """
         self.ledger.check_writable()
         with self.writing():
@@ -168,40 +171,50 @@ class MemoryStore:
                 yield
             except BaseException:
                 self._group_depth -= 1
-                self.recover()  # a failed unit leaves no half: nothing when a batch is staged (its flush decides)
+                if not self._group_depth and not self._staged and self._journaled:
+                    self._take_back(journal.entries(self.ledger, self.namespace))
                 raise
             self._group_depth -= 1
-            if not self._group_depth and not self._staged and self._journaled:
+            if until_flush and self._journaled and not self._shared:
+                self._until_flush = True
+            if not self._group_depth and not self._staged and self._journaled and not self._until_flush:
                 journal.clear(self.ledger, self.namespace)
                 self._journaled = False
 
     def recover(self) -> int:
         """Take back the journaled edits of a unit of work that never finished; returns how many.
 
-        Only outside any unit and with nothing staged: then every entry in the journal was left
-        by a writer that died (this process clears its own), so the records are restored, their
-        history rows and links removed, and what an undo marked is un-marked.
+        Only outside any unit, with nothing staged and no entries of this process's own: then
+        every entry in the journal was left by a writer that died, so the records are restored
+        (or removed, when a batch created them), their history rows and links removed, and what
+        an undo marked is un-marked.
         """
         if self.read_only:
             return 0
         with self._write_lock:
-            if self._group_depth or self._staged:
+            if self._group_depth or self._staged or self._journaled:
                 return 0
             found = journal.entries(self.ledger, self.namespace)
             if found:
                 self._take_back(found)
-            self._journaled = False
             return len(found)
 
     def _take_back(self, entries: list[JournalEntry]) -> None:
-        """Each record as it was before its first journaled edit, then the rows, links and marks gone."""
-        before: dict[str, Record] = {}
+        """Each record as it was before its first journaled write (or gone, if that write created
+        it), then the rows, links and marks gone."""
+        before: dict[str, Record | None] = {}
         for entry in entries:
-            if entry.record is not None:
-                before.setdefault(entry.record.id, entry.record)
-        for record in before.values():
-            self._rewrite(record)
-        taken = {entry.change for entry in entries}
+            for record in entry.records:
+                before.setdefault(record.id, record)
+            for record_id in entry.created:
+                before.setdefault(record_id, None)
+        self._rewrite_all([record for record in before.values() if record is not None])
+        created: dict[Kind, list[str]] = {}
+        for record_id, record in before.items():
+            if record is None:
+                created.setdefault(kind_of(record_id), []).append(record_id)
+        for kind, ids in created.items():
+            self._remove(kind, ids)
         with self.ledger.transaction() as session:
             for entry in entries:
                 if entry.change:
@@ -209,9 +222,11 @@ class MemoryStore:
                 self.ledger.remove_links(entry.links, session)
                 if entry.undid is not None:
                     self.ledger.mark_undone(entry.undid, session, undone=False)
-            left = [e for e in journal.entries(self.ledger, self.namespace) if e.change not in taken]
+            left = [e for e in journal.entries(self.ledger, self.namespace) if e not in entries]
             self.ledger.set_state(self.namespace, journal.EDIT_JOURNAL, [e.model_dump(mode="json") for e in left],
                                   session)
+        if not left:
+            self._journaled = self._until_flush = False
 
     def _journal(self, entry: JournalEntry, session: Any) -> None:
         journal.append(self.ledger, self.namespace, entry, session)
@@ -453,9 +468,9 @@ class MemoryStore:
         turns are derived, and filled in when a search of their kind or the flush needs them."""
         self.embedder.prefetch([r.text for r in records], background=True)
         with self._lock:
-            for kind in {r.kind for r in records}:
-                self._load(kind)
-            self._staged.put(records, None, links, state or {})
+            mirrors = {kind: self._load(kind) for kind in {r.kind for r in records}}
+            stored = {r.id: mirrors[r.kind][r.id] for r in records if r.id in mirrors[r.kind]}
+            self._staged.put(records, None, links, state or {}, stored)
             for record in records:
                 self._remember(record)
             return self._staged.turns >= self._batch_turns
@@ -473,15 +488,19 @@ class MemoryStore:
             self._resolve()
             records = list(staged.records.values())
             if records:
+                with self.ledger.transaction() as session:  # the batch can be taken back until its state commits
+                    before = staged.before
+                    self._journal(JournalEntry(records=[r for r in before.values() if r is not None],
+                                               created=[i for i, r in before.items() if r is None]), session)
                 self.add(records, np.vstack([staged.vectors[r.id] for r in records]))
             with self.ledger.transaction() as conn:
                 self.ledger.add_links(staged.links.values(), conn)
                 for key, value in staged.state.items():
                     self.ledger.set_state(self.namespace, key, value, conn)
-                if self._journaled:  # the batch's note evolutions stand with it
+                if self._journaled:  # the batch, its note evolutions and its turns' refreshes stand
                     journal.clear(self.ledger, self.namespace, conn)
             self._staged = StagedWrites()
-            self._journaled = False
+            self._journaled = self._until_flush = False
             return len(records)
 
     def _resolve(self, kind: Kind | None = None) -> None:
@@ -603,17 +622,29 @@ class MemoryStore:
 
         While a batch is staged (a note evolution inside an ingest: every other edit flushes
         first), the new version joins the batch and is written with it, one upsert for all of
-        them instead of one each. Its history row is written at once; a crash before the flush
-        leaves the batch's turns pending, and deriving them again evolves the note again."""
-        vector = self.embedder.embed([record.text])
-        self._load(record.kind)
+        them instead of one each. Its history row and journal entry are written at once; a crash
+        before the flush takes both back (memory/journal.py) and deriving the turns again evolves
+        the note again."""
+        self._rewrite_all([record])
+
+    def _rewrite_all(self, records: Sequence[Record]) -> None:
+        """`_rewrite` for several records, with one embedding call (a unit of work taken back)."""
+        if not records:
+            return
+        vectors = self.embedder.embed([record.text for record in records])
+        for kind in {record.kind for record in records}:
+            self._load(kind)
         with self._lock:
             if self._staged:
-                self._staged.records[record.id] = record
-                self._staged.vectors[record.id] = vector[0]
-                self._remember(record)
+                for record, vector in zip(records, vectors, strict=True):
+                    self._staged.records[record.id] = record
+                    self._staged.vectors[record.id] = vector
+                    self._remember(record)
                 return
-        self._write([record], vector, {record.kind: [0]})
+        by_kind: dict[Kind, list[int]] = {}
+        for i, record in enumerate(records):
+            by_kind.setdefault(record.kind, []).append(i)
+        self._write(records, vectors, by_kind)
 
     def update(
         self, record_id: str, new_text: str, reason: str, policy: str = "offline",
@@ -689,7 +720,7 @@ class MemoryStore:
         if flush:
             self.flush()  # an edit must land after the staged version of the record, never under it
         with self.edits():
-            entry = JournalEntry(record=record, links=list(links))
+            entry = JournalEntry(records=[record], links=list(links))
             with self.ledger.transaction() as session:
                 entry.change = self.ledger.record_change(change, session)
                 self.ledger.add_links(links, session)
@@ -747,7 +778,7 @@ class MemoryStore:
             undoes=change.id, old_fields={name: getattr(record, name) for name in _FACT_FIELDS},
             new_fields=dict(change.old_fields),
         )
-        entry = JournalEntry(record=record, undid=change.id)
+        entry = JournalEntry(records=[record], undid=change.id)
         with self.ledger.transaction() as session:
             entry.change = self.ledger.record_change(undo, session)
             self.ledger.mark_undone(int(change.id or 0), session)
@@ -799,15 +830,20 @@ class MemoryStore:
         for kind in KINDS:
             dead = [r.id for r in self.all(kind, include_inactive=True) if r.status == Status.DELETED]
             if dead:
-                with self.ledger.transaction():
-                    seq = self.ledger.log_changes(self.namespace, dead)
-                    with self._lock:
-                        self._collection(kind).delete(ids=dead)
-                        for record_id in dead:
-                            self._forget(kind, record_id)
-                        self._advance(seq)
+                self._remove(kind, dead)
                 removed += len(dead)
         return removed
+
+    def _remove(self, kind: Kind, ids: list[str]) -> None:
+        """Delete records from Chroma and the mirror, stamped with a new sequence (purge, a batch taken back)."""
+        self._load(kind)
+        with self.ledger.transaction():
+            seq = self.ledger.log_changes(self.namespace, ids)
+            with self._lock:
+                self._collection(kind).delete(ids=ids)
+                for record_id in ids:
+                    self._forget(kind, record_id)
+                self._advance(seq)
 
     def history(self, record_id: str | None = None, limit: int = 100) -> list[Change]:
         return self.ledger.history(self.namespace, record_id, limit)
