@@ -48,7 +48,7 @@ KILL_PLAN: list[tuple[str, int]] = [
     ("add:raw:before>ledger:commit", 1),  # during the raw write: in Chroma, its transaction not committed
     ("add:raw:after", 1),  # raw turns written, nothing derived
     ("evolve:before>ledger:commit", 3),  # derivation: an evolution's history row and journal entry, uncommitted
-    ("rewrite:raw:after", 4),  # an evolution in Chroma, its batch not written
+    ("rewrite:raw:after", 4),  # an evolution's history committed, its record staged, the batch not written
     ("add:batch:before", 1),  # S1 derived and staged, the batch not written
     ("add:batch:before>ledger:commit", 1),  # the batch's records in Chroma, their transaction not committed
     ("add:batch:after", 1),  # the batch's records written, its links, state and pending marks not
@@ -56,7 +56,7 @@ KILL_PLAN: list[tuple[str, int]] = [
     ("add:episode:after", 1),  # that episode written, the open segment not cleared
     ("add:raw:after", 1),  # S2: raw turns written
     ("evolve:after", 6),  # in the middle of S2's evolutions
-    ("rewrite:raw:before", 10),  # an evolution's history row committed, Chroma not written
+    ("rewrite:raw:before", 10),  # an evolution's history row committed, its record not yet rewritten
     ("add:batch:after", 1),  # S2's batch records written, its links and state not
     ("add:episode:after", 1),  # S2's last episode written, the open segment not cleared
     ("rewrite:fact:before", 1),  # the move: the Refresher's history row committed, the fact not rewritten
@@ -67,7 +67,7 @@ KILL_PLAN: list[tuple[str, int]] = [
 QUICK_SESSIONS, SESSIONS = 1, 2
 QUICK_PLAN: list[tuple[str, int]] = [
     ("add:batch:after", 1),  # the derived records in Chroma, their links, state and pending marks not
-    ("rewrite:raw:after", 3),  # an evolution in Chroma, the batch not written
+    ("rewrite:raw:after", 3),  # an evolution's history committed, its record staged, the batch not written
     ("rewrite:fact:after", 1),  # the Refresher's update in Chroma, the persona trait not yet retired
 ]
 
