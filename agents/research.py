@@ -432,7 +432,9 @@ class Searcher:
         list of its own, and each unit it ranks keeps the path it was reached by."""
         anchors = [k for k, _ in sorted(scores.items(), key=lambda kv: -kv[1]) if k not in self.exclude][:ANCHORS]
         bridges = self.summary_anchors() if weights.get("derived_from", 0.0) > 0 else []
-        reached = traverse([*anchors, *bridges], self.vector, StoreGraph(self.store), weights)
+        top = max((scores[a] for a in anchors), default=1.0) or 1.0
+        strength = {a: scores[a] / top for a in anchors} | dict.fromkeys(bridges, 1.0)
+        reached = traverse(strength, self.vector, StoreGraph(self.store), weights)
         ranking: dict[str, Reached] = {}
         for item in sorted(reached.values(), key=lambda r: (-r.score, r.id)):
             for key in self._reached_keys(item.id, kinds, shown):

@@ -371,7 +371,7 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--ingest-cache", default="runs/ingest",
                         help="ingested memories, one folder per write-side switch set and conversation (reused)")
     parser.add_argument("--ablations", default="", help="only these switches' ablation rows, comma separated "
-                        "(default: all; a write-side one ingests again)")
+                        "(default: all; none: no ablation rows; a write-side one ingests again)")
     parser.add_argument("--budgets", default=",".join(map(str, BUDGETS)), help="token budgets, comma separated")
     parser.add_argument("--ablation-budget", type=int, default=Context().token_budget, help="budget of the ablations")
     parser.add_argument("--tune", action="append", default=[], metavar="MODULE.NAME=v1,v2",
@@ -384,7 +384,7 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     except ValueError:
         parser.error(f"--budgets {args.budgets!r}: give whole numbers like 500,1000")
     args.ablations = {a.strip() for a in args.ablations.split(",") if a.strip()}
-    unknown = args.ablations - set(ABLATIONS.values())
+    unknown = args.ablations - set(ABLATIONS.values()) - {"none"}
     if unknown:
         parser.error(f"--ablations {', '.join(sorted(unknown))}: choose from {', '.join(ABLATIONS.values())}")
     for spec in args.tune:

@@ -84,6 +84,23 @@ def test_traversal_reaches_a_gold_turn_that_dense_and_bm25_miss(memory_dir: Path
     assert reached[GOLD].anchor == "raw:D1:10"
 
 
+def test_a_neighbour_inherits_its_anchors_strength_as_the_similarity_share_falls(
+    memory_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """AdaMem's propagation: with SIMILARITY_SHARE 0 a reached turn scores what its anchor passes on."""
+    from strata.memory.graph import traversal
+
+    store = open_store(StoreSettings(data_dir=str(memory_dir)), NAMESPACE)
+    vector = store.embedder.embed([QUESTION])[0]
+    weights = edge_weights("what")
+    strong = traverse({"raw:D1:10": 1.0}, vector, StoreGraph(store), weights, hops=1)
+    monkeypatch.setattr(traversal, "SIMILARITY_SHARE", 0.0)
+    inherited = traverse({"raw:D1:10": 0.6}, vector, StoreGraph(store), weights, hops=1)
+    expected = 0.6 * weights["temporal"] * traversal.DECAY
+    assert inherited[GOLD].score == pytest.approx(expected)
+    assert strong[GOLD].score != pytest.approx(expected / 0.6)  # by similarity, the score was its own
+
+
 def test_research_keeps_the_path_of_what_the_walk_reached(memory_dir: Path) -> None:
     rt = runtime(memory_dir, mode="retrieve", token_budget=600, granularities="raw")
     out = research(State(question=QUESTION), rt)

@@ -5,7 +5,8 @@ and time lists and walks the typed graphs, the edge types weighted by what the
 question asks (a why-question follows causal edges first, a when-question the
 temporal chain, a who- or what-question the entity edges); AdaMem (section 3.3)
 propagates scores along the graph with a decay per step. Here a record reached
-over an edge scores its own similarity to the question, times the edge type's
+over an edge scores its own similarity to the question (blended with its
+parent's score by `SIMILARITY_SHARE`: AdaMem's propagation), times the edge type's
 weight for the question's focus, times the link's own weight, times a decay per
 hop; the best few of each hop are expanded further (the beam), and the walk
 stops after a fixed number of hops or records. A node without a vector (an
@@ -32,6 +33,10 @@ HOPS = 2  # MAGMA walks a few hops; a second hop reaches the turn two related st
 BEAM = 8  # records per hop whose edges are followed further
 MAX_REACHED = 400  # the walk's budget: records scored before it stops
 DECAY = 0.8  # per hop: a record two edges away needs a higher similarity to rank with a near one
+# How much of a reached record's score is its own similarity to the question; the rest is its parent's
+# score passed on (AdaMem's score propagation: the neighbour of a strong anchor inherits its strength).
+# 1.0 ranks neighbours by similarity alone (MAGMA), 0.0 by where they were reached from alone.
+SIMILARITY_SHARE = 1.0
 
 # How far each edge type is trusted when it is not the question's favoured kind of edge.
 BASE_WEIGHTS: dict[str, float] = {
@@ -115,18 +120,21 @@ class Reached:
 
 
 def traverse(
-    anchors: Sequence[str], query: np.ndarray, view: GraphView, weights: Mapping[str, float], *,
+    anchors: Sequence[str] | Mapping[str, float], query: np.ndarray, view: GraphView, weights: Mapping[str, float], *,
     hops: int | None = None, beam: int | None = None, max_reached: int | None = None, decay: float | None = None,
 ) -> dict[str, Reached]:
-    """Records reached from `anchors` (not the anchors themselves), best path each, by the rule in the
-    module docstring. Unset limits are the module's constants, read at call time (so a tuning run can set them)."""
+    """Records reached from `anchors` (not the anchors themselves; a mapping gives each anchor's strength
+    in [0, 1], a list starts them all at 1), best path each, by the rule in the module docstring. Unset
+    limits are the module's constants, read at call time (so a tuning run can set them)."""
     hops = HOPS if hops is None else hops
     beam = BEAM if beam is None else beam
     max_reached = MAX_REACHED if max_reached is None else max_reached
     decay = DECAY if decay is None else decay
-    starts = list(dict.fromkeys(anchors))
+    strength = dict(anchors) if isinstance(anchors, Mapping) else dict.fromkeys(anchors, 1.0)
+    starts = list(strength)
     best: dict[str, Reached] = {}
-    paths: dict[str, Reached] = {a: Reached(a, 1.0, a, ()) for a in starts}
+    paths: dict[str, Reached] = {a: Reached(a, strength[a], a, ()) for a in starts}
+    share = SIMILARITY_SHARE
     frontier = starts
     query = _unit(query)
     for hop in range(1, hops + 1):
@@ -145,7 +153,8 @@ def traverse(
             weight = weights.get(edge.type.value, UNKNOWN_WEIGHT) * max(edge.weight, 0.0) * decay**hop
             parent = paths[here]
             vector = vectors.get(there)
-            own = max(float(_unit(vector) @ query), 0.0) if vector is not None else parent.score
+            similar = max(float(_unit(vector) @ query), 0.0) if vector is not None else parent.score
+            own = share * similar + (1.0 - share) * parent.score
             score = own * weight
             if score <= 0 or (there in found and found[there].score >= score):
                 continue
