@@ -151,7 +151,15 @@ FILTER_ITEMS = [
 ]
 
 
-def test_the_filter_drops_an_irrelevant_item_and_keeps_the_answer_and_its_neighbour() -> None:
+@pytest.fixture
+def half_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A four-item context leaves the filter room to drop only when it keeps the better half untouched."""
+    from strata.agents import judge as judge_module
+
+    monkeypatch.setattr(judge_module, "KEEP_SHARE", 0.5)
+
+
+def test_the_filter_drops_an_irrelevant_item_and_keeps_the_answer_and_its_neighbour(half_kept: None) -> None:
     dropped = irrelevant_items(FILTER_QUESTION, FILTER_ITEMS, ["Caroline", "Melanie"])
     assert set(dropped) == {"raw:D4:2", "raw:D5:7"}
 
@@ -170,7 +178,7 @@ def test_the_filter_matches_word_forms_not_surface_words() -> None:
     assert "raw:D9:9" in dropped
 
 
-def test_the_judge_node_filters_before_the_answer_and_says_so(memory_dir: Path) -> None:
+def test_the_judge_node_filters_before_the_answer_and_says_so(memory_dir: Path, half_kept: None) -> None:
     state = State(question=FILTER_QUESTION, evidence=FILTER_ITEMS, rounds=1)
     out = judge(state, runtime(memory_dir, mode="ask", k_r=0))
     assert [e.id for e in out["evidence"]] == ["raw:D1:12", "raw:D1:13"]
@@ -198,7 +206,7 @@ def test_the_models_filter_is_read_leniently(memory_dir: Path, irrelevant: Any, 
     assert out["verdict"].policy == "model:FakeListChatModel"
 
 
-def test_an_unusable_model_reply_falls_back_to_the_offline_filter(memory_dir: Path) -> None:
+def test_an_unusable_model_reply_falls_back_to_the_offline_filter(memory_dir: Path, half_kept: None) -> None:
     model = FakeListChatModel(responses=["I think the first two items matter."])
     state = State(question=FILTER_QUESTION, evidence=FILTER_ITEMS, rounds=1)
     out = judge(state, runtime(memory_dir, mode="ask", chat_model=model))

@@ -36,7 +36,7 @@ DECAY = 0.8  # per hop: a record two edges away needs a higher similarity to ran
 # How much of a reached record's score is its own similarity to the question; the rest is its parent's
 # score passed on (AdaMem's score propagation: the neighbour of a strong anchor inherits its strength).
 # 1.0 ranks neighbours by similarity alone (MAGMA), 0.0 by where they were reached from alone.
-SIMILARITY_SHARE = 1.0
+SIMILARITY_SHARE = 0.0  # chosen leave-conversations-out (README: 0 over 0.5 and 1.0)
 
 # How far each edge type is trusted when it is not the question's favoured kind of edge.
 BASE_WEIGHTS: dict[str, float] = {
