@@ -145,7 +145,7 @@ class Run:
             print(f"{conversation.conversation_id} [{ingest_set(off)}]: ingested in {ingested:.0f} s, "
                   f"consolidated in {consolidated:.0f} s", flush=True)
             del writer
-        return Memory(conversation.conversation_id, data_dir=str(folder), **switches, **settings)
+        return Memory(conversation.conversation_id, data_dir=str(folder), **{**switches, **settings})
 
     def measure(
         self, system: str, setting: str, conversation: str, questions: Sequence[tuple[int, Question]],

@@ -27,7 +27,7 @@ def test_a_write_side_ablation_is_ingested_apart_and_only_once(
     stamp = ready.stat().st_mtime_ns
     again = run.memory(small, token_budget=700)
     assert ready.stat().st_mtime_ns == stamp and again.context("retrieve").token_budget == 700
-    ablated = run.memory(small, frozenset({"summaries"}))
+    ablated = run.memory(small, frozenset({"summaries"}), summaries=False)  # as the ablation row asks for it
     assert run.memory_dir("conv-26", frozenset({"summaries"})) == tmp_path / "cache" / "no-summaries" / "conv-26"
     assert ablated.store.count("raw") == small.turn_count() and ablated.store.count("summary") == 0
     assert ingest_set(frozenset({"summaries", "causal_links"})) == "no-causal_links+summaries"
