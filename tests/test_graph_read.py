@@ -70,7 +70,13 @@ def test_the_question_is_real_and_its_gold_turn_is_the_one_walked_to(locomo_dir:
     assert asked and GOLD.removeprefix("raw:") in asked[0].evidence
 
 
-def test_traversal_reaches_a_gold_turn_that_dense_and_bm25_miss(memory_dir: Path) -> None:
+def test_traversal_reaches_a_gold_turn_that_dense_and_bm25_miss(
+    memory_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MAGMA's ranking: every anchor equally strong, each neighbour scored by its own similarity."""
+    from strata.memory.graph import traversal
+
+    monkeypatch.setattr(traversal, "SIMILARITY_SHARE", 1.0)
     store = open_store(StoreSettings(data_dir=str(memory_dir)), NAMESPACE)
     vector = store.embedder.embed([QUESTION])[0]
     dense = [rid for rid, _ in store.dense("raw", vector, 10)]
@@ -93,6 +99,7 @@ def test_a_neighbour_inherits_its_anchors_strength_as_the_similarity_share_falls
     store = open_store(StoreSettings(data_dir=str(memory_dir)), NAMESPACE)
     vector = store.embedder.embed([QUESTION])[0]
     weights = edge_weights("what")
+    monkeypatch.setattr(traversal, "SIMILARITY_SHARE", 1.0)
     strong = traverse({"raw:D1:10": 1.0}, vector, StoreGraph(store), weights, hops=1)
     monkeypatch.setattr(traversal, "SIMILARITY_SHARE", 0.0)
     inherited = traverse({"raw:D1:10": 0.6}, vector, StoreGraph(store), weights, hops=1)
