@@ -134,27 +134,50 @@ def test_demo_on_the_shipped_sample(offline_env: dict[str, str]) -> None:
     assert "gold evidence fully reached for" in out
 
 
+def _longer_conversation(folder: Path, rounds: int = 4) -> tuple[Path, int]:
+    """The sample's sessions replayed `rounds` times as later sessions (a year apart, ids renumbered),
+    so an interrupt after the first session's turns lands well before the ingest ends on any machine."""
+    sample = json.loads((REPO / "examples" / "sample_conversation.json").read_text())
+    sessions = sorted(
+        (k for k in sample if k.startswith("session_") and not k.endswith("date_time")), key=lambda k: int(k[8:])
+    )
+    longer: dict[str, object] = {"speaker_a": sample["speaker_a"], "speaker_b": sample["speaker_b"]}
+    turns = 0
+    for round_ in range(rounds):
+        for key in sessions:
+            number = round_ * len(sessions) + int(key[8:])
+            longer[f"session_{number}_date_time"] = sample[f"{key}_date_time"].replace("2024", str(2024 + round_))
+            longer[f"session_{number}"] = [
+                {**turn, "dia_id": f"D{number}:{turn['dia_id'].split(':')[1]}"} for turn in sample[key]
+            ]
+            turns += len(sample[key])
+    path = folder / "longer_conversation.json"
+    path.write_text(json.dumps(longer))
+    return path, turns
+
+
 def test_ctrl_c_keeps_stored_turns_and_the_same_command_resumes(
-    data_dir: Path, offline_env: dict[str, str]
+    data_dir: Path, offline_env: dict[str, str], tmp_path: Path
 ) -> None:
-    sample = REPO / "examples" / "sample_conversation.json"
-    command = [sys.executable, "-m", "strata", "ingest", str(sample), "--data-dir", str(data_dir), "--json"]
+    conversation, total = _longer_conversation(tmp_path)
+    command = [sys.executable, "-m", "strata", "ingest", str(conversation), "--data-dir", str(data_dir), "--json"]
     process = subprocess.Popen(command, cwd=REPO, env=offline_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True)
     ledger = data_dir / "ledger.sqlite3"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and process.poll() is None and _derived_turns(ledger) < 3:
         time.sleep(0.05)
+    assert process.poll() is None, "the ingest ended before the first session's turns were seen"
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=60)
     assert process.returncode == 130, stderr
     assert len(stderr.strip().splitlines()) == 1 and "interrupted" in stderr and "Traceback" not in stderr
 
-    resumed = strata("ingest", str(sample), "--data-dir", str(data_dir), "--json", env=offline_env)
+    resumed = strata("ingest", str(conversation), "--data-dir", str(data_dir), "--json", env=offline_env)
     assert resumed.returncode == 0, resumed.stderr
     summary = json.loads(resumed.stdout)
-    assert summary["stats"]["raw"]["active"] == 31
-    assert 0 < summary["new_turns"] < 31, "the first run's turns were kept and skipped, the rest stored"
+    assert summary["stats"]["raw"]["active"] == total
+    assert 0 < summary["new_turns"] < total, "the first run's turns were kept and skipped, the rest stored"
 
 
 def _derived_turns(ledger: Path) -> int:
