@@ -10,7 +10,8 @@ during and after the raw write, during derivation and the staged flush, during t
 graph's note evolutions, and inside the Refresher's update. At the end, compared with
 an uninterrupted ingest of the same conversation: every turn stored once and in exactly
 one episode, the same records (notes and evolved tags included), links of every type
-and history, nothing pending or half applied, and the store opens and answers.
+(research's `related` findings up to near-ties, see RELATED_SHARE) and history, nothing
+pending or half applied, and the store opens and answers.
 """
 
 from __future__ import annotations
@@ -35,6 +36,11 @@ from strata.api import Memory
 from strata.ingestion import ingest_conversation
 
 PROCESS_TIMEOUT = 600
+# `related` links record what a turn's light search found (two lists agreeing on a raw turn), so a near-tie in
+# that ranking may fall either way when the ingest is split across processes, which batch their embeddings
+# differently: the same sessions ingested by two processes, with no crash at all, already move one of ~100.
+# Up to this share of them may differ; every other link type, record and history row must be equal.
+RELATED_SHARE = 0.02
 QUESTION = "When did Caroline go to the LGBTQ support group?"
 ANSWER_TURN = "D1:3"
 
@@ -169,8 +175,11 @@ def differences(after: dict[str, Any], baseline: dict[str, Any]) -> list[str]:
             found.append(f"{len(changed)} {kind} records differ: {changed[:5]}")
     for link_type in sorted({link[2] for side in (after, baseline) for link in side["links"]}):
         mine, theirs = ({k for k in side["links"] if k[2] == link_type} for side in (after, baseline))
-        if mine != theirs:
+        allowed = int(RELATED_SHARE * len(theirs)) if link_type == "related" else 0
+        if len(mine - theirs) > allowed or len(theirs - mine) > allowed:
             found.append(f"{link_type} links: {len(mine - theirs)} extra, {len(theirs - mine)} missing")
+        elif mine != theirs:
+            print(f"{link_type} links: {len(mine - theirs)} of {len(theirs)} differ (within {RELATED_SHARE:.0%})")
     if after["history"] != baseline["history"]:
         found.append(f"history: {len(after['history'])} rows, {len(baseline['history'])} in the uninterrupted run")
     if after["state"] != baseline["state"]:
