@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 import zlib
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -238,8 +239,25 @@ def _open_read_only(path: Path) -> sqlite3.Connection:
     raise ConfigError(f"cannot read the ledger {path}: the memory folder is read-only and the file is not a ledger")
 
 
+BUSY_SECONDS = 30  # how long an opener waits for another connection's lock before giving up
+
+
 def _connect(path: Path) -> sqlite3.Connection:
-    conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=30)
-    conn.execute("PRAGMA journal_mode=WAL")
+    conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=BUSY_SECONDS)
+    _enter_wal(conn)
     conn.execute("PRAGMA synchronous=NORMAL")
     return conn
+
+
+def _enter_wal(conn: sqlite3.Connection) -> None:
+    """Switch to WAL, waiting out openers that race for a new file: SQLite answers this pragma with
+    'database is locked' at once, without its busy wait, while another connection holds the file."""
+    deadline = time.monotonic() + BUSY_SECONDS
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
