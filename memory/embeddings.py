@@ -11,6 +11,7 @@ texts waits for its chunk instead of embedding it a second time.
 
 from __future__ import annotations
 
+import atexit
 import heapq
 import itertools
 import os
@@ -124,6 +125,7 @@ class CachedEmbedder:
         self._ready = threading.Condition(self._lock)
         self._worker: threading.Thread | None = None
         self._waiters = 0  # callers blocked on a background batch
+        self._stopping = False  # the process is exiting: no new background batch starts
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         with self._lock:
@@ -171,6 +173,8 @@ class CachedEmbedder:
             self.embed(texts)
             return
         with self._lock:
+            if self._stopping:  # the process is exiting: whoever needs these vectors embeds them
+                return
             todo = [t for t in dict.fromkeys(texts) if t not in self._cache and t not in self._inflight]
             for start in range(0, len(todo), BACKGROUND_CHUNK):
                 chunk = todo[start : start + BACKGROUND_CHUNK]
@@ -183,11 +187,30 @@ class CachedEmbedder:
                 self._worker.start()
             self._ready.notify()
 
+    def stop(self, timeout: float = 60.0) -> None:
+        """Drop the queued background batches and wait for the one being embedded. Run at exit: a
+        process that ends while the worker is inside the model aborts (SIGABRT, exit code 134) instead
+        of exiting with its own status. A caller still waiting on a dropped batch embeds it itself."""
+        with self._lock:
+            self._stopping = True
+            dropped = self._queue
+            self._queue = []
+            for _, _, texts, future in dropped:
+                for text in texts:
+                    self._inflight.pop(text, None)
+                future.set_exception(RuntimeError("the embedder stopped before this background batch"))
+            self._ready.notify_all()
+            worker = self._worker
+        if worker is not None and worker is not threading.current_thread():
+            worker.join(timeout)
+
     def _work(self) -> None:
-        """The background thread: embeds queued batches, most urgent first, for the life of the process."""
+        """The background thread: embeds queued batches, most urgent first, until the process exits."""
         while True:
             with self._lock:
                 while not self._queue:
+                    if self._stopping:
+                        return
                     self._ready.wait()
                 _, _, texts, future = heapq.heappop(self._queue)
                 threads = None if self._waiters else BACKGROUND_THREADS
@@ -212,6 +235,16 @@ class CachedEmbedder:
 
 _EMBEDDERS: dict[str, CachedEmbedder] = {}
 _EMBEDDERS_LOCK = threading.Lock()
+
+
+@atexit.register
+def _stop_background_batches() -> None:
+    """At exit (atexit runs before the interpreter tears threads down), let every embedder's worker
+    finish its current batch and end."""
+    with _EMBEDDERS_LOCK:
+        embedders = list(_EMBEDDERS.values())
+    for embedder in embedders:
+        embedder.stop()
 
 
 def get_embedder(spec: str = DEFAULT_EMBEDDER) -> CachedEmbedder:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -53,3 +56,27 @@ def test_a_failed_background_batch_is_embedded_when_asked(embedder: Any) -> None
     vectors = cached.embed(TEXTS[:2])
     assert counting.asked == TEXTS[:2] and vectors.shape == (2, 384)
     assert np.allclose(vectors, embedder.inner.embed(TEXTS[:2]), atol=1e-5)
+
+
+EXITS_WHILE_EMBEDDING = """
+import sys, time
+from strata.memory.embeddings import get_embedder
+embedder = get_embedder()
+embedder.embed(["warm up"])
+embedder.prefetch([f"turn {i}: we went camping by the lake again" for i in range(2000)], background=True, later=True)
+time.sleep(1.0)  # the worker is inside the model now
+sys.exit(3)
+"""
+
+
+def test_a_process_exiting_while_a_background_batch_runs_exits_with_its_own_status(
+    offline_env: dict[str, str],
+) -> None:
+    """The worker is stopped at exit (its queue dropped, its current batch finished); before that, the
+    process aborted inside the model with SIGABRT (134) instead of exiting with 3."""
+    done = subprocess.run(
+        [sys.executable, "-c", EXITS_WHILE_EMBEDDING], cwd=Path(__file__).resolve().parents[1], env=offline_env,
+        capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 3, done.stderr[-500:]
+    assert "terminate called" not in done.stderr
