@@ -162,7 +162,7 @@ def measure_big(settings: StoreSettings, question_count: int) -> dict[str, Any]:
         memory.ask(question)
         times.append(time.perf_counter() - began)
     session = conversations()[0][0]
-    last = max(int(r.dialogue_id.split(":")[0][1:]) for r in memory.store.timeline()[-50:])
+    last = max(int(r.dialogue_id.split(":")[0][1:]) for r in memory.store.timeline())  # a --reuse rerun added one
     fresh = [t.model_copy(update={"dia_id": f"D{last + 1}:{n}", "session": None})
              for n, t in enumerate(session, start=1)]
     get_embedder().clear()  # this session pays for its own embeddings, as a new conversation would
