@@ -51,12 +51,16 @@ def entries(ledger: Ledger, namespace: str) -> list[JournalEntry]:
     return [JournalEntry.model_validate(v) for v in value] if isinstance(value, list) else []
 
 
+def keep(ledger: Ledger, namespace: str, kept: list[JournalEntry], session: Session | None = None) -> None:
+    """Store the journal as exactly these entries, in the caller's transaction."""
+    ledger.set_state(namespace, EDIT_JOURNAL, [e.model_dump(mode="json") for e in kept], session)
+
+
 def append(ledger: Ledger, namespace: str, entry: JournalEntry, session: Session) -> None:
     """Add an entry in the caller's transaction (the one that writes the edit's history row)."""
-    kept = [e.model_dump(mode="json") for e in entries(ledger, namespace)]
-    ledger.set_state(namespace, EDIT_JOURNAL, [*kept, entry.model_dump(mode="json")], session)
+    keep(ledger, namespace, [*entries(ledger, namespace), entry], session)
 
 
 def clear(ledger: Ledger, namespace: str, session: Session | None = None) -> None:
     """The unit of work is complete: its edits stand."""
-    ledger.set_state(namespace, EDIT_JOURNAL, [], session)
+    keep(ledger, namespace, [], session)

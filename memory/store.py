@@ -223,8 +223,7 @@ class MemoryStore:
                 if entry.undid is not None:
                     self.ledger.mark_undone(entry.undid, session, undone=False)
             left = [e for e in journal.entries(self.ledger, self.namespace) if e not in entries]
-            self.ledger.set_state(self.namespace, journal.EDIT_JOURNAL, [e.model_dump(mode="json") for e in left],
-                                  session)
+            journal.keep(self.ledger, self.namespace, left, session)
         if not left:
             self._journaled = self._until_flush = False
 
