@@ -80,3 +80,73 @@ def test_a_process_exiting_while_a_background_batch_runs_exits_with_its_own_stat
     )
     assert done.returncode == 3, done.stderr[-500:]
     assert "terminate called" not in done.stderr
+
+
+def _locomo_turns(locomo_dir: Path, count: int) -> list[str]:
+    from strata.conversations import load_turns
+
+    return [turn.text for turn in load_turns(locomo_dir / "conv-26.json").turns()][:count]
+
+
+def test_the_onnx_runtime_gives_pytorchs_vectors_on_real_turns(
+    embedder: Any, locomo_dir: Path, monkeypatch: Any
+) -> None:
+    """The default runtime (onnxruntime over an export of the packaged weights) and sentence-transformers
+    on PyTorch agree on 200 LoCoMo turns, so memories written by either read the same."""
+    from strata.memory.embeddings import LocalMiniLM
+
+    assert embedder.inner.runtime == "onnx"
+    monkeypatch.setenv("STRATA_EMBEDDER_RUNTIME", "torch")
+    torch_model = LocalMiniLM()
+    assert torch_model.runtime == "torch"
+    texts = _locomo_turns(locomo_dir, 200)
+    onnx_vectors, torch_vectors = embedder.inner.embed(texts), torch_model.embed(texts)
+    assert onnx_vectors.shape == torch_vectors.shape == (200, 384)
+    assert float(np.abs(onnx_vectors - torch_vectors).max()) < 1e-5
+    assert np.allclose(np.linalg.norm(onnx_vectors, axis=1), 1.0, atol=1e-5)
+
+
+def test_a_text_gets_the_same_vector_alone_in_a_batch_or_on_one_thread(embedder: Any, locomo_dir: Path) -> None:
+    """Padding and threads do not move a vector, so what is linked does not depend on how an ingest
+    happened to batch its texts."""
+    texts = _locomo_turns(locomo_dir, 40)
+    batched = embedder.inner.embed(texts)
+    one_thread = embedder.inner.embed(texts, threads=1)
+    alone = np.vstack([embedder.inner.embed([text]) for text in texts[:10]])
+    assert np.allclose(batched, one_thread, atol=1e-6)
+    assert np.allclose(batched[:10], alone, atol=1e-6)
+
+
+EXPORTS_WITHOUT_A_CACHE = """
+from strata.memory.embeddings import LocalMiniLM
+model = LocalMiniLM()
+print(model.runtime, model.embed(["we went camping by the lake"]).shape)
+"""
+
+
+def test_an_unwritable_cache_folder_keeps_the_export_in_memory(offline_env: dict[str, str], tmp_path: Path) -> None:
+    """Where the cache folder cannot be made (a file stands in its place), the model is exported into
+    memory and used; nothing is written and nothing fails."""
+    blocked = tmp_path / "cache"
+    blocked.mkdir()
+    (blocked / "strata").write_text("not a folder")
+    done = subprocess.run(
+        [sys.executable, "-c", EXPORTS_WITHOUT_A_CACHE], cwd=Path(__file__).resolve().parents[1],
+        env={**offline_env, "XDG_CACHE_HOME": str(blocked)}, capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-800:]
+    assert done.stdout.split() == ["onnx", "(1,", "384)"]
+    assert (blocked / "strata").read_text() == "not a folder"
+
+
+def test_an_unknown_runtime_is_one_line_naming_the_choices(monkeypatch: Any) -> None:
+    from strata.memory.embeddings import LocalMiniLM
+    from strata.memory.errors import ConfigError
+
+    monkeypatch.setenv("STRATA_EMBEDDER_RUNTIME", "cuda")
+    try:
+        LocalMiniLM()
+    except ConfigError as exc:
+        assert "\n" not in str(exc) and "onnx, torch" in str(exc)
+    else:
+        raise AssertionError("an unknown runtime was accepted")

