@@ -152,7 +152,12 @@ class Ledger:
         params: list[object] = [namespace, *ids, *type_values, namespace, *ids, *ids, *type_values]
         with self._read() as session:
             rows = session.execute(sql, params).fetchall()
-        return [Link(namespace=r[0], src=r[1], dst=r[2], type=LinkType(r[3]), weight=r[4]) for r in rows]
+        # rows this ledger wrote from validated links: built without validating them again (a turn's
+        # entity mentions read thousands of them during an ingest)
+        return [
+            Link.model_construct(namespace=r[0], src=r[1], dst=r[2], type=LinkType(r[3]), weight=float(r[4]))
+            for r in rows
+        ]
 
     def count_links(self, namespace: str) -> dict[str, int]:
         with self._read() as session:

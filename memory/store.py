@@ -17,7 +17,7 @@ from __future__ import annotations
 import gc
 import json
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -49,6 +49,7 @@ from strata.memory.records import (
 from strata.memory.settings import StoreSettings
 from strata.memory.staging import FLUSH_TURNS, StagedWrites, merge_nearest
 from strata.memory.timeline import Timeline
+from strata.memory.vector_index import EXACT_LIMIT, ExactIndex
 
 _LIST_FIELDS = ("source_ids", "entities", "keywords", "tags")
 READ_PAGE = 5_000  # records per Chroma read when a collection is mirrored (see read_collection)
@@ -134,6 +135,8 @@ class MemoryStore:
         # overwritten by a batch staged here, so each turn is written at its end
         self._batch_turns = 1 if self._shared else FLUSH_TURNS
         self._vectors: dict[str, np.ndarray] = {}  # stored vectors read back for graph traversal, by id
+        # each small kind's vectors, searched exactly in memory (memory/vector_index.py); None: too many
+        self._exact: dict[Kind, ExactIndex | None] = {}
         self._lock = threading.RLock()
         self._write_lock = _WriterLock(namespace_lock(settings, namespace), ledger, namespace)
         self._group_depth = 0  # how deep the holder of the write lock is in `edits()` groups
@@ -316,6 +319,7 @@ class MemoryStore:
         """An empty mirror of `kind`, with its lexical index and lookups."""
         self._records[kind] = {}
         self._times.pop(kind, None)
+        self._exact.pop(kind, None)
         self._active[kind] = {}
         self._lexical[kind] = BM25Index()
         if kind == "raw":
@@ -327,6 +331,7 @@ class MemoryStore:
     def _clear_mirrors(self) -> None:
         self._records.clear()
         self._times.clear()
+        self._exact.clear()
         self._active.clear()
         self._lexical.clear()
         self._saved.clear()
@@ -356,9 +361,13 @@ class MemoryStore:
                 if kind in self._records:
                     by_kind.setdefault(kind, []).append(record_id)
             for kind, ids in by_kind.items():
-                got = self._collection(kind).get(ids=ids, include=["documents", "metadatas"])
+                exact = self._exact.get(kind)
+                include = ["documents", "metadatas"] + (["embeddings"] if exact is not None else [])
+                got = self._collection(kind).get(ids=ids, include=include)
                 for rid, doc, meta in zip(got["ids"], got["documents"], got["metadatas"], strict=True):
                     self._remember(from_metadata(rid, doc or "", meta or {}))
+                if exact is not None:
+                    exact.put(got["ids"], np.asarray(got["embeddings"], dtype=np.float32).reshape(len(got["ids"]), -1))
                 for gone in set(ids) - set(got["ids"]):  # purged by another process
                     self._forget(kind, gone)
             self._seen = max(self._seen, seq)
@@ -455,6 +464,11 @@ class MemoryStore:
                     for i in positions:
                         self._remember(records[i])
                         self._vectors[records[i].id] = np.asarray(vectors[i], dtype=np.float32)
+                    exact = self._exact.get(kind)
+                    if exact is not None:
+                        exact.put((records[i].id for i in positions), vectors[positions])
+                        if len(exact) > EXACT_LIMIT:  # grown past the limit: Chroma searches it from now on
+                            self._exact[kind] = None
                 self._advance(seq)
 
     def stage(
@@ -608,6 +622,9 @@ class MemoryStore:
     def _forget(self, kind: Kind, record_id: str) -> None:
         old = self._records[kind].pop(record_id, None)
         self._times.pop(kind, None)
+        exact = self._exact.get(kind)
+        if exact is not None:
+            exact.remove(record_id)
         self._active[kind].pop(record_id, None)
         self._lexical[kind].remove(record_id)
         if kind == "raw":
@@ -899,6 +916,23 @@ class MemoryStore:
         with self._lock:
             active = self._active[kind]
             inactive = total - len(active)
+            exact = self._exact_index(kind, total)
+            if exact is not None:
+                allowed: Callable[[str], bool] = (lambda rid: True) if include_inactive else active.__contains__
+                if time_window is not None:
+                    within = set(self._within(kind, time_window)) if not include_inactive else None
+                    if within is not None:
+                        allowed = within.__contains__
+                    else:
+                        start, end = time_window
+                        dated = records
+
+                        def allowed(rid: str) -> bool:
+                            moment = dated[rid].time if rid in dated else None
+                            return moment is not None and start <= moment <= end
+
+                stored = exact.nearest(vector, k + len(replaced), lambda rid: rid not in replaced and allowed(rid))
+                return merge_nearest(stored[:k], staged, replaced, k)
         if time_window is not None and not include_inactive:
             within = [rid for rid in self._within(kind, time_window) if rid not in replaced]
             if len(within) <= WINDOW_IDS:  # Chroma searches just these ids, no metadata filter to run
@@ -931,6 +965,19 @@ class MemoryStore:
             query_embeddings=[vector.tolist()], n_results=min(k, total), where=where, include=["distances"]
         )
         return merge_nearest(_similarities(result), staged, replaced, k)
+
+    def _exact_index(self, kind: Kind, total: int) -> ExactIndex | None:
+        """The in-memory index of a kind of at most EXACT_LIMIT records, loaded with every stored vector
+        on first use (the staged ones are searched apart); None for a larger kind."""
+        if kind not in self._exact:
+            if total > EXACT_LIMIT:
+                self._exact[kind] = None
+            else:
+                index = ExactIndex()
+                for ids, vectors in read_vectors(self._collection(kind)):
+                    index.put(ids, vectors)
+                self._exact[kind] = index
+        return self._exact[kind]
 
     def _within(self, kind: Kind, window: tuple[datetime, datetime]) -> list[str]:
         """Ids of the active records of `kind` dated inside `window`, from a time index built on first
@@ -1080,6 +1127,18 @@ def read_collection(collection: Any) -> Iterator[tuple[str, str | None, dict[str
     while True:
         page = collection.get(include=["documents", "metadatas"], limit=READ_PAGE, offset=offset)
         yield from zip(page["ids"], page["documents"], page["metadatas"], strict=True)
+        if len(page["ids"]) < READ_PAGE:
+            return
+        offset += READ_PAGE
+
+
+def read_vectors(collection: Any) -> Iterator[tuple[list[str], np.ndarray]]:
+    """Every (ids, vectors) page of a collection (see `read_collection`)."""
+    offset = 0
+    while True:
+        page = collection.get(include=["embeddings"], limit=READ_PAGE, offset=offset)
+        if page["ids"]:
+            yield page["ids"], np.asarray(page["embeddings"], dtype=np.float32).reshape(len(page["ids"]), -1)
         if len(page["ids"]) < READ_PAGE:
             return
         offset += READ_PAGE
