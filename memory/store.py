@@ -366,7 +366,7 @@ class MemoryStore:
                 got = self._collection(kind).get(ids=ids, include=include)
                 for rid, doc, meta in zip(got["ids"], got["documents"], got["metadatas"], strict=True):
                     self._remember(from_metadata(rid, doc or "", meta or {}))
-                if exact is not None:
+                if exact is not None and got["ids"]:
                     exact.put(got["ids"], np.asarray(got["embeddings"], dtype=np.float32).reshape(len(got["ids"]), -1))
                 for gone in set(ids) - set(got["ids"]):  # purged by another process
                     self._forget(kind, gone)

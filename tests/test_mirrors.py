@@ -117,6 +117,7 @@ def test_the_timeline_and_its_lookups_follow_every_change(data_dir: Path, embedd
 def test_dense_search_leaves_out_inactive_records_with_or_without_a_filter(
     data_dir: Path, embedder: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(store_module, "EXACT_LIMIT", 0)  # Chroma's index, not the in-memory one
     store = _store(StoreSettings(data_dir=str(data_dir)), "ann")
     store.add(_turns("ann"))
     vector = embedder.embed(["Ann sold her red bike."])[0]
@@ -132,6 +133,7 @@ def test_dense_search_leaves_out_inactive_records_with_or_without_a_filter(
 def test_a_time_windowed_dense_search_names_the_window_s_records_to_chroma(
     data_dir: Path, embedder: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(store_module, "EXACT_LIMIT", 0)  # Chroma's index, not the in-memory one
     store = _store(StoreSettings(data_dir=str(data_dir)), "ann")
     store.add(_turns("ann"))
     store.delete("raw:D1:3", reason="test")

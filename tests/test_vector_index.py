@@ -1,0 +1,114 @@
+"""Small kinds are searched exactly in memory (memory/vector_index.py): the same neighbours as Chroma's
+index on real LoCoMo turns, kept in step with updates, deletes and other processes' writes, and
+handed back to Chroma when a kind grows past the limit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import strata.memory.store as store_module
+from strata.conversations import load_questions, load_turns
+from strata.memory.ledger import open_ledger
+from strata.memory.records import Record
+from strata.memory.settings import StoreSettings
+from strata.memory.store import MemoryStore
+from strata.memory.vector_index import ExactIndex
+
+
+def _store(data_dir: Path, namespace: str = "conv26") -> MemoryStore:
+    settings = StoreSettings(data_dir=str(data_dir))
+    return MemoryStore(settings, namespace, open_ledger(settings.ledger_path, settings.ledger_url))
+
+
+def _records(locomo_dir: Path, count: int, namespace: str = "conv26") -> list[Record]:
+    turns = list(load_turns(locomo_dir / "conv-26.json").turns())[:count]
+    return [
+        Record(id=f"raw:{t.dia_id}", kind="raw", text=t.text, namespace=namespace, dialogue_id=t.dia_id or "",
+               speaker=t.speaker, time=t.time, source_ids=[t.dia_id or ""])
+        for t in turns
+    ]
+
+
+def test_the_exact_search_finds_chromas_neighbours_on_real_turns(
+    data_dir: Path, embedder: Any, locomo_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = _store(data_dir)
+    store.add(_records(locomo_dir, 200))
+    store.delete("raw:D1:3", reason="test")
+    questions = [q.question for q in load_questions(locomo_dir / "conv-26.json")[:20]]
+    vectors = embedder.embed(questions)
+    exact = [store.dense("raw", v, 10) for v in vectors]
+    assert store._exact["raw"] is not None and len(store._exact["raw"]) == 200
+    monkeypatch.setattr(store_module, "EXACT_LIMIT", 0)
+    by_chroma = _store(data_dir)  # a store of the same folder that asks Chroma
+    chroma = [by_chroma.dense("raw", v, 10) for v in vectors]
+    assert by_chroma._exact["raw"] is None
+    for mine, theirs in zip(exact, chroma, strict=True):
+        assert [rid for rid, _ in mine] == [rid for rid, _ in theirs]
+        assert np.allclose([s for _, s in mine], [s for _, s in theirs], atol=1e-4)
+        assert "raw:D1:3" not in {rid for rid, _ in mine}
+
+
+def test_a_time_window_and_inactive_records_filter_as_chroma_does(
+    data_dir: Path, embedder: Any, locomo_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    records = _records(locomo_dir, 120)
+    store = _store(data_dir)
+    store.add(records)
+    store.delete(records[5].id, reason="test")
+    dated = sorted({r.time for r in records if r.time is not None})
+    window = (dated[1], dated[-1])  # the sessions after the first
+    vector = embedder.embed(["What did Caroline do at the support group?"])[0]
+    exact = (store.dense("raw", vector, 8, window), store.dense("raw", vector, 8, include_inactive=True))
+    monkeypatch.setattr(store_module, "EXACT_LIMIT", 0)
+    chroma_store = _store(data_dir)
+    chroma = (chroma_store.dense("raw", vector, 8, window), chroma_store.dense("raw", vector, 8, include_inactive=True))
+    for mine, theirs in zip(exact, chroma, strict=True):
+        assert [rid for rid, _ in mine] == [rid for rid, _ in theirs]
+    assert all(window[0] <= store.get_one(rid).time <= window[1] for rid, _ in exact[0])
+
+
+def test_updates_deletes_and_another_processs_writes_are_searched_at_once(
+    data_dir: Path, embedder: Any, locomo_dir: Path
+) -> None:
+    reader = _store(data_dir)
+    writer = _store(data_dir)  # another store with its own mirror, as another process would have
+    writer.add(_records(locomo_dir, 60))
+    pottery = embedder.embed(["I signed up for a pottery class with my cousin."])[0]
+    before = reader.dense("raw", pottery, 1)[0][0]
+    writer.update("raw:D1:10", "I signed up for a pottery class with my cousin.", reason="test")
+    assert reader.dense("raw", pottery, 1)[0][0] == "raw:D1:10" != before
+    writer.delete("raw:D1:10", reason="test")
+    assert reader.dense("raw", pottery, 1)[0][0] != "raw:D1:10"
+    assert writer.purge() == 1  # the deleted turn leaves Chroma, and the reader's index with it
+    assert len(reader.dense("raw", pottery, 100)) == len(reader.active("raw")) == 59
+    assert "raw:D1:10" not in reader._exact["raw"]._rows
+
+
+def test_a_kind_grown_past_the_limit_is_searched_by_chroma(
+    data_dir: Path, embedder: Any, locomo_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(store_module, "EXACT_LIMIT", 30)
+    records = _records(locomo_dir, 50)
+    store = _store(data_dir)
+    store.add(records[:20])
+    vector = embedder.embed([records[40].text])[0]
+    assert store.dense("raw", vector, 1)[0][0] != records[40].id
+    assert store._exact["raw"] is not None
+    store.add(records[20:])
+    assert store._exact["raw"] is None
+    assert store.dense("raw", vector, 1)[0][0] == records[40].id
+
+
+def test_the_index_reuses_removed_rows_and_never_ranks_them() -> None:
+    index = ExactIndex()
+    eye = np.eye(4, dtype=np.float32)
+    index.put(["a", "b", "c"], eye[:3])
+    index.remove("b")
+    assert [rid for rid, _ in index.nearest(eye[1], 3, lambda rid: True)] == ["a", "c"]
+    index.put(["d"], eye[3:4])
+    assert len(index) == 3 and index.nearest(eye[3], 1, lambda rid: True) == [("d", 1.0)]
+    assert index.nearest(eye[0], 2, lambda rid: rid != "a")[0][0] in {"c", "d"}
