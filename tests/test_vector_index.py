@@ -10,12 +10,13 @@ from typing import Any
 import numpy as np
 import pytest
 import strata.memory.store as store_module
-from strata.conversations import load_questions, load_turns
 from strata.memory.ledger import open_ledger
 from strata.memory.records import Record
 from strata.memory.settings import StoreSettings
 from strata.memory.store import MemoryStore
 from strata.memory.vector_index import ExactIndex
+
+from strata.conversations import load_questions, load_turns
 
 
 def _store(data_dir: Path, namespace: str = "conv26") -> MemoryStore:
