@@ -57,7 +57,9 @@ def traced(state: State, role: str, policy: str, summary: str) -> list[RoleNote]
 
 
 def evidence_of(record: Record, score: float = 0.0, found_by: Sequence[str] = ()) -> Evidence:
-    return Evidence(
+    """A record as evidence. Built without validating again: every field comes from a validated record
+    (a question at 100,000 records ranks over a thousand units, and validation was a fifth of its time)."""
+    return Evidence.model_construct(
         id=record.id,
         kind=record.kind,
         text=record.text,
@@ -65,10 +67,11 @@ def evidence_of(record: Record, score: float = 0.0, found_by: Sequence[str] = ()
         source_ids=list(record.source_ids),
         speaker=record.speaker,
         time=record.time,
-        score=score,
+        score=float(score),
         found_by=list(found_by),
         label=record.label(),
         line=record.line(),
+        path=[],
     )
 
 

@@ -57,6 +57,9 @@ WINDOW_IDS = 5_000
 """A time-windowed dense search names the window's records to Chroma (found in the mirror's time
 index) when there are at most this many: Chroma's own time filter reads every record's metadata
 (300-500 ms a query at 100,000 records), while a search among given ids takes a few ms."""
+FREEZE_OBJECTS = 100_000
+"""Objects a mirror's load must create for them to be frozen out of the cycle collector (a few thousand
+records; see `_no_collection_pauses`)."""
 UNFILTERED_SLACK = 500
 """Dense search asks Chroma for k + (inactive records) nearest without a status filter while the
 inactive ones are at most this many: Chroma runs a metadata filter by reading every record's
@@ -984,9 +987,11 @@ class MemoryStore:
         use and dropped when the kind changes."""
         with self._lock:
             index = self._times.get(kind)
-            if index is None:
-                dated = sorted((epoch_seconds(r.time), r.id) for r in self._active[kind].values() if r.time is not None)
-                index = self._times[kind] = (np.array([e for e, _ in dated], dtype=np.float64), [i for _, i in dated])
+            if index is None:  # numpy converts and sorts 100,000 times in ~40 ms (per-record epochs took 200)
+                dated = [r for r in self._active[kind].values() if r.time is not None]
+                stamps = np.array([r.time for r in dated], dtype="datetime64[us]").astype(np.int64) / 1e6
+                order = np.argsort(stamps, kind="stable")
+                index = self._times[kind] = (stamps[order], [dated[i].id for i in order])
         epochs, ids = index
         low = int(np.searchsorted(epochs, epoch_seconds(window[0]), side="left"))
         high = int(np.searchsorted(epochs, epoch_seconds(window[1]), side="right"))
@@ -1109,13 +1114,22 @@ def _similarities(result: Any) -> list[tuple[str, float]]:
 def _no_collection_pauses() -> Iterator[None]:
     """Hold Python's cycle collector while a mirror is loaded: the load creates a few objects per
     record and none of them cyclic garbage, yet at 100,000 records the collector would pass over the
-    whole growing heap again and again (a third of a cold open, measured with cProfile)."""
+    whole growing heap again and again (a third of a cold open, measured with cProfile).
+
+    A large load's objects are then frozen (`gc.freeze`: kept out of every later collection). They
+    live as long as the namespace stays open, and otherwise the collections that follow would walk
+    those millions of objects young generation by young generation: half-second pauses in the next
+    questions (p95 of `ask()` at 100,000 records: 530 ms, every slow one a collection). Records that
+    leave the mirror are still freed by reference counting."""
     was_enabled = gc.isenabled()
+    before = gc.get_count()[0]  # objects made in the youngest generation so far (it grows while disabled)
     gc.disable()
     try:
         yield
     finally:
         if was_enabled:
+            if gc.get_count()[0] - before >= FREEZE_OBJECTS:
+                gc.freeze()
             gc.enable()
 
 
