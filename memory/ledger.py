@@ -53,6 +53,11 @@ class Ledger:
     def _read(self) -> AbstractContextManager[Session]:
         return self.backend.read()
 
+    def reading(self) -> AbstractContextManager[Session]:
+        """A plain read, for the tables kept beside this module's (memory/store_items.py); inside this
+        thread's open transaction it sees that transaction's writes."""
+        return self.backend.read()
+
     def namespace_lock(self, namespace: str) -> AbstractContextManager[None]:
         """Serialise the writers of one namespace (across processes when the database is shared)."""
         return self.backend.namespace_lock(namespace)

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 from strata.memory.errors import ConfigError
 from strata.memory.settings import folder_is_read_only
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 # The tables as of SCHEMA_VERSION; `{id}` is the dialect's auto-increment key.
 _TABLES = (
     """CREATE TABLE IF NOT EXISTS links (
@@ -54,6 +54,13 @@ _TABLES = (
         namespace TEXT NOT NULL, record_id TEXT NOT NULL, seq BIGINT NOT NULL,
         PRIMARY KEY (namespace, record_id))""",
     "CREATE INDEX IF NOT EXISTS changes_seq ON changes (namespace, seq)",
+    # The LangGraph store's items (strata/langgraph_store.py): every `put` of a key is one version.
+    """CREATE TABLE IF NOT EXISTS store_items (
+        seq {id},
+        namespace TEXT NOT NULL, key TEXT NOT NULL,
+        value TEXT NOT NULL, text TEXT NOT NULL, indexed INTEGER NOT NULL,
+        created_at TEXT NOT NULL, updated_at TEXT NOT NULL)""",
+    "CREATE INDEX IF NOT EXISTS store_items_key ON store_items (namespace, key, seq)",
 )
 # Columns that ledgers written by earlier versions lack (columns are only ever added).
 _ADDED_COLUMNS = (("history", "follows", "BIGINT"), ("working", "arrival", "BIGINT"))

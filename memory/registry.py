@@ -31,6 +31,7 @@ active use is the most recently used, so it is not the one closed."""
 _LEDGERS: dict[str, Ledger] = {}
 _STORES: OrderedDict[tuple[StoreSettings, str], MemoryStore] = OrderedDict()
 _LOCK = threading.Lock()
+_LEDGERS_LOCK = threading.Lock()
 
 
 def max_open_stores() -> int:
@@ -52,14 +53,20 @@ def open_store(settings: StoreSettings, namespace: str) -> MemoryStore:
     return store
 
 
+def ledger_for(settings: StoreSettings) -> Ledger:
+    """The process's one ledger for these settings (a SQLite file, or a PostgreSQL pool)."""
+    with _LEDGERS_LOCK:
+        ledger_key = settings.ledger_url or str(settings.ledger_path.resolve())
+        ledger = _LEDGERS.get(ledger_key)
+        if ledger is None:
+            ledger = open_ledger(settings.ledger_path, settings.ledger_url)
+            _LEDGERS[ledger_key] = ledger
+        return ledger
+
+
 def _open(settings: StoreSettings, namespace: str, key: tuple[StoreSettings, str]) -> MemoryStore:
     """A new store of `namespace`, registered (the caller holds the registry's lock)."""
-    ledger_key = settings.ledger_url or str(settings.ledger_path.resolve())
-    ledger = _LEDGERS.get(ledger_key)
-    if ledger is None:
-        ledger = open_ledger(settings.ledger_path, settings.ledger_url)
-        _LEDGERS[ledger_key] = ledger
-    store = MemoryStore(settings, namespace, ledger)
+    store = MemoryStore(settings, namespace, ledger_for(settings))
     _STORES[key] = store
     _close_idle(max_open_stores())
     return store

@@ -10,7 +10,8 @@ Mapping:
   (`("users", "ann")` is the namespace `users/ann`, what `Memory("users/ann")` opens);
 - an item is a raw-like record `raw:item:<key>` whose text is the value's text
   fields (what gets embedded and matched); the full value, its versions and its
-  timestamps live in a `store_items` table of the ledger file;
+  timestamps live in the ledger's `store_items` table (memory/store_items.py):
+  the SQLite file, or the PostgreSQL database replicas share (`ledger_url`);
 - `delete` tombstones the record through `MemoryStore.delete`, so it is in
   the history and `Memory.undo` brings it back; `get` returns None meanwhile;
 - overwriting a key goes through `MemoryStore.update` (old text in history);
@@ -24,10 +25,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sqlite3
 import threading
 from collections.abc import Iterable, Sequence
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -49,42 +48,20 @@ from langgraph.store.base import (
 from langgraph.store.base.embed import get_text_at_path, tokenize_path
 from pydantic import ValidationError
 
+from strata.memory import store_items
 from strata.memory.chroma import open_client
 from strata.memory.errors import InputError, NotFoundError
-from strata.memory.ledger import immediate_transaction
+from strata.memory.ledger import Ledger
 from strata.memory.records import KINDS, Record, Status
-from strata.memory.registry import open_store
+from strata.memory.registry import ledger_for, open_store
 from strata.memory.settings import StoreSettings
 from strata.memory.store import MemoryStore, kind_of
+from strata.memory.store_items import ItemVersion
 
 SEPARATOR = "/"
 ITEM_PREFIX = "raw:item:"
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _OPERATORS = ("$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin")
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS store_items (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    namespace TEXT NOT NULL, key TEXT NOT NULL,
-    value TEXT NOT NULL, text TEXT NOT NULL, indexed INTEGER NOT NULL,
-    created_at TEXT NOT NULL, updated_at TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS store_items_key ON store_items (namespace, key, seq);
-"""
-
-
-@dataclass(frozen=True)
-class _Version:
-    """One `put` of a key: every version is kept, so an undo can find the value its text came from."""
-
-    seq: int
-    key: str
-    value: dict[str, Any]
-    text: str
-    indexed: bool
-    created_at: datetime
-    updated_at: datetime
-
 
 @dataclass(frozen=True)
 class _Candidate:
@@ -125,11 +102,7 @@ class StrataStore(BaseStore):
         self.include_memory = include_memory
         self.index_fields = list(index_fields) if index_fields is not None else None
         self._lock = threading.RLock()
-        path = self.settings.ledger_path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=30)
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.executescript(_SCHEMA)
+        self._ledger()  # opened (and migrated) now: a wrong ledger_url is one line here, not at the first put
 
     @classmethod
     def from_memory(cls, memory: Any, **options: Any) -> StrataStore:
@@ -137,8 +110,11 @@ class StrataStore(BaseStore):
         return cls(memory.context("ask").store_settings(), **options)
 
     def close(self) -> None:
-        with self._lock:
-            self._conn.close()
+        """Nothing to let go of: the ledger and the namespaces belong to the process's registry
+        (memory/registry.py), shared with every `Memory` of the same settings."""
+
+    def _ledger(self) -> Ledger:
+        return ledger_for(self.settings)
 
     # the two entry points LangGraph calls ---------------------------------
     def batch(self, ops: Iterable[Op]) -> list[Result]:
@@ -216,7 +192,7 @@ class StrataStore(BaseStore):
     def _candidates(self, store: MemoryStore, namespace: tuple[str, ...]) -> list[_Candidate]:
         """Every live item of a namespace: stored items, then (optionally) the graph's records."""
         name = namespace_name(namespace)
-        by_key: dict[str, list[_Version]] = {}
+        by_key: dict[str, list[ItemVersion]] = {}
         for version in self._versions(name):
             by_key.setdefault(version.key, []).append(version)
         found: list[_Candidate] = []
@@ -319,49 +295,22 @@ class StrataStore(BaseStore):
         return text or _dump(value), True
 
     # the item table ----------------------------------------------------
-    def _transaction(self) -> AbstractContextManager[sqlite3.Connection]:
-        return immediate_transaction(self._conn, self._lock)
-
     def _insert_version(
         self, namespace: str, key: str, value: dict[str, Any], text: str, indexed: bool,
         created: datetime, updated: datetime,
     ) -> int:
-        with self._transaction() as conn:
-            cursor = conn.execute(
-                "INSERT INTO store_items (namespace, key, value, text, indexed, created_at, updated_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (
-                    namespace, key, json.dumps(value, ensure_ascii=False), text, int(indexed),
-                    created.isoformat(), updated.isoformat(),
-                ),
-            )
-            return int(cursor.lastrowid or 0)
+        return store_items.insert_version(self._ledger(), namespace, key, value, text, indexed, created, updated)
 
     def _delete_versions(self, seqs: list[int]) -> None:
-        with self._transaction() as conn:
-            conn.executemany("DELETE FROM store_items WHERE seq = ?", [(s,) for s in seqs])
+        store_items.delete_versions(self._ledger(), seqs)
 
-    def _versions(self, namespace: str, key: str | None = None) -> list[_Version]:
-        sql = "SELECT seq, key, value, text, indexed, created_at, updated_at FROM store_items WHERE namespace = ?"
-        params: list[object] = [namespace]
-        if key is not None:
-            sql += " AND key = ?"
-            params.append(key)
-        with self._lock:
-            rows = self._conn.execute(sql + " ORDER BY seq", params).fetchall()
-        return [
-            _Version(
-                seq=r[0], key=r[1], value=json.loads(r[2]), text=r[3], indexed=bool(r[4]),
-                created_at=datetime.fromisoformat(r[5]), updated_at=datetime.fromisoformat(r[6]),
-            )
-            for r in rows
-        ]
+    def _versions(self, namespace: str, key: str | None = None) -> list[ItemVersion]:
+        return store_items.versions(self._ledger(), namespace, key)
 
     # namespaces ----------------------------------------------------------
     def _namespaces(self) -> list[tuple[str, ...]]:
         """Namespaces with items, plus (with include_memory) those the memory graph wrote."""
-        with self._lock:
-            names = {r[0] for r in self._conn.execute("SELECT DISTINCT namespace FROM store_items")}
+        names = store_items.namespaces(self._ledger())
         if self.include_memory:
             names |= self._chroma_namespaces()
         return sorted(tuple(name.split(SEPARATOR)) for name in names if name)
@@ -376,9 +325,8 @@ class StrataStore(BaseStore):
 
     def _open_existing(self, name: str) -> MemoryStore | None:
         """The namespace's memory if anything was ever written there (reads never create collections)."""
-        with self._lock:
-            known = self._conn.execute("SELECT 1 FROM store_items WHERE namespace = ? LIMIT 1", (name,)).fetchone()
-        if known is None and not (self.include_memory and name in self._chroma_namespaces()):
+        known = store_items.has_items(self._ledger(), name)
+        if not known and not (self.include_memory and name in self._chroma_namespaces()):
             return None
         return open_store(self.settings, name)
 
@@ -500,7 +448,9 @@ def _item_record(namespace: str, key: str, text: str, now: datetime) -> Record:
     )
 
 
-def _live_item(store: MemoryStore, namespace: tuple[str, ...], key: str, versions: list[_Version]) -> _Candidate | None:
+def _live_item(
+    store: MemoryStore, namespace: tuple[str, ...], key: str, versions: list[ItemVersion]
+) -> _Candidate | None:
     """The current value of a key, or None when it was deleted (its record is a tombstone).
 
     The value is the newest version whose text the record holds, so after an

@@ -18,6 +18,7 @@ from strata.memory.errors import StrataError
 from strata.memory.registry import close_all
 
 from strata.api import Memory
+from strata.langgraph_store import StrataStore
 
 
 def serve(memory: Memory, command: dict[str, Any]) -> Any:
@@ -39,6 +40,20 @@ def serve(memory: Memory, command: dict[str, Any]) -> Any:
         return {"change": memory.undo().id}
     if op == "history":
         return [c.id for c in store.history(command.get("id"))]
+    if op.endswith("_item"):  # the LangGraph store over the same memory (strata/langgraph_store.py)
+        items = StrataStore.from_memory(memory)
+        where = tuple(command["namespace"])
+        if op == "put_item":
+            items.put(where, command["key"], command["value"])
+            return None
+        if op == "get_item":
+            item = items.get(where, command["key"])
+            return None if item is None else item.value
+        if op == "search_item":
+            return [hit.key for hit in items.search(where, query=command["query"], limit=3)]
+        if op == "delete_item":
+            items.delete(where, command["key"])
+            return None
     raise ValueError(f"unknown op {op!r}")
 
 

@@ -25,6 +25,7 @@ from strata.memory.errors import ConfigError
 from strata.memory.ledger import Ledger, open_ledger
 from strata.memory.ledger_sql import SCHEMA_VERSION, SqliteBackend
 from strata.memory.records import Record, Turn, raw_record
+from strata.memory.registry import close_all
 from strata.memory.settings import StoreSettings
 from strata.memory.store import MemoryStore
 
@@ -190,3 +191,24 @@ def test_an_unreachable_ledger_database_is_a_one_line_config_error(
     with pytest.raises(ConfigError, match="PostgreSQL ledger"):
         Memory("ns", data_dir=data_dir).add("I moved to Lisbon last spring.")
     assert not (data_dir / "ledger.sqlite3").exists()  # never fell back to a local ledger
+
+
+def test_langgraph_store_items_written_beside_a_version_2_ledger_are_kept(data_dir: Path, embedder: Any) -> None:
+    """The LangGraph store used to keep its item table in the ledger file through its own connection;
+    a data folder from then is migrated to the ledger's own table with its items intact."""
+    from strata.langgraph_store import StrataStore
+
+    path = data_dir / "ledger.sqlite3"
+    StrataStore(data_dir=str(data_dir)).put(("ann",), "seat", {"text": "Ann prefers a window seat"})
+    close_all()
+    with sqlite3.connect(path) as conn:  # as the earlier adapter left it: its own table, schema version 2
+        conn.execute("UPDATE schema_version SET version = 2")
+    ledger = open_ledger(path)  # migrated to the current version on open
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
+    ledger.close()
+    items = StrataStore(data_dir=str(data_dir))
+    assert items.get(("ann",), "seat").value == {"text": "Ann prefers a window seat"}
+    items.put(("ann",), "seat", {"text": "Ann now prefers the aisle"})
+    assert items.get(("ann",), "seat").value == {"text": "Ann now prefers the aisle"}
+    assert [hit.key for hit in items.search(("ann",), query="aisle seat")] == ["seat"]

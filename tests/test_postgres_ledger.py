@@ -10,7 +10,9 @@
 - a replica SIGKILLed in the middle of an ingest: another finishes it, and the
   result equals an uninterrupted run (raw turns, facts, derived-from links);
 - PostgreSQL stopped and restarted under load: one clear line while it is down,
-  then the same process carries on and nothing is missing.
+  then the same process carries on and nothing is missing;
+- the LangGraph store's items, put on one replica, read, searched, overwritten and
+  deleted on the others.
 """
 
 from __future__ import annotations
@@ -226,6 +228,30 @@ def test_three_replicas_see_each_others_ingest_update_and_undo(
     # the update and its undo, in the shared history, after what ingest already recorded
     assert len(reader.call("history", id="raw:D1:3")) == len(earlier) + 2
     for replica in (writer, reader, editor):
+        assert not (tmp_path / replica.log.parent.name / "ledger.sqlite3").exists()  # no local ledger
+
+
+def test_langgraph_store_items_put_on_one_replica_are_read_searched_and_deleted_on_the_others(
+    tmp_path: Path, replica_env: dict[str, str], replicas: list[Replica]
+) -> None:
+    """The LangGraph store's item versions live in the shared ledger, so replicas agree on them."""
+    first, second, third = (Replica("users/ann", tmp_path / name, replica_env) for name in ("a", "b", "c"))
+    replicas += [first, second, third]
+    where = ["users", "ann"]
+    value = {"text": "Ann prefers a window seat on long flights", "tier": "gold"}
+    first.call("put_item", namespace=where, key="seat", value=value)
+    diet = "Ann is vegetarian and avoids mushrooms"
+    first.call("put_item", namespace=where, key="diet", value={"text": diet})
+    assert second.call("get_item", namespace=where, key="seat") == value
+    assert third.call("search_item", namespace=where, query="Ann's seat on long flights")[0] == "seat"
+    moved = {"text": "Ann now prefers an aisle seat", "tier": "gold"}
+    third.call("put_item", namespace=where, key="seat", value=moved)
+    assert first.call("get_item", namespace=where, key="seat") == moved
+    second.call("delete_item", namespace=where, key="seat")
+    for replica in (first, second, third):
+        assert replica.call("get_item", namespace=where, key="seat") is None
+        assert replica.call("get_item", namespace=where, key="diet") == {"text": diet}
+    for replica in (first, second, third):
         assert not (tmp_path / replica.log.parent.name / "ledger.sqlite3").exists()  # no local ledger
 
 
