@@ -20,23 +20,13 @@ from strata.memory.chroma import forget_client
 from strata.memory.ledger import Ledger, open_ledger
 from strata.memory.locks import location_of
 from strata.memory.namespaces import check_namespace
-from strata.memory.settings import StoreSettings, env_number
+from strata.memory.settings import StoreSettings, max_open_stores
 from strata.memory.store import MemoryStore
-
-DEFAULT_MAX_OPEN_STORES = 64
-"""Open namespaces kept per process (STRATA_MAX_OPEN_STORES overrides it). A store of a LoCoMo-sized
-conversation mirrors a few MB; 64 of them stay well inside a worker's memory, and a namespace in
-active use is the most recently used, so it is not the one closed."""
 
 _LEDGERS: dict[str, Ledger] = {}
 _STORES: OrderedDict[tuple[StoreSettings, str], MemoryStore] = OrderedDict()
 _LOCK = threading.Lock()
 _LEDGERS_LOCK = threading.Lock()
-
-
-def max_open_stores() -> int:
-    """The bound on open namespaces, from STRATA_MAX_OPEN_STORES or the default."""
-    return int(env_number("max_open_stores", DEFAULT_MAX_OPEN_STORES, 1, whole=True))
 
 
 def open_store(settings: StoreSettings, namespace: str) -> MemoryStore:

@@ -74,6 +74,17 @@ def env_number(name: str, default: float, minimum: float, *, whole: bool = False
     return value
 
 
+DEFAULT_MAX_OPEN_STORES = 64
+"""Open namespaces kept per process (STRATA_MAX_OPEN_STORES overrides it). A store of a LoCoMo-sized
+conversation mirrors a few MB; 64 of them stay well inside a worker's memory, and a namespace in
+active use is the most recently used, so it is not the one closed (memory/registry.py)."""
+
+
+def max_open_stores() -> int:
+    """The bound on open namespaces, from STRATA_MAX_OPEN_STORES or the default."""
+    return int(env_number("max_open_stores", DEFAULT_MAX_OPEN_STORES, 1, whole=True))
+
+
 def folder_is_read_only(folder: Path) -> bool:
     """True when the memory folder exists but this process may not write in it (a read-only mount,
     permissions); creates the folder when it does not exist. An unusable path is a `ConfigError`."""

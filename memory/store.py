@@ -28,7 +28,7 @@ import numpy as np
 from pydantic import BaseModel
 from strata.memory import journal, snapshots
 from strata.memory.bm25 import BM25Index, reciprocal_rank_fusion
-from strata.memory.chroma import collection_name, get_collection, open_client
+from strata.memory.chroma import collection_name, get_collection, grown_large, open_client
 from strata.memory.embeddings import CachedEmbedder, get_embedder
 from strata.memory.errors import InputError, NotFoundError
 from strata.memory.journal import JournalEntry
@@ -472,6 +472,7 @@ class MemoryStore:
                         exact.put((records[i].id for i in positions), vectors[positions])
                         if len(exact) > EXACT_LIMIT:  # grown past the limit: Chroma searches it from now on
                             self._exact[kind] = None
+                            grown_large(self._collection(kind))
                 self._advance(seq)
 
     def stage(
@@ -975,6 +976,7 @@ class MemoryStore:
         if kind not in self._exact:
             if total > EXACT_LIMIT:
                 self._exact[kind] = None
+                grown_large(self._collection(kind))
             else:
                 index = ExactIndex()
                 for ids, vectors in read_vectors(self._collection(kind)):
