@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 import strata.memory.store as store_module
-from strata.conversations import load_turns
 from strata.memory.chroma import DEFAULT_SYNC, get_collection, open_client
 from strata.memory.registry import open_count
 from strata.memory.settings import StoreSettings
 
 from strata.api import Memory
+from strata.conversations import load_turns
 
 QUESTION = "What career is Caroline keen on?"
 
