@@ -27,20 +27,20 @@ def _sync(collection: Any) -> int:
 def test_namespaces_evicted_from_a_small_cache_keep_their_records_and_answers(
     data_dir: Path, embedder: Any, locomo_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("STRATA_MAX_OPEN_STORES", "2")  # room for 10 vector indexes
-    turns = list(load_turns(locomo_dir / "conv-26.json").turns())[:24]
+    monkeypatch.setenv("STRATA_MAX_OPEN_STORES", "16")  # room for 80 vector indexes: 16 namespaces'
+    turns = list(load_turns(locomo_dir / "conv-26.json").turns())[:16]
     client = open_client(StoreSettings(data_dir=str(data_dir)))
-    assert client._server.hnsw_cache_size == 10
-    names = [f"user-{n}" for n in range(8)]
-    for half in (turns[:12], turns[12:]):  # each namespace written, evicted, read back and written again
+    assert client._server.hnsw_cache_size == 80
+    names = [f"user-{n}" for n in range(24)]
+    for half in (turns[:8], turns[8:]):  # each namespace written, evicted, read back and written again
         for name in names:
             memory = Memory(name, data_dir=str(data_dir))
             memory.add([t.model_copy(update={"text": f"{t.text} ({name})"}) for t in half])
-            assert open_count() <= 2
+            assert open_count() <= 16
     for name in names:
         memory = Memory(name, data_dir=str(data_dir))
         stats = memory.store.stats()
-        assert stats["raw"]["active"] == 24
+        assert stats["raw"]["active"] == 16
         answer = memory.ask(QUESTION)
         assert "D1:11" in answer.evidence_ids()
         probe = memory.store.embedder.embed([f"{turns[3].text} ({name})"])[0]
@@ -48,7 +48,7 @@ def test_namespaces_evicted_from_a_small_cache_keep_their_records_and_answers(
         memory.store._exact.clear()
         assert memory.store.dense("raw", probe, 1)[0][0] == f"raw:{turns[3].dia_id}"
         monkeypatch.undo()
-        monkeypatch.setenv("STRATA_MAX_OPEN_STORES", "2")
+        monkeypatch.setenv("STRATA_MAX_OPEN_STORES", "16")
 
 
 def test_a_collection_from_an_earlier_version_writes_its_index_at_every_write(data_dir: Path) -> None:
