@@ -98,6 +98,8 @@ class GraphView(Protocol):
 
     def vectors(self, ids: Iterable[str]) -> dict[str, np.ndarray]: ...
 
+    def records(self, ids: Iterable[str]) -> set[str]: ...
+
 
 @dataclass(frozen=True)
 class Step:
@@ -147,7 +149,11 @@ def traverse(
             for here, there in ((edge.src, edge.dst), (edge.dst, edge.src)):
                 if here in frontier_set and there not in paths:
                     candidates.append((here, there, edge))
-        vectors = view.vectors(sorted({there for _, there, _ in candidates}))
+        reached_ids = sorted({there for _, there, _ in candidates})
+        # vectors only when a neighbour's own similarity counts (a read of each from the vector store);
+        # otherwise only which ids are records
+        vectors = view.vectors(reached_ids) if share > 0 else {}
+        known = set(vectors) if share > 0 else view.records(reached_ids)
         found: dict[str, Reached] = {}
         for here, there, edge in candidates:
             weight = weights.get(edge.type.value, UNKNOWN_WEIGHT) * max(edge.weight, 0.0) * decay**hop
@@ -165,7 +171,7 @@ def traverse(
         ranked = sorted(found.values(), key=lambda r: (-r.score, r.id))
         for reached in ranked:
             paths[reached.id] = reached
-            if reached.id in vectors:  # bridges without a vector are walked through, never shown
+            if reached.id in known:  # bridges (entity nodes) are walked through, never shown
                 best[reached.id] = reached
         frontier = [r.id for r in ranked[:beam]]
     return best

@@ -21,3 +21,7 @@ class StoreGraph:
 
     def vectors(self, ids: Iterable[str]) -> dict[str, np.ndarray]:
         return self.store.vectors(ids)
+
+    def records(self, ids: Iterable[str]) -> set[str]:
+        """The ids that are stored records, from the mirrors (entity nodes and unknown ids are not)."""
+        return {record.id for record in self.store.get(ids)}
