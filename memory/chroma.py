@@ -10,8 +10,9 @@ the process's open-file limit (a fifth of it: 4,000 indexes at 20,000 files). A
 process serving many small namespaces grew by 5.2 MB per idle one. Embedded
 clients are therefore opened with the cache bounded to the indexes of the
 namespaces the process keeps open (`VECTOR_INDEXES_PER_STORE` x
-STRATA_MAX_OPEN_STORES; Chroma has no setting for it, so the client is opened
-under that open-file limit, restored at once). The engine can evict only an
+STRATA_MAX_OPEN_STORES; Chroma has no setting for it and sizes it from the
+open-file limit, so the client is shown a limit that makes that room while it
+starts; the process's own limit is untouched). The engine can evict only an
 index it has written to disk at least once (an evicted index that was never
 written fails with "Nothing found on disk"; a written one is read back, with
 the writes since replayed from the engine's log), so a small collection writes
@@ -26,7 +27,6 @@ import atexit
 import hashlib
 import os
 import re
-import resource
 import shutil
 import tempfile
 import threading
@@ -139,23 +139,29 @@ def _private_copy(path: Path) -> Path:
 
 @contextmanager
 def _index_cache_bound(indexes: int) -> Iterator[None]:
-    """Open an embedded client with room for `indexes` vector indexes in its cache: the open-file limit
-    it reads its size from is lowered while it starts (never below twice what the process has open),
-    then restored."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    """Open an embedded client with room for `indexes` vector indexes in its cache. Chroma sizes the cache
+    from the open-file limit it reads while the client starts; for that read only, it is shown the limit
+    that makes room for `indexes` (the process's real limit is not touched)."""
     try:
-        in_use = len(os.listdir("/proc/self/fd"))
-    except OSError:  # no /proc: leave the cache as Chroma sizes it
-        in_use = soft
-    wanted = indexes * FILES_PER_INDEX
-    if wanted >= soft or in_use * 2 > wanted:
+        import chromadb.api.rust as engine
+    except ImportError:  # pragma: no cover - another Chroma layout: its own cache size
         yield
         return
-    resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+    real = engine.resource
+
+    class _Limits:
+        RLIMIT_NOFILE = real.RLIMIT_NOFILE
+
+        @staticmethod
+        def getrlimit(which: int) -> tuple[int, int]:
+            soft, hard = real.getrlimit(which)
+            return (min(soft, indexes * FILES_PER_INDEX), hard) if which == real.RLIMIT_NOFILE else (soft, hard)
+
+    engine.resource = _Limits  # type: ignore[assignment]
     try:
         yield
     finally:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        engine.resource = real
 
 
 def get_collection(client: Any, namespace: str, kind: Kind) -> Any:
