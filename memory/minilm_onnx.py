@@ -57,12 +57,20 @@ class OnnxMiniLM:
         self._tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
         self._tokenizer.enable_truncation(int(config.get("max_seq_length", 256)))
         self._tokenizer.enable_padding()
-        model = _exported(model_dir)
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = 1  # parallel batches run one chunk per thread (see embed)
         options.inter_op_num_threads = 1
         options.log_severity_level = 3
-        self._session = onnxruntime.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+        model = _exported(model_dir)
+        try:
+            self._session = onnxruntime.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+        except Exception as exc:  # a damaged cached file: export again, once
+            if not isinstance(model, str):
+                raise
+            log.warning("the cached embedder %s could not be loaded (%s); exporting it again", model, exc)
+            Path(model).unlink(missing_ok=True)
+            model = _exported(model_dir)
+            self._session = onnxruntime.InferenceSession(model, options, providers=["CPUExecutionProvider"])
         self.threads = max(1, threads)
         self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="strata-onnx") if self.threads > 1 else None
 
@@ -114,12 +122,16 @@ def _exported(model_dir: Path) -> str | bytes:
     if target.is_file():
         return str(target)
     data = _export(model_dir)
+    part: str | None = None
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=target.parent, suffix=".part", delete=False) as handle:
+            part = handle.name
             handle.write(data)
-        os.replace(handle.name, target)  # processes exporting at once each replace it with an equal file
+        os.replace(part, target)  # processes exporting at once each replace it with an equal file
     except OSError as exc:
+        if part is not None:
+            Path(part).unlink(missing_ok=True)  # a disk that filled up keeps no half-written file
         log.info("the exported embedder is kept in memory only (%s cannot be written: %s)", target.parent, exc)
     return data
 

@@ -150,3 +150,24 @@ def test_an_unknown_runtime_is_one_line_naming_the_choices(monkeypatch: Any) -> 
         assert "\n" not in str(exc) and "onnx, torch" in str(exc)
     else:
         raise AssertionError("an unknown runtime was accepted")
+
+
+def test_a_damaged_cached_export_is_exported_again(offline_env: dict[str, str], tmp_path: Path) -> None:
+    """A cached model file that cannot be loaded (cut short by a full disk, say) is replaced by a new
+    export instead of leaving the embedder on PyTorch for good."""
+    from strata.memory import minilm_onnx
+
+    cache = tmp_path / "cache"
+    env = {**offline_env, "XDG_CACHE_HOME": str(cache)}
+    first = subprocess.run([sys.executable, "-c", EXPORTS_WITHOUT_A_CACHE], cwd=Path(__file__).resolve().parents[1],
+                           env=env, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr[-800:]
+    (exported,) = (cache / "strata").glob("minilm-*.onnx")
+    size = exported.stat().st_size
+    exported.write_bytes(b"not a model")
+    again = subprocess.run([sys.executable, "-c", EXPORTS_WITHOUT_A_CACHE], cwd=Path(__file__).resolve().parents[1],
+                           env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-800:]
+    assert again.stdout.split() == ["onnx", "(1,", "384)"]
+    assert exported.stat().st_size == size and "exporting it again" in again.stderr
+    assert minilm_onnx.cache_dir().name == "strata"
