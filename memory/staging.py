@@ -1,8 +1,9 @@
 """Derived writes held back and written together: the write-behind of an ingest.
 
-Chroma pays a fixed cost per upsert call (about 20 ms on the embedded store,
-whatever the size of the call), so writing each turn's facts on their own made
-per-call overhead the second cost of an ingest after embedding. The Memory role
+Chroma pays a fixed cost per upsert call (about 4 ms on an idle embedded store,
+several times that while the embedder runs beside it, plus a fraction of a
+millisecond per record), so writing each turn's facts on their own made per-call
+overhead the second cost of an ingest after embedding. The Memory role
 therefore stages what it derives from a turn (records with their vectors,
 links, small ledger state such as the open episode and the pending marks) and
 the store writes a whole batch at once: one upsert per kind, then one ledger
