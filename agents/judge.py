@@ -354,17 +354,20 @@ def sufficiency(
 # --- the filter (AMA's H_r: only what helps the question reaches the answer) ------------------
 def irrelevant_items(question: str, evidence: Sequence[Evidence], participants: Sequence[str]) -> list[str]:
     """Ids of items that hold none of the question's content words, are not in the better-scored
-    KEEP_SHARE of the context, and do not sit next to an item that holds them (an answer often follows
-    the turn that asked). A question without content words keeps everything."""
+    KEEP_SHARE of the context, do not sit next to an item that holds them (an answer often follows
+    the turn that asked), and do not make a stand-in of such an item concrete (the sufficiency check's
+    one step of inference: "my home country" -> "my home country, Sweden"; the filter used to drop the
+    very item a Pass relied on). A question without content words keeps everything."""
     words = content_words(question, participants)
     if not words:
         return []
     best = {e.id for e in sorted(evidence, key=lambda e: -e.score)[: round(len(evidence) * KEEP_SHARE)]}
     holding = [e for e in evidence if coverage(words, e) > 0]
     near = {n for e in holding for n in _adjacent_ids(e)}
+    inferred = {e.id for e in resolved_stand_ins(holding, evidence, lambda e: True)}
     return [
         e.id for e in evidence
-        if e.id not in best and coverage(words, e) == 0 and (e.dialogue_id or e.id) not in near
+        if e.id not in best and e.id not in inferred and coverage(words, e) == 0 and (e.dialogue_id or e.id) not in near
     ]
 
 

@@ -19,7 +19,15 @@ import strata.graph  # noqa: F401  (loads the graph package before the role modu
 from langchain_core.language_models.fake_chat_models import FakeListChatModel, GenericFakeChatModel
 from langchain_core.messages import AIMessage
 from langgraph.runtime import Runtime
-from strata.agents.judge import ModelVerdict, disagree, incoming_conflicts, judge, need_of, sufficiency
+from strata.agents.judge import (
+    ModelVerdict,
+    disagree,
+    incoming_conflicts,
+    irrelevant_items,
+    judge,
+    need_of,
+    sufficiency,
+)
 from strata.agents.research import research
 from strata.graph.context import Context
 from strata.graph.state import Evidence, State
@@ -129,6 +137,22 @@ def test_home_country_is_a_stand_in_and_sweden_a_place(locomo_dir: Path) -> None
     told = [item(turns[d].text, turns[d].time, d) for d in ("D3:13", "D4:3")]  # "my home country" / "Sweden"
     assert sufficiency(question, told[:1], PEOPLE)[:2] == (False, ["place"])
     assert sufficiency(question, told, PEOPLE)[0]
+
+
+def test_the_filter_keeps_the_item_that_makes_a_stand_in_concrete(locomo_dir: Path) -> None:
+    """The sufficiency check passes on "my home country" made concrete by D4:3 ("my home country, Sweden"),
+    an item holding none of the question's words; the filter used to drop that very item (seen on conv-26
+    at 1,500 tokens: Pass citing D4:3, then D4:3 left out as irrelevant)."""
+    turns = {t.dia_id: t for t in load_turns(locomo_dir / "conv-26.json").turns()}
+    question = "Where did Caroline move from 4 years ago?"
+    told = [item(turns[d].text, turns[d].time, d) for d in ("D3:13", "D4:3")]
+    others = [item(f"We watched the game number {n} together.", dia=f"Z9:{n}") for n in range(1, 19)]
+    ranked = [*told[:1], *others, told[1]]  # D4:3 scored last: outside the better-scored share
+    for score, evidence in zip(range(len(ranked), 0, -1), ranked, strict=True):
+        evidence.score = float(score)
+    assert sufficiency(question, ranked, PEOPLE)[0]
+    dropped = irrelevant_items(question, ranked, PEOPLE)
+    assert "raw:D4:3" not in dropped and "raw:Z9:18" in dropped
 
 
 def test_a_relative_date_needs_the_items_own_date() -> None:
