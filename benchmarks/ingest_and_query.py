@@ -101,7 +101,7 @@ def snapshot(memory: Memory) -> dict[str, Any]:
         kind: sorted((r.model_dump(mode="json") for r in store.all(kind, include_inactive=True)), key=lambda r: r["id"])
         for kind in KINDS
     }
-    with store.ledger._read() as session:
+    with store.ledger.reading() as session:
         links = session.execute(
             "SELECT src, dst, type, weight FROM links WHERE namespace = ? ORDER BY type, src, dst", (store.namespace,)
         ).fetchall()

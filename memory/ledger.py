@@ -50,12 +50,9 @@ class Ledger:
         self.check_writable()
         return self.backend.transaction()
 
-    def _read(self) -> AbstractContextManager[Session]:
-        return self.backend.read()
-
     def reading(self) -> AbstractContextManager[Session]:
-        """A plain read, for the tables kept beside this module's (memory/store_items.py); inside this
-        thread's open transaction it sees that transaction's writes."""
+        """A plain read (this module's tables and those kept beside them, memory/store_items.py); inside
+        this thread's open transaction it sees that transaction's writes."""
         return self.backend.read()
 
     def namespace_lock(self, namespace: str) -> AbstractContextManager[None]:
@@ -100,7 +97,7 @@ class Ledger:
 
     def sequence(self, namespace: str) -> tuple[int, int]:
         """(current sequence, sequence of the last drop): the one number a reader compares."""
-        with self._read() as session:
+        with self.reading() as session:
             row = session.execute(
                 "SELECT seq, reset_seq FROM namespaces WHERE namespace = ?", (namespace,)
             ).fetchone()
@@ -108,7 +105,7 @@ class Ledger:
 
     def changed_since(self, namespace: str, seq: int) -> list[str]:
         """Ids of the records written, updated, deleted or restored after sequence `seq`."""
-        with self._read() as session:
+        with self.reading() as session:
             rows = session.execute(
                 "SELECT record_id FROM changes WHERE namespace = ? AND seq > ?", (namespace, seq)
             ).fetchall()
@@ -155,7 +152,7 @@ class Ledger:
             f"AND src NOT IN ({marks}){typed}"
         )
         params: list[object] = [namespace, *ids, *type_values, namespace, *ids, *ids, *type_values]
-        with self._read() as session:
+        with self.reading() as session:
             rows = session.execute(sql, params).fetchall()
         # rows this ledger wrote from validated links: built without validating them again (a turn's
         # entity mentions read thousands of them during an ingest)
@@ -165,7 +162,7 @@ class Ledger:
         ]
 
     def count_links(self, namespace: str) -> dict[str, int]:
-        with self._read() as session:
+        with self.reading() as session:
             rows = session.execute(
                 "SELECT type, COUNT(*) FROM links WHERE namespace = ? GROUP BY type", (namespace,)
             ).fetchall()
@@ -199,7 +196,7 @@ class Ledger:
         return self._changes(sql, params)
 
     def count_history(self, namespace: str) -> int:
-        with self._read() as session:
+        with self.reading() as session:
             row = session.execute("SELECT COUNT(*) FROM history WHERE namespace = ?", (namespace,)).fetchone()
         return int(row[0])
 
@@ -216,7 +213,7 @@ class Ledger:
 
     def _changes(self, sql: str, params: list[object]) -> list[Change]:
         """History rows of a query, as changes."""
-        with self._read() as session:
+        with self.reading() as session:
             cursor = session.execute(sql, params)
             names = [d[0] for d in cursor.description]
             rows = cursor.fetchall()
@@ -264,7 +261,7 @@ class Ledger:
 
     def working(self, namespace: str) -> list[dict[str, str]]:
         """Every participant's recent turns, oldest first (by time, then by arrival)."""
-        with self._read() as session:
+        with self.reading() as session:
             rows = session.execute(
                 "SELECT participant, dia_id, text, time FROM working WHERE namespace = ? "
                 "ORDER BY time NULLS FIRST, arrival",
@@ -274,7 +271,7 @@ class Ledger:
 
     # small per-namespace state (open episode, counters, pending derives) -
     def get_state(self, namespace: str, key: str, default: object = None) -> object:
-        with self._read() as session:
+        with self.reading() as session:
             row = session.execute(
                 "SELECT value FROM state WHERE namespace = ? AND key = ?", (namespace, key)
             ).fetchone()

@@ -115,7 +115,7 @@ def fingerprint(memory: Memory) -> tuple[Any, ...]:
         (r.id, r.text, r.status.value, r.version, str(r.time)) for kind in ("raw", "fact", "episode", "persona")
         for r in store.all(kind, include_inactive=True)  # type: ignore[arg-type]
     )
-    with store.ledger._read() as session:  # every edge of the namespace, whatever it joins
+    with store.ledger.reading() as session:  # every edge of the namespace, whatever it joins
         links = sorted(tuple(row) for row in session.execute(
             "SELECT src, dst, type, weight FROM links WHERE namespace = ?", (store.namespace,)).fetchall())
     history = [(c.id, c.action.value, c.record_id, c.undone) for c in store.history(limit=10_000)]
