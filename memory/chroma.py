@@ -164,11 +164,10 @@ def _index_cache_bound(indexes: int) -> Iterator[None]:
         engine.resource = real
 
 
-def get_collection(client: Any, namespace: str, kind: Kind) -> Any:
-    """Create on first use; cosine space, vectors supplied by our embedder. An embedded collection of at
-    most EXACT_LIMIT records writes its index at every write (see the module's docstring), also one an
-    earlier version created with Chroma's default."""
-    embedded = _is_embedded(client)
+def get_collection(client: Any, namespace: str, kind: Kind, embedded: bool) -> Any:
+    """Create on first use; cosine space, vectors supplied by our embedder. An `embedded` collection (not
+    on a Chroma server) of at most EXACT_LIMIT records writes its index at every write (see the module's
+    docstring), also one an earlier version created with Chroma's default."""
     collection = client.get_or_create_collection(
         name=collection_name(namespace, kind),
         embedding_function=None,
@@ -191,6 +190,3 @@ def _sync_threshold(collection: Any) -> int:
     config = getattr(collection, "configuration_json", None) or {}
     return int((config.get("hnsw") or {}).get("sync_threshold", DEFAULT_SYNC))
 
-
-def _is_embedded(client: Any) -> bool:
-    return type(getattr(client, "_server", None)).__name__ == "RustBindingsAPI"

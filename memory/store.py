@@ -241,7 +241,8 @@ class MemoryStore:
         with self._lock:
             collection = self._collections.get(kind)
             if collection is None:
-                collection = self._collections[kind] = get_collection(self._client, self.namespace, kind)
+                collection = get_collection(self._client, self.namespace, kind, embedded=not self._shared)
+                self._collections[kind] = collection
             return collection
 
     @property

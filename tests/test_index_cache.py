@@ -64,8 +64,8 @@ def test_a_collection_from_an_earlier_version_writes_its_index_at_every_write(da
         collection_name("ann", "raw"), embedding_function=None, configuration={"hnsw": {"space": "cosine"}},
         metadata={"namespace": "ann", "kind": "raw"},
     )
-    assert _sync(get_collection(client, "ann", "raw")) == 1
-    assert _sync(get_collection(client, "bob", "raw")) == 1  # created that way
+    assert _sync(get_collection(client, "ann", "raw", embedded=True)) == 1
+    assert _sync(get_collection(client, "bob", "raw", embedded=True)) == 1  # created that way
 
 
 def test_a_collection_grown_past_the_exact_limit_goes_back_to_chromas_default(
