@@ -932,10 +932,9 @@ class MemoryStore:
                         allowed = within.__contains__
                     else:
                         start, end = time_window
-                        dated = records
 
                         def allowed(rid: str) -> bool:
-                            moment = dated[rid].time if rid in dated else None
+                            moment = records[rid].time if rid in records else None
                             return moment is not None and start <= moment <= end
 
                 stored = exact.nearest(vector, k + len(replaced), lambda rid: rid not in replaced and allowed(rid))
