@@ -137,7 +137,7 @@ class MemoryStore:
         # with a server, other processes may write this namespace too: their state must not be
         # overwritten by a batch staged here, so each turn is written at its end
         self._batch_turns = 1 if self._shared else FLUSH_TURNS
-        self._vectors: dict[str, np.ndarray] = {}  # stored vectors read back for graph traversal, by id
+        self._vectors: dict[str, np.ndarray] = {}  # large kinds' vectors read back for graph traversal, by id
         # each small kind's vectors, searched exactly in memory (memory/vector_index.py); None: too many
         self._exact: dict[Kind, ExactIndex | None] = {}
         self._lock = threading.RLock()
@@ -421,20 +421,28 @@ class MemoryStore:
         return bool(self.get([record_id]))
 
     def vectors(self, ids: Iterable[str]) -> dict[str, np.ndarray]:
-        """Stored vectors by id, read back from Chroma once (a traversal scores the records it reaches by
-        their own similarity to the question); ids that are not records, or unknown, are left out."""
+        """Stored vectors by id (a traversal scores the records it reaches by their own similarity to the
+        question): from a small kind's in-memory index, else read back from Chroma once; ids that are not
+        records, or unknown, are left out."""
         ids = list(dict.fromkeys(ids))
         with self._lock:
+            found: dict[str, np.ndarray] = {}
             missing: dict[Kind, list[str]] = {}
             for record_id in ids:
-                kind = record_id.split(":", 1)[0]
-                if record_id not in self._vectors and kind in KINDS:
-                    missing.setdefault(kind, []).append(record_id)  # type: ignore[arg-type]
+                if record_id.split(":", 1)[0] not in KINDS:  # an entity node, not a record
+                    continue
+                kind = kind_of(record_id)
+                exact = self._exact.get(kind)
+                held = exact.get(record_id) if exact is not None else self._vectors.get(record_id)
+                if held is not None:
+                    found[record_id] = held
+                else:
+                    missing.setdefault(kind, []).append(record_id)
             for kind, wanted in missing.items():
                 got = self._collection(kind).get(ids=wanted, include=["embeddings"])
                 for record_id, vector in zip(got["ids"], got["embeddings"], strict=True):
-                    self._vectors[record_id] = np.asarray(vector, dtype=np.float32)
-            return {i: self._vectors[i] for i in ids if i in self._vectors}
+                    found[record_id] = self._vectors[record_id] = np.asarray(vector, dtype=np.float32)
+            return {i: found[i] for i in ids if i in found}
 
     def count(self, kind: Kind) -> int:
         return self._collection(kind).count()
@@ -469,7 +477,7 @@ class MemoryStore:
                     )
                     for i in positions:
                         self._remember(records[i])
-                        self._vectors[records[i].id] = np.asarray(vectors[i], dtype=np.float32)
+                        self._vectors.pop(records[i].id, None)  # read back again if a traversal needs it
                     exact = self._exact.get(kind)
                     if exact is not None:
                         exact.put((records[i].id for i in positions), vectors[positions])

@@ -40,6 +40,11 @@ class ExactIndex:
                 self._ids[row] = record_id
             self._matrix[row] = vector
 
+    def get(self, record_id: str) -> np.ndarray | None:
+        """The vector of `record_id`, or None when it is not held."""
+        row = self._rows.get(record_id)
+        return None if row is None else self._matrix[row]
+
     def remove(self, record_id: str) -> None:
         row = self._rows.pop(record_id, None)
         if row is not None:
