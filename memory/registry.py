@@ -93,7 +93,7 @@ def drop_namespace(settings: StoreSettings, namespace: str) -> None:
 def close_all() -> None:
     """Close every store (saving its large mirrors), every ledger, and forget every client (tests,
     CLI exit, restarts)."""
-    with _LOCK:
+    with _LOCK, _LEDGERS_LOCK:  # the registry's order: stores, then ledgers (see `_open`)
         for store in _STORES.values():
             store.close()
         for ledger in _LEDGERS.values():
