@@ -12,8 +12,12 @@ export LANGGRAPH_CLI_NO_ANALYTICS := 1
 setup:
 	@scripts/bootstrap.sh
 
+LOCOMO := ../shared/data/locomo/conv-26.json
+
 demo: setup
-	@$(PY) -m strata demo --file ../shared/data/locomo/conv-26.json --questions 5
+	@if [ -f $(LOCOMO) ]; then $(PY) -m strata demo --file $(LOCOMO) --questions 5; \
+	else echo "$(LOCOMO) not found: the demo uses the conversation the project ships" >&2; \
+	$(PY) -m strata demo --questions 5; fi
 
 test: setup
 	@$(PY) -m pytest -m "not slow" -q
