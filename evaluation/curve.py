@@ -18,7 +18,9 @@ the `all` ingest. Then every question of categories 1-4 is retrieved
 
 Evidence recall is strict (a gold turn's raw text, or a fact derived from it, is
 in the context) with a lenient column beside it (an episode, summary or trait
-citing the turn counts too). Rows are cached in `<out>/rows.jsonl` as they are
+citing the turn counts too), and an `answer words` column: the share of the
+gold answer's words found in the context, which shows a ranking or rendering
+that keeps a turn's id but drops what answers. Rows are cached in `<out>/rows.jsonl` as they are
 measured, so an interrupted run resumes; `report.md` and `curve.png` are rebuilt
 from the rows every time.
 
@@ -40,7 +42,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 from strata.evaluation.baselines import TurnIndex
-from strata.evaluation.metrics import ContextItem, evidence_recall
+from strata.evaluation.metrics import ContextItem, answer_words_found, evidence_recall
 from strata.evaluation.systems import RunSettings
 from strata.graph.context import Context
 from strata.graph.state import Evidence
@@ -80,6 +82,7 @@ class Row(BaseModel):
     lenient: float
     tokens: int
     ms: float
+    answer_words: float | None = Field(None, description="share of the gold answer's words in the context")
 
 
 def ingest_set(off: frozenset[str]) -> str:
@@ -95,6 +98,13 @@ def tokens_of(evidence: Sequence[Evidence]) -> int:
     from strata.agents.research import context_tokens
 
     return context_tokens(evidence)
+
+
+def context_text(evidence: Sequence[Evidence]) -> str:
+    from strata.agents.common import format_evidence
+    from strata.agents.research import chronological
+
+    return format_evidence(chronological(evidence))
 
 
 def scored(question: Question, evidence: Sequence[Evidence]) -> tuple[float, float] | None:
@@ -162,9 +172,10 @@ class Run:
                 score = scored(question, evidence)
                 if score is None:
                     continue
+                words = answer_words_found(question.answer, context_text(evidence))
                 row = Row(system=system, setting=setting, conversation=conversation, index=index,
                           category=question.category, recall=score[0], lenient=score[1],
-                          tokens=tokens_of(evidence), ms=round(elapsed, 1))
+                          tokens=tokens_of(evidence), ms=round(elapsed, 1), answer_words=words)
                 handle.write(row.model_dump_json() + "\n")
                 self.done.add((system, setting, conversation, index))
         print(f"  {conversation} {system} {setting}: {len(todo)} questions", flush=True)
@@ -243,7 +254,8 @@ def mean(values: Iterable[float]) -> float:
 
 def summary(rows: Sequence[Row]) -> dict[str, float]:
     out = {"recall": mean(r.recall for r in rows), "lenient": mean(r.lenient for r in rows),
-           "tokens": mean(r.tokens for r in rows), "n": float(len(rows))}
+           "tokens": mean(r.tokens for r in rows), "n": float(len(rows)),
+           "answer_words": mean(r.answer_words for r in rows if r.answer_words is not None)}
     for category in CATEGORIES:
         out[f"cat{category}"] = mean(r.recall for r in rows if r.category == category)
     out["p50_ms"] = sorted(r.ms for r in rows)[len(rows) // 2] if rows else float("nan")
@@ -288,7 +300,7 @@ def write_report(run: Run, options: argparse.Namespace) -> str:
     lines = [f"# Evidence recall against the context budget ({', '.join(conversations)}; categories 1-4)", "",
              f"`{options.command}`", "",
              "| system | budget | tokens/q | recall | lenient | multi-hop | temporal | open-domain | single-hop | "
-             "p50 ms |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "answer words | p50 ms |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for budget in options.budgets:
         for system in ("strata", *BASELINES):
             got = groups.get((system, f"budget={budget}"))
@@ -296,10 +308,10 @@ def write_report(run: Run, options: argparse.Namespace) -> str:
                 s = summary(got)
                 lines.append(f"| {system} | {budget} | {s['tokens']:,.0f} | {s['recall']:.3f} | {s['lenient']:.3f} | "
                              f"{s['cat1']:.3f} | {s['cat2']:.3f} | {s['cat3']:.3f} | {s['cat4']:.3f} | "
-                             f"{s['p50_ms']:.0f} |")
+                             f"{s['answer_words']:.3f} | {s['p50_ms']:.0f} |")
     lines += ["", f"Ablations at budget {options.ablation_budget} (one switch off each):", "",
-              "| row | tokens/q | recall | lenient | multi-hop | temporal | open-domain | single-hop |",
-              "|---|---|---|---|---|---|---|---|"]
+              "| row | tokens/q | recall | lenient | multi-hop | temporal | open-domain | single-hop | answer words |",
+              "|---|---|---|---|---|---|---|---|---|"]
     base = groups.get(("strata", f"budget={options.ablation_budget}"))
     ablation_rows = [("strata (all on)", base)] + [(label, groups.get(("strata", label))) for label in ABLATIONS]
     switches = context_switches()
@@ -307,9 +319,9 @@ def write_report(run: Run, options: argparse.Namespace) -> str:
         if got:
             s = summary(got)
             lines.append(f"| {label} | {s['tokens']:,.0f} | {s['recall']:.3f} | {s['lenient']:.3f} | {s['cat1']:.3f} | "
-                         f"{s['cat2']:.3f} | {s['cat3']:.3f} | {s['cat4']:.3f} |")
+                         f"{s['cat2']:.3f} | {s['cat3']:.3f} | {s['cat4']:.3f} | {s['answer_words']:.3f} |")
         elif label in ABLATIONS and ABLATIONS[label] not in switches:
-            lines.append(f"| {label} | switch `{ABLATIONS[label]}` not in this version | | | | | | |")
+            lines.append(f"| {label} | switch `{ABLATIONS[label]}` not in this version | | | | | | | |")
     per_conversation = [f"{c}: {summary([r for r in base if r.conversation == c])['recall']:.3f}"
                         for c in conversations] if base else []
     if per_conversation:

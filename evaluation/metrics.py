@@ -16,12 +16,16 @@ from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
 from pydantic import BaseModel, ConfigDict
+from strata.memory.entities import plain_words
+from strata.memory.lemmas import forms
 from strata.memory.records import Kind, Record
 
 _PUNCTUATION = frozenset(string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 # Kinds whose presence in the context shows the gold turn itself under the strict rule.
 _STRICT_KINDS: frozenset[str] = frozenset({"raw", "fact"})
+# An answer's verdict words, which no context is expected to hold ("Yes, he is" looks for "he is" only).
+_VERDICT_WORDS: frozenset[str] = frozenset({"yes", "no", "likely", "unlikely", "probably"})
 
 
 def normalize_answer(text: str) -> str:
@@ -129,6 +133,24 @@ def evidence_recall(
         lenient=len(reached_lenient) / len(gold),
         full=len(reached) == len(gold),
     )
+
+
+def answer_words_found(answer: str, context_text: str) -> float | None:
+    """Share of the gold answer's content words that appear in the context (either word's forms may meet).
+
+    A guard beside evidence recall, not an answer score: recall credits a turn by
+    its id, so a context that shows a turn cut down (one sentence, one fact) keeps
+    its recall while the words that answer may be gone. Comparing this share
+    between two rankings at the same budget shows such a loss. None when the
+    answer has no content words ("Yes", "No"). Dates in the context are headings
+    (2023-05-07) while answers write "7 May 2023", so for temporal questions it
+    only compares systems, it does not say whether the date is there.
+    """
+    wanted = [w for w in dict.fromkeys(plain_words(answer)) if w not in _VERDICT_WORDS]
+    if not wanted:
+        return None
+    present = frozenset().union(*(forms(w) for w in plain_words(context_text)))
+    return sum(1 for w in wanted if forms(w) & present) / len(wanted)
 
 
 class CoverageSummary(BaseModel):

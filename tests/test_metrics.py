@@ -10,6 +10,7 @@ import tiktoken.registry
 from strata.evaluation import tokens
 from strata.evaluation.metrics import (
     ContextItem,
+    answer_words_found,
     bleu1,
     evidence_recall,
     f1_score,
@@ -241,3 +242,16 @@ def test_count_tokens_is_cl100k_and_offline(monkeypatch: pytest.MonkeyPatch) -> 
     # special-token text is counted as plain text instead of raising
     assert tokens.count_tokens("<|endoftext|>") > 1
     assert tokens.encoding() is tokens.encoding()  # cached
+
+
+def test_answer_words_show_a_turn_cut_down_to_the_fact_nearest_the_question() -> None:
+    # conv-26 D1:5, "What is Caroline's identity?" (gold: "Transgender woman"): the whole turn holds
+    # "transgender", the one fact nearest the question does not, though both count for recall by id.
+    turn = ("[D1:5] Caroline: The transgender stories were so inspiring! I was so happy and thankful "
+            "for all the support.")
+    fact = "[D1:5 fact] Caroline was so happy and thankful for all the support."
+    assert answer_words_found("Transgender woman", turn) == 0.5
+    assert answer_words_found("Transgender woman", fact) == 0.0
+    kids = "They were stoked for the dinosaur exhibit! Kids love nature."
+    assert answer_words_found("dinosaurs, nature", kids) == 1.0  # plural and singular meet
+    assert answer_words_found("Yes", turn) is None  # no content words: nothing to look for
