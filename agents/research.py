@@ -378,8 +378,6 @@ class Searcher:
         # text). Its first round searches no raw turns, and facts are shown on their own.
         self.compact = COMPACT_BROAD and _broad(plan.query.lower())
         self.summaries = True  # summaries may start a walk (the `summaries` switch turns it off)
-        # the least similarity a full dense list reached: a record outside the lists is at most this similar
-        self.dense_floor = 1.0
 
     def records(self, kind: Kind) -> Mapping[str, Record]:
         """A granularity's active records by id (the store's view), looked up once per round."""
@@ -389,10 +387,7 @@ class Searcher:
 
     def ranked(self, kind: Kind, pool: int, window: tuple[datetime, datetime] | None) -> list[tuple[str, list[str]]]:
         """(name, ids) lists: dense and BM25, each optionally inside the time window."""
-        hits = self.store.dense(kind, self.vector, pool, window)
-        if window is None and hits and len(hits) == pool:
-            self.dense_floor = min(self.dense_floor, hits[-1][1])
-        dense = [rid for rid, _ in hits]
+        dense = [rid for rid, _ in self.store.dense(kind, self.vector, pool, window)]
         lexical = [rid for rid, _ in self.store.lexical(kind, self.plan.query, pool, window)]
         return [("dense", dense), ("bm25", lexical)]
 
@@ -439,7 +434,7 @@ class Searcher:
         bridges = self.summary_anchors() if weights.get("derived_from", 0.0) > 0 else []
         top = max((scores[a] for a in anchors), default=1.0) or 1.0
         strength = {a: scores[a] / top for a in anchors} | dict.fromkeys(bridges, 1.0)
-        reached = traverse(strength, self.vector, StoreGraph(self.store), weights, unheld_similarity=self.dense_floor)
+        reached = traverse(strength, self.vector, StoreGraph(self.store), weights)
         ranking: dict[str, Reached] = {}
         for item in sorted(reached.values(), key=lambda r: (-r.score, r.id)):
             for key in self._reached_keys(item.id, kinds, shown):

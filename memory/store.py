@@ -420,9 +420,10 @@ class MemoryStore:
     def has(self, record_id: str) -> bool:
         return bool(self.get([record_id]))
 
-    def vectors(self, ids: Iterable[str], read_back: bool = True) -> dict[str, np.ndarray]:
-        """Stored vectors by id: from a small kind's in-memory index, else read back from Chroma once
-        (`read_back` False: only those held in memory); ids that are not records, or unknown, are left out."""
+    def vectors(self, ids: Iterable[str]) -> dict[str, np.ndarray]:
+        """Stored vectors by id (a traversal scores the records it reaches by their own similarity to the
+        question): from a small kind's in-memory index, else read back from Chroma once; ids that are not
+        records, or unknown, are left out."""
         ids = list(dict.fromkeys(ids))
         with self._lock:
             found: dict[str, np.ndarray] = {}
@@ -435,7 +436,7 @@ class MemoryStore:
                 held = exact.get(record_id) if exact is not None else self._vectors.get(record_id)
                 if held is not None:
                     found[record_id] = held
-                elif read_back:
+                else:
                     missing.setdefault(kind, []).append(record_id)
             for kind, wanted in missing.items():
                 got = self._collection(kind).get(ids=wanted, include=["embeddings"])

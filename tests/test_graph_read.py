@@ -104,40 +104,6 @@ def test_a_neighbour_scores_its_anchors_strength_times_its_own_similarity(memory
     assert weak[GOLD].score == pytest.approx(0.6 * expected)  # a weaker anchor passes on less
 
 
-def test_a_record_whose_vector_is_not_held_scores_the_dense_lists_floor(
-    tmp_path: Path, locomo_dir: Path, monkeypatch: pytest.MonkeyPatch, embedder: object
-) -> None:
-    """A large kind's vectors stay in Chroma: the walk bounds a reached turn's similarity by the least
-    similarity of the question's full dense lists instead of reading the vector back per question."""
-    from strata.memory import store as store_module
-    from strata.memory.graph import traversal
-
-    monkeypatch.setattr(store_module, "EXACT_LIMIT", 0)  # every kind counts as large
-    turns = list(load_turns(locomo_dir / "conv-26.json").turns())[:20]
-    store = open_store(StoreSettings(data_dir=str(tmp_path / "mem")), "large")
-    try:
-        store.add([raw_record(t, "large") for t in turns])
-        store.link([Link(namespace="large", src=f"raw:{a.dia_id}", dst=f"raw:{b.dia_id}", type=LinkType.TEMPORAL)
-                    for a, b in pairwise(turns)])
-        assert store.vectors([GOLD], read_back=False) == {}
-        plan = offline_plan(QUESTION, store.participants(), [], None, ["raw"])
-        searcher = Searcher(store, plan, strip_names(plan.query, store.participants()), set())
-        hits = store.dense("raw", searcher.vector, 5)
-        searcher.ranked("raw", 5, None)
-        assert len(hits) == 5 and searcher.dense_floor == pytest.approx(hits[-1][1])
-        weights = edge_weights("what")
-        reached = traverse({"raw:D1:10": 1.0}, searcher.vector, StoreGraph(store), weights, hops=1,
-                           unheld_similarity=searcher.dense_floor)
-        expected = searcher.dense_floor * weights["temporal"] * traversal.DECAY
-        assert reached[GOLD].score == pytest.approx(expected)
-        assert GOLD in store.vectors([GOLD])  # a caller that asks may still read it back (and it is kept)
-        again = traverse({"raw:D1:10": 1.0}, searcher.vector, StoreGraph(store), weights, hops=1,
-                         unheld_similarity=searcher.dense_floor)
-        assert again[GOLD].score != pytest.approx(expected)  # held now: its own similarity counts
-    finally:
-        close_all()
-
-
 def test_research_keeps_the_path_of_what_the_walk_reached(memory_dir: Path) -> None:
     rt = runtime(memory_dir, mode="retrieve", token_budget=600, granularities="raw")
     out = research(State(question=QUESTION), rt)

@@ -13,10 +13,7 @@ and about the question: a neighbour of the best anchor that is about something
 else ranks low, and so does a similar record reached from a weak one. The best
 few of each hop are expanded further (the beam), and the walk stops after a
 fixed number of hops or records. A node without a vector (an entity node, say)
-counts as similar (1), so it can bridge two records without ranking itself. A
-record whose vector is not held in memory (a kind past the exact index's size
-in a large namespace) counts as similar as the last record of the question's
-dense lists, the most it can be since it is not in them.
+counts as similar (1), so it can bridge two records without ranking itself.
 
 Every record reached keeps the path it was reached by (the anchor, then each
 edge type and hop), so a context can show why each item is in it.
@@ -129,7 +126,6 @@ class Reached:
 def traverse(
     anchors: Sequence[str] | Mapping[str, float], query: np.ndarray, view: GraphView, weights: Mapping[str, float], *,
     hops: int | None = None, beam: int | None = None, max_reached: int | None = None, decay: float | None = None,
-    unheld_similarity: float = 1.0,
 ) -> dict[str, Reached]:
     """Records reached from `anchors` (not the anchors themselves; a mapping gives each anchor's strength
     in [0, 1], a list starts them all at 1), best path each, by the rule in the module docstring. Unset
@@ -162,10 +158,7 @@ def traverse(
             weight = weights.get(edge.type.value, UNKNOWN_WEIGHT) * max(edge.weight, 0.0) * decay**hop
             parent = paths[here]
             vector = vectors.get(there)
-            if vector is not None:
-                similar = max(float(_unit(vector) @ query), 0.0)
-            else:  # a bridge (entity node) passes its parent's strength on; an unheld record is bounded
-                similar = unheld_similarity if there in known else 1.0
+            similar = max(float(_unit(vector) @ query), 0.0) if vector is not None else 1.0
             score = parent.score * similar * weight
             if score <= 0 or (there in found and found[there].score >= score):
                 continue

@@ -20,10 +20,7 @@ class StoreGraph:
         return self.store.ledger.neighbours(self.store.namespace, ids, self.types)
 
     def vectors(self, ids: Iterable[str]) -> dict[str, np.ndarray]:
-        """The vectors held in memory (every record of a kind up to `EXACT_LIMIT` records): a large kind's
-        are not read back from Chroma per question (a read per hop cost 35 ms of a question's p50 on a
-        Chroma server at 100,000 records); the walk bounds their similarity instead (`traverse`)."""
-        return self.store.vectors(ids, read_back=False)
+        return self.store.vectors(ids)
 
     def records(self, ids: Iterable[str]) -> set[str]:
         """The ids that are stored records, from the mirrors (entity nodes and unknown ids are not)."""
