@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import networkx as nx
-import numpy as np
 import pytest
 import strata.graph  # noqa: F401  (loads the graph package before the role modules it wires)
 from langchain_core.language_models.fake_chat_models import FakeListChatModel
@@ -71,8 +70,13 @@ def test_the_question_is_real_and_its_gold_turn_is_the_one_walked_to(locomo_dir:
     assert asked and GOLD.removeprefix("raw:") in asked[0].evidence
 
 
-def test_traversal_reaches_a_gold_turn_that_dense_and_bm25_miss(memory_dir: Path) -> None:
-    """MAGMA's ranking: every anchor equally strong, so each neighbour ranks by its own similarity."""
+def test_traversal_reaches_a_gold_turn_that_dense_and_bm25_miss(
+    memory_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MAGMA's ranking: every anchor equally strong, each neighbour scored by its own similarity."""
+    from strata.memory.graph import traversal
+
+    monkeypatch.setattr(traversal, "SIMILARITY_SHARE", 1.0)
     store = open_store(StoreSettings(data_dir=str(memory_dir)), NAMESPACE)
     vector = store.embedder.embed([QUESTION])[0]
     dense = [rid for rid, _ in store.dense("raw", vector, 10)]
@@ -86,22 +90,22 @@ def test_traversal_reaches_a_gold_turn_that_dense_and_bm25_miss(memory_dir: Path
     assert reached[GOLD].anchor == "raw:D1:10"
 
 
-def test_a_neighbour_scores_its_anchors_strength_times_its_own_similarity(memory_dir: Path) -> None:
-    """AdaMem's propagation and MAGMA's similarity in one product, with the edge's weight and the hop's decay."""
+def test_a_neighbour_inherits_its_anchors_strength_as_the_similarity_share_falls(
+    memory_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """AdaMem's propagation: with SIMILARITY_SHARE 0 a reached turn scores what its anchor passes on."""
     from strata.memory.graph import traversal
 
     store = open_store(StoreSettings(data_dir=str(memory_dir)), NAMESPACE)
     vector = store.embedder.embed([QUESTION])[0]
     weights = edge_weights("what")
-    own = store.vectors([GOLD])[GOLD]
-    similarity = float(own @ vector / (np.linalg.norm(own) * np.linalg.norm(vector)))
-    edges = StoreGraph(store).edges(["raw:D1:10"])
-    link = next(e for e in edges if GOLD in (e.src, e.dst) and e.type.value == "temporal")
+    monkeypatch.setattr(traversal, "SIMILARITY_SHARE", 1.0)
     strong = traverse({"raw:D1:10": 1.0}, vector, StoreGraph(store), weights, hops=1)
-    weak = traverse({"raw:D1:10": 0.6}, vector, StoreGraph(store), weights, hops=1)
-    expected = similarity * weights["temporal"] * link.weight * traversal.DECAY
-    assert 0 < similarity < 1 and strong[GOLD].score == pytest.approx(expected)
-    assert weak[GOLD].score == pytest.approx(0.6 * expected)  # a weaker anchor passes on less
+    monkeypatch.setattr(traversal, "SIMILARITY_SHARE", 0.0)
+    inherited = traverse({"raw:D1:10": 0.6}, vector, StoreGraph(store), weights, hops=1)
+    expected = 0.6 * weights["temporal"] * traversal.DECAY
+    assert inherited[GOLD].score == pytest.approx(expected)
+    assert strong[GOLD].score != pytest.approx(expected / 0.6)  # by similarity, the score was its own
 
 
 def test_research_keeps_the_path_of_what_the_walk_reached(memory_dir: Path) -> None:

@@ -1,19 +1,17 @@
 """Query-time traversal of the memory graph: a budgeted beam search over typed edges.
 
 MAGMA (section 4, Algorithm 1) starts from anchors found by fused dense, lexical
-and time lists and walks the typed graphs, the edge types weighted by what the question asks
-(a why-question follows causal edges first, a when-question the temporal chain,
-a who- or what-question the entity edges); AdaMem (section 3.3) propagates scores along the
-graph with a decay per step. Here the two are one product: a record reached over
-an edge scores the strength of the record it was reached from (an anchor's
-fused strength, AdaMem's propagation), times its own similarity to the question
-(MAGMA), times the edge type's weight for the question's focus, times the link's
-own weight, times a decay per hop. A neighbour must be both near a strong record
-and about the question: a neighbour of the best anchor that is about something
-else ranks low, and so does a similar record reached from a weak one. The best
-few of each hop are expanded further (the beam), and the walk stops after a
-fixed number of hops or records. A node without a vector (an entity node, say)
-counts as similar (1), so it can bridge two records without ranking itself.
+and time lists and walks the typed graphs, the edge types weighted by what the
+question asks (a why-question follows causal edges first, a when-question the
+temporal chain, a who- or what-question the entity edges); AdaMem (section 3.3)
+propagates scores along the graph with a decay per step. Here a record reached
+over an edge scores its own similarity to the question (blended with its
+parent's score by `SIMILARITY_SHARE`: AdaMem's propagation), times the edge type's
+weight for the question's focus, times the link's own weight, times a decay per
+hop; the best few of each hop are expanded further (the beam), and the walk
+stops after a fixed number of hops or records. A node without a vector (an
+entity node, say) passes its parent's score on instead, so it can bridge two
+records without ranking itself.
 
 Every record reached keeps the path it was reached by (the anchor, then each
 edge type and hop), so a context can show why each item is in it.
@@ -138,6 +136,7 @@ def traverse(
     starts = list(strength)
     best: dict[str, Reached] = {}
     paths: dict[str, Reached] = {a: Reached(a, strength[a], a, ()) for a in starts}
+    share = SIMILARITY_SHARE
     frontier = starts
     query = _unit(query)
     for hop in range(1, hops + 1):
@@ -151,15 +150,18 @@ def traverse(
                 if here in frontier_set and there not in paths:
                     candidates.append((here, there, edge))
         reached_ids = sorted({there for _, there, _ in candidates})
-        vectors = view.vectors(reached_ids)
-        known = view.records(reached_ids)
+        # vectors only when a neighbour's own similarity counts (a read of each from the vector store);
+        # otherwise only which ids are records
+        vectors = view.vectors(reached_ids) if share > 0 else {}
+        known = set(vectors) if share > 0 else view.records(reached_ids)
         found: dict[str, Reached] = {}
         for here, there, edge in candidates:
             weight = weights.get(edge.type.value, UNKNOWN_WEIGHT) * max(edge.weight, 0.0) * decay**hop
             parent = paths[here]
             vector = vectors.get(there)
-            similar = max(float(_unit(vector) @ query), 0.0) if vector is not None else 1.0
-            score = parent.score * similar * weight
+            similar = max(float(_unit(vector) @ query), 0.0) if vector is not None else parent.score
+            own = share * similar + (1.0 - share) * parent.score
+            score = own * weight
             if score <= 0 or (there in found and found[there].score >= score):
                 continue
             step = Step(via=edge.type.value, src=here, dst=there, hop=hop)
