@@ -20,9 +20,9 @@ Evidence recall is strict (a gold turn's raw text, or a fact derived from it, is
 in the context) with a lenient column beside it (an episode, summary or trait
 citing the turn counts too), and an `answer words` column: the share of the
 gold answer's words found in the context, which shows a ranking or rendering
-that keeps a turn's id but drops what answers. Rows are cached in `<out>/rows.jsonl` as they are
-measured, so an interrupted run resumes; `report.md` and `curve.png` are rebuilt
-from the rows every time.
+that keeps a turn's id but drops what answers. Rows are cached in
+`<out>/rows.jsonl` as they are measured, so an interrupted run resumes;
+`report.md` and `curve.png` are rebuilt from the rows every time.
 
     python -m strata.evaluation.curve ../shared/data/locomo/conv-*.json --out runs/curve [--questions N]
 """

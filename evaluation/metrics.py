@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 from pydantic import BaseModel, ConfigDict
 from strata.memory.entities import plain_words
-from strata.memory.lemmas import forms
+from strata.memory.lemmas import forms, text_forms
 from strata.memory.records import Kind, Record
 
 _PUNCTUATION = frozenset(string.punctuation)
@@ -149,7 +149,7 @@ def answer_words_found(answer: str, context_text: str) -> float | None:
     wanted = [w for w in dict.fromkeys(plain_words(answer)) if w not in _VERDICT_WORDS]
     if not wanted:
         return None
-    present = frozenset().union(*(forms(w) for w in plain_words(context_text)))
+    present = text_forms(context_text)
     return sum(1 for w in wanted if forms(w) & present) / len(wanted)
 
 
