@@ -15,6 +15,7 @@ from strata.agents.wire import WIRE_PROBLEMS
 from strata.graph.context import Context
 from strata.graph.state import Evidence, RoleNote, State
 from strata.memory.errors import InputError
+from strata.memory.facts import without_small_talk
 from strata.memory.records import Record
 from strata.memory.registry import open_store
 from strata.memory.store import Hit, MemoryStore
@@ -56,9 +57,12 @@ def traced(state: State, role: str, policy: str, summary: str) -> list[RoleNote]
     return [*state.trace, RoleNote(role=role, policy=policy, summary=summary)]
 
 
-def evidence_of(record: Record, score: float = 0.0, found_by: Sequence[str] = ()) -> Evidence:
+def evidence_of(
+    record: Record, score: float = 0.0, found_by: Sequence[str] = (), people: Sequence[str] = ()
+) -> Evidence:
     """A record as evidence. Built without validating again: every field comes from a validated record
-    (a question at 100,000 records ranks over a thousand units, and validation was a fifth of its time)."""
+    (a question at 100,000 records ranks over a thousand units, and validation was a fifth of its time).
+    Given the conversation's `people`, a turn is shown without its small talk (`brief_line`)."""
     return Evidence.model_construct(
         id=record.id,
         kind=record.kind,
@@ -70,9 +74,20 @@ def evidence_of(record: Record, score: float = 0.0, found_by: Sequence[str] = ()
         score=float(score),
         found_by=list(found_by),
         label=record.label(),
-        line=record.line(),
+        line=brief_line(record, people) if people else record.line(),
         path=[],
     )
+
+
+def brief_line(record: Record, people: Sequence[str]) -> str:
+    """A turn's context line without its greetings, thanks and praise (`memory.facts.without_small_talk`);
+    other records as they are. The listener, whose name a greeting addresses, is the one other person
+    of a two-person conversation."""
+    if record.kind != "raw" or not record.speaker:
+        return record.line()
+    others = [p for p in people if p != record.speaker]
+    brief = without_small_talk(record.text, record.speaker, others[0] if len(others) == 1 else None)
+    return record.line(brief if brief != record.text else None)
 
 
 def evidence_from_hits(hits: Iterable[Hit]) -> list[Evidence]:

@@ -27,6 +27,7 @@ record for the current turn; any other delete becomes a recorded no-op.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
@@ -184,7 +185,8 @@ def refresher(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
                 touched.add(step.record.id)
                 if step.action != "noop":
                     notes += follow_persona(store, step, plan.policy, note.change_id)
-    evidence = refreshed_evidence(state.evidence, store, notes)
+    people = store.participants() if context.brief_turns else []
+    evidence = refreshed_evidence(state.evidence, store, notes, people)
     counts = {a: sum(n.action == a for n in notes) for a in ("update", "delete", "noop")}
     summary = (
         f"{min(len(groups), MAX_GROUPS)} conflict group(s): {counts['update']} updated, {counts['delete']} deleted, "
@@ -497,8 +499,11 @@ def follow_persona(store: MemoryStore, step: Step, policy: str, lead: int | None
     return notes
 
 
-def refreshed_evidence(evidence: list[Evidence], store: MemoryStore, notes: list[ChangeNote]) -> list[Evidence]:
-    """The evidence as the memory now stands: rewritten items re-read, tombstoned and superseded ones dropped."""
+def refreshed_evidence(
+    evidence: list[Evidence], store: MemoryStore, notes: list[ChangeNote], people: Sequence[str] = ()
+) -> list[Evidence]:
+    """The evidence as the memory now stands: rewritten items re-read (shown as Research shows them:
+    without small talk when `people` are given), tombstoned and superseded ones dropped."""
     changed = {n.record_id for n in notes if n.action != "noop"}
     if not changed:
         return list(evidence)
@@ -509,5 +514,5 @@ def refreshed_evidence(evidence: list[Evidence], store: MemoryStore, notes: list
         if record is None:
             refreshed.append(item)
         elif record.status == Status.ACTIVE:
-            refreshed.append(evidence_of(record, item.score, item.found_by))
+            refreshed.append(evidence_of(record, item.score, item.found_by, people))
     return refreshed

@@ -378,6 +378,7 @@ class Searcher:
         # text). Its first round searches no raw turns, and facts are shown on their own.
         self.compact = COMPACT_BROAD and _broad(plan.query.lower())
         self.summaries = True  # summaries may start a walk (the `summaries` switch turns it off)
+        self.people: tuple[str, ...] = ()  # whose turns are shown without small talk (`brief_turns`)
 
     def records(self, kind: Kind) -> Mapping[str, Record]:
         """A granularity's active records by id (the store's view), looked up once per round."""
@@ -512,8 +513,8 @@ def line_tokens(text: str) -> int:
     return _count_tokens(text) + 1
 
 
-def unit_evidence(unit: Unit) -> Evidence:
-    item = evidence_of(unit.record, round(unit.score, 6), sorted(unit.found_by))
+def unit_evidence(unit: Unit, people: Sequence[str] = ()) -> Evidence:
+    item = evidence_of(unit.record, round(unit.score, 6), sorted(unit.found_by), people)
     lists = sorted(unit.found_by - {"graph"})
     item.path = unit.path or [PathStep(step="anchor", via=lists, dst=unit.key)]
     return item
@@ -586,6 +587,7 @@ def research(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     dense_text = text if context.mode == "ingest" else strip_names(plan.query, participants)
     searcher = Searcher(store, plan, dense_text, exclude)
     searcher.summaries = getattr(context, "summaries", True)
+    searcher.people = tuple(participants) if context.brief_turns else ()
     if context.mode == "ingest":
         evidence, plan, summary = _ingest_round(searcher, context, kinds)
     elif first:
@@ -615,7 +617,7 @@ def _first_round(searcher: Searcher, context: Context, kinds: Sequence[Kind]) ->
         searched = [k for k in searched if k != "raw"]  # a broad question reads facts, not whole turns
     k = max(plan.k_dyn, context.k_m)
     units = searcher.units(searched, POOL, walk=walk_weights(plan, context, searcher.compact))
-    ranked = _ranked(units)
+    ranked = _ranked(units, searcher.people)
     evidence = chronological(select(ranked, context.token_budget))
     plan = plan.model_copy(update={"searched": list(searched)})
     return evidence, plan, _summary(plan, evidence, k, 1)
@@ -636,7 +638,7 @@ def _ingest_round(searcher: Searcher, context: Context, kinds: Sequence[Kind]) -
     searched: list[Kind] = [k for k in ("raw", "fact") if k in kinds] or [plan.route]
     k = max(plan.k_dyn, context.k_m)
     units = searcher.units(searched, INGEST_POOL, light=True)
-    evidence = chronological(select(_ranked(units), context.token_budget, k))
+    evidence = chronological(select(_ranked(units, searcher.people), context.token_budget, k))
     plan = plan.model_copy(update={"searched": list(searched)})
     return evidence, plan, _summary(plan, evidence, k, 1)
 
@@ -660,21 +662,21 @@ def _retry_round(
         units = sub_searcher.units(list(plan.searched), POOL, walk=walk_weights(sub_plan, context, searcher.compact))
         for unit in units.values():
             unit.found_by.add("subquestion")
-        new += [e for e in _ranked(units) if e.id not in known][: max(plan.k_dyn, context.k_m)]
+        new += [e for e in _ranked(units, searcher.people) if e.id not in known][: max(plan.k_dyn, context.k_m)]
         steps.append(f"sub-question {sub!r} ({policy})")
     if remaining:
         units = searcher.units(remaining, POOL)
-        new += _ranked(units)
+        new += _ranked(units, searcher.people)
         searched += remaining
         steps.append("searched " + ", ".join(remaining))
-    linked = _linked(store, earlier, exclude)
+    linked = _linked(store, earlier, exclude, searcher.people)
     if linked:
         new += linked
         steps.append(f"{len(linked)} linked records")
     if not sub and not remaining:
         wider = max(plan.k_dyn, context.k_m) * (rounds + 1)
         units = searcher.units(plan.searched, POOL * (rounds + 1))
-        new += [e for e in _ranked(units) if e.id not in known][: wider]
+        new += [e for e in _ranked(units, searcher.people) if e.id not in known][: wider]
         steps.append(f"wider K={wider}")
     known = {e.id for e in earlier}
     fresh = [e for e in _dedupe(new) if e.id not in known]
@@ -694,15 +696,18 @@ def _retry_round(
     return evidence, plan, summary
 
 
-def _ranked(units: dict[str, Unit]) -> list[Evidence]:
-    """Units best first, as evidence; the score is per token^COST_EXPONENT so that short items compete."""
-    items = [unit_evidence(u) for u in units.values()]
+def _ranked(units: dict[str, Unit], people: Sequence[str] = ()) -> list[Evidence]:
+    """Units best first, as evidence; the score is per token^COST_EXPONENT so that short items compete
+    (a turn's tokens as shown: without small talk when `people` are given)."""
+    items = [unit_evidence(u, people) for u in units.values()]
     for item in items:
         item.score = round(item.score / (item_tokens(item) ** COST_EXPONENT), 8)
     return sorted(items, key=lambda e: (-e.score, e.id))
 
 
-def _linked(store: MemoryStore, earlier: Sequence[Evidence], exclude: set[str]) -> list[Evidence]:
+def _linked(
+    store: MemoryStore, earlier: Sequence[Evidence], exclude: set[str], people: Sequence[str] = ()
+) -> list[Evidence]:
     """Records one typed edge away from what was found (temporal, entity, derived-from, related);
     an unedited fact comes as the turn it was derived from, like in the search."""
     if not earlier:
@@ -718,7 +723,9 @@ def _linked(store: MemoryStore, earlier: Sequence[Evidence], exclude: set[str]) 
             records.append(record)
     score = round(min(e.score for e in top) * NEIGHBOUR_SHARE, 8)
     return [
-        evidence_of(r, score, ["link"]) for r in _unique(records) if r.status == Status.ACTIVE and r.id not in exclude
+        evidence_of(r, score, ["link"], people)
+        for r in _unique(records)
+        if r.status == Status.ACTIVE and r.id not in exclude
     ]
 
 

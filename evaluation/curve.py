@@ -64,6 +64,7 @@ ABLATIONS = {
     "no summaries": "summaries",
     "no traversal": "traversal",
     "no Judge filter": "judge_filter",
+    "no brief turns": "brief_turns",
 }
 # switches that change what ingest and consolidation write: their ablations need their own ingest
 WRITE_SWITCHES = frozenset({"entity_graph", "semantic_links", "causal_links", "summaries"})

@@ -166,6 +166,11 @@ class Context:
         default=True,
         metadata={"description": "The Judge drops irrelevant items before the answer (AMA); off for ablations."},
     )
+    brief_turns: bool = field(
+        default=True,
+        metadata={"description": "Show turns in a context without their small talk (greetings, thanks, praise), so "
+                  "the token budget holds more of what was said; off for ablations."},
+    )
     refresh_on_read: bool = field(
         default=False,
         metadata={

@@ -94,16 +94,17 @@ class Record(BaseModel):
         when = self.time.strftime("%Y-%m-%d") if self.time else "undated"
         return f"[{self.dialogue_id or self.id} | {when} | {self.kind}] {self._said()}"
 
-    def line(self) -> str:
+    def line(self, text: str | None = None) -> str:
         """How the record appears in a role's context, under a heading with its date: the id, the kind
-        when it is not a raw turn, and the text (the date is shared by the lines below one heading)."""
+        when it is not a raw turn, and the text (the date is shared by the lines below one heading).
+        `text` shows other words in the record's place (a turn without its small talk)."""
         tag = "" if self.kind == "raw" else f" {self.kind}"
-        return f"[{self.dialogue_id or self.id}{tag}] {self._said()}"
+        return f"[{self.dialogue_id or self.id}{tag}] {self._said(text)}"
 
-    def _said(self) -> str:
+    def _said(self, text: str | None = None) -> str:
         who = f"{self.speaker}: " if self.kind == "raw" and self.speaker else ""
         extra = f" [shared a photo: {self.image_caption}]" if self.image_caption else ""
-        return f"{who}{self.text}{extra}"
+        return f"{who}{self.text if text is None else text}{extra}"
 
 
 class LinkType(StrEnum):

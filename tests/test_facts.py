@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from strata.memory.dates import parse_datetime
 from strata.memory.entities import keywords, split_entities, stem, tokenize
-from strata.memory.facts import FactDraft, extract_facts, split_clauses, split_sentences
+from strata.memory.facts import FactDraft, extract_facts, split_clauses, split_sentences, without_small_talk
 from strata.memory.records import Turn
 
 
@@ -330,6 +330,26 @@ def test_entities_and_bm25_tokens() -> None:
     assert [stem(w) for w in ("hiking", "hiked", "hikes", "hike")] == ["hik"] * 4
     assert tokenize("Caroline's kids were painting; the kids paint!") == ["carolin", "kid", "paint", "kid", "paint"]
     assert keywords("Caroline's kids were painting; the kids paint!") == ["carolin", "kid", "paint"]
+
+
+# --- turns shown without small talk ---------------------------------------------------------------
+
+
+def test_a_turn_is_shown_without_its_small_talk_and_keeps_what_it_states_and_asks(conv26: dict[str, Turn]) -> None:
+    def brief(dia: str) -> str:
+        turn = conv26[dia]
+        return without_small_talk(turn.text, turn.speaker, turn.listener)
+
+    # greetings and praise go; a statement and the questions stay word for word
+    assert brief("D1:2") == "I'm swamped with the kids & work. What's up with you? Anything new?"
+    assert brief("D1:13") == "Is this your own painting?"
+    assert brief("D1:8") == "You've got guts. What now?"
+    # what the turn states is kept whole, even after praise in the same sentence
+    assert "Your empathy and understanding will really help the people you work with." in brief("D1:12")
+    # a turn that is nothing but small talk is shown whole rather than as an empty line
+    assert brief("D5:16") == conv26["D5:16"].text
+    # a turn without small talk is unchanged
+    assert brief("D1:3") == conv26["D1:3"].text
 
 
 # --- speed ---------------------------------------------------------------------------------------

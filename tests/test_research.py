@@ -25,7 +25,7 @@ from strata.graph.context import Context
 from strata.graph.state import Evidence, State, Verdict
 from strata.memory.entities import extract_entities
 from strata.memory.errors import InputError
-from strata.memory.facts import extract_facts
+from strata.memory.facts import extract_facts, split_sentences
 from strata.memory.records import Link, LinkType, Record, Turn, raw_record
 from strata.memory.registry import close_all, open_store
 from strata.memory.settings import StoreSettings
@@ -178,6 +178,24 @@ def test_locomo_questions_reach_their_gold_turns(memory_dir: Path, gold: list[tu
         found = reached(out["evidence"])
         recalls.append(sum(g in found for g in evidence) / len(evidence))
     assert sum(recalls) / len(recalls) >= 0.9
+
+
+def test_turns_are_shown_without_small_talk_so_more_of_them_fit(memory_dir: Path) -> None:
+    """A context shows each turn without its greetings, thanks and praise (the `brief_turns` switch):
+    the same budget then holds more turns; the switch off shows every turn whole."""
+    question = "What did Caroline and Melanie talk about when they met again?"
+    brief = ask(memory_dir, question, token_budget=600)["evidence"]
+    whole = ask(memory_dir, question, token_budget=600, brief_turns=False)["evidence"]
+    assert all(f"{e.speaker}: {e.text}" in e.line for e in whole if e.kind == "raw")
+    trimmed = [e for e in brief if e.kind == "raw" and e.text not in e.line]
+    assert trimmed, "no turn in the context had small talk to leave out"
+    for item in trimmed:
+        head = f"[{item.dialogue_id}] {item.speaker}: "
+        assert item.line.startswith(head)  # still cited by its id
+        said = item.line.removeprefix(head).split(" [shared a photo: ")[0]
+        assert len(said) < len(item.text) and all(s in item.text for s in split_sentences(said))  # word for word
+    assert context_tokens(brief) <= 600 and context_tokens(whole) <= 600
+    assert len(brief) > len(whole)
 
 
 def test_facts_reactivate_their_source_turn(memory_dir: Path) -> None:
