@@ -50,8 +50,9 @@ class Evidence(BaseModel):
     path: list[PathStep] = Field(default_factory=list, description="How the item was reached (anchor, then edges).")
 
     def day(self) -> str:
-        """The heading the item's line is grouped under in a context."""
-        return self.time.strftime("%Y-%m-%d") if self.time else "undated"
+        """The heading the item's line is grouped under in a context, written as people write dates
+        ("8 May 2023"): an answer quotes it as asked, and it is a token shorter than 2023-05-08."""
+        return f"{self.time.day} {self.time:%B %Y}" if self.time else "undated"
 
     def turn_ids(self) -> list[str]:
         """The dialogue turns this item stands for (for evidence recall and citations)."""

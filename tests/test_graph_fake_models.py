@@ -189,7 +189,7 @@ def test_pass_path_with_the_model_for_every_role(data_dir: Path, embedder: Any, 
         ("research", PLAN_NOT_ASKED), ("judge", MODEL), ("working", MODEL)]  # the question names Caroline
     assert model.calls("plan") == []
     assert result["verdict"].action == "Pass" and result["rounds"] == 1
-    assert "(2023-05-08)\n[D1:1] Caroline:" in model.calls("answer")[-1]  # a date heading, then its lines
+    assert "(8 May 2023)\n[D1:1] Caroline:" in model.calls("answer")[-1]  # a date heading, then its lines
     assert "\n[D1:3] Caroline: I went to a LGBTQ support group" in model.calls("answer")[-1]
 
 
