@@ -22,7 +22,7 @@ from pydantic import BaseModel, Field
 from strata.memory.dates import ResolvedDate, resolve_relative
 from strata.memory.entities import CHAT_WORDS, PLAIN_WORDS, STOPWORDS, extract_entities, split_entities, wordset
 from strata.memory.moments import MaybeUtcTime
-from strata.memory.records import Turn
+from strata.memory.records import Turn, photo_subject
 from strata.memory.speakers import to_third_person
 
 
@@ -134,9 +134,6 @@ _FINITE = re.compile(
     re.IGNORECASE,
 )
 _THANKS_FOR = re.compile(r"^(?:thanks|thank\s+you)(?:\s+so\s+much)?\s+for\b", re.IGNORECASE)
-_CAPTION_LEAD = re.compile(
-    r"^(?:(?:a|an|the)\s+)?(?:photo(?:graph|graphy)?|picture|pic|image|snapshot)s?\s+of\s+", re.IGNORECASE
-)
 
 
 def split_sentences(text: str) -> list[str]:
@@ -542,7 +539,7 @@ def _caption_fact(turn: Turn) -> FactDraft | None:
     caption = (turn.image_caption or "").strip().rstrip(".")
     if not caption:
         return None
-    subject = _CAPTION_LEAD.sub("", caption).strip()
+    subject = photo_subject(caption)
     text = f"{turn.speaker} shared a photo of {subject}."
     return FactDraft(
         text=text,

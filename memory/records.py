@@ -19,6 +19,18 @@ Kind = Literal["raw", "fact", "episode", "persona", "summary"]
 KINDS: tuple[Kind, ...] = ("raw", "fact", "episode", "persona", "summary")
 
 
+
+# A shared photo's caption usually opens with what it is ("a photo of ..."); said once, not twice.
+CAPTION_LEAD = re.compile(
+    r"^(?:(?:a|an|the)\s+)?(?:photo(?:graph|graphy)?|picture|pic|image|snapshot)s?\s+of\s+", re.IGNORECASE
+)
+
+
+def photo_subject(caption: str) -> str:
+    """What a photo shows: its caption without the "a photo of" it opens with."""
+    return CAPTION_LEAD.sub("", caption).strip()
+
+
 class Status(StrEnum):
     """Lifecycle of a stored record: nothing is destroyed silently."""
 
@@ -97,14 +109,17 @@ class Record(BaseModel):
     def line(self, text: str | None = None) -> str:
         """How the record appears in a role's context, under a heading with its date: the id, the kind
         when it is not a raw turn, and the text (the date is shared by the lines below one heading).
-        `text` shows other words in the record's place (a turn without its small talk)."""
+        `text` shows other words in the record's place (a turn without its small talk). A photo reads
+        "[shared a photo of a bookcase]", not "[shared a photo: a photo of a bookcase]"."""
         tag = "" if self.kind == "raw" else f" {self.kind}"
-        return f"[{self.dialogue_id or self.id}{tag}] {self._said(text)}"
+        photo = f" [shared a photo of {photo_subject(self.image_caption)}]" if self.image_caption else ""
+        return f"[{self.dialogue_id or self.id}{tag}] {self._said(text, photo)}"
 
-    def _said(self, text: str | None = None) -> str:
+    def _said(self, text: str | None = None, photo: str | None = None) -> str:
         who = f"{self.speaker}: " if self.kind == "raw" and self.speaker else ""
-        extra = f" [shared a photo: {self.image_caption}]" if self.image_caption else ""
-        return f"{who}{self.text if text is None else text}{extra}"
+        if photo is None:
+            photo = f" [shared a photo: {self.image_caption}]" if self.image_caption else ""
+        return f"{who}{self.text if text is None else text}{photo}"
 
 
 class LinkType(StrEnum):

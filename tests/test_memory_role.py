@@ -136,6 +136,8 @@ def test_a_photo_caption_stays_with_its_turn(ingested: Ingested) -> None:
     with_photo = store.get_one("raw:D1:5")
     assert with_photo.image_caption == "a photo of a dog walking past a wall with a painting of a woman"
     assert with_photo.label().endswith(f"[shared a photo: {with_photo.image_caption}]")
+    # a context line says "a photo" once
+    assert with_photo.line().endswith("[shared a photo of a dog walking past a wall with a painting of a woman]")
     assert store.get_one("raw:D1:12").image_caption == "a photo of a painting of a sunset over a lake"
     assert store.get_one("raw:D1:3").image_caption == ""
     photo_facts = [f.text for f in store.all("fact") if f.source_ids == ["D1:5"] and "photo" in f.text]

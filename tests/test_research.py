@@ -192,7 +192,7 @@ def test_turns_are_shown_without_small_talk_so_more_of_them_fit(memory_dir: Path
     for item in trimmed:
         head = f"[{item.dialogue_id}] {item.speaker}: "
         assert item.line.startswith(head)  # still cited by its id
-        said = item.line.removeprefix(head).split(" [shared a photo: ")[0]
+        said = item.line.removeprefix(head).split(" [shared a photo ")[0]
         assert len(said) < len(item.text) and all(s in item.text for s in split_sentences(said))  # word for word
     assert context_tokens(brief) <= 600 and context_tokens(whole) <= 600
     assert len(brief) > len(whole)
