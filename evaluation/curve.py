@@ -47,7 +47,7 @@ from strata.evaluation.systems import RunSettings
 from strata.graph.context import Context
 from strata.graph.state import Evidence
 from strata.memory.bm25 import reciprocal_rank_fusion
-from strata.memory.errors import InputError
+from strata.memory.errors import InputError, StrataError
 
 from strata.api import Memory
 from strata.conversations import LoadedConversation, Question, load_questions, load_turns
@@ -403,11 +403,31 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     for spec in args.tune:
         if "=" not in spec or "." not in spec.partition("=")[0]:
             parser.error(f"--tune {spec!r}: write MODULE.NAME=v1,v2 (e.g. strata.agents.research.ANCHORS=5,10)")
+        problem = _tune_problem(spec)
+        if problem:
+            parser.error(problem)
     missing = [f for f in args.files if not Path(f).is_file()]
     if missing:
         parser.error(f"no such file: {', '.join(missing)}")
     args.command = "python -m strata.evaluation.curve " + " ".join(argv if argv is not None else [])
     return args
+
+
+def _tune_problem(spec: str) -> str:
+    """Why `--tune MODULE.NAME=v1,v2` cannot run (checked before any memory is ingested), or ''."""
+    target, _, values = spec.partition("=")
+    module_name, _, name = target.rpartition(".")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError:
+        return f"--tune {spec}: no module {module_name} (e.g. strata.agents.research)"
+    if not hasattr(module, name):
+        return f"--tune {spec}: {module_name} has no constant {name}"
+    try:
+        [float(v) for v in values.split(",")]
+    except ValueError:
+        return f"--tune {spec}: give numbers after '=', comma separated"
+    return ""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -416,7 +436,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     import sys
 
     args = parse(list(argv) if argv is not None else sys.argv[1:])
-    run = evaluate(args) if not args.report_only else Run(Path(args.out), args.ingest_cache)
+    try:
+        run = evaluate(args) if not args.report_only else Run(Path(args.out), args.ingest_cache)
+    except StrataError as error:  # e.g. another run holds a cached memory folder
+        print(f"error: {' '.join(str(error).split())}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted: measured rows are cached; run the same command again to resume", file=sys.stderr)
+        return 130
     print(write_report(run, args))
     return 0
 

@@ -58,3 +58,43 @@ def test_the_command_line_rejects_an_unknown_ablation(locomo_dir: Path, capsys: 
     assert "--ablations colour" in capsys.readouterr().err  # type: ignore[attr-defined]
     args = parse([str(locomo_dir / "conv-26.json"), "--out", "x", "--ablations", "summaries,judge_filter"])
     assert args.ablations == {"summaries", "judge_filter"}
+
+
+def test_the_command_line_rejects_a_constant_it_cannot_tune(locomo_dir: Path, capsys: object) -> None:
+    import pytest
+
+    conversation = str(locomo_dir / "conv-26.json")
+    for spec, said in [
+        ("strata.agents.research.NO_SUCH=1,2", "has no constant NO_SUCH"),
+        ("strata.agents.nowhere.ANCHORS=1", "no module strata.agents.nowhere"),
+        ("strata.agents.research.ANCHORS=five", "give numbers"),
+    ]:
+        with pytest.raises(SystemExit):
+            parse([conversation, "--out", "x", "--tune", spec])
+        assert said in capsys.readouterr().err  # type: ignore[attr-defined]
+    assert parse([conversation, "--out", "x", "--tune", "strata.agents.research.ANCHORS=5,10"]).tune
+
+
+def test_a_memory_folder_another_process_holds_is_a_one_line_error(
+    locomo_dir: Path, tmp_path: Path, capsys: object, monkeypatch: object
+) -> None:
+    """Two runs sharing one ingest cache: the second says what to do instead of a traceback."""
+    import fcntl
+    import os
+
+    from strata.evaluation.curve import main
+
+    folder = tmp_path / "cache" / "all" / "conv-26"
+    folder.mkdir(parents=True)
+    holder = os.open(folder / "chroma.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(holder, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as another run would hold it
+    monkeypatch.setenv("STRATA_LOCK_WAIT", "0")  # type: ignore[attr-defined]
+    try:
+        code = main([str(locomo_dir / "conv-26.json"), "--out", str(tmp_path / "out"),
+                     "--ingest-cache", str(tmp_path / "cache"), "--questions", "1", "--ablations", "none"])
+    finally:
+        os.close(holder)
+    err = capsys.readouterr().err  # type: ignore[attr-defined]
+    assert code == 2
+    assert "in use by another process" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
