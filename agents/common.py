@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
+from functools import lru_cache
 from typing import Literal
 
 from langgraph.runtime import Runtime
@@ -85,9 +86,15 @@ def brief_line(record: Record, people: Sequence[str]) -> str:
     of a two-person conversation."""
     if record.kind != "raw" or not record.speaker:
         return record.line()
-    others = [p for p in people if p != record.speaker]
-    brief = without_small_talk(record.text, record.speaker, others[0] if len(others) == 1 else None)
-    return record.line(brief if brief != record.text else None)
+    brief = without_small_talk(record.text, record.speaker, _listener(record.speaker, tuple(people)))
+    return record.line(brief if brief is not record.text else None)
+
+
+@lru_cache(maxsize=1024)
+def _listener(speaker: str, people: tuple[str, ...]) -> str | None:
+    """The one other person of a two-person conversation (a question ranks thousands of turns)."""
+    others = [p for p in people if p != speaker]
+    return others[0] if len(others) == 1 else None
 
 
 def evidence_from_hits(hits: Iterable[Hit]) -> list[Evidence]:
