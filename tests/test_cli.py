@@ -161,16 +161,18 @@ def test_ctrl_c_keeps_stored_turns_and_the_same_command_resumes(
 ) -> None:
     conversation, total = _longer_conversation(tmp_path)
     command = [sys.executable, "-m", "strata", "ingest", str(conversation), "--data-dir", str(data_dir), "--json"]
+    # A shell starts background jobs with Ctrl-C ignored, and a child inherits that: give it back, as a
+    # terminal would, so the test means the same wherever the suite runs (`make test &` included).
     process = subprocess.Popen(command, cwd=REPO, env=offline_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True)
+                               text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     ledger = data_dir / "ledger.sqlite3"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and process.poll() is None and _derived_turns(ledger) < 3:
         time.sleep(0.05)
     assert process.poll() is None, "the ingest ended before the first session's turns were seen"
     process.send_signal(signal.SIGINT)
-    _, stderr = process.communicate(timeout=60)
-    assert process.returncode == 130, stderr
+    stdout, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, f"exit {process.returncode}; stderr: {stderr!r}; stdout: {stdout[-300:]!r}"
     assert len(stderr.strip().splitlines()) == 1 and "interrupted" in stderr and "Traceback" not in stderr
 
     resumed = strata("ingest", str(conversation), "--data-dir", str(data_dir), "--json", env=offline_env)
