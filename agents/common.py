@@ -87,7 +87,7 @@ def brief_line(record: Record, people: Sequence[str]) -> str:
     if record.kind != "raw" or not record.speaker:
         return record.line()
     brief = without_small_talk(record.text, record.speaker, _listener(record.speaker, tuple(people)))
-    return record.line(brief if brief is not record.text else None)
+    return record.line(brief if brief != record.text else None)
 
 
 @lru_cache(maxsize=1024)

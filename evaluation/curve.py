@@ -38,6 +38,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import fields
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -200,12 +201,21 @@ def baseline_retriever(index: TurnIndex, kind: str, budget: int) -> Callable[[st
     return lambda question: chronological(select(ranked(question), budget))
 
 
+def tunable(target: str) -> tuple[ModuleType, str]:
+    """MODULE.NAME as the module and the constant's name; InputError when either does not exist."""
+    module_name, _, name = target.rpartition(".")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError:
+        raise InputError(f"--tune {target}: no module {module_name} (e.g. strata.agents.research)") from None
+    if not hasattr(module, name):
+        raise InputError(f"--tune {target}: {module_name} has no constant {name}")
+    return module, name
+
+
 def set_constant(spec: str, value: float) -> Callable[[], None]:
     """Set MODULE.NAME to value; returns the undo."""
-    module_name, _, name = spec.rpartition(".")
-    module = importlib.import_module(module_name)
-    if not hasattr(module, name):
-        raise InputError(f"--tune {spec}: {module_name} has no constant {name}")
+    module, name = tunable(spec)
     old = getattr(module, name)
     setattr(module, name, type(old)(value))
     return lambda: setattr(module, name, old)
@@ -403,31 +413,19 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     for spec in args.tune:
         if "=" not in spec or "." not in spec.partition("=")[0]:
             parser.error(f"--tune {spec!r}: write MODULE.NAME=v1,v2 (e.g. strata.agents.research.ANCHORS=5,10)")
-        problem = _tune_problem(spec)
-        if problem:
-            parser.error(problem)
+        target, _, values = spec.partition("=")
+        try:
+            tunable(target)
+            [float(v) for v in values.split(",")]
+        except InputError as error:
+            parser.error(str(error))
+        except ValueError:
+            parser.error(f"--tune {spec}: give numbers after '=', comma separated")
     missing = [f for f in args.files if not Path(f).is_file()]
     if missing:
         parser.error(f"no such file: {', '.join(missing)}")
     args.command = "python -m strata.evaluation.curve " + " ".join(argv if argv is not None else [])
     return args
-
-
-def _tune_problem(spec: str) -> str:
-    """Why `--tune MODULE.NAME=v1,v2` cannot run (checked before any memory is ingested), or ''."""
-    target, _, values = spec.partition("=")
-    module_name, _, name = target.rpartition(".")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError:
-        return f"--tune {spec}: no module {module_name} (e.g. strata.agents.research)"
-    if not hasattr(module, name):
-        return f"--tune {spec}: {module_name} has no constant {name}"
-    try:
-        [float(v) for v in values.split(",")]
-    except ValueError:
-        return f"--tune {spec}: give numbers after '=', comma separated"
-    return ""
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -142,9 +142,9 @@ def answer_words_found(answer: str, context_text: str) -> float | None:
     its id, so a context that shows a turn cut down (one sentence, one fact) keeps
     its recall while the words that answer may be gone. Comparing this share
     between two rankings at the same budget shows such a loss. None when the
-    answer has no content words ("Yes", "No"). Dates in the context are headings
-    (2023-05-07) while answers write "7 May 2023", so for temporal questions it
-    only compares systems, it does not say whether the date is there.
+    answer has no content words ("Yes", "No"). A date is found when the context
+    writes it as the answer does ("7 May 2023", as the date headings do); a
+    relative one ("yesterday" under its heading) is not.
     """
     wanted = [w for w in dict.fromkeys(plain_words(answer)) if w not in _VERDICT_WORDS]
     if not wanted:
