@@ -31,12 +31,13 @@ from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import lru_cache
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, TypeVar
 
 from langgraph.runtime import Runtime
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 from strata.agents.common import (
     OFFLINE,
+    brief_line,
     context_lines,
     date_heading,
     decided_offline,
@@ -49,7 +50,7 @@ from strata.agents.subquestion import subquestion
 from strata.agents.wire import new_question
 from strata.evaluation.tokens import count_tokens as _count_tokens
 from strata.graph.context import Context
-from strata.graph.state import Evidence, PathStep, Plan, RoleNote, State, fresh_run
+from strata.graph.state import Evidence, PathStep, Plan, RoleNote, State, day_of, fresh_run
 from strata.memory.bm25 import reciprocal_rank_fusion
 from strata.memory.dates import time_window
 from strata.memory.entities import wordset
@@ -520,13 +521,79 @@ def unit_evidence(unit: Unit, people: Sequence[str] = ()) -> Evidence:
     return item
 
 
-def select(ranked: Sequence[Evidence], budget: int, limit: int | None = None) -> list[Evidence]:
+class Shown(Protocol):
+    """What `select` budgets an item by: its id and kind, the line it shows and the day it is under."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def line(self) -> str: ...
+    @property
+    def label(self) -> str: ...
+    @property
+    def text(self) -> str: ...
+    def day(self) -> str: ...
+
+
+ShownT = TypeVar("ShownT", bound=Shown)
+
+
+@dataclass
+class Candidate:
+    """A ranked unit before it becomes evidence: its line and its score per token, all `select` needs.
+    A question at 100,000 records ranks thousands of units and keeps a few dozen, so only those chosen
+    are built as `Evidence` (building every one was a third of a question's time)."""
+
+    unit: Unit
+    line: str
+    score: float
+    people: Sequence[str] = ()
+
+    @property
+    def id(self) -> str:
+        return self.unit.record.id
+
+    @property
+    def kind(self) -> str:
+        return self.unit.record.kind
+
+    @property
+    def label(self) -> str:
+        return ""
+
+    @property
+    def text(self) -> str:
+        return self.unit.record.text
+
+    def day(self) -> str:
+        return day_of(self.unit.record.time)
+
+    def evidence(self) -> Evidence:
+        item = unit_evidence(self.unit, self.people)
+        item.score = self.score
+        return item
+
+
+def candidates(units: dict[str, Unit], people: Sequence[str] = ()) -> list[Candidate]:
+    """Units best first; the score is per token^COST_EXPONENT so that short items compete (a turn's
+    tokens as shown: without small talk when `people` are given)."""
+    ranked = []
+    for unit in units.values():
+        line = brief_line(unit.record, people) if people else unit.record.line()
+        score = round(round(unit.score, 6) / (line_tokens(line) ** COST_EXPONENT), 8)
+        ranked.append(Candidate(unit, line, score, people))
+    return sorted(ranked, key=lambda c: (-c.score, c.id))
+
+
+def select(ranked: Sequence[ShownT], budget: int, limit: int | None = None) -> list[ShownT]:
     """Best first until the token budget (or `limit` items) is reached; each record once.
 
     Items are already one per source turn: a fact is shown on its own only when it
     says something its turn does not (see `Searcher._to_units`).
     """
-    chosen: list[Evidence] = []
+    chosen: list[ShownT] = []
     ids: set[str] = set()
     days: set[str] = set()
     used = 0
@@ -551,7 +618,7 @@ def chronological(items: Iterable[Evidence]) -> list[Evidence]:
     return sorted(items, key=chronological_key)
 
 
-def item_tokens(item: Evidence) -> int:
+def item_tokens(item: Shown) -> int:
     return line_tokens(item.line or item.label or item.text)
 
 
@@ -617,8 +684,8 @@ def _first_round(searcher: Searcher, context: Context, kinds: Sequence[Kind]) ->
         searched = [k for k in searched if k != "raw"]  # a broad question reads facts, not whole turns
     k = max(plan.k_dyn, context.k_m)
     units = searcher.units(searched, POOL, walk=walk_weights(plan, context, searcher.compact))
-    ranked = _ranked(units, searcher.people)
-    evidence = chronological(select(ranked, context.token_budget))
+    chosen = select(candidates(units, searcher.people), context.token_budget)
+    evidence = chronological(c.evidence() for c in chosen)
     plan = plan.model_copy(update={"searched": list(searched)})
     return evidence, plan, _summary(plan, evidence, k, 1)
 
@@ -638,7 +705,8 @@ def _ingest_round(searcher: Searcher, context: Context, kinds: Sequence[Kind]) -
     searched: list[Kind] = [k for k in ("raw", "fact") if k in kinds] or [plan.route]
     k = max(plan.k_dyn, context.k_m)
     units = searcher.units(searched, INGEST_POOL, light=True)
-    evidence = chronological(select(_ranked(units, searcher.people), context.token_budget, k))
+    chosen = select(candidates(units, searcher.people), context.token_budget, k)
+    evidence = chronological(c.evidence() for c in chosen)
     plan = plan.model_copy(update={"searched": list(searched)})
     return evidence, plan, _summary(plan, evidence, k, 1)
 
@@ -652,7 +720,7 @@ def _retry_round(
     plan, store, exclude = searcher.plan, searcher.store, searcher.exclude
     remaining = [k for k in kinds if k not in plan.searched]
     searched = list(plan.searched)
-    new: list[Evidence] = []
+    new: list[Candidate | Evidence] = []  # built as evidence only if chosen
     steps: list[str] = []
     known = {e.id for e in earlier}
     sub, policy = subquestion(plan.query, missing, store.participants(), earlier, context)
@@ -662,11 +730,11 @@ def _retry_round(
         units = sub_searcher.units(list(plan.searched), POOL, walk=walk_weights(sub_plan, context, searcher.compact))
         for unit in units.values():
             unit.found_by.add("subquestion")
-        new += [e for e in _ranked(units, searcher.people) if e.id not in known][: max(plan.k_dyn, context.k_m)]
+        new += [c for c in candidates(units, searcher.people) if c.id not in known][: max(plan.k_dyn, context.k_m)]
         steps.append(f"sub-question {sub!r} ({policy})")
     if remaining:
         units = searcher.units(remaining, POOL)
-        new += _ranked(units, searcher.people)
+        new += candidates(units, searcher.people)
         searched += remaining
         steps.append("searched " + ", ".join(remaining))
     linked = _linked(store, earlier, exclude, searcher.people)
@@ -676,16 +744,18 @@ def _retry_round(
     if not sub and not remaining:
         wider = max(plan.k_dyn, context.k_m) * (rounds + 1)
         units = searcher.units(plan.searched, POOL * (rounds + 1))
-        new += [e for e in _ranked(units, searcher.people) if e.id not in known][: wider]
+        new += [c for c in candidates(units, searcher.people) if c.id not in known][: wider]
         steps.append(f"wider K={wider}")
     known = {e.id for e in earlier}
     fresh = [e for e in _dedupe(new) if e.id not in known]
     budget = context.token_budget
     reserve = int(budget * RETRY_NEW_SHARE) if fresh else 0
     ranked_old = sorted(earlier, key=lambda e: -e.score)
-    new_part = select(fresh, reserve)
+    new_part = _built(select(fresh, reserve))
     old_part = select(ranked_old, budget - context_tokens(new_part))
-    rest = select([e for e in fresh if e not in new_part], budget - context_tokens(new_part) - context_tokens(old_part))
+    taken = {e.id for e in new_part}
+    left = budget - context_tokens(new_part) - context_tokens(old_part)
+    rest = _built(select([e for e in fresh if e.id not in taken], left))
     evidence = chronological(_dedupe([*old_part, *new_part, *rest]))
     plan = plan.model_copy(update={"searched": searched})
     summary = _summary(plan, evidence, max(plan.k_dyn, context.k_m), rounds + 1)
@@ -696,13 +766,9 @@ def _retry_round(
     return evidence, plan, summary
 
 
-def _ranked(units: dict[str, Unit], people: Sequence[str] = ()) -> list[Evidence]:
-    """Units best first, as evidence; the score is per token^COST_EXPONENT so that short items compete
-    (a turn's tokens as shown: without small talk when `people` are given)."""
-    items = [unit_evidence(u, people) for u in units.values()]
-    for item in items:
-        item.score = round(item.score / (item_tokens(item) ** COST_EXPONENT), 8)
-    return sorted(items, key=lambda e: (-e.score, e.id))
+def _built(items: Iterable[Candidate | Evidence]) -> list[Evidence]:
+    """Chosen items as evidence (a candidate is built only once it is chosen)."""
+    return [item.evidence() if isinstance(item, Candidate) else item for item in items]
 
 
 def _linked(
@@ -733,9 +799,9 @@ def _unique(records: Iterable[Record]) -> list[Record]:
     return list({r.id: r for r in records}.values())
 
 
-def _dedupe(items: Iterable[Evidence]) -> list[Evidence]:
+def _dedupe(items: Iterable[ShownT]) -> list[ShownT]:
     seen: set[str] = set()
-    out: list[Evidence] = []
+    out: list[ShownT] = []
     for item in items:
         if item.id not in seen:
             seen.add(item.id)

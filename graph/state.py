@@ -7,6 +7,7 @@ run returns, and `State` adds the working fields the roles pass each other.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
@@ -33,6 +34,12 @@ class PathStep(BaseModel):
         return f"hop {self.hop}: {self.src} -{'/'.join(self.via)}-> {self.dst}"
 
 
+def day_of(time: datetime | None) -> str:
+    """A context's date heading, written as people write dates ("8 May 2023"): an answer quotes it as
+    asked, and it is a token shorter than 2023-05-08."""
+    return f"{time.day} {time:%B %Y}" if time else "undated"
+
+
 class Evidence(BaseModel):
     """One record offered to the Judge and to the answer, with where it came from."""
 
@@ -50,9 +57,8 @@ class Evidence(BaseModel):
     path: list[PathStep] = Field(default_factory=list, description="How the item was reached (anchor, then edges).")
 
     def day(self) -> str:
-        """The heading the item's line is grouped under in a context, written as people write dates
-        ("8 May 2023"): an answer quotes it as asked, and it is a token shorter than 2023-05-08."""
-        return f"{self.time.day} {self.time:%B %Y}" if self.time else "undated"
+        """The heading the item's line is grouped under in a context (`day_of`)."""
+        return day_of(self.time)
 
     def turn_ids(self) -> list[str]:
         """The dialogue turns this item stands for (for evidence recall and citations)."""

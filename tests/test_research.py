@@ -20,7 +20,22 @@ import pytest
 import strata.graph  # noqa: F401  (loads the graph package before the role modules it wires)
 from langchain_core.language_models.fake_chat_models import FakeListChatModel
 from langgraph.runtime import Runtime
-from strata.agents.research import MENTION_LAG, context_tokens, intent_of, k_dyn_of, research, rewrite_query, route_of
+from strata.agents.research import (
+    MENTION_LAG,
+    POOL,
+    Searcher,
+    candidates,
+    context_tokens,
+    intent_of,
+    item_tokens,
+    k_dyn_of,
+    offline_plan,
+    research,
+    rewrite_query,
+    route_of,
+    select,
+    strip_names,
+)
 from strata.graph.context import Context
 from strata.graph.state import Evidence, State, Verdict
 from strata.memory.entities import extract_entities
@@ -355,3 +370,22 @@ def test_model_route_outside_the_allowed_granularities_is_redirected(memory_dir:
     model = FakeListChatModel(responses=[json.dumps({**PLAN, "memory_type": "episode"})])
     out = research(State(question="Why?"), runtime(memory_dir, mode="ask", chat_model=model, granularities="raw,fact"))
     assert out["plan"].route == "fact" and "episode" not in out["plan"].searched
+
+
+def test_only_chosen_candidates_become_evidence_and_the_context_is_the_same(memory_dir: Path) -> None:
+    """Ranking works on light candidates (line and score per token) and builds evidence only for what
+    the budget keeps; the context must equal building every ranked unit first and choosing from those."""
+    store = open_store(StoreSettings(data_dir=str(memory_dir)), NAMESPACE)
+    question = "What did Melanie paint, and what did Caroline research?"
+    plan = offline_plan(question, store.participants(), [], None, ["raw", "fact", "episode"])
+    searcher = Searcher(store, plan, strip_names(plan.query, store.participants()), set())
+    people = tuple(store.participants())
+    units = searcher.units(["raw", "fact", "episode"], POOL)
+    ranked = candidates(units, people)
+    assert len(ranked) > 20
+    every = [c.evidence() for c in ranked]  # the old way: each unit built as evidence, then chosen
+    assert [(e.id, e.score, e.line) for e in every] == [(c.id, c.score, c.line) for c in ranked]
+    assert all(c.day() == e.day() and item_tokens(c) == item_tokens(e) for c, e in zip(ranked, every, strict=True))
+    chosen = select(ranked, 400)
+    assert 3 <= len(chosen) < len(ranked)
+    assert [c.evidence() for c in chosen] == select(every, 400)
