@@ -71,8 +71,6 @@ FALLBACK_ORDER: dict[Kind, tuple[Kind, ...]] = {
 POOL = 240  # depth of each ranked list before fusion
 RRF_K = 30  # reciprocal-rank constant (MAGMA's anchor fusion); below the usual 60 so top ranks weigh more
 ROUTED_WEIGHT = 1.3  # the routed granularity's lists count a little more (AMA routing)
-FACT_WEIGHT = 1.0  # facts stand for their source turn; their lists count this much
-WINDOW_WEIGHT = 1.0  # lists restricted to the question's time window (added to the unrestricted ones)
 MENTION_LAG = timedelta(days=14)  # records are dated when said; an event is often told a session later
 SPEAKER_BOOST = 1.0  # a turn by the one participant the question is about scores twice (AdaMem)
 NEIGHBOUR_SHARE = 0.5  # share of the previous turn's score a turn inherits (an answer follows its question)
@@ -409,16 +407,17 @@ class Searcher:
         scores: dict[str, float] = {}
         found: dict[str, set[str]] = {}
         shown: MutableMapping[str, Record] = ChainMap({}, self.raw)  # what each unit shows; turns by default
-        windows: list[tuple[tuple[datetime, datetime] | None, float, str]] = [(None, 1.0, "")]
+        # Lists restricted to the question's time window count again, beside the unrestricted ones.
+        windows: list[tuple[tuple[datetime, datetime] | None, str]] = [(None, "")]
         if self.plan.time_window is not None and not light:
             start, end = self.plan.time_window
-            windows.append(((start, end + MENTION_LAG), WINDOW_WEIGHT, "time"))
+            windows.append(((start, end + MENTION_LAG), "time"))
         for kind in kinds:
-            weight = (ROUTED_WEIGHT if kind == self.plan.route else 1.0) * (FACT_WEIGHT if kind == "fact" else 1.0)
-            for window, window_weight, tag in windows:
+            weight = ROUTED_WEIGHT if kind == self.plan.route else 1.0  # a fact's lists count as its turn's
+            for window, tag in windows:
                 for name, ids in self.ranked(kind, pool, window):
                     for rank, key in enumerate(self._to_units(kind, ids, shown), start=1):
-                        scores[key] = scores.get(key, 0.0) + weight * window_weight / (RRF_K + rank)
+                        scores[key] = scores.get(key, 0.0) + weight / (RRF_K + rank)
                         found.setdefault(key, set()).add(tag or name)
                         if kind == "fact":
                             found[key].add("fact")
