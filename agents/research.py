@@ -109,18 +109,11 @@ _FINE = re.compile(
     r"\b(exact|exactly|quote|word for word|say|said|name of|title of|called|which|what is the name|what was the name"
     r"|spell|what color|what colour|what number)\b"
 )
-# A gathering question asks for several things: by a quantifier ("all", "both", "how many"), by a plural
-# noun as the thing asked for ("what (kind of) books does...", "which US states has..."), or by the
-# perfect ("what has she painted": everything done so far). Grammar, not a list of LoCoMo's topics.
-_AUXILIARY = r"(?:do|does|did|has|have|had|are|were|is|was|can|could|would|will|might|should)"
-_PLURAL = r"[a-z]+[^s\W']s"
 _BROAD = re.compile(
-    r"\b(all|every|ever|both|list|some of|in what ways|how many"
-    rf"|(?:what|which) (?:(?:kinds?|types?|sorts?) of )?(?:[\w+-]+ ){{0,2}}{_PLURAL}"
-    rf" (?:(?:of|for|from|in|at|with) (?:[\w.]+ ){{1,3}})?{_AUXILIARY}"
-    rf"|what (?:are|were) \w+'s (?:\w+ )?{_PLURAL}"
-    r"|what (?:has|have) \w+ (?:done|made|read|seen|bought|\w+ed))\b"
+    r"\b(all|every|ever|both|list|activities|things|ways|events|hobbies|places|kinds|types|some of|in what ways"
+    r"|how many|what (?:\w+ )?(?:has|have) \w+ (?:done|made|read|painted|visited|seen|tried|bought|participated))\b"
 )
+_PLURAL_OBJECT = re.compile(r"^(?:what|which)\s+([a-z]*[^s\W]s)\b")  # "what books", not "what class"
 _STARTS_QUESTION = re.compile(
     r"^(?:what|who|whom|whose|where|when|which|why|how|is|are|was|were|do|does|did|can|could|would|will|has|have"
     r"|had|should)\b"
@@ -140,7 +133,8 @@ def intent_of(text: str) -> Intent:
 
 def _broad(low: str) -> bool:
     """A question that gathers several events ("what activities...", "what books has...")."""
-    return bool(_BROAD.search(low))
+    plural = _PLURAL_OBJECT.match(low)
+    return bool(_BROAD.search(low)) or bool(plural and plural.group(1) not in ("is", "was", "has", "does"))
 
 
 def route_of(intent: Sequence[int], kinds: Sequence[str]) -> Kind:
