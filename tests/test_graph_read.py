@@ -108,6 +108,30 @@ def test_a_neighbour_inherits_its_anchors_strength_as_the_similarity_share_falls
     assert strong[GOLD].score != pytest.approx(expected / 0.6)  # by similarity, the score was its own
 
 
+def test_a_longer_walk_expands_only_the_beam_and_decays_per_hop(memory_dir: Path) -> None:
+    """The walk's default is one hop (README: one hop reaches more gold offline); asked for two, it
+    expands the best `beam` records of the first hop, and a second-hop record scores its parent's score
+    times the edge's weight times the decay again."""
+    from strata.memory.graph import traversal
+
+    store = open_store(StoreSettings(data_dir=str(memory_dir)), NAMESPACE)
+    vector = store.embedder.embed([QUESTION])[0]
+    weights = edge_weights("what")
+    one = traverse({"raw:D1:10": 1.0}, vector, StoreGraph(store), weights)
+    assert traversal.HOPS == 1 and one and all(len(r.path) == 1 for r in one.values())
+    two = traverse({"raw:D1:10": 1.0}, vector, StoreGraph(store), weights, hops=2, beam=2)
+    second = [r for r in two.values() if len(r.path) == 2]
+    assert second, "nothing two edges away from the anchor"
+    assert len({r.path[1].src for r in second}) <= 2  # only the beam's records were expanded
+    for reached in second:
+        hop1, hop2 = reached.path
+        assert (hop1.hop, hop2.hop, hop2.src) == (1, 2, hop1.dst)
+        parent = two[hop1.dst].score if hop1.dst in two else None
+        if parent is not None:  # a record, not a bridge: the child's score builds on it
+            assert reached.score <= parent * weights[hop2.via] * traversal.DECAY**2 + 1e-9
+        assert reached.id not in one
+
+
 def test_research_keeps_the_path_of_what_the_walk_reached(memory_dir: Path) -> None:
     rt = runtime(memory_dir, mode="retrieve", token_budget=600, granularities="raw")
     out = research(State(question=QUESTION), rt)

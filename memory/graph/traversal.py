@@ -29,7 +29,9 @@ from strata.memory.records import Link
 
 Focus = Literal["why", "when", "who", "what", "list", "other"]
 
-HOPS = 2  # MAGMA walks a few hops; a second hop reaches the turn two related steps away
+# MAGMA walks a few hops. Offline, one hop reaches more gold evidence than two at every budget measured
+# (the second hop's far neighbours crowd the walk's ranked list; README, leave-conversations-out).
+HOPS = 1
 BEAM = 8  # records per hop whose edges are followed further
 MAX_REACHED = 400  # the walk's budget: records scored before it stops
 DECAY = 0.8  # per hop: a record two edges away needs a higher similarity to rank with a near one
