@@ -32,9 +32,11 @@ Focus = Literal["why", "when", "who", "what", "list", "other"]
 # MAGMA walks a few hops. Offline, one hop reaches more gold evidence than two at every budget measured
 # (the second hop's far neighbours crowd the walk's ranked list; README, leave-conversations-out).
 HOPS = 1
-BEAM = 8  # records per hop whose edges are followed further
+BEAM = 8  # records per hop whose edges are followed further (a walk of one hop expands none)
 MAX_REACHED = 400  # the walk's budget: records scored before it stops
-DECAY = 0.8  # per hop: a record two edges away needs a higher similarity to rank with a near one
+# Per hop: a record two edges away needs a higher similarity to rank with a near one (one hop: the same
+# factor for every record reached, so no effect on their order).
+DECAY = 0.8
 # How much of a reached record's score is its own similarity to the question; the rest is its parent's
 # score passed on (AdaMem's score propagation: the neighbour of a strong anchor inherits its strength).
 # 1.0 ranks neighbours by similarity alone (MAGMA), 0.0 by where they were reached from alone.
