@@ -75,16 +75,16 @@ def evidence_of(
         score=float(score),
         found_by=list(found_by),
         label=record.label(),
-        line=brief_line(record, people) if people else record.line(),
+        line=brief_line(record, people),
         path=[],
     )
 
 
 def brief_line(record: Record, people: Sequence[str]) -> str:
     """A turn's context line without its greetings, thanks and praise (`memory.facts.without_small_talk`);
-    other records as they are. The listener, whose name a greeting addresses, is the one other person
-    of a two-person conversation."""
-    if record.kind != "raw" or not record.speaker:
+    other records, and every record when no `people` are given (`brief_turns` off), as they are. The
+    listener, whose name a greeting addresses, is the one other person of a two-person conversation."""
+    if not people or record.kind != "raw" or not record.speaker:
         return record.line()
     brief = without_small_talk(record.text, record.speaker, _listener(record.speaker, tuple(people)))
     return record.line(brief if brief != record.text else None)

@@ -580,7 +580,7 @@ def candidates(units: dict[str, Unit], people: Sequence[str] = ()) -> list[Candi
     tokens as shown: without small talk when `people` are given)."""
     ranked = []
     for unit in units.values():
-        line = brief_line(unit.record, people) if people else unit.record.line()
+        line = brief_line(unit.record, people)
         score = round(round(unit.score, 6) / (line_tokens(line) ** COST_EXPONENT), 8)
         ranked.append(Candidate(unit, line, score, people))
     return sorted(ranked, key=lambda c: (-c.score, c.id))

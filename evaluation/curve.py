@@ -244,9 +244,8 @@ def evaluate(options: argparse.Namespace) -> Run:
             off = frozenset({switch}) & WRITE_SWITCHES
             ablated = run.memory(conversation, off, token_budget=options.ablation_budget, **{switch: False})
             run.measure("strata", label, name, questions, lambda q, m=ablated: m.retrieve(q).evidence)
-        for spec in options.tune:
-            target, _, values = spec.partition("=")
-            for value in (float(v) for v in values.split(",")):
+        for target, values in options.tune:
+            for value in values:
                 undo = set_constant(target, value)
                 try:
                     tuned = run.memory(conversation, token_budget=options.ablation_budget)
@@ -410,17 +409,19 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     unknown = args.ablations - set(ABLATIONS.values()) - {"none"}
     if unknown:
         parser.error(f"--ablations {', '.join(sorted(unknown))}: choose from {', '.join(ABLATIONS.values())}")
+    tuned: list[tuple[str, list[float]]] = []
     for spec in args.tune:
         if "=" not in spec or "." not in spec.partition("=")[0]:
             parser.error(f"--tune {spec!r}: write MODULE.NAME=v1,v2 (e.g. strata.agents.research.ANCHORS=5,10)")
         target, _, values = spec.partition("=")
         try:
             tunable(target)
-            [float(v) for v in values.split(",")]
+            tuned.append((target, [float(v) for v in values.split(",")]))
         except InputError as error:
             parser.error(str(error))
         except ValueError:
             parser.error(f"--tune {spec}: give numbers after '=', comma separated")
+    args.tune = tuned  # (MODULE.NAME, values), read once here
     missing = [f for f in args.files if not Path(f).is_file()]
     if missing:
         parser.error(f"no such file: {', '.join(missing)}")

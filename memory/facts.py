@@ -284,9 +284,8 @@ def without_small_talk(text: str, speaker: str, listener: str | None = None) -> 
 
     Small talk is 18% of LoCoMo's turn tokens, and leaving it out shortens the turns by
     16% (a turn of nothing else stays whole): a context holds more of what was said in
-    the same budget. What
-    the turn states or asks stays word for word (the answer often follows a
-    question); a turn that is nothing but small talk is returned whole. The test for
+    the same budget. What the turn states or asks stays word for word (the answer often
+    follows a question); a turn that is nothing but small talk is returned whole. The test for
     a sentence is the one that keeps small talk out of facts (`_is_chitchat`).
     """
     sentences = split_sentences(text)

@@ -19,7 +19,6 @@ Kind = Literal["raw", "fact", "episode", "persona", "summary"]
 KINDS: tuple[Kind, ...] = ("raw", "fact", "episode", "persona", "summary")
 
 
-
 # A shared photo's caption usually opens with what it is ("a photo of ..."); said once, not twice.
 CAPTION_LEAD = re.compile(
     r"^(?:(?:a|an|the)\s+)?(?:photo(?:graph|graphy)?|picture|pic|image|snapshot)s?\s+of\s+", re.IGNORECASE
