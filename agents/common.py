@@ -59,11 +59,13 @@ def traced(state: State, role: str, policy: str, summary: str) -> list[RoleNote]
 
 
 def evidence_of(
-    record: Record, score: float = 0.0, found_by: Sequence[str] = (), people: Sequence[str] = ()
+    record: Record, score: float = 0.0, found_by: Sequence[str] = (), people: Sequence[str] = (),
+    line: str | None = None,
 ) -> Evidence:
     """A record as evidence. Built without validating again: every field comes from a validated record
     (a question at 100,000 records ranks over a thousand units, and validation was a fifth of its time).
-    Given the conversation's `people`, a turn is shown without its small talk (`brief_line`)."""
+    Given the conversation's `people`, a turn is shown without its small talk (`brief_line`), unless the
+    `line` it is shown by was already made (a ranked candidate's)."""
     return Evidence.model_construct(
         id=record.id,
         kind=record.kind,
@@ -75,9 +77,15 @@ def evidence_of(
         score=float(score),
         found_by=list(found_by),
         label=record.label(),
-        line=brief_line(record, people),
+        line=brief_line(record, people) if line is None else line,
         path=[],
     )
+
+
+def shown_people(store: MemoryStore, context: Context) -> tuple[str, ...]:
+    """Whose turns are shown without small talk: the namespace's participants, or nobody when the
+    `brief_turns` switch is off (every role that builds evidence asks here)."""
+    return tuple(store.participants()) if context.brief_turns else ()
 
 
 def brief_line(record: Record, people: Sequence[str]) -> str:

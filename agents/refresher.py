@@ -39,6 +39,7 @@ from strata.agents.common import (
     current_turn_text,
     evidence_of,
     fallback_policy,
+    shown_people,
     store_of,
     traced,
 )
@@ -185,7 +186,7 @@ def refresher(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
                 touched.add(step.record.id)
                 if step.action != "noop":
                     notes += follow_persona(store, step, plan.policy, note.change_id)
-    people = store.participants() if context.brief_turns else []
+    people = shown_people(store, context)
     evidence = refreshed_evidence(state.evidence, store, notes, people)
     counts = {a: sum(n.action == a for n in notes) for a in ("update", "delete", "noop")}
     summary = (

@@ -43,6 +43,7 @@ from strata.agents.common import (
     decided_offline,
     evidence_of,
     input_of,
+    shown_people,
     store_of,
 )
 from strata.agents.llm import ask_json, chat_model
@@ -513,8 +514,8 @@ def line_tokens(text: str) -> int:
     return _count_tokens(text) + 1
 
 
-def unit_evidence(unit: Unit, people: Sequence[str] = ()) -> Evidence:
-    item = evidence_of(unit.record, round(unit.score, 6), sorted(unit.found_by), people)
+def unit_evidence(unit: Unit, people: Sequence[str] = (), line: str | None = None) -> Evidence:
+    item = evidence_of(unit.record, round(unit.score, 6), sorted(unit.found_by), people, line)
     lists = sorted(unit.found_by - {"graph"})
     item.path = unit.path or [PathStep(step="anchor", via=lists, dst=unit.key)]
     return item
@@ -570,7 +571,7 @@ class Candidate:
         return day_of(self.unit.record.time)
 
     def evidence(self) -> Evidence:
-        item = unit_evidence(self.unit, self.people)
+        item = unit_evidence(self.unit, self.people, self.line)
         item.score = self.score
         return item
 
@@ -653,7 +654,7 @@ def research(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     dense_text = text if context.mode == "ingest" else strip_names(plan.query, participants)
     searcher = Searcher(store, plan, dense_text, exclude)
     searcher.summaries = getattr(context, "summaries", True)
-    searcher.people = tuple(participants) if context.brief_turns else ()
+    searcher.people = shown_people(store, context)
     if context.mode == "ingest":
         evidence, plan, summary = _ingest_round(searcher, context, kinds)
     elif first:
