@@ -670,7 +670,7 @@ def best_clause(question: Question, sentence: str) -> str:
         return sentence
 
     def weight(clause: str) -> float:
-        return sum(question.weights.get(t, 0.0) for t in set(tokenize(clause)))
+        return sum(question.weights.get(t, 0.0) for t in dict.fromkeys(tokenize(clause)))
 
     best = max(clauses, key=lambda c: (weight(c), -len(c)))
     return best if weight(best) > 0 else sentence

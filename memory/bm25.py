@@ -88,7 +88,7 @@ class BM25Index:
             return []
         avg_len = self._total_length / n_docs or 1.0
         scores: dict[str, float] = defaultdict(float)
-        for token in set(self._tokenize(query)):
+        for token in dict.fromkeys(self._tokenize(query)):  # in the query's order: sums, so ties, never vary
             docs = self._postings.get(token)
             if not docs:
                 continue

@@ -11,7 +11,11 @@ The same operations on PostgreSQL are compared in tests/test_postgres_ledger.py.
 
 from __future__ import annotations
 
+import json
+import os
 import sqlite3
+import subprocess
+import sys
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -162,6 +166,35 @@ def test_incremental_bm25_ranks_as_a_fresh_build() -> None:
         scored, expected = dict(incremental.search(query, 100)), dict(fresh.search(query, 100))
         assert scored.keys() == expected.keys() and scored == pytest.approx(expected)
     assert len(incremental) == len(fresh)
+
+
+_RANK_IN_CHILD = """
+import json, sys
+from strata.conversations import load_turns
+from strata.memory.bm25 import BM25Index
+index = BM25Index()
+for turn in load_turns(sys.argv[1]).turns():
+    index.add(turn.dia_id, turn.text)
+print(json.dumps([index.search(q, 60) for q in sys.argv[2:]]))
+"""
+
+
+def test_bm25_ranks_the_same_in_every_process(locomo_dir: Path) -> None:
+    """A query's words are summed in its own order, not a set's (whose order a process's hash seed
+    decides): equal scores would otherwise sum to different last digits and swap ranks between runs."""
+    questions = ["What did Melanie and her kids do at the beach and the museum?",
+                 "How did Caroline feel about the support group and the parade?",
+                 "When did Melanie paint the sunrise over the lake with her family?"]
+    runs = []
+    for seed in ("1", "2", "3"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        done = subprocess.run(
+            [sys.executable, "-c", _RANK_IN_CHILD, str(locomo_dir / "conv-26.json"), *questions],
+            env=env, capture_output=True, text=True, check=True, timeout=120,
+        )
+        runs.append(json.loads(done.stdout))
+    assert all(len(ranked) == 60 for ranked in runs[0])
+    assert runs[0] == runs[1] == runs[2]
 
 
 @pytest.mark.parametrize(
