@@ -15,78 +15,46 @@ It unites three read paths:
   result is linearised chronologically, each item with its id and date, under
   a token budget.
 
-Two findings from measuring on LoCoMo shaped the search. Participant names in a
-question dominate a MiniLM embedding (every turn that addresses "Caroline"
-looks alike), so the dense query is the question with the participants' names
-taken out, and the names act through a speaker boost instead. And the turn that
-answers a question often follows the turn that asked it, so a turn inherits a
-share of its neighbours' scores.
+This module plans and runs the rounds; the search a round runs (ranked lists,
+fusion, boosts, the walk's list) is `memory/search.py`, and the context it
+becomes (ranked per token, budgeted, in chronological order) is `agents/budget.py`.
 """
 
 from __future__ import annotations
 
 import re
-from collections import ChainMap
-from collections.abc import Iterable, Mapping, MutableMapping, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
-from functools import lru_cache
-from typing import Any, Literal, Protocol, TypeVar
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any, Literal
 
 from langgraph.runtime import Runtime
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
-from strata.agents.common import (
-    OFFLINE,
-    brief_line,
-    context_lines,
-    date_heading,
-    decided_offline,
-    evidence_of,
-    input_of,
-    shown_people,
-    store_of,
-)
+from strata.agents.budget import Candidate, ShownT, candidates, chronological, context_tokens, select
+from strata.agents.common import OFFLINE, decided_offline, evidence_of, input_of, shown_people, store_of
 from strata.agents.llm import ask_json, chat_model
 from strata.agents.subquestion import subquestion
 from strata.agents.wire import new_question
-from strata.evaluation.tokens import count_tokens as _count_tokens
 from strata.graph.context import Context
-from strata.graph.state import Evidence, PathStep, Plan, RoleNote, State, day_of, fresh_run
-from strata.memory.bm25 import reciprocal_rank_fusion
+from strata.graph.state import Evidence, Plan, RoleNote, State, fresh_run
+from strata.memory import search
 from strata.memory.dates import time_window
 from strata.memory.entities import wordset
-from strata.memory.graph.traversal import Reached, edge_weights, focus_of, traverse
-from strata.memory.graph.view import StoreGraph
+from strata.memory.graph.traversal import edge_weights, focus_of
 from strata.memory.moments import utc_now
-from strata.memory.records import Kind, LinkType, Record, Status, chronological_key
+from strata.memory.records import Kind, LinkType, Record, Status
+from strata.memory.search import SEARCHABLE, Searcher, strip_names
 from strata.memory.speakers import resolve_participant
 from strata.memory.store import MemoryStore
 from strata.prompts import research as prompts
 
-SEARCHABLE: tuple[Kind, ...] = ("raw", "fact", "episode")
 FALLBACK_ORDER: dict[Kind, tuple[Kind, ...]] = {
     "raw": ("raw", "fact", "episode"),
     "fact": ("fact", "raw", "episode"),
     "episode": ("episode", "fact", "raw"),
 }
-POOL = 240  # depth of each ranked list before fusion
-RRF_K = 30  # reciprocal-rank constant (MAGMA's anchor fusion); below the usual 60 so top ranks weigh more
-ROUTED_WEIGHT = 1.3  # the routed granularity's lists count a little more (AMA routing)
-MENTION_LAG = timedelta(days=14)  # records are dated when said; an event is often told a session later
-SPEAKER_BOOST = 1.0  # a turn by the one participant the question is about scores twice (AdaMem)
-NEIGHBOUR_SHARE = 0.5  # share of the previous turn's score a turn inherits (an answer follows its question)
-NEIGHBOUR_SHARE_BACK = 0.25  # share of the next turn's score a turn inherits
-COST_EXPONENT = 0.35  # score / tokens**0.35: a long turn must be more relevant to take a short one's place
-MAX_EPISODES = 2  # episodes are long: at most this many in a question's context
 RETRY_NEW_SHARE = 0.15  # budget share a retry round reserves for new finds (each share drops earlier ones)
 MAX_K_DYN = 20
 COMPACT_BROAD = True  # broad questions read facts on their own, not raw turns (see Searcher.compact)
-ANCHORS = 10  # best fused units a traversal starts from (MAGMA's anchor set)
-GRAPH_WEIGHT = 1.0  # the traversal's ranked list counts like one dense or BM25 list in the fusion
-# Topic and persona summaries (AdaMem) matched by the question join the traversal's anchors: a gathering
-# question finds the one record that lists its answers, and the walk's derived-from edges bring the turns
-# it cites (strict recall counts turns, not summaries). This many of the best-fused summaries start a walk.
-SUMMARY_ANCHORS = 2
 # Context switches (ablations) that take an edge type out of the walk; a switch absent from Context is on.
 EDGE_SWITCHES: tuple[tuple[str, str], ...] = (
     ("entity_graph", "entity"), ("semantic_links", "semantic"), ("causal_links", "causal"),
@@ -338,295 +306,6 @@ def model_plan(
     )
 
 
-# --- search -------------------------------------------------------------------------------------
-@dataclass
-class Unit:
-    """One item of the context in the making: a turn, an episode, or a fact shown on its own."""
-
-    key: str
-    record: Record
-    score: float = 0.0
-    found_by: set[str] = field(default_factory=set)
-    path: list[PathStep] = field(default_factory=list)
-
-
-def strip_names(query: str, participants: Sequence[str]) -> str:
-    """The query without the participants' names, for the dense search (see the module docstring)."""
-    if not participants:
-        return query
-    words = {part for p in participants for part in p.split() if len(part) > 1}
-    stripped = query
-    for word in sorted(words, key=len, reverse=True):
-        stripped = re.sub(rf"\b{re.escape(word)}(?:['’]s?)?(?=\W|$)", " ", stripped)
-    stripped = re.sub(r"\s+([?.!,])", r"\1", " ".join(stripped.split()))
-    content = re.findall(r"[A-Za-z]{3,}", stripped)
-    return stripped if len(content) >= 2 else query
-
-
-class Searcher:
-    """The hybrid search of one round: ranked lists per granularity, fused at the level of turns."""
-
-    def __init__(self, store: MemoryStore, plan: Plan, dense_text: str, exclude: set[str]) -> None:
-        self.store = store
-        self.plan = plan
-        self.exclude = exclude
-        self.vector = store.embedder.embed([dense_text])[0]
-        self.raw = store.active("raw")  # a view, not a copy: a namespace may hold 100,000 turns
-        self._records: dict[Kind, Mapping[str, Record]] = {"raw": self.raw}
-        # A question that gathers many events ("what activities...") reads facts, not whole turns:
-        # several times more of them fit the token budget (AMA routes such questions away from raw
-        # text). Its first round searches no raw turns, and facts are shown on their own.
-        self.compact = COMPACT_BROAD and _broad(plan.query.lower())
-        self.summaries = True  # summaries may start a walk (the `summaries` switch turns it off)
-        self.people: tuple[str, ...] = ()  # whose turns are shown without small talk (`brief_turns`)
-
-    def records(self, kind: Kind) -> Mapping[str, Record]:
-        """A granularity's active records by id (the store's view), looked up once per round."""
-        if kind not in self._records:
-            self._records[kind] = self.store.active(kind)
-        return self._records[kind]
-
-    def ranked(self, kind: Kind, pool: int, window: tuple[datetime, datetime] | None) -> list[tuple[str, list[str]]]:
-        """(name, ids) lists: dense and BM25, each optionally inside the time window."""
-        dense = [rid for rid, _ in self.store.dense(kind, self.vector, pool, window)]
-        lexical = [rid for rid, _ in self.store.lexical(kind, self.plan.query, pool, window)]
-        return [("dense", dense), ("bm25", lexical)]
-
-    def units(
-        self, kinds: Sequence[Kind], pool: int, light: bool = False, walk: dict[str, float] | None = None
-    ) -> dict[str, Unit]:
-        """Fused units from `kinds`: raw turns (found directly or through their facts), and the
-        episodes and facts that stand on their own. `light` (a turn being stored, not a question)
-        leaves out the time window and the boosts; `walk` (edge type -> weight) adds the records a
-        traversal reaches from the best of them as one more ranked list."""
-        scores: dict[str, float] = {}
-        found: dict[str, set[str]] = {}
-        shown: MutableMapping[str, Record] = ChainMap({}, self.raw)  # what each unit shows; turns by default
-        # Lists restricted to the question's time window count again, beside the unrestricted ones.
-        windows: list[tuple[tuple[datetime, datetime] | None, str]] = [(None, "")]
-        if self.plan.time_window is not None and not light:
-            start, end = self.plan.time_window
-            windows.append(((start, end + MENTION_LAG), "time"))
-        for kind in kinds:
-            weight = ROUTED_WEIGHT if kind == self.plan.route else 1.0  # a fact's lists count as its turn's
-            for window, tag in windows:
-                for name, ids in self.ranked(kind, pool, window):
-                    for rank, key in enumerate(self._to_units(kind, ids, shown), start=1):
-                        scores[key] = scores.get(key, 0.0) + weight / (RRF_K + rank)
-                        found.setdefault(key, set()).add(tag or name)
-                        if kind == "fact":
-                            found[key].add("fact")
-        paths = self._walk(scores, found, shown, kinds, walk) if walk else {}
-        if not light:
-            self._boost(scores, shown)
-        return {
-            key: Unit(key=key, record=shown[key], score=score, found_by=found.get(key, set()), path=paths.get(key, []))
-            for key, score in scores.items()
-            if key in shown and key not in self.exclude
-        }
-
-    def _walk(
-        self, scores: dict[str, float], found: dict[str, set[str]], shown: MutableMapping[str, Record],
-        kinds: Sequence[Kind],
-        weights: dict[str, float],
-    ) -> dict[str, list[PathStep]]:
-        """MAGMA's traversal from the best fused units; what it reaches enters the fusion as a ranked
-        list of its own, and each unit it ranks keeps the path it was reached by."""
-        anchors = [k for k, _ in sorted(scores.items(), key=lambda kv: -kv[1]) if k not in self.exclude][:ANCHORS]
-        bridges = self.summary_anchors() if weights.get("derived_from", 0.0) > 0 else []
-        top = max((scores[a] for a in anchors), default=1.0) or 1.0
-        strength = {a: scores[a] / top for a in anchors} | dict.fromkeys(bridges, 1.0)
-        reached = traverse(strength, self.vector, StoreGraph(self.store), weights)
-        ranking: dict[str, Reached] = {}
-        for item in sorted(reached.values(), key=lambda r: (-r.score, r.id)):
-            for key in self._reached_keys(item.id, kinds, shown):
-                ranking.setdefault(key, item)
-        lists = {a: sorted(found.get(a, set())) for a in anchors} | {b: ["summary"] for b in bridges}
-        paths: dict[str, list[PathStep]] = {}
-        fresh = [(key, item) for key, item in ranking.items() if key not in self.exclude and key not in lists]
-        for rank, (key, item) in enumerate(fresh, start=1):  # an anchor's own facts lead back to it: not new
-            scores[key] = scores.get(key, 0.0) + GRAPH_WEIGHT / (RRF_K + rank)
-            start = PathStep(step="anchor", via=lists[item.anchor], dst=item.anchor)
-            edges = [PathStep(step="edge", via=[s.via], src=s.src, dst=s.dst, hop=s.hop) for s in item.path]
-            paths[key] = [start, *edges]
-            found.setdefault(key, set()).add("graph")
-        return paths
-
-    def summary_anchors(self) -> list[str]:
-        """The summaries that best match the question (dense and BM25 fused), as extra starts of the walk."""
-        if SUMMARY_ANCHORS <= 0 or not self.summaries:
-            return []
-        fused = reciprocal_rank_fusion([ids for _, ids in self.ranked("summary", POOL, None)])
-        return [i for i, _ in fused[:SUMMARY_ANCHORS]]
-
-    def _reached_keys(self, record_id: str, kinds: Sequence[Kind], shown: MutableMapping[str, Record]) -> list[str]:
-        """The unit keys a reached record stands for (an unedited fact is its turn, as in `_to_units`)."""
-        kind = record_id.split(":", 1)[0]
-        if kind not in kinds or kind not in SEARCHABLE:
-            return []
-        return self._to_units(kind, [record_id], shown)  # type: ignore[arg-type]
-
-    def _to_units(self, kind: Kind, ids: list[str], shown: MutableMapping[str, Record]) -> list[str]:
-        """A ranked id list as ranked unit keys. A fact stands for its source turn (AdaMem), unless it was
-        edited since (the turn no longer says what the fact says) or its turn is gone: then it is shown itself."""
-        ranking: dict[str, None] = {}
-        by_id = self.records(kind)
-        for record in (by_id[i] for i in ids if i in by_id):
-            keys = [record.id]
-            if kind == "fact":
-                turns = [f"raw:{s}" for s in record.source_ids if f"raw:{s}" in self.raw]
-                if turns and record.version == 1 and not self.compact:
-                    keys = turns
-            for key in keys:
-                shown.setdefault(key, record)
-                ranking.setdefault(key, None)
-        return list(ranking)
-
-    def _boost(self, scores: dict[str, float], shown: MutableMapping[str, Record]) -> None:
-        """Speaker boost (AdaMem participant resolution), neighbour share (MAGMA temporal chain), and an
-        edited fact ranked with the turn it corrects."""
-        if len(self.plan.participants) == 1:
-            who = self.plan.participants[0]
-            for key in scores:
-                record = shown.get(key)
-                if record is not None and (record.speaker == who or record.subject == who):
-                    scores[key] *= 1.0 + SPEAKER_BOOST
-        inherited: dict[str, float] = {}
-        turns = [key for key in scores if key in self.raw]
-        for step, share in ((1, NEIGHBOUR_SHARE), (-1, NEIGHBOUR_SHARE_BACK)):
-            for key, other in self.store.adjacent(turns, step).items():
-                turn = self.raw.get(key)
-                if turn is not None and other.session == turn.session:
-                    inherited[other.id] = max(inherited.get(other.id, 0.0), share * scores[key])
-        for key, share in inherited.items():
-            scores[key] = scores.get(key, 0.0) + share
-        for key in list(scores):
-            record = shown.get(key)
-            if record is not None and record.kind == "fact":
-                turns = [scores.get(f"raw:{s}", 0.0) for s in record.source_ids]
-                scores[key] = max([scores[key], *turns])
-
-
-# --- the context: dedupe, budget, chronological order -------------------------------------------
-@lru_cache(maxsize=50_000)
-def line_tokens(text: str) -> int:
-    """cl100k tokens of one context line and its newline (cached: the same records recur across questions)."""
-    return _count_tokens(text) + 1
-
-
-def unit_evidence(unit: Unit, people: Sequence[str] = (), line: str | None = None) -> Evidence:
-    item = evidence_of(unit.record, round(unit.score, 6), sorted(unit.found_by), people, line)
-    lists = sorted(unit.found_by - {"graph"})
-    item.path = unit.path or [PathStep(step="anchor", via=lists, dst=unit.key)]
-    return item
-
-
-class Shown(Protocol):
-    """What `select` budgets an item by: its id and kind, the line it shows and the day it is under."""
-
-    @property
-    def id(self) -> str: ...
-    @property
-    def kind(self) -> str: ...
-    @property
-    def line(self) -> str: ...
-    @property
-    def label(self) -> str: ...
-    @property
-    def text(self) -> str: ...
-    def day(self) -> str: ...
-
-
-ShownT = TypeVar("ShownT", bound=Shown)
-
-
-@dataclass
-class Candidate:
-    """A ranked unit before it becomes evidence: its line and its score per token, all `select` needs.
-    A question at 100,000 records ranks thousands of units and keeps a few dozen, so only those chosen
-    are built as `Evidence` (building every one was a third of a question's time)."""
-
-    unit: Unit
-    line: str
-    score: float
-    people: Sequence[str] = ()
-
-    @property
-    def id(self) -> str:
-        return self.unit.record.id
-
-    @property
-    def kind(self) -> str:
-        return self.unit.record.kind
-
-    @property
-    def label(self) -> str:
-        return ""
-
-    @property
-    def text(self) -> str:
-        return self.unit.record.text
-
-    def day(self) -> str:
-        return day_of(self.unit.record.time)
-
-    def evidence(self) -> Evidence:
-        item = unit_evidence(self.unit, self.people, self.line)
-        item.score = self.score
-        return item
-
-
-def candidates(units: dict[str, Unit], people: Sequence[str] = ()) -> list[Candidate]:
-    """Units best first; the score is per token^COST_EXPONENT so that short items compete (a turn's
-    tokens as shown: without small talk when `people` are given)."""
-    ranked = []
-    for unit in units.values():
-        line = brief_line(unit.record, people)
-        score = round(round(unit.score, 6) / (line_tokens(line) ** COST_EXPONENT), 8)
-        ranked.append(Candidate(unit, line, score, people))
-    return sorted(ranked, key=lambda c: (-c.score, c.id))
-
-
-def select(ranked: Sequence[ShownT], budget: int, limit: int | None = None) -> list[ShownT]:
-    """Best first until the token budget (or `limit` items) is reached; each record once.
-
-    Items are already one per source turn: a fact is shown on its own only when it
-    says something its turn does not (see `Searcher._to_units`).
-    """
-    chosen: list[ShownT] = []
-    ids: set[str] = set()
-    days: set[str] = set()
-    used = 0
-    episodes = 0
-    for item in ranked:
-        if item.id in ids or (item.kind == "episode" and episodes >= MAX_EPISODES):
-            continue
-        cost = item_tokens(item) + (0 if item.day() in days else line_tokens(date_heading(item.day())))
-        if used + cost > budget:
-            continue
-        chosen.append(item)
-        ids.add(item.id)
-        days.add(item.day())
-        used += cost
-        episodes += item.kind == "episode"
-        if limit is not None and len(chosen) >= limit:
-            break
-    return chosen
-
-
-def chronological(items: Iterable[Evidence]) -> list[Evidence]:
-    return sorted(items, key=chronological_key)
-
-
-def item_tokens(item: Shown) -> int:
-    return line_tokens(item.line or item.label or item.text)
-
-
-def context_tokens(items: Sequence[Evidence]) -> int:
-    """Tokens of the context as the roles see it (`agents.common.context_lines`), in chronological order."""
-    return sum(line_tokens(line) for line in context_lines(chronological(items)))
-
-
 # --- the node ---------------------------------------------------------------------------------
 def research(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     """Round 1 plans and searches; later rounds (after a Retry) widen the search."""
@@ -652,16 +331,15 @@ def research(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
         plan = model_plan(text, offline, participants, store, now, context)
     # A stored turn is searched with its own words: its vector is already cached from the write.
     dense_text = text if context.mode == "ingest" else strip_names(plan.query, participants)
-    searcher = Searcher(store, plan, dense_text, exclude)
+    searcher = Searcher(store, plan, dense_text, exclude, compact=COMPACT_BROAD and _broad(plan.query.lower()))
     searcher.summaries = getattr(context, "summaries", True)
-    searcher.people = shown_people(store, context)
     if context.mode == "ingest":
-        evidence, plan, summary = _ingest_round(searcher, context, kinds)
+        evidence, plan, summary = _ingest_round(searcher, plan, context, kinds)
     elif first:
-        evidence, plan, summary = _first_round(searcher, context, kinds)
+        evidence, plan, summary = _first_round(searcher, plan, context, kinds)
     else:
         missing = list(state.verdict.missing) if state.verdict is not None else []
-        evidence, plan, summary = _retry_round(searcher, context, kinds, earlier, rounds, missing)
+        evidence, plan, summary = _retry_round(searcher, plan, context, kinds, earlier, rounds, missing)
     trace.append(RoleNote(role="research", policy=plan.policy, summary=summary))
     return {**update, "plan": plan, "evidence": evidence, "rounds": rounds + 1, "trace": trace}
 
@@ -675,16 +353,18 @@ def _now_of(state: State, store: MemoryStore, context: Context) -> datetime | No
     return store.latest_time() or utc_now()
 
 
-def _first_round(searcher: Searcher, context: Context, kinds: Sequence[Kind]) -> tuple[list[Evidence], Plan, str]:
+def _first_round(
+    searcher: Searcher, plan: Plan, context: Context, kinds: Sequence[Kind]
+) -> tuple[list[Evidence], Plan, str]:
     """The routed granularity, plus raw turns and facts (recall at a small budget); broad questions
     leave raw turns to a retry."""
-    plan = searcher.plan
+    people = shown_people(searcher.store, context)  # whose turns are shown without small talk
     searched: list[Kind] = [plan.route, *(k for k in ("raw", "fact") if k in kinds and k != plan.route)]
     if searcher.compact and "fact" in searched:
         searched = [k for k in searched if k != "raw"]  # a broad question reads facts, not whole turns
     k = max(plan.k_dyn, context.k_m)
-    units = searcher.units(searched, POOL, walk=walk_weights(plan, context, searcher.compact))
-    chosen = select(candidates(units, searcher.people), context.token_budget)
+    units = searcher.units(searched, search.POOL, walk=walk_weights(plan, context, searcher.compact))
+    chosen = select(candidates(units, people), context.token_budget)
     evidence = chronological(c.evidence() for c in chosen)
     plan = plan.model_copy(update={"searched": list(searched)})
     return evidence, plan, _summary(plan, evidence, k, 1)
@@ -698,26 +378,29 @@ def walk_weights(plan: Plan, context: Context, broad: bool) -> dict[str, float] 
     return edge_weights(focus_of(plan.query, broad or _broad(plan.query.lower())), disabled)
 
 
-def _ingest_round(searcher: Searcher, context: Context, kinds: Sequence[Kind]) -> tuple[list[Evidence], Plan, str]:
+def _ingest_round(
+    searcher: Searcher, plan: Plan, context: Context, kinds: Sequence[Kind]
+) -> tuple[list[Evidence], Plan, str]:
     """A turn being stored: the few turns and facts nearest its own words, which the Judge checks for
     conflicts and the Memory role links to (AMA's R_t). No time window, boosts or retry."""
-    plan = searcher.plan
+    people = shown_people(searcher.store, context)  # whose turns are shown without small talk
     searched: list[Kind] = [k for k in ("raw", "fact") if k in kinds] or [plan.route]
     k = max(plan.k_dyn, context.k_m)
     units = searcher.units(searched, INGEST_POOL, light=True)
-    chosen = select(candidates(units, searcher.people), context.token_budget, k)
+    chosen = select(candidates(units, people), context.token_budget, k)
     evidence = chronological(c.evidence() for c in chosen)
     plan = plan.model_copy(update={"searched": list(searched)})
     return evidence, plan, _summary(plan, evidence, k, 1)
 
 
 def _retry_round(
-    searcher: Searcher, context: Context, kinds: Sequence[Kind], earlier: list[Evidence], rounds: int,
+    searcher: Searcher, plan: Plan, context: Context, kinds: Sequence[Kind], earlier: list[Evidence], rounds: int,
     missing: Sequence[str] = (),
 ) -> tuple[list[Evidence], Plan, str]:
     """Remaining granularities, then link neighbours of what was found, then a sub-question for what the
     Judge found missing (AdaMem), or a wider K when it named nothing (AMA's Retry)."""
-    plan, store, exclude = searcher.plan, searcher.store, searcher.exclude
+    people = shown_people(searcher.store, context)  # whose turns are shown without small talk
+    store, exclude = searcher.store, searcher.exclude
     remaining = [k for k in kinds if k not in plan.searched]
     searched = list(plan.searched)
     new: list[Candidate | Evidence] = []  # built as evidence only if chosen
@@ -726,25 +409,27 @@ def _retry_round(
     sub, policy = subquestion(plan.query, missing, store.participants(), earlier, context)
     if sub:  # what the Judge found missing comes first: it is what this round is for
         sub_plan = plan.model_copy(update={"query": sub})
-        sub_searcher = Searcher(store, sub_plan, strip_names(sub, store.participants()), exclude)
-        units = sub_searcher.units(list(plan.searched), POOL, walk=walk_weights(sub_plan, context, searcher.compact))
+        compact = COMPACT_BROAD and _broad(sub.lower())
+        sub_searcher = Searcher(store, sub_plan, strip_names(sub, store.participants()), exclude, compact)
+        walk = walk_weights(sub_plan, context, searcher.compact)
+        units = sub_searcher.units(list(plan.searched), search.POOL, walk=walk)
         for unit in units.values():
             unit.found_by.add("subquestion")
-        new += [c for c in candidates(units, searcher.people) if c.id not in known][: max(plan.k_dyn, context.k_m)]
+        new += [c for c in candidates(units, people) if c.id not in known][: max(plan.k_dyn, context.k_m)]
         steps.append(f"sub-question {sub!r} ({policy})")
     if remaining:
-        units = searcher.units(remaining, POOL)
-        new += candidates(units, searcher.people)
+        units = searcher.units(remaining, search.POOL)
+        new += candidates(units, people)
         searched += remaining
         steps.append("searched " + ", ".join(remaining))
-    linked = _linked(store, earlier, exclude, searcher.people)
+    linked = _linked(store, earlier, exclude, people)
     if linked:
         new += linked
         steps.append(f"{len(linked)} linked records")
     if not sub and not remaining:
         wider = max(plan.k_dyn, context.k_m) * (rounds + 1)
-        units = searcher.units(plan.searched, POOL * (rounds + 1))
-        new += [c for c in candidates(units, searcher.people) if c.id not in known][: wider]
+        units = searcher.units(plan.searched, search.POOL * (rounds + 1))
+        new += [c for c in candidates(units, people) if c.id not in known][: wider]
         steps.append(f"wider K={wider}")
     known = {e.id for e in earlier}
     fresh = [e for e in _dedupe(new) if e.id not in known]
@@ -787,7 +472,7 @@ def _linked(
             records += store.get(f"raw:{s}" for s in record.source_ids) or [record]
         else:
             records.append(record)
-    score = round(min(e.score for e in top) * NEIGHBOUR_SHARE, 8)
+    score = round(min(e.score for e in top) * search.NEIGHBOUR_SHARE, 8)
     return [
         evidence_of(r, score, ["link"], people)
         for r in _unique(records)

@@ -194,7 +194,7 @@ class BudgetRag(_Baseline):
         self.budget = budget
 
     def retrieve(self, question: str) -> list[Evidence]:
-        from strata.agents.research import chronological, select
+        from strata.agents.budget import chronological, select
 
         rank = self.index.dense if self.ranker == "dense" else self.index.lexical
         return chronological(select(rank(question, len(self.index.records)), self.budget))

@@ -97,14 +97,14 @@ def context_switches() -> set[str]:
 
 
 def tokens_of(evidence: Sequence[Evidence]) -> int:
-    from strata.agents.research import context_tokens
+    from strata.agents.budget import context_tokens
 
     return context_tokens(evidence)
 
 
 def context_text(evidence: Sequence[Evidence]) -> str:
+    from strata.agents.budget import chronological
     from strata.agents.common import format_evidence
-    from strata.agents.research import chronological
 
     return format_evidence(chronological(evidence))
 
@@ -185,7 +185,7 @@ class Run:
 
 def baseline_retriever(index: TurnIndex, kind: str, budget: int) -> Callable[[str], list[Evidence]]:
     """One ranker over the raw turns (dense, BM25, or both fused by reciprocal rank), filled to the budget."""
-    from strata.agents.research import chronological, select
+    from strata.agents.budget import chronological, select
 
     def ranked(question: str) -> list[Evidence]:
         every = len(index.records)
@@ -412,7 +412,7 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     tuned: list[tuple[str, list[float]]] = []
     for spec in args.tune:
         if "=" not in spec or "." not in spec.partition("=")[0]:
-            parser.error(f"--tune {spec!r}: write MODULE.NAME=v1,v2 (e.g. strata.agents.research.ANCHORS=5,10)")
+            parser.error(f"--tune {spec!r}: write MODULE.NAME=v1,v2 (e.g. strata.memory.search.ANCHORS=5,10)")
         target, _, values = spec.partition("=")
         try:
             tunable(target)

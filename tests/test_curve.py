@@ -67,12 +67,12 @@ def test_the_command_line_rejects_a_constant_it_cannot_tune(locomo_dir: Path, ca
     for spec, said in [
         ("strata.agents.research.NO_SUCH=1,2", "has no constant NO_SUCH"),
         ("strata.agents.nowhere.ANCHORS=1", "no module strata.agents.nowhere"),
-        ("strata.agents.research.ANCHORS=five", "give numbers"),
+        ("strata.memory.search.ANCHORS=five", "give numbers"),
     ]:
         with pytest.raises(SystemExit):
             parse([conversation, "--out", "x", "--tune", spec])
         assert said in capsys.readouterr().err  # type: ignore[attr-defined]
-    assert parse([conversation, "--out", "x", "--tune", "strata.agents.research.ANCHORS=5,10"]).tune
+    assert parse([conversation, "--out", "x", "--tune", "strata.memory.search.ANCHORS=5,10"]).tune
 
 
 def test_a_memory_folder_another_process_holds_is_a_one_line_error(

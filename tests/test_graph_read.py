@@ -23,7 +23,7 @@ import strata.graph  # noqa: F401  (loads the graph package before the role modu
 from langchain_core.language_models.fake_chat_models import FakeListChatModel
 from langgraph.runtime import Runtime
 from strata.agents.judge import irrelevant_items, judge
-from strata.agents.research import Searcher, offline_plan, research, strip_names
+from strata.agents.research import offline_plan, research
 from strata.agents.subquestion import offline_subquestion, subquestion
 from strata.graph.context import Context
 from strata.graph.state import Evidence, State, Verdict
@@ -32,6 +32,7 @@ from strata.memory.graph.traversal import edge_weights, focus_of, traverse
 from strata.memory.graph.view import StoreGraph
 from strata.memory.records import Link, LinkType, raw_record
 from strata.memory.registry import close_all, open_store
+from strata.memory.search import Searcher, strip_names
 from strata.memory.settings import StoreSettings
 
 from strata.api import Memory

@@ -20,22 +20,8 @@ import pytest
 import strata.graph  # noqa: F401  (loads the graph package before the role modules it wires)
 from langchain_core.language_models.fake_chat_models import FakeListChatModel
 from langgraph.runtime import Runtime
-from strata.agents.research import (
-    MENTION_LAG,
-    POOL,
-    Searcher,
-    candidates,
-    context_tokens,
-    intent_of,
-    item_tokens,
-    k_dyn_of,
-    offline_plan,
-    research,
-    rewrite_query,
-    route_of,
-    select,
-    strip_names,
-)
+from strata.agents.budget import candidates, context_tokens, item_tokens, select
+from strata.agents.research import intent_of, k_dyn_of, offline_plan, research, rewrite_query, route_of
 from strata.graph.context import Context
 from strata.graph.state import Evidence, State, Verdict
 from strata.memory.entities import extract_entities
@@ -43,6 +29,7 @@ from strata.memory.errors import InputError
 from strata.memory.facts import extract_facts, split_sentences
 from strata.memory.records import Link, LinkType, Record, Turn, raw_record
 from strata.memory.registry import close_all, open_store
+from strata.memory.search import MENTION_LAG, POOL, Searcher, strip_names
 from strata.memory.settings import StoreSettings
 
 from strata.conversations import load_questions, load_turns
