@@ -35,7 +35,7 @@ from strata.agents.llm import ask_json, chat_model
 from strata.agents.subquestion import subquestion
 from strata.agents.wire import new_question
 from strata.graph.context import Context
-from strata.graph.state import Evidence, Plan, RoleNote, State, fresh_run
+from strata.graph.state import Evidence, PathStep, Plan, RoleNote, State, fresh_run
 from strata.memory import search
 from strata.memory.dates import time_window
 from strata.memory.entities import wordset
@@ -459,29 +459,42 @@ def _built(items: Iterable[Candidate | Evidence]) -> list[Evidence]:
 def _linked(
     store: MemoryStore, earlier: Sequence[Evidence], exclude: set[str], people: Sequence[str] = ()
 ) -> list[Evidence]:
-    """Records one typed edge away from what was found (temporal, entity, derived-from, related);
-    an unedited fact comes as the turn it was derived from, like in the search."""
+    """Records one typed edge away from what was found (temporal, entity, derived-from, related), each
+    with its path: the earlier find's, then the edge; an unedited fact comes as the turn it was derived
+    from, like in the search (one more derived-from step)."""
     if not earlier:
         return []
     top = sorted(earlier, key=lambda e: -e.score)[:12]
+    by_id = {e.id: e for e in top}
     types = [LinkType.TEMPORAL, LinkType.ENTITY, LinkType.DERIVED_FROM, LinkType.RELATED]
-    ids = [i for i in store.neighbours([e.id for e in top], types) if i.split(":", 1)[0] in SEARCHABLE]
-    records: list[Record] = []
-    for record in store.get(ids):
-        if record.kind == "fact" and record.version == 1:
-            records += store.get(f"raw:{s}" for s in record.source_ids) or [record]
-        else:
-            records.append(record)
+    reached: dict[str, list[PathStep]] = {}  # first edge to each neighbour, in the order the edges come
+    for link in store.edges(list(by_id), types):
+        start = by_id.get(link.src) or by_id.get(link.dst)
+        for other in (link.src, link.dst):
+            if start is None or other in by_id or other in reached or other.split(":", 1)[0] not in SEARCHABLE:
+                continue
+            hop = sum(step.step == "edge" for step in start.path) + 1
+            edge = PathStep(step="edge", via=[link.type.value], src=start.id, dst=other, hop=hop)
+            reached[other] = [*start.path, edge]
+    shown: dict[str, tuple[Record, list[PathStep]]] = {}
+    for record in store.get(reached):
+        path = reached[record.id]
+        unedited_fact = record.kind == "fact" and record.version == 1
+        turns = store.get(f"raw:{s}" for s in record.source_ids) if unedited_fact else []
+        for turn in turns:
+            step = PathStep(step="edge", via=[LinkType.DERIVED_FROM.value], src=record.id, dst=turn.id,
+                            hop=path[-1].hop + 1)
+            shown.setdefault(turn.id, (turn, [*path, step]))
+        if not turns:
+            shown.setdefault(record.id, (record, path))
     score = round(min(e.score for e in top) * search.NEIGHBOUR_SHARE, 8)
-    return [
-        evidence_of(r, score, ["link"], people)
-        for r in _unique(records)
-        if r.status == Status.ACTIVE and r.id not in exclude
-    ]
-
-
-def _unique(records: Iterable[Record]) -> list[Record]:
-    return list({r.id: r for r in records}.values())
+    linked = []
+    for record, path in shown.values():
+        if record.status == Status.ACTIVE and record.id not in exclude:
+            item = evidence_of(record, score, ["link"], people)
+            item.path = path
+            linked.append(item)
+    return linked
 
 
 def _dedupe(items: Iterable[ShownT]) -> list[ShownT]:

@@ -276,6 +276,14 @@ def test_retry_follows_links_of_what_was_found(memory_dir: Path) -> None:
     linked = [e for e in second["evidence"] if "link" in e.found_by]
     assert linked, second["trace"][-1].summary
     assert "linked records" in second["trace"][-1].summary
+    # Each linked item shows how it was reached: an earlier find's path, then the typed edge from it.
+    for item in linked:
+        starts = [e for e in first["evidence"] if item.path[: len(e.path)] == e.path and len(item.path) > len(e.path)]
+        assert starts, (item.id, item.path)
+        edge = item.path[len(starts[0].path)]
+        assert edge.step == "edge" and edge.src == starts[0].id
+        assert edge.via[0] in ("temporal", "entity", "derived_from", "related")
+        assert item.path[-1].dst == item.id
 
 
 def test_only_allowed_granularities_are_searched(memory_dir: Path) -> None:
