@@ -515,5 +515,7 @@ def refreshed_evidence(
         if record is None:
             refreshed.append(item)
         elif record.status == Status.ACTIVE:
-            refreshed.append(evidence_of(record, item.score, item.found_by, people))
+            rewritten = evidence_of(record, item.score, item.found_by, people)
+            rewritten.path = list(item.path)  # re-read, not re-found: it was reached the same way
+            refreshed.append(rewritten)
     return refreshed

@@ -22,7 +22,7 @@ from langgraph.runtime import Runtime
 from strata.agents.common import evidence_of
 from strata.agents.refresher import refresher, single_valued
 from strata.graph.context import Context, Mode
-from strata.graph.state import State, Verdict
+from strata.graph.state import PathStep, State, Verdict
 from strata.memory.entities import stem
 from strata.memory.forgetting import read_forget_request
 from strata.memory.records import Action, Record, Status, Turn
@@ -69,6 +69,8 @@ def run(
     """Store the records, hand the node the Judge's Refresh verdict, return its update."""
     store.add(records)
     evidence = [evidence_of(r, 1.0, ["dense"]) for r in store.get(r.id for r in records)]
+    for item in evidence:
+        item.path = [PathStep(step="anchor", via=["dense"], dst=item.id)]
     state = State(
         turns=[incoming] if incoming else [], question=question, evidence=evidence, stage="intake",
         verdict=Verdict(action="Refresh", reason="incompatible values", conflicts=conflicts),
@@ -98,6 +100,9 @@ def test_newer_turn_updates_the_value_and_history_keeps_the_old_text(store: Memo
     assert change.action == Action.UPDATE and change.old_text == BOSTON.text
     # the answer is written from the corrected evidence
     assert [e.text for e in out["evidence"] if e.id == BOSTON.id] == [updated.text]
+    # ... and still says how it was found (re-read, not re-found)
+    found_by_dense = PathStep(step="anchor", via=["dense"], dst=BOSTON.id)
+    assert [e.path for e in out["evidence"] if e.id == BOSTON.id] == [[found_by_dense]]
     assert out["trace"][-1].role == "refresher" and out["trace"][-1].policy == "offline"
     assert "stage" not in out  # ingest carries on to the memory role
 
