@@ -7,7 +7,7 @@ different.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from functools import lru_cache
 from typing import Literal
 
@@ -19,7 +19,7 @@ from strata.memory.errors import InputError
 from strata.memory.facts import without_small_talk
 from strata.memory.records import Record
 from strata.memory.registry import open_store
-from strata.memory.store import Hit, MemoryStore
+from strata.memory.store import MemoryStore
 
 OFFLINE = "offline"
 
@@ -103,10 +103,6 @@ def _listener(speaker: str, people: tuple[str, ...]) -> str | None:
     """The one other person of a two-person conversation (a question ranks thousands of turns)."""
     others = [p for p in people if p != speaker]
     return others[0] if len(others) == 1 else None
-
-
-def evidence_from_hits(hits: Iterable[Hit]) -> list[Evidence]:
-    return [evidence_of(hit.record, hit.score, hit.found_by) for hit in hits]
 
 
 def current_turn_text(state: State) -> str:
