@@ -62,10 +62,6 @@ def new_question(context: Context) -> None:
     object.__setattr__(context, "_call_budget", CallBudget(limit=context.max_model_calls))
 
 
-def calls_used(context: Context) -> int:
-    return budget_of(context).used
-
-
 def status_of(exc: BaseException) -> int | None:
     """The HTTP status of a provider error, whichever client raised it."""
     for candidate in _chain(exc):
