@@ -82,10 +82,10 @@ def evidence_of(
     )
 
 
-def shown_people(store: MemoryStore, context: Context) -> tuple[str, ...]:
-    """Whose turns are shown without small talk: the namespace's participants, or nobody when the
+def shown_people(participants: Sequence[str], context: Context) -> tuple[str, ...]:
+    """Whose turns are shown without small talk: the namespace's `participants`, or nobody when the
     `brief_turns` switch is off (every role that builds evidence asks here)."""
-    return tuple(store.participants()) if context.brief_turns else ()
+    return tuple(participants) if context.brief_turns else ()
 
 
 def brief_line(record: Record, people: Sequence[str]) -> str:

@@ -186,7 +186,7 @@ def refresher(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
                 touched.add(step.record.id)
                 if step.action != "noop":
                     notes += follow_persona(store, step, plan.policy, note.change_id)
-    people = shown_people(store, context)
+    people = shown_people(store.participants(), context)
     evidence = refreshed_evidence(state.evidence, store, notes, people)
     counts = {a: sum(n.action == a for n in notes) for a in ("update", "delete", "noop")}
     summary = (

@@ -333,13 +333,14 @@ def research(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     dense_text = text if context.mode == "ingest" else strip_names(plan.query, participants)
     searcher = Searcher(store, plan, dense_text, exclude, compact=COMPACT_BROAD and _broad(plan.query.lower()))
     searcher.summaries = getattr(context, "summaries", True)
+    people = shown_people(participants, context)  # whose turns are shown without small talk
     if context.mode == "ingest":
-        evidence, plan, summary = _ingest_round(searcher, plan, context, kinds)
+        evidence, plan, summary = _ingest_round(searcher, plan, context, kinds, people)
     elif first:
-        evidence, plan, summary = _first_round(searcher, plan, context, kinds)
+        evidence, plan, summary = _first_round(searcher, plan, context, kinds, people)
     else:
         missing = list(state.verdict.missing) if state.verdict is not None else []
-        evidence, plan, summary = _retry_round(searcher, plan, context, kinds, earlier, rounds, missing)
+        evidence, plan, summary = _retry_round(searcher, plan, context, kinds, people, earlier, rounds, missing)
     trace.append(RoleNote(role="research", policy=plan.policy, summary=summary))
     return {**update, "plan": plan, "evidence": evidence, "rounds": rounds + 1, "trace": trace}
 
@@ -354,11 +355,10 @@ def _now_of(state: State, store: MemoryStore, context: Context) -> datetime | No
 
 
 def _first_round(
-    searcher: Searcher, plan: Plan, context: Context, kinds: Sequence[Kind]
+    searcher: Searcher, plan: Plan, context: Context, kinds: Sequence[Kind], people: Sequence[str]
 ) -> tuple[list[Evidence], Plan, str]:
     """The routed granularity, plus raw turns and facts (recall at a small budget); broad questions
     leave raw turns to a retry."""
-    people = shown_people(searcher.store, context)  # whose turns are shown without small talk
     searched: list[Kind] = [plan.route, *(k for k in ("raw", "fact") if k in kinds and k != plan.route)]
     if searcher.compact and "fact" in searched:
         searched = [k for k in searched if k != "raw"]  # a broad question reads facts, not whole turns
@@ -379,11 +379,10 @@ def walk_weights(plan: Plan, context: Context, broad: bool) -> dict[str, float] 
 
 
 def _ingest_round(
-    searcher: Searcher, plan: Plan, context: Context, kinds: Sequence[Kind]
+    searcher: Searcher, plan: Plan, context: Context, kinds: Sequence[Kind], people: Sequence[str]
 ) -> tuple[list[Evidence], Plan, str]:
     """A turn being stored: the few turns and facts nearest its own words, which the Judge checks for
     conflicts and the Memory role links to (AMA's R_t). No time window, boosts or retry."""
-    people = shown_people(searcher.store, context)  # whose turns are shown without small talk
     searched: list[Kind] = [k for k in ("raw", "fact") if k in kinds] or [plan.route]
     k = max(plan.k_dyn, context.k_m)
     units = searcher.units(searched, INGEST_POOL, light=True)
@@ -394,12 +393,11 @@ def _ingest_round(
 
 
 def _retry_round(
-    searcher: Searcher, plan: Plan, context: Context, kinds: Sequence[Kind], earlier: list[Evidence], rounds: int,
-    missing: Sequence[str] = (),
+    searcher: Searcher, plan: Plan, context: Context, kinds: Sequence[Kind], people: Sequence[str],
+    earlier: list[Evidence], rounds: int, missing: Sequence[str] = (),
 ) -> tuple[list[Evidence], Plan, str]:
     """Remaining granularities, then link neighbours of what was found, then a sub-question for what the
     Judge found missing (AdaMem), or a wider K when it named nothing (AMA's Retry)."""
-    people = shown_people(searcher.store, context)  # whose turns are shown without small talk
     store, exclude = searcher.store, searcher.exclude
     remaining = [k for k in kinds if k not in plan.searched]
     searched = list(plan.searched)
