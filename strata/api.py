@@ -268,8 +268,9 @@ def _checked(model: type[_Arguments], **arguments: object) -> _Arguments:
     except ValidationError as error:
         first = error.errors()[0]
         where = ".".join(str(p) for p in first.get("loc", ())) or "argument"
-        got = type(first.get("input")).__name__
-        raise InputError(f"{where}: {first.get('msg', 'invalid')} (got a {got})") from None
+        got = repr(first.get("input"))
+        got = got if len(got) <= 60 else got[:57] + "..."
+        raise InputError(f"{where}: {first.get('msg', 'invalid')} (got {got})") from None
 
 
 def _text(value: object, what: str) -> str:
