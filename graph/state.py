@@ -178,6 +178,8 @@ def validate_turns(items: list[Any], default_speaker: str = "user", max_chars: i
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first.get("loc", ())) or "turn"
             message = str(first.get("msg", "invalid")).removeprefix("Value error, ")
+            if first.get("type") == "missing":
+                message = f"missing: give each turn a '{where}'"
             raise InputError(f"turn {n}: {where}: {message}") from None
         if max_chars is not None and len(turns[-1].text) > max_chars:
             raise InputError(

@@ -57,6 +57,7 @@ def one_line(error: pytest.ExceptionInfo[StrataError]) -> str:
         (lambda m: m.add(123), "not int"),
         (lambda m: m.add([None]), "turn 1 is a NoneType"),
         (lambda m: m.add({1: "x"}), "turn 1"),
+        (lambda m: m.add([{"speaker": "Ann"}]), "turn 1: text: missing: give each turn a 'text'"),
         (lambda m: m.add(b"\xff\xfe"), "not UTF-8"),
         (lambda m: m.add("hi", speaker=None), "speaker"),
         (lambda m: m.chat(None), "not NoneType"),

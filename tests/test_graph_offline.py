@@ -210,7 +210,7 @@ def one_line(error: pytest.ExceptionInfo[InputError]) -> str:
     ("mode", "payload", "expected"),
     [
         ("ingest", {"turns": [{"speaker": "Ann", "text": "   "}]}, "turn 1: text: "),
-        ("ingest", {"turns": [BOSTON, {"speaker": "Ann"}]}, "turn 2: text: Field required"),
+        ("ingest", {"turns": [BOSTON, {"speaker": "Ann"}]}, "turn 2: text: missing: give each turn a 'text'"),
         ("ingest", {}, "mode 'ingest' needs turns"),
         ("ingest", {"turns": [DENVER, {**DENVER, "text": "Or was it June?"}]}, "turns 1 and 2 share the id 'D2:1'"),
         ("chat", {"question": "Where does Ann live?"}, "mode 'chat' needs turns"),
