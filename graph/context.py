@@ -190,7 +190,7 @@ class Context:
         types = _field_types()
         self.namespace = check_namespace(self.namespace)
         if self.mode not in MODES:
-            raise InputError(f"unknown mode {_shown(self.mode)}: use one of {', '.join(MODES)}")
+            raise InputError(f"unknown mode {shown_value(self.mode)}: use one of {', '.join(MODES)}")
         for spec in fields(self):
             if spec.name in ("chat_model", "mode"):
                 continue
@@ -285,10 +285,10 @@ def _setting(name: str, value: object, kind: Any, source: str) -> object:
             pass
     default = next(f.default for f in fields(Context) if f.name == name)
     what = _KIND_WORDS.get(kind, f"one of {', '.join(map(str, get_args(kind)))}" if get_args(kind) else str(kind))
-    raise ConfigError(f"{source} must be {what}, got {_shown(value)}: e.g. {name}={default!r}")
+    raise ConfigError(f"{source} must be {what}, got {shown_value(value)}: e.g. {name}={default!r}")
 
 
-def _shown(value: object, width: int = 60) -> str:
+def shown_value(value: object, width: int = 60) -> str:
     """A value as one short line, for error messages (never fails, never spans lines)."""
     try:
         text = reprlib.repr(value)

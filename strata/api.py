@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from strata.graph.context import Context
+from strata.graph.context import Context, shown_value
 from strata.graph.graph import graph
 from strata.graph.state import ChangeNote, Evidence, RoleNote, Verdict, validate_turns
 from strata.graph.tracing import run_config
@@ -268,9 +268,7 @@ def _checked(model: type[_Arguments], **arguments: object) -> _Arguments:
     except ValidationError as error:
         first = error.errors()[0]
         where = ".".join(str(p) for p in first.get("loc", ())) or "argument"
-        got = repr(first.get("input"))
-        got = got if len(got) <= 60 else got[:57] + "..."
-        raise InputError(f"{where}: {first.get('msg', 'invalid')} (got {got})") from None
+        raise InputError(f"{where}: {first.get('msg', 'invalid')} (got {shown_value(first.get('input'))})") from None
 
 
 def _text(value: object, what: str) -> str:
