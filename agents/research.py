@@ -404,11 +404,12 @@ def _retry_round(
     new: list[Candidate | Evidence] = []  # built as evidence only if chosen
     steps: list[str] = []
     known = {e.id for e in earlier}
-    sub, policy = subquestion(plan.query, missing, store.participants(), earlier, context)
+    participants = store.participants()
+    sub, policy = subquestion(plan.query, missing, participants, earlier, context)
     if sub:  # what the Judge found missing comes first: it is what this round is for
         sub_plan = plan.model_copy(update={"query": sub})
         compact = COMPACT_BROAD and _broad(sub.lower())
-        sub_searcher = Searcher(store, sub_plan, strip_names(sub, store.participants()), exclude, compact)
+        sub_searcher = Searcher(store, sub_plan, strip_names(sub, participants), exclude, compact)
         walk = walk_weights(sub_plan, context, searcher.compact)
         units = sub_searcher.units(list(plan.searched), search.POOL, walk=walk)
         for unit in units.values():
