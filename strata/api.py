@@ -7,6 +7,7 @@ exactly what Studio and the server do.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, fields, replace
 from typing import Any, TypeVar
@@ -208,6 +209,34 @@ class Memory:
         """Delete this namespace's memory entirely; the namespace can be used again at once."""
         context = self.context("ask")
         drop_namespace(context.store_settings(), context.namespace)
+
+    # the same calls for async apps -------------------------------------------
+    # Each runs its synchronous twin in a worker thread (the memory is safe to share between threads),
+    # so an event loop serving other requests is not blocked while the graph embeds and searches.
+    # Cancelling the await does not cut a write short: the thread finishes the call, and what it
+    # stored stays stored, as when a synchronous call returns.
+    async def aadd(
+        self, turns: TurnLike | Sequence[TurnLike], speaker: str = "user",
+        on_turn: Callable[[int], None] | None = None, end_session: bool = False,
+    ) -> IngestReport:
+        """`add` for async apps."""
+        return await asyncio.to_thread(self.add, turns, speaker, on_turn, end_session)
+
+    async def aask(self, question: str, refresh: bool = False) -> Answer:
+        """`ask` for async apps."""
+        return await asyncio.to_thread(self.ask, question, refresh)
+
+    async def aretrieve(self, question: str, refresh: bool = False) -> Answer:
+        """`retrieve` for async apps."""
+        return await asyncio.to_thread(self.retrieve, question, refresh)
+
+    async def achat(self, text: str, speaker: str = "user") -> Answer:
+        """`chat` for async apps."""
+        return await asyncio.to_thread(self.chat, text, speaker)
+
+    async def aconsolidate(self, limit: int | None = None) -> ConsolidationReport:
+        """`consolidate` for async apps (the slow path can take a while: this keeps the loop free)."""
+        return await asyncio.to_thread(self.consolidate, limit)
 
     # running -----------------------------------------------------------
     def _run(

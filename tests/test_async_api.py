@@ -1,0 +1,128 @@
+"""The API's async calls (`aadd`, `aask`, `aretrieve`, `achat`, `aconsolidate`) on real LoCoMo turns.
+
+They must do exactly what their synchronous twins do, keep the event loop free while the
+graph runs, fail with the same one-line errors, and leave stored memory as it was when
+they fail or when several run at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from strata.memory.errors import InputError
+
+from strata import Memory
+from strata.conversations import load_turns
+
+T = TypeVar("T")
+QUESTIONS = [
+    "When did Caroline go to the LGBTQ support group?",
+    "What is Caroline's identity?",
+    "What did Melanie paint recently?",
+]
+
+
+def turns_of(locomo_dir: Path, count: int) -> list[Any]:
+    """conv-26's first `count` real turns (session 1)."""
+    return load_turns(locomo_dir / "conv-26.json").sessions[0].turns[:count]
+
+
+async def while_ticking(call: Awaitable[T]) -> tuple[T, int]:
+    """The call's result, and how often another task ran on the loop while it was awaited."""
+    done = asyncio.Event()
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while not done.is_set():
+            ticks += 1
+            await asyncio.sleep(0)
+
+    async def awaited() -> T:
+        try:
+            return await call
+        finally:
+            done.set()
+
+    result, _ = await asyncio.gather(awaited(), ticker())
+    return result, ticks
+
+
+def test_async_calls_store_and_answer_as_the_sync_ones_do(
+    locomo_dir: Path, tmp_path: Path, embedder: object
+) -> None:
+    turns = turns_of(locomo_dir, 14)
+    sync = Memory("conv-26", data_dir=str(tmp_path / "sync"))
+    expected_report = sync.add(turns, end_session=True)
+    later = Memory("conv-26", data_dir=str(tmp_path / "async"))
+
+    async def scenario() -> tuple[Any, int, list[Any], Any]:
+        report, ticks = await while_ticking(later.aadd(turns, end_session=True))
+        answers = await asyncio.gather(*(later.aretrieve(q) for q in QUESTIONS))
+        asked = await later.aask(QUESTIONS[0])
+        return report, ticks, answers, asked
+
+    report, ticks, answers, asked = asyncio.run(scenario())
+    assert report.turns == 14 and report.stored_ids == expected_report.stored_ids  # turns and their facts
+    assert ticks > 0, "the event loop was blocked while turns were stored"
+    assert sorted(r.id for r in later.store.all("raw")) == sorted(r.id for r in sync.store.all("raw"))
+    assert len(later.store.all("episode")) == len(sync.store.all("episode")) == 1
+    for question, answer in zip(QUESTIONS, answers, strict=True):
+        assert answer.evidence_ids() == sync.retrieve(question).evidence_ids(), question
+    expected = sync.ask(QUESTIONS[0])
+    assert asked.answer == expected.answer and asked.cited_ids == expected.cited_ids
+    assert "D1:3" in asked.evidence_ids()  # "I went to a LGBTQ support group yesterday and it was so powerful."
+    assert "2023" in asked.answer
+
+
+def test_async_chat_stores_the_turn_and_consolidate_runs(locomo_dir: Path, data_dir: Path, embedder: object) -> None:
+    memory = Memory("conv-26", data_dir=str(data_dir))
+    memory.add(turns_of(locomo_dir, 8))
+
+    async def scenario() -> tuple[Any, Any]:
+        reply = await memory.achat("I started pottery classes last week, it calms me down.", speaker="Melanie")
+        return reply, await memory.aconsolidate()
+
+    reply, report = asyncio.run(scenario())
+    raws = memory.store.all("raw")
+    assert len(raws) == 9 and any("pottery" in r.text for r in raws)
+    assert reply.answer
+    assert report.turns == 9
+    assert memory.consolidate().turns == 0  # nothing left for the slow path
+
+
+def test_async_errors_are_the_same_one_line_errors_and_change_nothing(
+    locomo_dir: Path, data_dir: Path, embedder: object
+) -> None:
+    memory = Memory("conv-26", data_dir=str(data_dir))
+    memory.add(turns_of(locomo_dir, 4))
+    before = sorted((r.id, r.text) for r in memory.store.all("raw", True))
+
+    async def failing() -> list[BaseException]:
+        calls = [memory.aask("  "), memory.aadd([{"speaker": "Ann"}]), memory.achat(123),  # type: ignore[arg-type]
+                 memory.aconsolidate(0)]
+        return [r for r in await asyncio.gather(*calls, return_exceptions=True) if isinstance(r, BaseException)]
+
+    errors = asyncio.run(failing())
+    assert [type(e) for e in errors] == [InputError] * 4
+    assert all(len(str(e).splitlines()) == 1 for e in errors)
+    assert "the question is empty" in str(errors[0])
+    assert "turn 1: text: missing" in str(errors[1])
+    assert sorted((r.id, r.text) for r in memory.store.all("raw", True)) == before
+
+
+def test_concurrent_async_adds_lose_nothing(locomo_dir: Path, data_dir: Path, embedder: object) -> None:
+    turns = turns_of(locomo_dir, 12)
+    writers = 3
+    memory = Memory("conv-26", data_dir=str(data_dir))
+
+    async def scenario() -> None:
+        share = [turns[i::writers] for i in range(writers)]
+        await asyncio.gather(*(memory.aadd(part) for part in share))
+
+    asyncio.run(scenario())
+    stored = sorted(r.dialogue_id for r in memory.store.all("raw"))
+    assert stored == sorted(t.dia_id for t in turns)
