@@ -126,3 +126,26 @@ def test_concurrent_async_adds_lose_nothing(locomo_dir: Path, data_dir: Path, em
     asyncio.run(scenario())
     stored = sorted(r.dialogue_id for r in memory.store.all("raw"))
     assert stored == sorted(t.dia_id for t in turns)
+
+
+def test_a_cancelled_add_still_stores_every_turn_it_was_given(
+    locomo_dir: Path, data_dir: Path, embedder: object
+) -> None:
+    turns = turns_of(locomo_dir, 18)  # long enough a batch that the cancel lands while it is stored
+    memory = Memory("conv-26", data_dir=str(data_dir))
+
+    async def scenario() -> bool:
+        loop = asyncio.get_running_loop()
+        first_stored = asyncio.Event()
+        task = asyncio.create_task(memory.aadd(turns, on_turn=lambda n: loop.call_soon_threadsafe(first_stored.set)))
+        await first_stored.wait()  # the graph is working on the batch: cancel now, mid-way
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            return True
+        return False
+
+    assert asyncio.run(scenario()), "the await was not cancelled"
+    # asyncio.run waits for the worker thread: the batch was finished, not cut short
+    assert sorted(r.dialogue_id for r in memory.store.all("raw")) == sorted(t.dia_id for t in turns)
