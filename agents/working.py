@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from typing import Any
@@ -37,7 +38,16 @@ from strata.agents.llm import ask_json, chat_model
 from strata.graph.context import Context
 from strata.graph.state import Evidence, State
 from strata.memory.dates import day_label, resolve_relative
-from strata.memory.entities import CHAT_WORDS, STOPWORDS, split_entities, stem, tokenize, wordset
+from strata.memory.entities import (
+    CHAT_WORDS,
+    MONTH_WORDS,
+    STOPWORDS,
+    WEEKDAY_WORDS,
+    split_entities,
+    stem,
+    tokenize,
+    wordset,
+)
 from strata.memory.facts import single_valued
 from strata.memory.moments import utc_now
 from strata.prompts import working as prompts
@@ -49,6 +59,24 @@ _QUESTION_PHRASE = re.compile(
     r"^\W*(?:when|where|who|whom|whose|why|what|which|how (?:many|much|often|long|old|far)|how)\b"
     r"(?:\s+(?:kind|kinds|type|types|sort) of)?", re.IGNORECASE,
 )
+# A what/which question about what something is called ("What is Ann's sister's name?", "What is the
+# name of her dog?", "What is the project called?"). A sentence that gives the asked-about thing a name
+# ("My sister Jane ...") holds the naming words without saying them, and the answer is that name
+# (`name_answer`).
+_NAME_FRAME = re.compile(r"^\W*(?:what|which)\b.*\b(?:names?|named|called)\b", re.IGNORECASE)
+_NAME_WORDS = frozenset(stem(w) for w in ("name", "names", "named", "called"))
+# A name given right after a noun: "my sister Jane", "a puppy named Coco", "our dog, Rex", "my dog's name is Max".
+_GIVEN_NAME = re.compile(
+    r"\b([a-z]+)"
+    r"(?:['’]s\s+name\s+(?:is|was)|,?\s+(?:named|called|(?:is|was)\s+(?:named|called)))?,?\s+"
+    r"([A-Z][\w-]*(?:\s+[A-Z][\w-]*){0,2})(?=\W|$)"
+)
+# "Her name's Coco", "His name is Max": a name given to what the sentence before spoke of.
+_PRONOUN_NAMED = re.compile(
+    r"\b(?i:her|his|its|their)\s+names?(?:['’]s|\s+(?:is|are|was|were))\s+([A-Z][\w-]*(?:\s+[A-Z][\w-]*){0,2})"
+)
+_OTHER_SUBJECT = re.compile(r"^\W*(?:[Mm]y|[Oo]ur)\s+(?:[a-z]+\s+)?[a-z]+,?\s+[A-Z][a-z'’]+\b(?!['’]s)")
+_NOT_GIVEN = STOPWORDS | CHAT_WORDS | MONTH_WORDS | WEEKDAY_WORDS  # "my birthday Sunday" gives no name
 MIN_COVERAGE = 0.5  # share of the question's weighted content words the best sentence must hold
 CONTEXT_SHARE = 0.5  # weight of asked-about words found elsewhere in the sentence's item
 PAIR_SHARE = 0.8  # weight of asked-about words in the question the sentence's turn answers
@@ -223,6 +251,7 @@ class Question:
     people: list[str]  # participants the question is about
     weights: dict[str, float]  # content stems -> weight
     window: tuple[date, date] | None = None  # a period the question names ("in October 2023")
+    name: bool = False  # it asks what something is called (`_NAME_FRAME`)
 
     @property
     def total(self) -> float:
@@ -256,6 +285,7 @@ def analyse(question: str, evidence: list[Evidence]) -> Question:
     for found in reversed(dates):  # a date in the question is a filter, not a word the answer must contain
         words = words[: found.char_start] + " " + words[found.char_end :]
     asked = _QUESTION_PHRASE.sub(" ", words)
+    name = bool(_NAME_FRAME.match(question))
     documents = [set(tokenize(f"{item.text} {item.label}")) for item in evidence] or [set()]
     weights: dict[str, float] = {}
     for token in dict.fromkeys(tokenize(asked)):
@@ -267,9 +297,19 @@ def analyse(question: str, evidence: list[Evidence]) -> Question:
         seen = sum(token in doc for doc in documents)
         # Rarer words in the evidence are the specific thing asked about; unseen words still count fully.
         weights[token] = 1.0 + math.log((len(documents) + 1) / (seen + 1)) / 2
+    if not named and _FIRST_PERSON.search(question):
+        named = _asker(evidence)
     stated = [d for d in dates if not d.relative]
     window = (min(d.start for d in stated), max(d.end for d in stated)) if stated else None
-    return Question(text=question, type=kind, people=named, weights=weights, window=window)
+    return Question(text=question, type=kind, people=named, weights=weights, window=window, name=name)
+
+
+def _asker(evidence: list[Evidence]) -> list[str]:
+    """Who "I" in a question is: the one speaker of the evidence besides the assistant (an app's user asking
+    about themselves); nobody when several people speak (then "I" could be any of them)."""
+    speakers = {part.strip() for item in evidence for part in item.speaker.split(",") if part.strip()}
+    humans = [s for s in speakers if s.lower() != "assistant"]
+    return humans if len(humans) == 1 else []
 
 
 def _names(question: str, person: str) -> bool:
@@ -317,11 +357,16 @@ def _greeting(sentence: str) -> bool:
 
 
 def about(sentence: str, item: Evidence, people: list[str]) -> set[str]:
-    """Who a sentence is about: names it mentions (not as a greeting), else the speaker or the one addressed."""
+    """Who a sentence is about: names it mentions (not as a greeting), else the speaker or the one addressed.
+    A sentence whose subject is someone the speaker names ("My sister Jane lives nearby") is about them,
+    not about the speaker, unless the speaker comes in again ("My sister Jane and I ...")."""
     mentioned = {p for p in people if _mentions(sentence, p)}
     if item.kind != "raw":
         return mentioned or ({item.speaker} if item.speaker in people else set())
     subjects = set(mentioned)
+    other = _OTHER_SUBJECT.match(sentence)
+    if other and not _FIRST_PERSON.search(sentence[other.end():]):
+        return subjects
     if _FIRST_PERSON.search(sentence) or not (mentioned or _SECOND_PERSON.search(sentence)):
         subjects.add(item.speaker)
     if _SECOND_PERSON.search(sentence):
@@ -366,6 +411,9 @@ def candidates(question: Question, evidence: list[Evidence]) -> list[Candidate]:
             stems = tokenize(sentence)
             cand = Candidate(item=item, sentence=sentence, stems=stems, about=about(sentence, item, people))
             own = set(stems)
+            if question.name and (_PRONOUN_NAMED.search(sentence)
+                                  or any(noun in question.weights for noun, _ in given_names(sentence))):
+                own |= _NAME_WORDS
             cand.matched = {t for t in question.weights if t in own}
             related = {t for t in question.weights if t not in own and _RELATED.get(t, frozenset()) & own}
             paired = {t for t in question.weights if t in in_pair and t not in own}
@@ -425,6 +473,8 @@ def person_match(question: Question, cand: Candidate) -> float:
 def _type_bonus(question: Question, cand: Candidate) -> float:
     """A sentence holding the kind of thing asked for (a date, a number, a place, a name) is preferred."""
     kind = question.type
+    if question.name and name_answer(question, cand):
+        return 0.05
     if kind == "when" and _has_date(cand.sentence):
         return 0.05
     if kind == "how_many" and _NUMBER.search(cand.sentence):
@@ -480,6 +530,8 @@ def answer_offline(question: str, evidence: list[Evidence]) -> tuple[str, list[s
 def extract(question: Question, best: Candidate, ranked: list[Candidate]) -> str:
     """Cut the answer out of the best sentence, by question type."""
     kind = question.type
+    if question.name:
+        return name_answer(question, best, ranked) or span_answer(question, best)
     if kind == "when":
         return when_answer(question, best, ranked)
     if kind == "how_many":
@@ -551,6 +603,33 @@ def place_answer(question: Question, best: Candidate) -> str:
     return _trim(common.group(1)) if common else ""
 
 
+def given_names(sentence: str) -> list[tuple[str, str]]:
+    """(noun stem, name) for each name given right after a noun: "my sister Jane" -> ("sister", "Jane"),
+    "a puppy named Coco" -> ("puppy", "Coco"), "my dog's name is Max" -> ("dog", "Max")."""
+    found = []
+    for match in _GIVEN_NAME.finditer(sentence):
+        noun, name = match.groups()
+        if noun in STOPWORDS or name.split()[0].lower() in _NOT_GIVEN:
+            continue
+        found.append((stem(noun), name))
+    return found
+
+
+def name_answer(question: Question, best: Candidate, ranked: Sequence[Candidate] = ()) -> str:
+    """The names the sentence gives to what the question asks about ("What is Ann's sister's name?" and
+    "My sister Jane lives nearby" give "Jane"); several when it names several. When the best sentence
+    names nothing, the rest of its turn may ("I got a puppy two weeks ago! Her name's Coco")."""
+    people = {p.lower() for p in [*question.people, best.item.speaker] if p}
+    same_turn = [c for c in ranked if c is not best and c.item is best.item]
+    for cand in [best, *same_turn]:
+        names = [name for noun, name in given_names(cand.sentence) if noun in question.weights]
+        names = names or [m.group(1) for m in _PRONOUN_NAMED.finditer(cand.sentence)]  # "Her name's Coco"
+        names = [name for name in names if name.lower() not in people]
+        if names:
+            return ", ".join(dict.fromkeys(names))
+    return ""
+
+
 def _acronym(word: str) -> bool:
     return word.isupper() and len(word) > 1
 
@@ -561,9 +640,15 @@ def person_answer(question: Question, best: Candidate) -> str:
     words = re.findall(r"\b[A-Z][a-z]+(?:\s+[A-Z][a-z]+)*\b", best.sentence)
     for name in words:
         low = name.lower()
-        usable = low not in skip and low not in STOPWORDS and low not in CHAT_WORDS
+        asked = set(tokenize(name)) <= set(question.weights)  # "Who is Jane?": not "Jane"
+        usable = low not in skip and low not in STOPWORDS and low not in CHAT_WORDS and not asked
         if usable and (not best.sentence.startswith(name) or len(words) == 1):
             return name
+    for name in re.findall(r"\b[A-Z][a-z'’]+\b", question.text):  # "Who is Rex?" and "my dog Rex": "my dog"
+        given = re.search(rf"\b((?:[Mm]y|[Oo]ur|[Hh]is|[Hh]er|[Tt]heir)\s+(?:[a-z]+\s+)?[a-z]+),?\s+"
+                          rf"(?:named\s+|called\s+)?{re.escape(name)}\b", best.sentence)
+        if given:
+            return given.group(1)
     relation = re.search(r"\b(?:my|her|his|their|our)\s+((?:\w+\s+)?(?:friend|friends|mom|mother|dad|father|"
                          r"parents|sister|brother|husband|wife|partner|kids|children|family|mentor|mentors|"
                          r"grandma|grandpa|aunt|uncle|cousin|boss|coworker|colleague|team)s?)\b", best.sentence,

@@ -158,20 +158,87 @@ def test_adversarial_questions_are_not_in_memory(
     assert out["cited_ids"] == []
 
 
+def said(*rows: tuple[str, str, str, str]) -> list[Turn]:
+    """Turns from (speaker, text, dialogue id, time) rows."""
+    return [Turn(speaker=who, text=text, dia_id=dia_id, time=when)  # type: ignore[arg-type]
+            for who, text, dia_id, when in rows]
+
+
 def test_the_latest_statement_gives_the_current_value(store: MemoryStore, data_dir: Path) -> None:
-    said = [
-        Turn(speaker=who, text=text, dia_id=dia_id, time=when)  # type: ignore[arg-type]
-        for who, text, dia_id, when in (
-            ("Ann", "I live in Boston.", "D1:1", "2023-05-08T10:00"),
-            ("Ben", "Boston is lovely in spring!", "D1:2", "2023-05-08T10:01"),
-            ("Ann", "I moved to Denver last month.", "D2:1", "2023-07-03T10:00"),
-        )
-    ]
-    evidence = stored_evidence(store, [raw_record(t) for t in said])
+    turns = said(
+        ("Ann", "I live in Boston.", "D1:1", "2023-05-08T10:00"),
+        ("Ben", "Boston is lovely in spring!", "D1:2", "2023-05-08T10:01"),
+        ("Ann", "I moved to Denver last month.", "D2:1", "2023-07-03T10:00"),
+    )
+    evidence = stored_evidence(store, [raw_record(t) for t in turns])
     out = ask("Where does Ann live?", evidence, data_dir)
     assert out["answer"] == "Denver" and out["cited_ids"] == ["D2:1"]
     out = ask("Where did Ann live in May 2023?", evidence, data_dir)
     assert out["answer"] == "Boston" and out["cited_ids"] == ["D1:1"]
+
+
+def test_a_name_question_gets_the_name_given_to_what_it_asks_about(
+    store: MemoryStore, conv26: dict[str, Turn], data_dir: Path
+) -> None:
+    # D13:4: "... thanks for asking, they're good- we got another cat named Bailey too. Here's a pic of Oliver."
+    evidence = turns_evidence(store, conv26, ["D13:3", "D13:4", "D13:5"])
+    for question in ("What is the name of Melanie's new cat?", "What did Melanie name her new cat?"):
+        out = ask(question, evidence, data_dir)
+        assert (out["answer"], out["cited_ids"]) == ("Bailey", ["D13:4"]), question
+
+
+def test_a_name_given_in_the_next_sentence_of_the_turn(locomo_dir: Path, store: MemoryStore, data_dir: Path) -> None:
+    # conv-41 D30:1: "... Guess what - I got a puppy two weeks ago! Her name's Coco and she's adorable."
+    turns = {t.dia_id: t for t in load_turns(locomo_dir / "conv-41.json").turns()}
+    evidence = stored_evidence(store, [raw_record(turns[i]) for i in ("D30:1", "D30:2", "D30:3")])
+    out = ask("What is the name of the puppy Maria got two weeks ago?", evidence, data_dir)
+    assert (out["answer"], out["cited_ids"]) == ("Coco", ["D30:1"])
+
+
+def app_turns() -> list[Turn]:
+    """An app's user talking to its assistant: the asker of a first-person question is the user."""
+    return said(
+        ("user", "Hi! I just moved to Denver last week for a new job at Acme.", "T1", "2024-03-01T10:00"),
+        ("assistant", "Congratulations on the move! How are you settling in?", "T2", "2024-03-02T10:00"),
+        ("user", "Pretty well. My sister Jane lives nearby, which helps.", "T3", "2024-03-03T10:00"),
+        ("assistant", "That's great to have family close.", "T4", "2024-03-04T10:00"),
+        ("user", "About 30 miles a week. My dog Rex comes along on the short runs.", "T5", "2024-03-05T10:00"),
+    )
+
+
+@pytest.mark.parametrize(
+    ("question", "answer", "cited"),
+    [
+        ("What's my sister's name?", "Jane", ["T3"]),
+        ("What is my dog called?", "Rex", ["T5"]),
+        ("Who is Jane?", "My sister", ["T3"]),
+        ("Who is Rex?", "My dog", ["T5"]),
+        # the latest statement about living somewhere is the sister's, not the user's
+        ("Where do I live?", "Denver", ["T1"]),
+    ],
+)
+def test_first_person_questions_from_an_app_user(
+    question: str, answer: str, cited: list[str], store: MemoryStore, data_dir: Path
+) -> None:
+    evidence = stored_evidence(store, [raw_record(t) for t in app_turns()])
+    out = ask(question, evidence, data_dir)
+    assert (out["answer"], out["cited_ids"]) == (answer, cited)
+
+
+def test_a_sentence_about_someone_the_speaker_names_is_not_about_the_speaker(
+    store: MemoryStore, data_dir: Path
+) -> None:
+    turns = said(
+        ("Ann", "I live in Boston.", "D1:1", "2023-05-08T10:00"),
+        ("Ann", "My brother Tom lives in Chicago now.", "D2:1", "2023-07-03T10:00"),
+        ("Ann", "My brother Tom and I live in Austin now.", "D3:1", "2023-09-03T10:00"),
+    )
+    evidence = stored_evidence(store, [raw_record(t) for t in turns[:2]])
+    out = ask("Where does Ann live?", evidence, data_dir)
+    assert (out["answer"], out["cited_ids"]) == ("Boston", ["D1:1"])
+    evidence = stored_evidence(store, [raw_record(t) for t in turns])
+    out = ask("Where does Ann live?", evidence, data_dir)  # "... and I": about Ann again
+    assert (out["answer"], out["cited_ids"]) == ("Austin", ["D3:1"])
 
 
 def test_no_evidence_is_not_in_memory_without_asking_a_model(data_dir: Path) -> None:
