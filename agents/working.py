@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from typing import Any
@@ -75,6 +75,10 @@ _GIVEN_NAME = re.compile(
 _PRONOUN_NAMED = re.compile(
     r"\b(?i:her|his|its|their)\s+names?(?:['’]s|\s+(?:is|are|was|were))\s+([A-Z][\w-]*(?:\s+[A-Z][\w-]*){0,2})"
 )
+# "I'm Bob", "my name is Bob", "call me Bob": the speaker gives their own name.
+_SELF_NAMED = re.compile(
+    r"\b(?:I['’]m|I\s+am|[Mm]y\s+name(?:['’]s|\s+is)|[Cc]all\s+me)\s+([A-Z][a-z]+(?:\s+[A-Z][a-z]+)?)\b"
+)
 _OTHER_SUBJECT = re.compile(r"^\W*(?:[Mm]y|[Oo]ur)\s+(?:[a-z]+\s+)?[a-z]+,?\s+[A-Z][a-z'’]+\b(?!['’]s)")
 _NOT_GIVEN = STOPWORDS | CHAT_WORDS | MONTH_WORDS | WEEKDAY_WORDS  # "my birthday Sunday" gives no name
 MIN_COVERAGE = 0.5  # share of the question's weighted content words the best sentence must hold
@@ -104,13 +108,18 @@ _CAUSE = re.compile(r"\b(?:because(?: of)?|since|'cause|cause|as|so that|to)\s+(
 _PLACE = re.compile(
     r"\b(?:in|at|to|from|near|into|around|visit(?:ed|ing)?)\s+((?:the\s+)?[A-Z][\w'-]*(?:\s+(?:of\s+)?[A-Z][\w'-]*)*)"
 )
+_PLACE_NOUNS = wordset(
+    """beach park lake mountain mountains forest city town village museum school church library cafe restaurant
+    shelter center centre office hospital gym studio club camp farm garden home house river island country coast
+    countryside conference festival concert parade store shop market trail canyon desert zoo hometown state"""
+)
 _COMMON_PLACE = re.compile(
     r"\b(?:in|at|to|from|near|into)\s+((?:the|a|an|my|our|his|her|their)\s+(?:\w+\s+){0,2}?"
-    r"(?:beach|park|lake|mountains?|forest|city|town|village|museum|school|church|library|cafe|restaurant|shelter|"
-    r"center|centre|office|hospital|gym|studio|club|camp|farm|garden|home|house|river|island|country|coast|"
-    r"countryside|conference|festival|concert|parade|store|shop|market|trail|canyon|desert|zoo))\b",
+    rf"(?:{'|'.join(sorted(_PLACE_NOUNS))}))\b",
     re.IGNORECASE,
 )
+# "my husband Mark", "our dog Rex": a name given to someone's person or pet is not a place.
+_OWNED_NAME = re.compile(r"\b(?i:my|our|his|her|their|your)\s+(?:[a-z]+\s+)?([a-z]+),?\s+([A-Z][\w-]*)")
 _NUMBER_WORDS = wordset(
     """one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen seventeen
     eighteen nineteen twenty thirty forty fifty hundred once twice couple few several"""
@@ -411,7 +420,7 @@ def candidates(question: Question, evidence: list[Evidence]) -> list[Candidate]:
             stems = tokenize(sentence)
             cand = Candidate(item=item, sentence=sentence, stems=stems, about=about(sentence, item, people))
             own = set(stems)
-            if question.name and (_PRONOUN_NAMED.search(sentence)
+            if question.name and (_PRONOUN_NAMED.search(sentence) or self_names(question, sentence)
                                   or any(noun in question.weights for noun, _ in given_names(sentence))):
                 own |= _NAME_WORDS
             cand.matched = {t for t in question.weights if t in own}
@@ -517,7 +526,8 @@ def answer_offline(question: str, evidence: list[Evidence]) -> tuple[str, list[s
     best = statements[0] if statements else ranked[0]
     if asks_current_value(parsed):
         # "Where does Ann live?": of the statements that answer it, the latest one holds the current value.
-        answering = [c for c in statements if c.coverage >= MIN_COVERAGE and c.person == 1.0 and c.item.time]
+        answering = [c for c in statements if c.coverage >= MIN_COVERAGE and c.person == 1.0 and c.item.time
+                     and (not parsed.name or name_answer(parsed, c))]  # a name asked: one that gives it
         best = max(answering, key=lambda c: (c.item.time, c.score), default=best)
     if best.asks or not best.grounded or best.coverage < MIN_COVERAGE or (best.person < 1.0 and best.about):
         return NOT_IN_MEMORY, []
@@ -537,14 +547,19 @@ def extract(question: Question, best: Candidate, ranked: list[Candidate]) -> str
     if kind == "how_many":
         return number_answer(question, best, ranked) or span_answer(question, best)
     if kind == "where":
-        return place_answer(question, best) or span_answer(question, best)
+        # the best sentence, else another of its turn ("Can you help me plan a trip to Japan? I'm going in October")
+        same_turn = [c for c in ranked if c is not best and c.item is best.item]
+        speakers = {c.item.speaker for c in ranked}
+        places = (place_answer(question, cand, speakers) for cand in [best, *same_turn])
+        return next((p for p in places if p), "") or span_answer(question, best)
     if kind == "who":
         return person_answer(question, best) or span_answer(question, best)
     if kind == "why":
         cause = _CAUSE.search(best.sentence)
         return _trim(cause.group(1)) if cause else span_answer(question, best)
     if kind == "yes_no":
-        return "No" if _NEGATIVE.search(best.sentence) else "Yes"
+        # the clause that holds the question's words decides: "I'm vegetarian, so please don't ..." is a yes
+        return "No" if _NEGATIVE.search(best_clause(question, best.sentence)) else "Yes"
     return span_answer(question, best)
 
 
@@ -576,6 +591,7 @@ def number_answer(question: Question, best: Candidate, ranked: list[Candidate]) 
                     return f"{match.group(1)} {match.group(2)}"
         match = numbers[0]
         unit_word = match.group(2)
+        unit_word = unit_word if unit_word and unit_word.lower() not in STOPWORDS else None  # "turns 7 on ..."
         if question.text.lower().startswith(("how long", "how old", "how far", "how often")) and unit_word:
             return f"{match.group(1)} {unit_word}"
         return match.group(1)
@@ -584,14 +600,18 @@ def number_answer(question: Question, best: Candidate, ranked: list[Candidate]) 
     return str(len(support)) if len(support) > 1 else ""
 
 
-def place_answer(question: Question, best: Candidate) -> str:
-    """A named place after a preposition, else any other proper name, else a common place ("the beach")."""
-    people = [p.lower() for p in [*question.people, best.item.speaker] if p]
+def place_answer(question: Question, best: Candidate, speakers: Iterable[str] = ()) -> str:
+    """A named place after a preposition, else any other proper name, else a common place ("the beach").
+    No one who speaks in the evidence is a place ("Thanks, John!")."""
+    people = [p.lower() for p in [*question.people, best.item.speaker, *speakers] if p]
+    owned = {m.group(2) for m in _OWNED_NAME.finditer(best.sentence) if m.group(1) not in _PLACE_NOUNS}
 
     def usable(name: str) -> bool:
         first = re.sub(r"['’]s$", "", name.split()[0].lower()) if name.split() else ""
         person = first in ("the", "my", "our") or any(p.startswith(first) and len(first) >= 3 for p in people)
-        return not person and not set(tokenize(name)) & set(question.weights) and not _acronym(name)
+        when = first in _NOT_GIVEN  # "in October": a time, not a place
+        person = person or name.split()[0] in owned
+        return not person and not when and not set(tokenize(name)) & set(question.weights) and not _acronym(name)
 
     for match in _PLACE.finditer(best.sentence):
         if usable(match.group(1)):
@@ -624,10 +644,18 @@ def name_answer(question: Question, best: Candidate, ranked: Sequence[Candidate]
     for cand in [best, *same_turn]:
         names = [name for noun, name in given_names(cand.sentence) if noun in question.weights]
         names = names or [m.group(1) for m in _PRONOUN_NAMED.finditer(cand.sentence)]  # "Her name's Coco"
-        names = [name for name in names if name.lower() not in people]
+        names = [name for name in names if name.lower() not in people] or self_names(question, cand.sentence)
         if names:
             return ", ".join(dict.fromkeys(names))
     return ""
+
+
+def self_names(question: Question, sentence: str) -> list[str]:
+    """The speaker's own name ("I'm Bob", "call me Bob"), when the question asks for nothing but a name
+    ("What is my name?")."""
+    if set(question.weights) - _NAME_WORDS:
+        return []
+    return [m.group(1) for m in _SELF_NAMED.finditer(sentence) if m.group(1).split()[0].lower() not in _NOT_GIVEN]
 
 
 def _acronym(word: str) -> bool:
@@ -641,7 +669,7 @@ def person_answer(question: Question, best: Candidate) -> str:
     for name in words:
         low = name.lower()
         asked = set(tokenize(name)) <= set(question.weights)  # "Who is Jane?": not "Jane"
-        usable = low not in skip and low not in STOPWORDS and low not in CHAT_WORDS and not asked
+        usable = low not in skip and low not in _NOT_GIVEN and not asked  # "June" names no one
         if usable and (not best.sentence.startswith(name) or len(words) == 1):
             return name
     for name in re.findall(r"\b[A-Z][a-z'’]+\b", question.text):  # "Who is Rex?" and "my dog Rex": "my dog"

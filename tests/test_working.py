@@ -203,6 +203,8 @@ def app_turns() -> list[Turn]:
         ("user", "Pretty well. My sister Jane lives nearby, which helps.", "T3", "2024-03-03T10:00"),
         ("assistant", "That's great to have family close.", "T4", "2024-03-04T10:00"),
         ("user", "About 30 miles a week. My dog Rex comes along on the short runs.", "T5", "2024-03-05T10:00"),
+        ("user", "I'm Bob, by the way. I'm vegetarian, so please don't suggest meat dishes.", "T6", "2024-03-06T10:00"),
+        ("user", "My daughter Emma turns 7 on June 12.", "T7", "2024-03-07T10:00"),
     )
 
 
@@ -215,6 +217,10 @@ def app_turns() -> list[Turn]:
         ("Who is Rex?", "My dog", ["T5"]),
         # the latest statement about living somewhere is the sister's, not the user's
         ("Where do I live?", "Denver", ["T1"]),
+        ("What is my name?", "Bob", ["T6"]),
+        ("Am I vegetarian?", "Yes", ["T6"]),  # the "don't" is in another clause
+        ("How old is Emma turning?", "7", ["T7"]),  # not "7 on"
+        ("Who is Emma?", "My daughter", ["T7"]),  # not "June"
     ],
 )
 def test_first_person_questions_from_an_app_user(
@@ -222,6 +228,29 @@ def test_first_person_questions_from_an_app_user(
 ) -> None:
     evidence = stored_evidence(store, [raw_record(t) for t in app_turns()])
     out = ask(question, evidence, data_dir)
+    assert (out["answer"], out["cited_ids"]) == (answer, cited)
+
+
+@pytest.mark.parametrize(
+    ("question", "answer", "cited"),
+    [
+        ("Where am I going in October?", "Japan", ["T1"]),  # the place is in the turn's other sentence
+        ("What is my husband's name?", "Mark", ["T1"]),  # not the later "a cat named Miso"
+        ("What is my cat's name?", "Miso", ["T4"]),
+        ("What is Mark allergic to?", "shellfish", ["T3"]),
+    ],
+)
+def test_an_app_user_planning_a_trip(
+    question: str, answer: str, cited: list[str], store: MemoryStore, data_dir: Path
+) -> None:
+    turns = said(
+        ("user", "Can you help me plan a trip to Japan? I'm going in October with my husband Mark.", "T1",
+         "2024-05-01T10:00"),
+        ("assistant", "Sure! How long will you stay?", "T2", "2024-05-01T10:01"),
+        ("user", "Mark is allergic to shellfish.", "T3", "2024-05-02T10:00"),
+        ("user", "I have a cat named Miso who needs a sitter while we're away.", "T4", "2024-05-03T10:00"),
+    )
+    out = ask(question, stored_evidence(store, [raw_record(t) for t in turns]), data_dir)
     assert (out["answer"], out["cited_ids"]) == (answer, cited)
 
 
