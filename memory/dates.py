@@ -19,6 +19,7 @@ from datetime import date, datetime, time, timedelta
 from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, Field
+from strata.memory.lemmas import past_tense
 from strata.memory.moments import utc
 
 Granularity = Literal["day", "week", "month", "year"]
@@ -189,10 +190,27 @@ def _season_label(season: str, year: int) -> str:
 
 def _is_future(text: str, start: int, end: int) -> bool:
     """Does the sentence around text[start:end] speak of the future (plans, 'will', 'next')?"""
+    return bool(_FUTURE.search(_sentence_around(text, start, end)))
+
+
+def _sentence_around(text: str, start: int, end: int) -> str:
     left = max((m.end() for m in _SENTENCE_BREAK.finditer(text, 0, start)), default=0)
     right_match = _SENTENCE_BREAK.search(text, end)
-    right = right_match.start() if right_match else len(text)
-    return bool(_FUTURE.search(text[left:right]))
+    return text[left : right_match.start() if right_match else len(text)]
+
+
+def _is_past(text: str, start: int, end: int) -> bool:
+    """Does the sentence around text[start:end] tell of the past (a verb in the simple past, "ago")?"""
+    sentence = _sentence_around(text, start, end)
+    if re.search(r"\b(?:ago|yesterday|last|used\s+to|had)\b", sentence, re.IGNORECASE):
+        return True
+    return any(past_tense(word.lower()) for word in re.findall(r"[A-Za-z]+", sentence))
+
+
+def _upcoming(text: str, start: int, end: int) -> bool:
+    """A date without a year in a sentence about plans, or in the present tense ("Emma turns 7 on June 12",
+    "my birthday is in May") is the next one; one told in the past is the latest one."""
+    return _is_future(text, start, end) or not _is_past(text, start, end)
 
 
 def _capital_ok(word: str) -> bool:
@@ -469,7 +487,7 @@ def _bare_month(m: re.Match[str], anchor: date | None, text: str) -> _Period | N
     if anchor is None or not _capital_ok(m.group("m")):
         return None
     month = _MONTH_INDEX[m.group("m").lower()]
-    if _is_future(text, m.start(), m.end()):
+    if _upcoming(text, m.start(), m.end()):
         year = anchor.year if month >= anchor.month else anchor.year + 1
     else:
         year = anchor.year if month <= anchor.month else anchor.year - 1
@@ -497,7 +515,7 @@ def _day_without_year(m: re.Match[str], anchor: date | None, text: str) -> _Peri
     year = anchor.year
     try:
         found = date(year, month, day)
-        if _is_future(text, m.start(), m.end()):
+        if _upcoming(text, m.start(), m.end()):
             if found < anchor:
                 found = date(year + 1, month, day)
         elif found > anchor:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from lemminflect import getAllLemmas
+from lemminflect import getAllLemmas, getInflection
 from strata.memory.entities import plain_words, stem
 
 
@@ -36,3 +36,13 @@ def forms(word: str) -> frozenset[str]:
 def text_forms(text: str) -> frozenset[str]:
     """The union of the forms of a text's words: what a question word must meet to be 'in' the text."""
     return frozenset().union(*(forms(w) for w in plain_words(text)))
+
+
+@lru_cache(maxsize=50_000)
+def past_tense(word: str) -> bool:
+    """Whether a lowercase word is a verb's simple past ("went", "turned"), and not also an adjective
+    ("excited", "married": "I'm so excited" is not about the past)."""
+    found = lemmas(word)
+    if "ADJ" in found:
+        return False
+    return any(word in (getInflection(lemma, "VBD") or ()) for lemma in found.get("VERB", ()))

@@ -232,6 +232,14 @@ ANCHOR = datetime(2023, 7, 12, 16, 33)  # a Wednesday
         ("I got married 2 years ago.", "2021"),
         ("See you next Friday!", "the Friday after 12 July 2023"),
         ("I saw him on June 5.", "5 June 2023"),
+        # no year, told in the present tense: the next one, not the last
+        ("My daughter Emma turns 7 on June 5.", "5 June 2024"),
+        ("I have a dentist appointment on August 2.", "2 August 2023"),
+        ("My birthday is in May.", "May 2024"),
+        ("The festival starts in September.", "September 2023"),
+        ("I'm so excited for June 5!", "5 June 2024"),  # "excited" is an adjective here, not a past
+        ("I have visited Rome in September.", "September 2022"),
+        ("We used to camp in August.", "August 2022"),
         ("the day before yesterday", "10 July 2023"),
         ("It rained this morning.", "12 July 2023"),
     ],
