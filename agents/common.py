@@ -158,7 +158,7 @@ def classify(question: str) -> QuestionType:
         return "when"
     if re.match(r"how (many|much|often|long|old|far)\b", q):
         return "how_many"
-    if re.match(r"(where\b|what (city|country|state|town|place|part of)|which (city|country|state|town|place))", q):
+    if re.match(r"(where\b|(what|which) (city|cities|country|countries|states?|towns?|places?|part of)\b)", q):
         return "where"
     if re.match(r"(who\b|whom\b|whose\b|with whom|which (person|friend|family member))", q):
         return "who"

@@ -65,6 +65,9 @@ _QUESTION_PHRASE = re.compile(
 # (`name_answer`).
 _NAME_FRAME = re.compile(r"^\W*(?:what|which)\b.*\b(?:names?|named|called)\b", re.IGNORECASE)
 _NAME_WORDS = frozenset(stem(w) for w in ("name", "names", "named", "called"))
+# "What city ...", "Which countries ...": the kind of place asked for, held by a sentence that names a place.
+_PLACE_KINDS = frozenset(stem(w) for w in ("city", "cities", "country", "countries", "town", "towns", "state",
+                                           "states", "place", "places"))
 # A name given right after a noun: "my sister Jane", "a puppy named Coco", "our dog, Rex", "my dog's name is Max".
 _GIVEN_NAME = re.compile(
     r"\b([a-z]+)"
@@ -423,6 +426,8 @@ def candidates(question: Question, evidence: list[Evidence]) -> list[Candidate]:
             if question.name and (_PRONOUN_NAMED.search(sentence) or self_names(question, sentence)
                                   or any(noun in question.weights for noun, _ in given_names(sentence))):
                 own |= _NAME_WORDS
+            if question.type == "where" and _PLACE.search(sentence):
+                own |= _PLACE_KINDS
             cand.matched = {t for t in question.weights if t in own}
             related = {t for t in question.weights if t not in own and _RELATED.get(t, frozenset()) & own}
             paired = {t for t in question.weights if t in in_pair and t not in own}
@@ -452,11 +457,12 @@ def echoes(sentence: str) -> bool:
 
 
 def _previous_question(item: Evidence, by_turn: dict[str, Evidence]) -> Evidence | None:
-    """The other speaker's turn just before a raw turn, when it is in the evidence and asks something."""
-    match = re.fullmatch(r"D(\d+):(\d+)", item.dialogue_id or "")
+    """The other speaker's turn just before a raw turn, when it is in the evidence and asks something.
+    Dialogue ids end in the turn's number ("D3:7" follows "D3:6"; an app's "T12" follows "T11")."""
+    match = re.fullmatch(r"(.*?)(\d+)", item.dialogue_id or "")
     if item.kind != "raw" or match is None:
         return None
-    before = by_turn.get(f"D{match.group(1)}:{int(match.group(2)) - 1}")
+    before = by_turn.get(f"{match.group(1)}{int(match.group(2)) - 1}")
     if before is None or before.speaker == item.speaker or "?" not in before.text:
         return None
     return before
@@ -613,12 +619,11 @@ def place_answer(question: Question, best: Candidate, speakers: Iterable[str] = 
         person = person or name.split()[0] in owned
         return not person and not when and not set(tokenize(name)) & set(question.weights) and not _acronym(name)
 
-    for match in _PLACE.finditer(best.sentence):
-        if usable(match.group(1)):
-            return match.group(1)
-    for name in split_entities(best.sentence).names:
-        if usable(name):
-            return name
+    named = [m.group(1) for m in _PLACE.finditer(best.sentence)] + split_entities(best.sentence).names
+    places = list(dict.fromkeys(name for name in named if usable(name)))
+    if places:  # "Which cities ...?": all of them ("Kyoto, Osaka, Hiroshima"); else the first
+        return ", ".join(places) if re.search(r"\b(?:cities|countries|towns|states|places)\b", question.text,
+                                              re.IGNORECASE) else places[0]
     common = _COMMON_PLACE.search(best.sentence)
     return _trim(common.group(1)) if common else ""
 

@@ -236,8 +236,11 @@ def test_first_person_questions_from_an_app_user(
     [
         ("Where am I going in October?", "Japan", ["T1"]),  # the place is in the turn's other sentence
         ("What is my husband's name?", "Mark", ["T1"]),  # not the later "a cat named Miso"
-        ("What is my cat's name?", "Miso", ["T4"]),
-        ("What is Mark allergic to?", "shellfish", ["T3"]),
+        ("What is my cat's name?", "Miso", ["T5"]),
+        ("What is Mark allergic to?", "shellfish", ["T4"]),
+        ("How long will we stay?", "Two weeks", ["T3"]),  # the answer to the assistant's question
+        ("What cities do we want to visit?", "Kyoto, Osaka, Hiroshima", ["T3"]),
+        ("What country am I going to?", "Japan", ["T1"]),
     ],
 )
 def test_an_app_user_planning_a_trip(
@@ -247,8 +250,9 @@ def test_an_app_user_planning_a_trip(
         ("user", "Can you help me plan a trip to Japan? I'm going in October with my husband Mark.", "T1",
          "2024-05-01T10:00"),
         ("assistant", "Sure! How long will you stay?", "T2", "2024-05-01T10:01"),
-        ("user", "Mark is allergic to shellfish.", "T3", "2024-05-02T10:00"),
-        ("user", "I have a cat named Miso who needs a sitter while we're away.", "T4", "2024-05-03T10:00"),
+        ("user", "Two weeks. We want to visit Kyoto and Osaka, and maybe Hiroshima.", "T3", "2024-05-01T10:02"),
+        ("user", "Mark is allergic to shellfish.", "T4", "2024-05-02T10:00"),
+        ("user", "I have a cat named Miso who needs a sitter while we're away.", "T5", "2024-05-03T10:00"),
     )
     out = ask(question, stored_evidence(store, [raw_record(t) for t in turns]), data_dir)
     assert (out["answer"], out["cited_ids"]) == (answer, cited)
