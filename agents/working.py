@@ -787,11 +787,23 @@ def best_clause(question: Question, sentence: str) -> str:
     if len(clauses) <= 1:
         return sentence
 
+    asked = _asked_words(question)
+
     def weight(clause: str) -> float:
-        return sum(question.weights.get(t, 0.0) for t in dict.fromkeys(tokenize(clause)))
+        return sum(asked.get(t, 0.0) for t in dict.fromkeys(tokenize(clause)))
 
     best = max(clauses, key=lambda c: (weight(c), -len(c)))
     return best if weight(best) > 0 else sentence
+
+
+def _asked_words(question: Question) -> dict[str, float]:
+    """The question's content words with their weights, and the words that state the same relation
+    ("work" for "job", at `RELATED_SHARE`): they tell which clause of a sentence answers."""
+    asked = dict(question.weights)
+    for word, weight in question.weights.items():
+        for related in _RELATED.get(word, frozenset()):
+            asked.setdefault(related, RELATED_SHARE * weight)
+    return asked
 
 
 def _trim(text: str) -> str:

@@ -258,6 +258,15 @@ def test_an_app_user_planning_a_trip(
     assert (out["answer"], out["cited_ids"]) == (answer, cited)
 
 
+def test_the_clause_that_states_the_asked_relation_answers(store: MemoryStore, data_dir: Path) -> None:
+    turns = said(
+        ("user", "I live in Boston and work as a teacher.", "T1", "2024-01-01T10:00"),
+        ("user", "Actually I moved to Denver last month, and I now work as a nurse.", "T2", "2024-03-01T10:00"),
+    )
+    out = ask("What is my job?", stored_evidence(store, [raw_record(t) for t in turns]), data_dir)
+    assert (out["answer"], out["cited_ids"]) == ("now work as a nurse", ["T2"])  # "work" states the job
+
+
 def test_a_sentence_about_someone_the_speaker_names_is_not_about_the_speaker(
     store: MemoryStore, data_dir: Path
 ) -> None:
