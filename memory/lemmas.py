@@ -2,8 +2,9 @@
 
 The entity graph needs a word's part of speech and lemma to tell "painting" the
 activity from "painting" the object; the Judge's offline filter needs "sold" and
-"sell" to meet. Both read lemminflect's English lexicon (shipped in its wheel,
-no download) through this one cached lookup, so the two agree on word forms.
+"sell" to meet; a date without a year needs to know whether its sentence is in
+the past ("went"). All read lemminflect's English lexicon (shipped in its wheel,
+no download) through this one cached lookup, so they agree on word forms.
 """
 
 from __future__ import annotations
