@@ -82,6 +82,7 @@ _PRONOUN_NAMED = re.compile(
 _SELF_NAMED = re.compile(
     r"\b(?:I['’]m|I\s+am|[Mm]y\s+name(?:['’]s|\s+is)|[Cc]all\s+me)\s+([A-Z][a-z]+(?:\s+[A-Z][a-z]+)?)\b"
 )
+# "My sister Jane lives nearby": the subject is someone the speaker names, not the speaker (see `about`).
 _OTHER_SUBJECT = re.compile(r"^\W*(?:[Mm]y|[Oo]ur)\s+(?:[a-z]+\s+)?[a-z]+,?\s+[A-Z][a-z'’]+\b(?!['’]s)")
 _NOT_GIVEN = STOPWORDS | CHAT_WORDS | MONTH_WORDS | WEEKDAY_WORDS  # "my birthday Sunday" gives no name
 MIN_COVERAGE = 0.5  # share of the question's weighted content words the best sentence must hold
