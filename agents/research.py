@@ -100,6 +100,11 @@ def intent_of(text: str) -> Intent:
     return [int(fine), int(abstract), int(event), int(atomic)]
 
 
+def reads_facts(query: str) -> bool:
+    """A question whose first round reads facts on their own, not whole turns (`Searcher.compact`)."""
+    return COMPACT_BROAD and _broad(query.lower())
+
+
 def _broad(low: str) -> bool:
     """A question that gathers several events ("what activities...", "what books has...")."""
     plural = _PLURAL_OBJECT.match(low)
@@ -331,7 +336,7 @@ def research(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
         plan = model_plan(text, offline, participants, store, now, context)
     # A stored turn is searched with its own words: its vector is already cached from the write.
     dense_text = text if context.mode == "ingest" else strip_names(plan.query, participants)
-    searcher = Searcher(store, plan, dense_text, exclude, compact=COMPACT_BROAD and _broad(plan.query.lower()))
+    searcher = Searcher(store, plan, dense_text, exclude, compact=reads_facts(plan.query))
     searcher.summaries = getattr(context, "summaries", True)
     people = shown_people(participants, context)  # whose turns are shown without small talk
     if context.mode == "ingest":
@@ -408,8 +413,7 @@ def _retry_round(
     sub, policy = subquestion(plan.query, missing, participants, earlier, context)
     if sub:  # what the Judge found missing comes first: it is what this round is for
         sub_plan = plan.model_copy(update={"query": sub})
-        compact = COMPACT_BROAD and _broad(sub.lower())
-        sub_searcher = Searcher(store, sub_plan, strip_names(sub, participants), exclude, compact)
+        sub_searcher = Searcher(store, sub_plan, strip_names(sub, participants), exclude, reads_facts(sub))
         walk = walk_weights(sub_plan, context, searcher.compact)
         units = sub_searcher.units(list(plan.searched), search.POOL, walk=walk)
         for unit in units.values():
@@ -430,7 +434,6 @@ def _retry_round(
         units = searcher.units(plan.searched, search.POOL * (rounds + 1))
         new += [c for c in candidates(units, people) if c.id not in known][: wider]
         steps.append(f"wider K={wider}")
-    known = {e.id for e in earlier}
     fresh = [e for e in _dedupe(new) if e.id not in known]
     budget = context.token_budget
     reserve = int(budget * RETRY_NEW_SHARE) if fresh else 0

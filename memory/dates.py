@@ -199,9 +199,8 @@ def _sentence_around(text: str, start: int, end: int) -> str:
     return text[left : right_match.start() if right_match else len(text)]
 
 
-def _is_past(text: str, start: int, end: int) -> bool:
-    """Does the sentence around text[start:end] tell of the past (a verb in the simple past, "ago")?"""
-    sentence = _sentence_around(text, start, end)
+def _told_in_past(sentence: str) -> bool:
+    """Does the sentence tell of the past (a verb in the simple past, "ago")?"""
     if re.search(r"\b(?:ago|yesterday|last|used\s+to|had)\b", sentence, re.IGNORECASE):
         return True
     return any(past_tense(word.lower()) for word in re.findall(r"[A-Za-z]+", sentence))
@@ -210,7 +209,8 @@ def _is_past(text: str, start: int, end: int) -> bool:
 def _upcoming(text: str, start: int, end: int) -> bool:
     """A date without a year in a sentence about plans, or in the present tense ("Emma turns 7 on June 12",
     "my birthday is in May") is the next one; one told in the past is the latest one."""
-    return _is_future(text, start, end) or not _is_past(text, start, end)
+    sentence = _sentence_around(text, start, end)
+    return bool(_FUTURE.search(sentence)) or not _told_in_past(sentence)
 
 
 def _capital_ok(word: str) -> bool:
