@@ -375,6 +375,18 @@ def _relative_unit(m: re.Match[str], anchor: date | None, text: str) -> _Period 
     return _relative_period(relation, m.group("u").lower(), anchor)._replace(span=(m.start(), m.end("u")))
 
 
+@_rule(rf"\bon\s+(?P<w>{'|'.join(WEEKDAY_NAMES)})\b(?!\s*,?\s*(?:the\s+)?(?:\d|{_MONTH_RE}\b))")
+def _on_weekday(m: re.Match[str], anchor: date | None, text: str) -> _Period | None:
+    """'on Friday' with no date after it: the latest Friday before the session when told in the past
+    ("On Friday, I got great news"), the next one when told of plans or in the present."""
+    weekday = m.group("w")
+    if anchor is None or not weekday[:1].isupper():
+        return None
+    relation = "next" if _upcoming(text, m.start(), m.end()) else "last"
+    period = _weekday_period(_WEEKDAY_INDEX[weekday.lower()], anchor, relation)
+    return period._replace(span=(m.start("w"), m.end("w")))
+
+
 def _relative_period(relation: str, unit: str, anchor: date) -> _Period:
     """`relation` ('last', 'past', 'this', 'next') applied to a unit, weekday, month or season name."""
     when = day_label(anchor)
@@ -633,7 +645,7 @@ def _year(m: re.Match[str], anchor: date | None, text: str) -> _Period | None:
 # Every rule needs one of these words or a digit: texts without any skip the rules (most chat turns).
 _TRIGGER = re.compile(
     r"\d|yesterday|today|tonight|tomorrow|\b(?:last|next|this|past|ago|back|now|other|before|after|coming|following)\b"
-    rf"|\b{_MONTH_RE}\b|\b{_SEASON_RE}\b",
+    rf"|\b{_MONTH_RE}\b|\b{_SEASON_RE}\b|\bon\s+(?:{'|'.join(WEEKDAY_NAMES)})\b",
     re.IGNORECASE,
 )
 

@@ -240,6 +240,10 @@ ANCHOR = datetime(2023, 7, 12, 16, 33)  # a Wednesday
         ("I'm so excited for June 5!", "5 June 2024"),  # "excited" is an adjective here, not a past
         ("I have visited Rome in September.", "September 2022"),
         ("We used to camp in August.", "August 2022"),
+        # a bare weekday after "on": the one before when told in the past, the one after otherwise
+        ("We adopted a cat on Saturday.", "the Saturday before 12 July 2023"),
+        ("I have a game on Saturday.", "the Saturday after 12 July 2023"),
+        ("We met on Friday, 7 July.", "7 July 2023"),  # the date after the weekday says which
         ("the day before yesterday", "10 July 2023"),
         ("It rained this morning.", "12 July 2023"),
     ],
@@ -253,6 +257,30 @@ def test_the_week_before_stands_alone_or_refers_to_a_noun() -> None:
     alone = resolve_relative("The week before, I was in Rome.", ANCHOR)
     assert [f.label for f in alone] == ["the week before 12 July 2023"]
     assert resolve_relative("The week before my birthday was rough.", ANCHOR) == []
+
+
+def test_habitual_and_lowercase_weekdays_are_not_dates() -> None:
+    assert resolve_relative("I go swimming on Sundays.", ANCHOR) == []
+    assert resolve_relative("Call me on monday or so.", ANCHOR) == []
+
+
+@pytest.mark.parametrize(
+    ("conversation", "dia_id", "session", "day"),
+    [
+        # LoCoMo's gold: "The Friday before 10July, 2022." and "Januarty 5, 2024" (7 January was a Sunday)
+        ("conv-42", "D17:1", "2:34 pm on 10 July, 2022", date(2022, 7, 8)),
+        ("conv-43", "D28:1", "5:24 pm on 7 January, 2024", date(2024, 1, 5)),
+    ],
+)
+def test_on_a_weekday_in_real_turns(locomo_dir: Path, conversation: str, dia_id: str, session: str, day: date) -> None:
+    raw = json.loads((locomo_dir / f"{conversation}.json").read_text(encoding="utf-8"))
+    number = dia_id[1:].split(":")[0]
+    assert raw[f"session_{number}_date_time"] == session
+    text = next(t["text"] for t in raw[f"session_{number}"] if t["dia_id"] == dia_id)
+    anchor = parse_datetime(session)
+    assert anchor is not None
+    found = [f for f in resolve_relative(text, anchor) if f.expression == "Friday"]
+    assert [(f.start, f.end) for f in found] == [(day, day)]
 
 
 def test_lowercase_may_and_sat_are_not_dates() -> None:
