@@ -19,7 +19,8 @@ from datetime import date, datetime, time, timedelta
 from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, Field
-from strata.memory.lemmas import past_tense
+from strata.memory.entities import wordset
+from strata.memory.lemmas import past_form, past_tense
 from strata.memory.moments import utc
 
 Granularity = Literal["day", "week", "month", "year"]
@@ -200,10 +201,20 @@ def _sentence_around(text: str, start: int, end: int) -> str:
 
 
 def _told_in_past(sentence: str) -> bool:
-    """Does the sentence tell of the past (a verb in the simple past, "ago")?"""
+    """Does the sentence tell of the past (a verb in the simple past, "ago")? A past form that is also an
+    adjective counts unless a linking word comes before it: "Raj left the team", not "I'm so excited"."""
     if re.search(r"\b(?:ago|yesterday|last|used\s+to|had)\b", sentence, re.IGNORECASE):
         return True
-    return any(past_tense(word.lower()) for word in re.findall(r"[A-Za-z]+", sentence))
+    words = [word.lower().replace("’", "'") for word in re.findall(r"[A-Za-z'’]+", sentence)]
+    return any(past_tense(word) or (past_form(word) and before not in _LINKING)
+               for before, word in zip(["", *words[:-1]], words, strict=True))
+
+
+# Words after which a past participle is an adjective ("so excited", "I'm married", "got tired").
+_LINKING = wordset(
+    """am is are was were be been being i'm you're we're they're he's she's it's that's feel feels felt get gets
+    got getting seem seems seemed look looks so very really too pretty super quite more most totally completely"""
+)
 
 
 def _upcoming(text: str, start: int, end: int) -> bool:

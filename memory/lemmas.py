@@ -43,7 +43,16 @@ def text_forms(text: str) -> frozenset[str]:
 def past_tense(word: str) -> bool:
     """Whether a lowercase word is a verb's simple past ("went", "turned"), and not also an adjective
     ("excited", "married": "I'm so excited" is not about the past)."""
-    found = lemmas(word)
-    if "ADJ" in found:
-        return False
-    return any(word in (getInflection(lemma, "VBD") or ()) for lemma in found.get("VERB", ()))
+    return "ADJ" not in lemmas(word) and past_form(word)
+
+
+@lru_cache(maxsize=50_000)
+def past_form(word: str) -> bool:
+    """Whether a lowercase word can be a verb's simple past, an adjective too or not ("left", "went")."""
+    return any(word in (getInflection(lemma, "VBD") or ()) for lemma in lemmas(word).get("VERB", ()))
+
+
+@lru_cache(maxsize=50_000)
+def plural_noun(word: str) -> bool:
+    """Whether a lowercase word is a noun's plural ("kids", "children"), so what it names may be several."""
+    return any(word != lemma and word in (getInflection(lemma, "NNS") or ()) for lemma in lemmas(word).get("NOUN", ()))

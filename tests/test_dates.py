@@ -244,6 +244,9 @@ ANCHOR = datetime(2023, 7, 12, 16, 33)  # a Wednesday
         ("We adopted a cat on Saturday.", "the Saturday before 12 July 2023"),
         ("I have a game on Saturday.", "the Saturday after 12 July 2023"),
         ("We met on Friday, 7 July.", "7 July 2023"),  # the date after the weekday says which
+        # "left" may be an adjective, but not after a name; "so excited" is one
+        ("Raj left the team on Friday, so I'm doing it myself now.", "the Friday before 12 July 2023"),
+        ("I'm so excited for the party on Friday!", "the Friday after 12 July 2023"),
         ("the day before yesterday", "10 July 2023"),
         ("It rained this morning.", "12 July 2023"),
     ],
