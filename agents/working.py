@@ -49,6 +49,7 @@ from strata.memory.entities import (
     wordset,
 )
 from strata.memory.facts import single_valued
+from strata.memory.lemmas import plural_noun, text_forms
 from strata.memory.moments import utc_now
 from strata.prompts import working as prompts
 
@@ -74,6 +75,8 @@ _GIVEN_NAME = re.compile(
     r"(?:['’]s\s+name\s+(?:is|was)|,?\s+(?:named|called|(?:is|was)\s+(?:named|called)))?,?\s+"
     r"([A-Z][\w-]*(?:\s+[A-Z][\w-]*){0,2})(?=\W|$)"
 )
+# More names after a plural noun's first: "two kids, Lily and Max".
+_AND_NAME = re.compile(r"(?:,\s*(?:and\s+)?|\s+and\s+)([A-Z][\w-]*)\b")
 # "Her name's Coco", "His name is Max": a name given to what the sentence before spoke of.
 _PRONOUN_NAMED = re.compile(
     r"\b(?i:her|his|its|their)\s+names?(?:['’]s|\s+(?:is|are|was|were))\s+([A-Z][\w-]*(?:\s+[A-Z][\w-]*){0,2})"
@@ -108,10 +111,13 @@ _NEGATIVE = re.compile(r"\b(not|never|no|n't|don't|didn't|doesn't|isn't|wasn't|w
                        re.IGNORECASE)
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|\s+[-–—]+\s+|\n+")
 _CLAUSE = re.compile(r"\s*(?:[,;:]|\band\b|\bbut\b|\bso\b)\s*")
-_CAUSE = re.compile(r"\b(?:because(?: of)?|since|'cause|cause|as|so that|to)\s+(.+)", re.IGNORECASE)
+_CAUSE = re.compile(r"\b(?:because(?: of)?|since|'cause|cause|so that)\s+(.+)", re.IGNORECASE)
+_PURPOSE = re.compile(r"\b(?:as|to)\s+(.+)", re.IGNORECASE)  # a weaker sign of a reason: only when no cause is said
 _PLACE = re.compile(
     r"\b(?:in|at|to|from|near|into|around|visit(?:ed|ing)?)\s+((?:the\s+)?[A-Z][\w'-]*(?:\s+(?:of\s+)?[A-Z][\w'-]*)*)"
 )
+_ORIGIN = re.compile(r"\bfrom\s+((?:the\s+)?[A-Z][\w'-]*(?:\s+(?:of\s+)?[A-Z][\w'-]*)*)")
+_ASKS_ORIGIN = re.compile(r"\b(?:from|before|originally|grow up|grew up|born|used to|previously)\b", re.IGNORECASE)
 _PLACE_NOUNS = wordset(
     """beach park lake mountain mountains forest city town village museum school church library cafe restaurant
     shelter center centre office hospital gym studio club camp farm garden home house river island country coast
@@ -417,13 +423,13 @@ def candidates(question: Question, evidence: list[Evidence]) -> list[Candidate]:
     total = question.total or 1.0
     found: list[Candidate] = []
     for item in evidence:
-        in_item = set(tokenize(item.text))
+        in_item = text_forms(item.text)
         asked_before = _previous_question(item, by_turn)
-        in_pair = set(tokenize(asked_before.text)) if asked_before is not None else set()
+        in_pair = text_forms(asked_before.text) if asked_before is not None else frozenset()
         for position, sentence in enumerate(sentences(item)):
             stems = tokenize(sentence)
             cand = Candidate(item=item, sentence=sentence, stems=stems, about=about(sentence, item, people))
-            own = set(stems)
+            own = set(text_forms(sentence))  # "Raj left" holds the "leave" of "When did Raj leave?"
             if question.name and (_PRONOUN_NAMED.search(sentence) or self_names(question, sentence)
                                   or any(noun in question.weights for noun, _ in given_names(sentence))):
                 own |= _NAME_WORDS
@@ -562,7 +568,7 @@ def extract(question: Question, best: Candidate, ranked: list[Candidate]) -> str
     if kind == "who":
         return person_answer(question, best) or span_answer(question, best)
     if kind == "why":
-        cause = _CAUSE.search(best.sentence)
+        cause = _CAUSE.search(best.sentence) or _PURPOSE.search(best.sentence)
         return _trim(cause.group(1)) if cause else span_answer(question, best)
     if kind == "yes_no":
         # the clause that holds the question's words decides: "I'm vegetarian, so please don't ..." is a yes
@@ -600,7 +606,7 @@ def number_answer(question: Question, best: Candidate, ranked: list[Candidate]) 
         unit_word = match.group(2)
         unit_word = unit_word if unit_word and unit_word.lower() not in STOPWORDS else None  # "turns 7 on ..."
         if question.text.lower().startswith(("how long", "how old", "how far", "how often")) and unit_word:
-            return f"{match.group(1)} {unit_word}"
+            return _without_dates(f"{match.group(1)} {unit_word}")  # "turned 6 yesterday": not "6 yesterday"
         return match.group(1)
     support = {c.item.dialogue_id or c.item.id for c in ranked
                if c.coverage >= MIN_COVERAGE and c.person == 1.0 and c.coverage >= best.coverage * 0.8}
@@ -622,6 +628,9 @@ def place_answer(question: Question, best: Candidate, speakers: Iterable[str] = 
 
     named = [m.group(1) for m in _PLACE.finditer(best.sentence)] + split_entities(best.sentence).names
     places = list(dict.fromkeys(name for name in named if usable(name)))
+    if not _ASKS_ORIGIN.search(question.text):  # "moved from Chicago to Austin": where one is now is Austin
+        origins = {m.group(1) for m in _ORIGIN.finditer(best.sentence)}
+        places = [place for place in places if place not in origins] or places
     if places:  # "Which cities ...?": all of them ("Kyoto, Osaka, Hiroshima"); else the first
         return ", ".join(places) if re.search(r"\b(?:cities|countries|towns|states|places)\b", question.text,
                                               re.IGNORECASE) else places[0]
@@ -631,14 +640,26 @@ def place_answer(question: Question, best: Candidate, speakers: Iterable[str] = 
 
 def given_names(sentence: str) -> list[tuple[str, str]]:
     """(noun stem, name) for each name given right after a noun: "my sister Jane" -> ("sister", "Jane"),
-    "a puppy named Coco" -> ("puppy", "Coco"), "my dog's name is Max" -> ("dog", "Max")."""
+    "a puppy named Coco" -> ("puppy", "Coco"), "my dog's name is Max" -> ("dog", "Max"). A plural noun
+    names all that follow it joined by commas or "and": "two kids, Lily and Max" -> Lily and Max."""
     found = []
     for match in _GIVEN_NAME.finditer(sentence):
         noun, name = match.groups()
         if noun in STOPWORDS or name.split()[0].lower() in _NOT_GIVEN:
             continue
         found.append((stem(noun), name))
+        if plural_noun(noun):
+            found.extend((stem(noun), more) for more in _coordinated(sentence, match.end()))
     return found
+
+
+def _coordinated(sentence: str, start: int) -> list[str]:
+    """The names joined on at `start` by commas or "and" ("..., Max and Ann" -> Max, Ann)."""
+    names = []
+    while (match := _AND_NAME.match(sentence, start)) and match.group(1).lower() not in _NOT_GIVEN:
+        names.append(match.group(1))
+        start = match.end()
+    return names
 
 
 def name_answer(question: Question, best: Candidate, ranked: Sequence[Candidate] = ()) -> str:
@@ -669,7 +690,13 @@ def _acronym(word: str) -> bool:
 
 
 def person_answer(question: Question, best: Candidate) -> str:
-    """A name in the sentence other than the person asked about and the speaker."""
+    """Who someone named in the question is to the speaker ("Who is Rex?" and "my dog Rex": "my dog"), else
+    a name in the sentence other than the person asked about and the speaker, else a relation it names."""
+    for name in re.findall(r"\b[A-Z][a-z'’]+\b", question.text):
+        given = re.search(rf"\b((?:[Mm]y|[Oo]ur|[Hh]is|[Hh]er|[Tt]heir)\s+(?:[a-z]+\s+)?[a-z]+),?\s+"
+                          rf"(?:named\s+|called\s+)?{re.escape(name)}\b", best.sentence)
+        if given:
+            return given.group(1)
     skip = {p.lower() for p in question.people} | {best.item.speaker.lower()}
     words = re.findall(r"\b[A-Z][a-z]+(?:\s+[A-Z][a-z]+)*\b", best.sentence)
     for name in words:
@@ -678,11 +705,6 @@ def person_answer(question: Question, best: Candidate) -> str:
         usable = low not in skip and low not in _NOT_GIVEN and not asked  # "June" names no one
         if usable and (not best.sentence.startswith(name) or len(words) == 1):
             return name
-    for name in re.findall(r"\b[A-Z][a-z'’]+\b", question.text):  # "Who is Rex?" and "my dog Rex": "my dog"
-        given = re.search(rf"\b((?:[Mm]y|[Oo]ur|[Hh]is|[Hh]er|[Tt]heir)\s+(?:[a-z]+\s+)?[a-z]+),?\s+"
-                          rf"(?:named\s+|called\s+)?{re.escape(name)}\b", best.sentence)
-        if given:
-            return given.group(1)
     relation = re.search(r"\b(?:my|her|his|their|our)\s+((?:\w+\s+)?(?:friend|friends|mom|mother|dad|father|"
                          r"parents|sister|brother|husband|wife|partner|kids|children|family|mentor|mentors|"
                          r"grandma|grandpa|aunt|uncle|cousin|boss|coworker|colleague|team)s?)\b", best.sentence,

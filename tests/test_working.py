@@ -258,6 +258,57 @@ def test_an_app_user_planning_a_trip(
     assert (out["answer"], out["cited_ids"]) == (answer, cited)
 
 
+@pytest.mark.parametrize(
+    ("question", "answer", "cited"),
+    [
+        ("What are my kids' names?", "Lily, Max", ["T1"]),  # a plural noun names all that follow it
+        ("How old is Max?", "6", ["T4"]),  # not "6 yesterday"
+        ("Where do I live?", "Austin", ["T3"]),  # "from Chicago to Austin": Austin now
+        ("Where did I live before?", "Chicago", ["T3"]),  # the past asked: where the move began
+        ("Why did we move to Austin?", "wife's job", ["T3"]),  # "because", not the "to" before it
+        ("When did we adopt Pepper?", "the Saturday before 2 April 2024", ["T5"]),
+    ],
+)
+def test_an_app_user_with_a_family(
+    question: str, answer: str, cited: list[str], store: MemoryStore, data_dir: Path
+) -> None:
+    turns = said(
+        ("user", "I have two kids, Lily and Max. Lily is 8 and Max is 5.", "T1", "2024-01-10T09:00"),
+        ("user", "I started learning Spanish last week. I already speak English and French.", "T2",
+         "2024-02-14T19:00"),
+        ("user", "We moved from Chicago to Austin because of my wife's job.", "T3", "2024-06-20T18:00"),
+        ("user", "Max just turned 6 yesterday! We had a party at the park.", "T4", "2024-06-20T18:05"),
+        ("user", "We also adopted a cat called Pepper on Saturday.", "T5", "2024-04-02T08:30"),
+    )
+    out = ask(question, stored_evidence(store, [raw_record(t) for t in turns]), data_dir)
+    assert (out["answer"], out["cited_ids"]) == (answer, cited)
+
+
+@pytest.mark.parametrize(
+    ("question", "answer", "cited"),
+    [
+        ("Who is Raj?", "My teammate", ["T2"]),  # what the speaker calls him, before any other name
+        ("When did Raj leave?", "the Friday before 11 March 2024", ["T3"]),  # "left" is a form of "leave"
+        # the reply to the assistant's question, not "use type hints"
+        ("What database do we use?", "PostgreSQL for now, but we might switch to SQLite for the mobile", ["T1"]),
+    ],
+)
+def test_an_app_user_building_software(
+    question: str, answer: str, cited: list[str], store: MemoryStore, data_dir: Path
+) -> None:
+    turns = said(
+        ("assistant", "Nice! What database are you using?", "T0", "2024-03-04T10:00"),
+        ("user", "PostgreSQL for now, but we might switch to SQLite for the mobile version.", "T1",
+         "2024-03-04T10:01"),
+        ("user", "My teammate Raj handles the frontend, he writes it in React.", "T2", "2024-03-04T10:02"),
+        ("user", "Also, Raj left the team on Friday, so I'm doing the frontend myself now.", "T3",
+         "2024-03-11T14:00"),
+        ("user", "Please always use type hints and keep functions short.", "T4", "2024-03-11T14:05"),
+    )
+    out = ask(question, stored_evidence(store, [raw_record(t) for t in turns]), data_dir)
+    assert (out["answer"], out["cited_ids"]) == (answer, cited)
+
+
 def test_the_clause_that_states_the_asked_relation_answers(store: MemoryStore, data_dir: Path) -> None:
     turns = said(
         ("user", "I live in Boston and work as a teacher.", "T1", "2024-01-01T10:00"),
