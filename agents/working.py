@@ -21,6 +21,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
+from functools import lru_cache
 from typing import Any
 
 from langgraph.runtime import Runtime
@@ -69,11 +70,12 @@ _NAME_WORDS = frozenset(stem(w) for w in ("name", "names", "named", "called"))
 # "What city ...", "Which countries ...": the kind of place asked for, held by a sentence that names a place.
 _PLACE_KINDS = frozenset(stem(w) for w in ("city", "cities", "country", "countries", "town", "towns", "state",
                                            "states", "place", "places"))
-# A name given right after a noun: "my sister Jane", "a puppy named Coco", "our dog, Rex", "my dog's name is Max".
-_GIVEN_NAME = re.compile(
-    r"\b([a-z]+)"
+# A name given right after a noun, owned by someone or not: "my sister Jane", "a puppy named Coco",
+# "our dog, Rex", "my dog's name is Max". The one pattern every reader of such names uses (`named_nouns`).
+_NAMED = re.compile(
+    r"(?P<owner>\b(?i:my|our|his|her|their|your))?(?(owner)\s+(?:[a-z]+\s+)?|\b)(?P<noun>[a-z]+)"
     r"(?:['’]s\s+name\s+(?:is|was)|,?\s+(?:named|called|(?:is|was)\s+(?:named|called)))?,?\s+"
-    r"([A-Z][\w-]*(?:\s+[A-Z][\w-]*){0,2})(?=\W|$)"
+    r"(?P<name>[A-Z][\w-]*(?:\s+[A-Z][\w-]*){0,2})(?=\W|$)"
 )
 # More names after a plural noun's first: "two kids, Lily and Max".
 _AND_NAME = re.compile(r"(?:,\s*(?:and\s+)?|\s+and\s+)([A-Z][\w-]*)\b")
@@ -85,8 +87,6 @@ _PRONOUN_NAMED = re.compile(
 _SELF_NAMED = re.compile(
     r"\b(?:I['’]m|I\s+am|[Mm]y\s+name(?:['’]s|\s+is)|[Cc]all\s+me)\s+([A-Z][a-z]+(?:\s+[A-Z][a-z]+)?)\b"
 )
-# "My sister Jane lives nearby": the subject is someone the speaker names, not the speaker (see `about`).
-_OTHER_SUBJECT = re.compile(r"^\W*(?:[Mm]y|[Oo]ur)\s+(?:[a-z]+\s+)?[a-z]+,?\s+[A-Z][a-z'’]+\b(?!['’]s)")
 _NOT_GIVEN = STOPWORDS | CHAT_WORDS | MONTH_WORDS | WEEKDAY_WORDS  # "my birthday Sunday" gives no name
 MIN_COVERAGE = 0.5  # share of the question's weighted content words the best sentence must hold
 CONTEXT_SHARE = 0.5  # weight of asked-about words found elsewhere in the sentence's item
@@ -128,8 +128,6 @@ _COMMON_PLACE = re.compile(
     rf"(?:{'|'.join(sorted(_PLACE_NOUNS))}))\b",
     re.IGNORECASE,
 )
-# "my husband Mark", "our dog Rex": a name given to someone's person or pet is not a place.
-_OWNED_NAME = re.compile(r"\b(?i:my|our|his|her|their|your)\s+(?:[a-z]+\s+)?([a-z]+),?\s+([A-Z][\w-]*)")
 _NUMBER_WORDS = wordset(
     """one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen seventeen
     eighteen nineteen twenty thirty forty fifty hundred once twice couple few several"""
@@ -383,8 +381,8 @@ def about(sentence: str, item: Evidence, people: list[str]) -> set[str]:
     if item.kind != "raw":
         return mentioned or ({item.speaker} if item.speaker in people else set())
     subjects = set(mentioned)
-    other = _OTHER_SUBJECT.match(sentence)
-    if other and not _FIRST_PERSON.search(sentence[other.end():]):
+    other = _named_subject(sentence)
+    if other and not _FIRST_PERSON.search(sentence[other.end:]):
         return subjects
     if _FIRST_PERSON.search(sentence) or not (mentioned or _SECOND_PERSON.search(sentence)):
         subjects.add(item.speaker)
@@ -617,7 +615,8 @@ def place_answer(question: Question, best: Candidate, speakers: Iterable[str] = 
     """A named place after a preposition, else any other proper name, else a common place ("the beach").
     No one who speaks in the evidence is a place ("Thanks, John!")."""
     people = [p.lower() for p in [*question.people, best.item.speaker, *speakers] if p]
-    owned = {m.group(2) for m in _OWNED_NAME.finditer(best.sentence) if m.group(1) not in _PLACE_NOUNS}
+    # "my husband Mark", "our dog Rex": a name given to someone's person or pet is not a place
+    owned = {n.name.split()[0] for n in named_nouns(best.sentence) if n.owner and n.noun not in _PLACE_NOUNS}
 
     def usable(name: str) -> bool:
         first = re.sub(r"['’]s$", "", name.split()[0].lower()) if name.split() else ""
@@ -638,18 +637,55 @@ def place_answer(question: Question, best: Candidate, speakers: Iterable[str] = 
     return _trim(common.group(1)) if common else ""
 
 
+@dataclass(frozen=True)
+class NamedNoun:
+    """A name given right after a noun (`_NAMED`): "my little sister Jane", "a puppy named Coco"."""
+
+    owner: str  # "my", "our", ...; "" when no one owns it
+    phrase: str  # the owner with the noun, as said ("my little sister"); the noun alone when no one owns it
+    noun: str
+    name: str
+    start: int
+    end: int
+    plain: bool  # the name follows the noun with nothing between but a comma ("my sister Jane", not "... named")
+
+
+@lru_cache(maxsize=4096)
+def named_nouns(sentence: str) -> tuple[NamedNoun, ...]:
+    """Every name the sentence gives right after a noun; a function word or a month is no name, a function
+    word no noun ("my birthday Sunday" names nothing). Cached: several readers ask of the same sentence."""
+    found = []
+    for match in _NAMED.finditer(sentence):
+        noun, name = match.group("noun"), match.group("name")
+        if noun in STOPWORDS or name.split()[0].lower() in _NOT_GIVEN:
+            continue
+        owner = match.group("owner") or ""
+        phrase = sentence[match.start() : match.end("noun")] if owner else noun
+        plain = not sentence[match.end("noun") : match.start("name")].strip(", \t\n")
+        found.append(NamedNoun(owner, " ".join(phrase.split()), noun, name, match.start(), match.end(), plain))
+    return tuple(found)
+
+
+def _named_subject(sentence: str) -> NamedNoun | None:
+    """Someone the speaker names as the sentence's subject: "My sister Jane lives nearby", not "My sister
+    Jane's dog ..." (see `about`)."""
+    first = next(iter(named_nouns(sentence)), None)
+    if first is None or not first.plain or first.owner.lower() not in ("my", "our"):
+        return None
+    if re.search(r"\w", sentence[: first.start]):
+        return None
+    return None if re.match(r"['’]s\b", sentence[first.end :]) else first
+
+
 def given_names(sentence: str) -> list[tuple[str, str]]:
     """(noun stem, name) for each name given right after a noun: "my sister Jane" -> ("sister", "Jane"),
     "a puppy named Coco" -> ("puppy", "Coco"), "my dog's name is Max" -> ("dog", "Max"). A plural noun
     names all that follow it joined by commas or "and": "two kids, Lily and Max" -> Lily and Max."""
     found = []
-    for match in _GIVEN_NAME.finditer(sentence):
-        noun, name = match.groups()
-        if noun in STOPWORDS or name.split()[0].lower() in _NOT_GIVEN:
-            continue
-        found.append((stem(noun), name))
-        if plural_noun(noun):
-            found.extend((stem(noun), more) for more in _coordinated(sentence, match.end()))
+    for named in named_nouns(sentence):
+        found.append((stem(named.noun), named.name))
+        if plural_noun(named.noun):
+            found.extend((stem(named.noun), more) for more in _coordinated(sentence, named.end))
     return found
 
 
@@ -692,11 +728,10 @@ def _acronym(word: str) -> bool:
 def person_answer(question: Question, best: Candidate) -> str:
     """Who someone named in the question is to the speaker ("Who is Rex?" and "my dog Rex": "my dog"), else
     a name in the sentence other than the person asked about and the speaker, else a relation it names."""
-    for name in re.findall(r"\b[A-Z][a-z'’]+\b", question.text):
-        given = re.search(rf"\b((?:[Mm]y|[Oo]ur|[Hh]is|[Hh]er|[Tt]heir)\s+(?:[a-z]+\s+)?[a-z]+),?\s+"
-                          rf"(?:named\s+|called\s+)?{re.escape(name)}\b", best.sentence)
-        if given:
-            return given.group(1)
+    asked = set(re.findall(r"\b[A-Z][a-z'’]+\b", question.text))
+    given = next((n for n in named_nouns(best.sentence) if n.owner and n.name.split()[0] in asked), None)
+    if given:
+        return given.phrase
     skip = {p.lower() for p in question.people} | {best.item.speaker.lower()}
     words = re.findall(r"\b[A-Z][a-z]+(?:\s+[A-Z][a-z]+)*\b", best.sentence)
     for name in words:
