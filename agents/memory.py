@@ -38,7 +38,7 @@ from strata.graph.context import Context
 from strata.graph.state import RoleNote, State, fresh_run, validate_turns
 from strata.memory.dates import parse_datetime
 from strata.memory.entities import extract_entities
-from strata.memory.episodes import Boundary, OpenSegment, detect_boundary, narrate, title_of
+from strata.memory.episodes import OPEN_SEGMENT, Boundary, OpenSegment, detect_boundary, narrate, title_of
 from strata.memory.errors import InputError
 from strata.memory.facts import FactDraft, extract_facts
 from strata.memory.forgetting import read_forget_request
@@ -54,7 +54,6 @@ from strata.memory.store import MemoryStore
 from strata.prompts import graph as graph_prompts
 from strata.prompts import memory as prompts
 
-OPEN_SEGMENT = "open_episode"
 LAST_RAW = "last_raw"
 TURN_COUNTER = "turn_counter"
 PENDING = "pending_derive"

@@ -71,6 +71,12 @@ def open_client(settings: StoreSettings) -> Any:
         return client
 
 
+def open_clients() -> list[StoreSettings]:
+    """The settings of every client this process holds (an embedded folder is busy while one is open)."""
+    with _LOCK:
+        return list(_CLIENTS)
+
+
 def forget_client(settings: StoreSettings) -> None:
     """Drop the cached client (after `close`, or in tests that restart a server); an embedded
     folder is handed back to other processes once its last client here is gone."""

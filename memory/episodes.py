@@ -24,6 +24,9 @@ SHIFT_SIMILARITY = 0.12  # below this a turn is off the segment's topic
 MIN_TURNS_BEFORE_SHIFT = 4
 
 
+OPEN_SEGMENT = "open_episode"  # the ledger state key the episode being written is kept under
+
+
 class OpenSegment(BaseModel):
     """The episode being written: its turns so far (persisted in the ledger)."""
 

@@ -13,10 +13,11 @@ and reloads only the records changed since (ledger_sql.py, ledger_postgres.py).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from strata.memory.errors import ConfigError
 from strata.memory.ledger_sql import Backend, Session, SqliteBackend, immediate_transaction, read_only_message
@@ -228,6 +229,47 @@ class Ledger:
         with self.transaction() as session:
             session.execute("DELETE FROM history WHERE id = ?", (change_id,))
 
+    # erasure (memory/erasure.py) ----------------------------------------
+    def evolutions_by(self, namespace: str, sources: Iterable[str]) -> list[Change]:
+        """The note evolutions (A-MEM) that these records made to others, oldest first."""
+        wanted = set(sources)
+        found = self._changes(
+            "SELECT * FROM history WHERE namespace = ? AND action = 'evolve' AND reason LIKE 'evolved by %' "
+            "ORDER BY id", [namespace],
+        )
+        return [c for c in found if _evolved_by(c.reason) in wanted]
+
+    def erase(
+        self, namespace: str, ids: Sequence[str], changes: Sequence[int], dia_ids: Sequence[str]
+    ) -> dict[str, int]:
+        """Delete for good the links touching `ids`, their history rows and the rows `changes`, and the
+        working-memory rows of `dia_ids`; joins the open transaction. Returns what each removed."""
+        removed = {"links": 0, "history": 0, "working": 0}
+        with self.transaction() as session:
+            for chunk in _chunks(list(ids)):
+                marks = ", ".join("?" * len(chunk))
+                removed["links"] += _count(session.execute(
+                    f"DELETE FROM links WHERE namespace = ? AND (src IN ({marks}) OR dst IN ({marks}))",
+                    (namespace, *chunk, *chunk)))
+                removed["history"] += _count(session.execute(
+                    f"DELETE FROM history WHERE namespace = ? AND record_id IN ({marks})", (namespace, *chunk)))
+            for chunk in _chunks([int(c) for c in changes]):
+                marks = ", ".join("?" * len(chunk))
+                removed["history"] += _count(session.execute(
+                    f"DELETE FROM history WHERE namespace = ? AND id IN ({marks})", (namespace, *chunk)))
+            for chunk in _chunks(list(dia_ids)):
+                marks = ", ".join("?" * len(chunk))
+                removed["working"] += _count(session.execute(
+                    f"DELETE FROM working WHERE namespace = ? AND dia_id IN ({marks})", (namespace, *chunk)))
+        return removed
+
+    def compact(self) -> bool:
+        """Give the space of deleted rows back so their bytes leave the files (SQLite: the write-ahead log
+        checkpointed and truncated, the file vacuumed); False where the backend cannot (PostgreSQL keeps
+        dead rows until its own vacuum reuses or rewrites their pages)."""
+        self.check_writable()
+        return self.backend.compact()
+
     # working buffer ----------------------------------------------------
     def push_working(
         self, namespace: str, participant: str, dia_id: str, text: str, time: datetime | None, size: int
@@ -316,6 +358,22 @@ class Ledger:
                 "ON CONFLICT (namespace) DO UPDATE SET seq = namespaces.seq + 1, reset_seq = namespaces.seq + 1",
                 (namespace,),
             )
+
+
+_CHUNK = 400  # ids per statement: SQLite binds at most 999 variables and a link query binds each id twice
+
+
+def _chunks(items: list[Any]) -> list[list[Any]]:
+    return [items[i : i + _CHUNK] for i in range(0, len(items), _CHUNK)]
+
+
+def _count(cursor: Any) -> int:
+    return max(int(getattr(cursor, "rowcount", 0) or 0), 0)
+
+
+def _evolved_by(reason: str) -> str:
+    """The record a note evolution came from: its reason reads "evolved by <id>" or "evolved by <id>: ..."."""
+    return reason.removeprefix("evolved by ").split(": ", 1)[0].strip()
 
 
 def _change_from_row(row: dict[str, object]) -> Change:

@@ -184,5 +184,10 @@ class PostgresBackend:
                 with suppress(self._psycopg.Error):
                     conn.execute("SELECT pg_advisory_unlock(%s, %s)", key)
 
+    def compact(self) -> bool:
+        """Nothing here: PostgreSQL keeps deleted rows' bytes until its vacuum reuses or rewrites their pages
+        (`VACUUM FULL` rewrites them at once; it locks the tables, so it is the operator's call)."""
+        return False
+
     def close(self) -> None:
         self._pool.close()

@@ -88,6 +88,8 @@ class Backend(Protocol):
 
     def namespace_lock(self, namespace: str) -> Any: ...
 
+    def compact(self) -> bool: ...
+
     def close(self) -> None: ...
 
 
@@ -215,6 +217,15 @@ class SqliteBackend:
         """Nothing beyond the store's own lock: an embedded folder is locked to one process."""
         yield
 
+    def compact(self) -> bool:
+        """Deleted rows out of the files: the write-ahead log folded in and emptied, the file rebuilt
+        without free pages (deletes already zero what they free: `PRAGMA secure_delete`)."""
+        with self._lock, self._read_lock:
+            self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            self._conn.execute("VACUUM")
+            self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        return True
+
     def close(self) -> None:
         with self._lock, self._read_lock:
             self._conn.close()
@@ -253,6 +264,7 @@ def _connect(path: Path) -> sqlite3.Connection:
     conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=BUSY_SECONDS)
     _enter_wal(conn)
     conn.execute("PRAGMA synchronous=NORMAL")
+    conn.execute("PRAGMA secure_delete=ON")  # a deleted row's bytes are overwritten, not left in a free page
     return conn
 
 

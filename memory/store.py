@@ -865,6 +865,55 @@ class MemoryStore:
                 removed += len(dead)
         return removed
 
+    def erase(self, ids: Sequence[str], dia_ids: Sequence[str] = ()) -> dict[str, int]:
+        """Remove records for good, with their links and history, and the working-memory rows of
+        `dia_ids` (memory/erasure.py chooses what to erase). Not undoable: nothing is journaled.
+
+        The notes these records evolved (A-MEM) get back the tags and context they had before the
+        first such evolution, and their evolution rows from then on go too (those rows hold what the
+        erased note added). Chroma first, then the ledger: a crash in between leaves rows that a
+        second erase of the same ids removes. Saved mirrors of the namespace are dropped (they are
+        caches, written again on a later open)."""
+        self.ledger.check_writable()
+        wanted = list(dict.fromkeys(ids))
+        with self.edits():
+            self.flush()
+            reverted, rows = self._unevolve(wanted)
+            by_kind: dict[Kind, list[str]] = {}
+            for record in self.get(wanted):
+                by_kind.setdefault(record.kind, []).append(record.id)
+            for kind, group in by_kind.items():
+                self._remove(kind, group)
+                for record_id in group:
+                    self._vectors.pop(record_id, None)
+            with self.ledger.transaction():
+                removed = self.ledger.erase(self.namespace, wanted, rows, dia_ids)
+            snapshots.remove(self.settings.ledger_path.parent, [collection_name(self.namespace, k) for k in KINDS])
+        return {"records": sum(len(g) for g in by_kind.values()), "reverted": reverted, **removed}
+
+    def _unevolve(self, sources: Sequence[str]) -> tuple[int, list[int]]:
+        """Give each note the tags and context it had before the first evolution by one of `sources`;
+        returns how many notes changed and the evolution rows to delete (that one and the later ones)."""
+        erased = set(sources)
+        rows: list[int] = []
+        restored: list[Record] = []
+        first_by_note: dict[str, Change] = {}
+        for change in self.ledger.evolutions_by(self.namespace, sources):
+            if change.record_id not in erased:
+                first_by_note.setdefault(change.record_id, change)
+        for note_id, first in first_by_note.items():
+            later = [c for c in self.ledger.history(self.namespace, note_id, limit=1_000_000)
+                     if c.action == Action.EVOLVE and int(c.id or 0) >= int(first.id or 0)]
+            rows.extend(int(c.id or 0) for c in later)
+            found = self.get([note_id])
+            if found:
+                tags = first.old_fields.get("tags")
+                restored.append(found[0].model_copy(update={
+                    "tags": json.loads(tags) if tags else [], "context": first.old_fields.get("context", ""),
+                }))
+        self._rewrite_all(restored)
+        return len(restored), rows
+
     def _remove(self, kind: Kind, ids: list[str]) -> None:
         """Delete records from Chroma and the mirror, stamped with a new sequence (purge, a batch taken back)."""
         self._load(kind)

@@ -18,6 +18,7 @@ from strata.graph.context import Context, shown_value
 from strata.graph.graph import graph
 from strata.graph.state import ChangeNote, Evidence, RoleNote, Verdict, validate_turns
 from strata.graph.tracing import run_config
+from strata.memory.erasure import ErasureReport, erase
 from strata.memory.errors import InputError
 from strata.memory.graph.consolidation import ConsolidationReport
 from strata.memory.graph.export import MemoryGraph, build_graph, namespace_graph, person_graph
@@ -205,6 +206,16 @@ class Memory:
     def stats(self) -> dict[str, Any]:
         return self.store.stats()
 
+    def erase(self, ids: Iterable[str] = (), about: str | None = None) -> ErasureReport:
+        """Remove records for good, with what was derived from them, their links and their history:
+        the records named, or every turn one participant said and every fact or persona trait about
+        them (`about`). Unlike a request
+        to forget, this cannot be undone (memory/erasure.py says what it reaches on disk)."""
+        if isinstance(ids, str | bytes) or not isinstance(ids, Iterable):
+            raise InputError(f"erase takes a list of record ids, not {type(ids).__name__}: e.g. ['raw:D1:3']")
+        request = _checked(_EraseRequest, ids=list(ids), about=about)
+        return erase(self.store, request.ids, request.about or "")
+
     def drop(self) -> None:
         """Delete this namespace's memory entirely; the namespace can be used again at once."""
         context = self.context("ask")
@@ -233,6 +244,10 @@ class Memory:
     async def achat(self, text: str, speaker: str = "user") -> Answer:
         """`chat` for async apps."""
         return await asyncio.to_thread(self.chat, text, speaker)
+
+    async def aerase(self, ids: Iterable[str] = (), about: str | None = None) -> ErasureReport:
+        """`erase` for async apps."""
+        return await asyncio.to_thread(self.erase, ids, about)
 
     async def aconsolidate(self, limit: int | None = None) -> ConsolidationReport:
         """`consolidate` for async apps (the slow path can take a while: this keeps the loop free)."""
@@ -272,6 +287,15 @@ class _HistoryQuery(BaseModel):
 
     record_id: str | None = Field(None, description="Only the changes of this record, e.g. fact:D1:3:0.")
     limit: int = Field(50, ge=1, description="At most this many changes.")
+
+
+class _EraseRequest(BaseModel):
+    """Arguments of `Memory.erase`."""
+
+    model_config = ConfigDict(strict=True)
+
+    ids: list[str] = Field(default_factory=list, description="Records to erase, e.g. raw:D1:3.")
+    about: str | None = Field(None, min_length=1, description="Erase every turn this participant said and every fact about them.")
 
 
 class _UndoRequest(BaseModel):

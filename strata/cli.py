@@ -29,6 +29,7 @@ from strata.conversations import (
 )
 from strata.demo import SAMPLE_CONVERSATION, run_demo
 from strata.ingestion import ingest_conversation, select_sessions
+from strata.memory.erasure import compact_chroma, erasure_targets
 from strata.memory.errors import ConfigError, InputError, StrataError
 from strata.memory.records import KINDS, Change
 from strata.memory.registry import close_all
@@ -126,6 +127,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     undo = command("undo", _undo, "reverse a change (the latest when no id is given)")
     undo.add_argument("change_id", nargs="?", type=int, metavar="CHANGE_ID")
+
+    erase_cmd = command(
+        "erase", _erase,
+        "remove records for good with what was derived from them and their history (cannot be undone)",
+    )
+    erase_cmd.add_argument("ids", nargs="*", metavar="ID", help="records to erase (e.g. raw:D1:3)")
+    erase_cmd.add_argument("--about", metavar="NAME", help="erase everything said by or about this participant")
+    erase_cmd.add_argument("--yes", action="store_true", help="erase; without it, only list what would go")
+    erase_cmd.add_argument("--json", action="store_true", help="print the report as JSON")
 
     demo = command("demo", _demo, "ingest a conversation and answer some of its gold questions, offline")
     demo.add_argument(
@@ -356,6 +366,29 @@ def _undo(args: argparse.Namespace) -> int:
     print(f"undid change #{change.undoes} on {change.record_id}: it is {change.new_status.value} again")
     print(f"text now: {change.new_text}")
     print(f"(this undo is change #{change.id}; `strata undo {change.id}` does not redo: edit again instead)")
+    return 0
+
+
+def _erase(args: argparse.Namespace) -> int:
+    if not args.ids and not args.about:
+        raise InputError("name the records to erase (e.g. strata erase raw:D1:3) or a participant (--about NAME)")
+    memory = _memory(args)
+    if not args.yes:
+        targets = erasure_targets(memory.store, args.ids, args.about or "")
+        print(f"would erase {len(targets)} records for good (with their links and history): {', '.join(targets)}")
+        print("nothing was erased: run again with --yes to erase them")
+        return 1
+    report = memory.erase(args.ids, args.about)
+    settings = memory.context("ask").store_settings()
+    close_all()  # the embedded Chroma file can be rebuilt only with no client open on it
+    compacted = None if settings.chroma_host else compact_chroma(settings.chroma_path)
+    if args.json:
+        print(json.dumps({**report.model_dump(mode="json"), "chroma_compacted": compacted}, indent=2))
+        return 0
+    print(report.summary())
+    if compacted is not None:
+        print("Chroma's database rebuilt without the erased records' bytes" if compacted else
+              "Chroma's database was not rebuilt: run `chroma vacuum --path <data_dir>/chroma` with the memory closed")
     return 0
 
 

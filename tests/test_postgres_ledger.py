@@ -399,3 +399,25 @@ def test_postgres_restarted_under_load(
     assert {r.id for r in store.all("raw")} == {f"raw:{t['dia_id']}" for t in turns}
     assert store.ledger.get_state("restart", "pending_derive") == []
     assert ANSWER_TURN in memory.ask(QUESTION).evidence_ids()
+
+
+def test_an_erasure_on_one_replica_is_gone_for_the_others(
+    tmp_path: Path, ledger_url: str, chroma: ServerProcess, locomo_dir: Path
+) -> None:
+    def replica(name: str) -> Memory:
+        return Memory("erase-shared", data_dir=tmp_path / name, chroma_host=LOOPBACK, chroma_port=chroma.port,
+                      ledger_url=ledger_url)
+
+    first, second = replica("one"), replica("two")
+    first.add(conversation(locomo_dir, "conv-26.json", 20))
+    assert second.get(["raw:D1:3"]) and [r for r in second.store.all("fact") if "D1:3" in r.source_ids]
+
+    report = first.erase(["raw:D1:3"])
+
+    assert "raw:D1:3" in report.erased and report.history >= 1 and report.links >= 1
+    assert not report.ledger_compacted and report.in_chroma_log == 0  # the servers compact their own files
+    for memory in (first, second):
+        assert memory.get(report.erased) == []
+        assert not [c for c in memory.history(limit=100_000) if c.record_id in report.erased]
+        assert not memory.store.edges(report.erased)
+        assert not [r for r in memory.store.all("fact") if "D1:3" in r.source_ids]

@@ -1,0 +1,180 @@
+"""Erasure: remove what someone said for good, with everything that repeats it.
+
+A request to forget (memory/forgetting.py) tombstones records and keeps every
+version in the history, so that `undo` can bring them back. A person who asks
+for their data to be removed needs the opposite: nothing left to bring back.
+`erase` therefore removes, in one call that cannot be undone:
+
+- the records asked for, or every turn a participant said and every fact and
+  persona trait about them (`about`; another speaker's turns that mention them
+  stay);
+- what was derived from an erased turn: its facts and persona traits, and the
+  episodes and summaries that cite it (a later consolidation summarises what
+  is left);
+- their links, their history rows, the working-memory rows of erased turns,
+  and their place in the open episode;
+- what an erased note added to its neighbours (A-MEM evolution: tags and a
+  context line), by giving each neighbour back what it had before;
+- the bytes on disk, where this process can reach them: the ledger deletes with
+  SQLite's secure delete and is vacuumed at once. Chroma drops the records from
+  its write-ahead log when a collection's index is next saved: at once for the
+  small collections of a typical user's memory (up to 5,000 records a kind,
+  which are saved at every write), after up to 1,000 more writes for larger
+  ones; the report counts what the log still holds. The deleted rows' bytes stay
+  in free pages of Chroma's database file until it is rebuilt, which is only
+  safe with no Chroma client open on the folder: `compact_chroma` does it once
+  the memory is closed (`strata erase --yes` does both). A Chroma server or a
+  PostgreSQL ledger compacts its own files.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+from strata.memory.chroma import open_clients
+from strata.memory.episodes import OPEN_SEGMENT, OpenSegment
+from strata.memory.errors import ConfigError, InputError
+from strata.memory.locks import hold_folder, release_folder
+from strata.memory.records import KINDS, Record
+from strata.memory.store import MemoryStore
+
+DERIVED_KINDS = ("fact", "persona", "episode", "summary")  # kinds that cite the turns they came from
+CHROMA_DB = "chroma.sqlite3"
+VACUUM_SECONDS = 600  # a large folder's database takes a while to rebuild
+_DELETE = 3  # Chroma's code for a delete in its write-ahead log (the rows that still hold text are the others)
+
+
+class ErasureReport(BaseModel):
+    """What an erasure removed, and what may still be on disk."""
+
+    erased: list[str] = Field(default_factory=list, description="ids of the records removed")
+    links: int = 0
+    history: int = 0
+    working: int = 0
+    reverted: int = Field(0, description="notes given back the tags and context they had before an erased note")
+    ledger_compacted: bool = False
+    in_chroma_log: int = Field(0, description="erased ids Chroma's write-ahead log still holds (see module doc)")
+
+    def summary(self) -> str:
+        disk = "ledger vacuumed" if self.ledger_compacted else "ledger not vacuumed (PostgreSQL vacuums its own)"
+        log = f"; {self.in_chroma_log} still in Chroma's log until its index is saved" if self.in_chroma_log else ""
+        return (f"erased {len(self.erased)} records, {self.links} links, {self.history} history rows, "
+                f"{self.working} working-memory rows; {self.reverted} notes restored; {disk}{log}")
+
+
+def erasure_targets(store: MemoryStore, ids: Sequence[str] = (), about: str = "") -> list[str]:
+    """The records to erase: those named, or everything said by or about `about`, and whatever was
+    derived from an erased turn. Unknown ids are an error (nothing is erased): a typo must not pass
+    for a completed erasure."""
+    chosen: dict[str, Record] = {}
+    found = {r.id: r for r in store.get(ids)}
+    unknown = [i for i in ids if i not in found]
+    if unknown:
+        raise InputError(f"no record {', '.join(unknown[:5])} in this memory: erase takes ids as `history` and "
+                         "`explain` show them (e.g. raw:D1:3); nothing was erased")
+    chosen.update(found)
+    if about:
+        person = about.strip().lower()
+        for kind in KINDS:
+            for record in store.all(kind, include_inactive=True):
+                if person in (record.speaker.lower(), record.subject.lower(), record.participant.lower()):
+                    chosen[record.id] = record
+        if not chosen:
+            raise InputError(f"nothing in this memory was said by or about {about!r}: check the name "
+                             f"(participants: {', '.join(store.participants()) or 'none'}); nothing was erased")
+    turns = {r.dialogue_id for r in chosen.values() if r.kind == "raw" and r.dialogue_id}
+    for kind in DERIVED_KINDS:
+        for record in store.all(kind, include_inactive=True):  # type: ignore[arg-type]
+            if turns & set(record.source_ids):
+                chosen[record.id] = record
+    return list(chosen)
+
+
+def erase(store: MemoryStore, ids: Sequence[str] = (), about: str = "") -> ErasureReport:
+    """Remove records for good (see the module doc); returns what went and what may remain on disk."""
+    if not ids and not about:
+        raise InputError("erase needs record ids or a participant's name (about=...): nothing was erased")
+    targets = erasure_targets(store, ids, about)
+    turns = [r.dialogue_id for r in store.get(targets) if r.kind == "raw" and r.dialogue_id]
+    _out_of_open_episode(store, set(turns))
+    removed = store.erase(targets, turns)
+    report = ErasureReport(erased=targets, links=removed["links"], history=removed["history"],
+                           working=removed["working"], reverted=removed["reverted"])
+    report.ledger_compacted = store.ledger.compact()
+    if not store.settings.chroma_host:
+        report.in_chroma_log = _in_chroma_log(store, targets)
+    return report
+
+
+def _out_of_open_episode(store: MemoryStore, turns: set[str]) -> None:
+    """The episode being written forgets erased turns: their ids, and its facts are read again from the
+    facts of the turns that stay (the erased ones go with their turns)."""
+    segment = OpenSegment.model_validate(store.state(OPEN_SEGMENT, {}))
+    kept = [t for t in segment.turn_ids if t not in turns]
+    if kept == segment.turn_ids:
+        return
+    facts = [f.text for f in store.facts_from(kept) if not turns & set(f.source_ids)]
+    facts += [f"{r.speaker} shared a photo of {r.image_caption}" for r in store.get(f"raw:{t}" for t in kept)
+              if r.image_caption]
+    segment = segment.model_copy(update={"turn_ids": kept, "facts": facts})
+    store.ledger.set_state(store.namespace, OPEN_SEGMENT, segment.model_dump(mode="json"))
+
+
+def _chroma_db(store: MemoryStore) -> sqlite3.Connection | None:
+    path = store.settings.chroma_path / CHROMA_DB
+    if not path.is_file():
+        return None
+    return sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=30, isolation_level=None)
+
+
+def _in_chroma_log(store: MemoryStore, ids: Iterable[str]) -> int:
+    """Erased ids still in Chroma's write-ahead log (its `embeddings_queue` table)."""
+    conn = _chroma_db(store)
+    if conn is None:
+        return 0
+    try:
+        wanted = list(ids)
+        count = 0
+        for start in range(0, len(wanted), 400):
+            chunk = wanted[start : start + 400]
+            row = conn.execute(f"SELECT COUNT(DISTINCT id) FROM embeddings_queue WHERE operation != {_DELETE} "
+                               f"AND id IN ({', '.join('?' * len(chunk))})", chunk).fetchone()
+            count += int(row[0])
+        return count
+    except sqlite3.Error:
+        return 0
+    finally:
+        conn.close()
+
+
+def compact_chroma(chroma_path: Path) -> bool:
+    """Rebuild an embedded Chroma folder's database without the pages its deletes freed, so that erased
+    text leaves the file too. Chroma's own `chroma vacuum` does it, in a process of its own, while this
+    one holds the folder's lock (no other process opens the folder meanwhile). Only with every memory of
+    the folder closed here (`close_all()`): rebuilding the file under an open Chroma client corrupts it,
+    so an open one is refused. False when the vacuum did not finish."""
+    folder = chroma_path.resolve()
+    if any(not s.chroma_host and s.chroma_path.resolve() == folder for s in open_clients()):
+        raise ConfigError(f"the memory folder {folder.parent} is open in this process: close it first "
+                          "(strata.memory.registry.close_all()), then compact it")
+    if not (folder / CHROMA_DB).is_file():
+        return False
+    program = Path(sys.executable).with_name("chroma")
+    command = str(program) if program.is_file() else shutil.which("chroma")
+    if command is None:
+        return False
+    hold_folder(folder)
+    try:
+        done = subprocess.run([command, "vacuum", "--path", str(folder), "--force"], capture_output=True,
+                              text=True, timeout=VACUUM_SECONDS, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    finally:
+        release_folder(folder)
+    return done.returncode == 0

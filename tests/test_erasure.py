@@ -1,0 +1,147 @@
+"""Erasure (`Memory.erase`, `strata erase`) on real LoCoMo turns, in an embedded memory folder.
+
+What is erased must be gone from every read (records, search, history, links, working
+memory) and from the bytes of every file in the folder; what was derived from it goes
+with it; the notes it evolved get back what they had; the rest of the memory stays as
+it was; a wrong request erases nothing and says so in one line.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from strata.memory.erasure import compact_chroma
+from strata.memory.errors import ConfigError, InputError
+from strata.memory.registry import close_all
+
+from strata import Memory
+from strata.conversations import load_turns
+
+TURNS = 40  # conv-26's first session and the start of the second
+
+
+def _memory(locomo_dir: Path, data_dir: Path) -> Memory:
+    memory = Memory("conv-26", data_dir=str(data_dir))
+    turns = [t for s in load_turns(locomo_dir / "conv-26.json").sessions for t in s.turns][:TURNS]
+    memory.add(turns)
+    return memory
+
+
+def _files_holding(folder: Path, text: str) -> list[str]:
+    """Every file under `folder` whose bytes hold `text` (UTF-8)."""
+    needle = text.encode("utf-8")
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file() and needle in p.read_bytes())
+
+
+@pytest.fixture
+def memory(locomo_dir: Path, data_dir: Path, embedder: Any) -> Memory:
+    return _memory(locomo_dir, data_dir)
+
+
+def test_an_erased_turn_is_gone_from_every_read_and_every_file(memory: Memory, data_dir: Path) -> None:
+    turn = memory.get(["raw:D1:3"])[0]  # "I went to a LGBTQ support group yesterday and it was so powerful."
+    facts = [r.id for r in memory.store.all("fact") if "D1:3" in r.source_ids]
+    assert facts and _files_holding(data_dir, turn.text)  # stored, derived, and on disk before
+    others = {r.id for kind in ("raw", "fact") for r in memory.store.all(kind)} - {turn.id, *facts}
+
+    report = memory.erase([turn.id])
+
+    assert set(report.erased) >= {turn.id, *facts}
+    assert memory.get([turn.id, *facts]) == []
+    assert not [c for c in memory.history(limit=100_000) if c.record_id in report.erased]
+    assert not memory.store.edges(report.erased)
+    evidence = memory.retrieve("When did Caroline go to the LGBTQ support group?").evidence
+    assert not {e.id for e in evidence} & set(report.erased)
+    assert report.ledger_compacted and report.in_chroma_log == 0
+    # the ledger holds it no more; Chroma's file, in free pages, until rebuilt with the memory closed
+    assert _files_holding(data_dir, turn.text) == ["chroma/chroma.sqlite3"]
+    settings = memory.context("ask").store_settings()
+    with pytest.raises(ConfigError, match="close it first"):
+        compact_chroma(settings.chroma_path)  # rebuilding under an open client would corrupt the file
+    assert {r.id for kind in ("raw", "fact") for r in memory.store.all(kind)} == others
+    close_all()
+    assert compact_chroma(settings.chroma_path)
+    assert _files_holding(data_dir, turn.text) == []
+    # the rest of the memory is untouched, and a reopened memory agrees
+    reopened = Memory("conv-26", data_dir=str(data_dir))
+    assert reopened.get([turn.id]) == [] and len(reopened.get(sorted(others))) == len(others)
+    reopened.add([{"speaker": "Melanie", "text": "We adopted a cat called Pepper.", "dia_id": "D9:1",
+                   "time": "2023-06-01T10:00"}])  # the rebuilt file takes writes
+    assert reopened.get(["raw:D9:1"])
+
+
+def test_erasing_a_participant_takes_everything_said_by_or_about_them(memory: Memory, data_dir: Path) -> None:
+    said = [r for r in memory.store.all("raw") if r.speaker == "Caroline"]
+    melanie = {r.id for r in memory.store.all("raw") if r.speaker == "Melanie"}
+    assert said and melanie
+
+    report = memory.erase(about="Caroline")
+
+    for kind in ("raw", "fact", "persona"):
+        left = memory.store.all(kind, include_inactive=True)  # type: ignore[arg-type]
+        assert not [r.id for r in left if "Caroline" in (r.speaker, r.subject, r.participant)], kind
+    assert {r.id for r in memory.store.all("raw")} == melanie
+    assert not [w for w in memory.store.working() if w["speaker"] == "Caroline"]
+    assert set(report.erased) >= {r.id for r in said}
+    longest = max(said, key=lambda r: len(r.text))
+    assert "ledger.sqlite3" not in " ".join(_files_holding(data_dir, longest.text))
+
+
+def test_the_notes_an_erased_note_evolved_get_back_what_they_had(memory: Memory) -> None:
+    evolved = [c for c in memory.history(limit=100_000) if c.action.value == "evolve"]
+    assert evolved, "ingest evolves earlier notes (A-MEM)"
+    before = evolved[-1]  # the oldest: history is newest first
+    source = before.reason.removeprefix("evolved by ").split(": ", 1)[0]
+    note = before.record_id
+    assert memory.get([note])[0].tags != json.loads(before.old_fields.get("tags") or "[]")  # evolved since
+
+    memory.erase([source])
+
+    restored = memory.get([note])[0]
+    assert restored.tags == json.loads(before.old_fields.get("tags") or "[]")
+    assert restored.context == before.old_fields.get("context", "")
+    assert not [c for c in memory.history(note, limit=1000) if c.action.value == "evolve" and c.id >= before.id]
+
+
+def test_a_wrong_request_erases_nothing_and_says_so_in_one_line(memory: Memory) -> None:
+    before = memory.stats()
+    wrong: list[tuple[tuple[Any, ...], dict[str, Any]]] = [
+        ((["raw:D9:99"],), {}),  # no such record
+        ((["raw:D1:3", "raw:D9:99"],), {}),  # one wrong id stops the whole request
+        ((), {}),  # nothing named
+        (("raw:D1:3",), {}),  # a string, not a list of ids
+        ((), {"about": ""}),
+        ((), {"about": "Nobody"}),
+        (([3],), {}),
+    ]
+    for args, kwargs in wrong:
+        with pytest.raises(InputError) as error:
+            memory.erase(*args, **kwargs)
+        assert "\n" not in str(error.value) and str(error.value), (args, kwargs)
+    assert memory.stats() == before
+    assert memory.get(["raw:D1:3"])
+
+
+def test_erase_from_the_command_line_lists_first_and_erases_with_yes(
+    memory: Memory, data_dir: Path, offline_env: dict[str, str]
+) -> None:
+    assert memory.get(["raw:D1:5"])
+    close_all()  # an embedded folder is one process's at a time: hand it to the command line
+    base = [sys.executable, "-m", "strata", "--data-dir", str(data_dir), "--namespace", "conv-26", "erase"]
+    listed = subprocess.run([*base, "raw:D1:5"], capture_output=True, text=True, env=offline_env, timeout=300)
+    assert listed.returncode == 1 and "raw:D1:5" in listed.stdout and "--yes" in listed.stdout
+    wrong = subprocess.run([*base, "raw:D9:99", "--yes"], capture_output=True, text=True, env=offline_env, timeout=300)
+    assert wrong.returncode == 2 and len(wrong.stderr.strip().splitlines()) == 1 and "Traceback" not in wrong.stderr
+    assert Memory("conv-26", data_dir=str(data_dir)).get(["raw:D1:5"])  # listed and refused: still stored
+    close_all()
+    text = Memory("conv-26", data_dir=str(data_dir)).get(["raw:D1:5"])[0].text
+    close_all()
+    done = subprocess.run([*base, "raw:D1:5", "--yes"], capture_output=True, text=True, env=offline_env, timeout=300)
+    assert done.returncode == 0 and done.stdout.startswith("erased ") and "rebuilt" in done.stdout
+    assert _files_holding(data_dir, text) == []  # the command line also rebuilds Chroma's file
+    assert Memory("conv-26", data_dir=str(data_dir)).get(["raw:D1:5"]) == []
