@@ -8,6 +8,7 @@ it was; a wrong request erases nothing and says so in one line.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -145,3 +146,10 @@ def test_erase_from_the_command_line_lists_first_and_erases_with_yes(
     assert done.returncode == 0 and done.stdout.startswith("erased ") and "rebuilt" in done.stdout
     assert _files_holding(data_dir, text) == []  # the command line also rebuilds Chroma's file
     assert Memory("conv-26", data_dir=str(data_dir)).get(["raw:D1:5"]) == []
+
+
+def test_aerase_erases_as_erase_does(memory: Memory) -> None:
+    with pytest.raises(InputError):
+        asyncio.run(memory.aerase(["raw:D9:99"]))
+    report = asyncio.run(memory.aerase(["raw:D1:4"]))
+    assert "raw:D1:4" in report.erased and memory.get(report.erased) == []
