@@ -8,9 +8,10 @@ for their data to be removed needs the opposite: nothing left to bring back.
 - the records asked for, or every turn a participant said and every fact and
   persona trait about them (`about`; another speaker's turns that mention them
   stay);
-- what was derived from an erased turn: its facts and persona traits, and the
-  episodes and summaries that cite it (a later consolidation summarises what
-  is left);
+- what was derived from an erased turn: its facts and persona traits and the
+  summaries that cite it (a later consolidation summarises what is left); an
+  episode that also tells of turns that stay is told again without it (the
+  offline narrative), one that told of nothing else goes;
 - their links, their history rows, the working-memory rows of erased turns,
   and their place in the open episode;
 - what an erased note added to its neighbours (A-MEM evolution: tags and a
@@ -33,12 +34,13 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from pydantic import BaseModel, Field
 from strata.memory.chroma import open_clients
-from strata.memory.episodes import OPEN_SEGMENT, OpenSegment
+from strata.memory.episodes import OPEN_SEGMENT, OpenSegment, narrate, title_of
 from strata.memory.errors import ConfigError, InputError
 from strata.memory.locks import hold_folder, release_folder
 from strata.memory.records import KINDS, Record
@@ -46,6 +48,7 @@ from strata.memory.store import MemoryStore
 
 DERIVED_KINDS = ("fact", "persona", "episode", "summary")  # kinds that cite the turns they came from
 CHROMA_DB = "chroma.sqlite3"
+LOG_WAIT_SECONDS = 2.0  # how long an erase waits for Chroma to drop the records from its log before reporting
 VACUUM_SECONDS = 600  # a large folder's database takes a while to rebuild
 _DELETE = 3  # Chroma's code for a delete in its write-ahead log (the rows that still hold text are the others)
 
@@ -58,6 +61,7 @@ class ErasureReport(BaseModel):
     history: int = 0
     working: int = 0
     reverted: int = Field(0, description="notes given back the tags and context they had before an erased note")
+    retold: int = Field(0, description="episodes told again without the erased turns")
     ledger_compacted: bool = False
     in_chroma_log: int = Field(0, description="erased ids Chroma's write-ahead log still holds (see module doc)")
 
@@ -65,7 +69,8 @@ class ErasureReport(BaseModel):
         disk = "ledger vacuumed" if self.ledger_compacted else "ledger not vacuumed (PostgreSQL vacuums its own)"
         log = f"; {self.in_chroma_log} still in Chroma's log until its index is saved" if self.in_chroma_log else ""
         return (f"erased {len(self.erased)} records, {self.links} links, {self.history} history rows, "
-                f"{self.working} working-memory rows; {self.reverted} notes restored; {disk}{log}")
+                f"{self.working} working-memory rows; {self.reverted} notes restored, {self.retold} episodes retold; "
+                f"{disk}{log}")
 
 
 def erasure_targets(store: MemoryStore, ids: Sequence[str] = (), about: str = "") -> list[str]:
@@ -88,12 +93,41 @@ def erasure_targets(store: MemoryStore, ids: Sequence[str] = (), about: str = ""
         if not chosen:
             raise InputError(f"nothing in this memory was said by or about {about!r}: check the name "
                              f"(participants: {', '.join(store.participants()) or 'none'}); nothing was erased")
-    turns = {r.dialogue_id for r in chosen.values() if r.kind == "raw" and r.dialogue_id}
+    turns = erased_turns(chosen.values())
     for kind in DERIVED_KINDS:
         for record in store.all(kind, include_inactive=True):  # type: ignore[arg-type]
-            if turns & set(record.source_ids):
+            if turns & set(record.source_ids) and not _retellable(record, turns):
                 chosen[record.id] = record
     return list(chosen)
+
+
+def erased_turns(records: Iterable[Record]) -> set[str]:
+    return {r.dialogue_id for r in records if r.kind == "raw" and r.dialogue_id}
+
+
+def _retellable(record: Record, turns: set[str]) -> bool:
+    """An episode that also tells of turns that stay is told again without the erased ones (`retold`)."""
+    return record.kind == "episode" and bool(set(record.source_ids) - turns)
+
+
+def retold(store: MemoryStore, turns: set[str]) -> list[Record]:
+    """The episodes citing an erased turn and others, told again from the facts of the turns that stay
+    (the offline narrative, memory/episodes.py): what the erased turns said leaves the episode's text."""
+    found = []
+    for episode in store.all("episode", include_inactive=True):
+        if not (turns & set(episode.source_ids)) or not _retellable(episode, turns):
+            continue
+        kept = [t for t in episode.source_ids if t not in turns]
+        speakers = list(dict.fromkeys(r.speaker for r in store.get(f"raw:{t}" for t in kept) if r.speaker))
+        facts = [f.text for f in store.facts_from(kept) if not turns & set(f.source_ids)]
+        segment = OpenSegment(session=episode.session, turn_ids=kept, speakers=speakers, facts=facts,
+                              start=episode.time, end=episode.time_end)
+        title = title_of(facts, speakers)
+        found.append(episode.model_copy(update={
+            "text": narrate(segment, title), "title": title, "source_ids": kept, "dialogue_id": kept[0],
+            "version": episode.version + 1, "keywords": [], "tags": [], "context": "",
+        }))
+    return found
 
 
 def erase(store: MemoryStore, ids: Sequence[str] = (), about: str = "") -> ErasureReport:
@@ -101,14 +135,18 @@ def erase(store: MemoryStore, ids: Sequence[str] = (), about: str = "") -> Erasu
     if not ids and not about:
         raise InputError("erase needs record ids or a participant's name (about=...): nothing was erased")
     targets = erasure_targets(store, ids, about)
-    turns = [r.dialogue_id for r in store.get(targets) if r.kind == "raw" and r.dialogue_id]
-    _out_of_open_episode(store, set(turns))
-    removed = store.erase(targets, turns)
+    turns = erased_turns(store.get(targets))
+    _out_of_open_episode(store, turns)
+    removed = store.erase(targets, sorted(turns), retold(store, turns))
     report = ErasureReport(erased=targets, links=removed["links"], history=removed["history"],
-                           working=removed["working"], reverted=removed["reverted"])
+                           working=removed["working"], reverted=removed["reverted"], retold=removed["retold"])
     report.ledger_compacted = store.ledger.compact()
     if not store.settings.chroma_host:
         report.in_chroma_log = _in_chroma_log(store, targets)
+        deadline = time.monotonic() + LOG_WAIT_SECONDS
+        while report.in_chroma_log and time.monotonic() < deadline:  # a small collection's log empties at once
+            time.sleep(0.1)
+            report.in_chroma_log = _in_chroma_log(store, targets)
     return report
 
 

@@ -240,12 +240,18 @@ class Ledger:
         return [c for c in found if _evolved_by(c.reason) in wanted]
 
     def erase(
-        self, namespace: str, ids: Sequence[str], changes: Sequence[int], dia_ids: Sequence[str]
+        self, namespace: str, ids: Sequence[str], changes: Sequence[int], dia_ids: Sequence[str],
+        history_of: Sequence[str] = (),
     ) -> dict[str, int]:
-        """Delete for good the links touching `ids`, their history rows and the rows `changes`, and the
-        working-memory rows of `dia_ids`; joins the open transaction. Returns what each removed."""
+        """Delete for good the links touching `ids`, their history rows, the rows `changes` and the history
+        of `history_of` (records rewritten, their links kept), and the working-memory rows of `dia_ids`;
+        joins the open transaction. Returns what each removed."""
         removed = {"links": 0, "history": 0, "working": 0}
         with self.transaction() as session:
+            for chunk in _chunks(list(history_of)):
+                marks = ", ".join("?" * len(chunk))
+                removed["history"] += _count(session.execute(
+                    f"DELETE FROM history WHERE namespace = ? AND record_id IN ({marks})", (namespace, *chunk)))
             for chunk in _chunks(list(ids)):
                 marks = ", ".join("?" * len(chunk))
                 removed["links"] += _count(session.execute(

@@ -223,7 +223,12 @@ class SqliteBackend:
         with self._lock, self._read_lock:
             self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             self._conn.execute("VACUUM")
-            self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            deadline = time.monotonic() + BUSY_SECONDS
+            # the log is emptied only once no reader holds an older snapshot of it: wait that out
+            while self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]:
+                if time.monotonic() > deadline:
+                    return False
+                time.sleep(0.05)
         return True
 
     def close(self) -> None:

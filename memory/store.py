@@ -865,9 +865,13 @@ class MemoryStore:
                 removed += len(dead)
         return removed
 
-    def erase(self, ids: Sequence[str], dia_ids: Sequence[str] = ()) -> dict[str, int]:
+    def erase(
+        self, ids: Sequence[str], dia_ids: Sequence[str] = (), retold: Sequence[Record] = ()
+    ) -> dict[str, int]:
         """Remove records for good, with their links and history, and the working-memory rows of
-        `dia_ids` (memory/erasure.py chooses what to erase). Not undoable: nothing is journaled.
+        `dia_ids` (memory/erasure.py chooses what to erase); write `retold` records in place of their
+        old versions, whose history goes too (it holds what they said before). Not undoable: nothing
+        is journaled.
 
         The notes these records evolved (A-MEM) get back the tags and context they had before the
         first such evolution, and their evolution rows from then on go too (those rows hold what the
@@ -879,6 +883,7 @@ class MemoryStore:
         with self.edits():
             self.flush()
             reverted, rows = self._unevolve(wanted)
+            self._rewrite_all(list(retold))
             by_kind: dict[Kind, list[str]] = {}
             for record in self.get(wanted):
                 by_kind.setdefault(record.kind, []).append(record.id)
@@ -887,9 +892,10 @@ class MemoryStore:
                 for record_id in group:
                     self._vectors.pop(record_id, None)
             with self.ledger.transaction():
-                removed = self.ledger.erase(self.namespace, wanted, rows, dia_ids)
+                removed = self.ledger.erase(self.namespace, wanted, rows, dia_ids, [r.id for r in retold])
             snapshots.remove(self.settings.ledger_path.parent, [collection_name(self.namespace, k) for k in KINDS])
-        return {"records": sum(len(g) for g in by_kind.values()), "reverted": reverted, **removed}
+        return {"records": sum(len(g) for g in by_kind.values()), "reverted": reverted, "retold": len(retold),
+                **removed}
 
     def _unevolve(self, sources: Sequence[str]) -> tuple[int, list[int]]:
         """Give each note the tags and context it had before the first evolution by one of `sources`;

@@ -295,7 +295,9 @@ class _EraseRequest(BaseModel):
     model_config = ConfigDict(strict=True)
 
     ids: list[str] = Field(default_factory=list, description="Records to erase, e.g. raw:D1:3.")
-    about: str | None = Field(None, min_length=1, description="Erase every turn this participant said and every fact about them.")
+    about: str | None = Field(
+        None, min_length=1, description="Erase every turn this participant said and every fact about them."
+    )
 
 
 class _UndoRequest(BaseModel):

@@ -49,6 +49,9 @@ def test_an_erased_turn_is_gone_from_every_read_and_every_file(memory: Memory, d
     facts = [r.id for r in memory.store.all("fact") if "D1:3" in r.source_ids]
     assert facts and _files_holding(data_dir, turn.text)  # stored, derived, and on disk before
     others = {r.id for kind in ("raw", "fact") for r in memory.store.all(kind)} - {turn.id, *facts}
+    episode = next(r for r in memory.store.all("episode") if "D1:3" in r.source_ids)
+    fact_texts = [r.text for r in memory.store.all("fact") if r.id in facts]
+    assert any(text.rstrip(".") in episode.text for text in fact_texts)  # the episode tells what D1:3 said
 
     report = memory.erase([turn.id])
 
@@ -59,6 +62,10 @@ def test_an_erased_turn_is_gone_from_every_read_and_every_file(memory: Memory, d
     evidence = memory.retrieve("When did Caroline go to the LGBTQ support group?").evidence
     assert not {e.id for e in evidence} & set(report.erased)
     assert report.ledger_compacted and report.in_chroma_log == 0
+    # the episode tells of the turns that stay, and no longer of the erased one
+    retold = memory.get([episode.id])[0]
+    assert report.retold == 1 and "D1:3" not in retold.source_ids and set(retold.source_ids) < set(episode.source_ids)
+    assert not any(text.rstrip(".") in retold.text for text in fact_texts) and not memory.history(episode.id)
     # the ledger holds it no more; Chroma's file, in free pages, until rebuilt with the memory closed
     assert _files_holding(data_dir, turn.text) == ["chroma/chroma.sqlite3"]
     settings = memory.context("ask").store_settings()
@@ -144,7 +151,7 @@ def test_erase_from_the_command_line_lists_first_and_erases_with_yes(
     close_all()
     done = subprocess.run([*base, "raw:D1:5", "--yes"], capture_output=True, text=True, env=offline_env, timeout=300)
     assert done.returncode == 0 and done.stdout.startswith("erased ") and "rebuilt" in done.stdout
-    assert _files_holding(data_dir, text) == []  # the command line also rebuilds Chroma's file
+    assert _files_holding(data_dir, text) == [], (_files_holding(data_dir, text), done.stdout)  # rebuilt too
     assert Memory("conv-26", data_dir=str(data_dir)).get(["raw:D1:5"]) == []
 
 
