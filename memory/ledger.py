@@ -246,28 +246,20 @@ class Ledger:
         """Delete for good the links touching `ids`, their history rows, the rows `changes` and the history
         of `history_of` (records rewritten, their links kept), and the working-memory rows of `dia_ids`;
         joins the open transaction. Returns what each removed."""
-        removed = {"links": 0, "history": 0, "working": 0}
+        by_column = (("record_id", [*ids, *history_of]), ("id", [int(c) for c in changes]))
         with self.transaction() as session:
-            for chunk in _chunks(list(history_of)):
-                marks = ", ".join("?" * len(chunk))
-                removed["history"] += _count(session.execute(
-                    f"DELETE FROM history WHERE namespace = ? AND record_id IN ({marks})", (namespace, *chunk)))
-            for chunk in _chunks(list(ids)):
-                marks = ", ".join("?" * len(chunk))
-                removed["links"] += _count(session.execute(
-                    f"DELETE FROM links WHERE namespace = ? AND (src IN ({marks}) OR dst IN ({marks}))",
-                    (namespace, *chunk, *chunk)))
-                removed["history"] += _count(session.execute(
-                    f"DELETE FROM history WHERE namespace = ? AND record_id IN ({marks})", (namespace, *chunk)))
-            for chunk in _chunks([int(c) for c in changes]):
-                marks = ", ".join("?" * len(chunk))
-                removed["history"] += _count(session.execute(
-                    f"DELETE FROM history WHERE namespace = ? AND id IN ({marks})", (namespace, *chunk)))
-            for chunk in _chunks(list(dia_ids)):
-                marks = ", ".join("?" * len(chunk))
-                removed["working"] += _count(session.execute(
-                    f"DELETE FROM working WHERE namespace = ? AND dia_id IN ({marks})", (namespace, *chunk)))
-        return removed
+            links = _delete_each(
+                session, "DELETE FROM links WHERE namespace = ? AND (src IN ({ids}) OR dst IN ({ids}))", namespace, ids
+            )
+            history = sum(
+                _delete_each(session, f"DELETE FROM history WHERE namespace = ? AND {column} IN ({{ids}})",
+                             namespace, values)
+                for column, values in by_column
+            )
+            working = _delete_each(
+                session, "DELETE FROM working WHERE namespace = ? AND dia_id IN ({ids})", namespace, dia_ids
+            )
+        return {"links": links, "history": history, "working": working}
 
     def compact(self) -> bool:
         """Give the space of deleted rows back so their bytes leave the files (SQLite: the write-ahead log
@@ -369,12 +361,16 @@ class Ledger:
 _CHUNK = 400  # ids per statement: SQLite binds at most 999 variables and a link query binds each id twice
 
 
-def _chunks(items: list[Any]) -> list[list[Any]]:
-    return [items[i : i + _CHUNK] for i in range(0, len(items), _CHUNK)]
-
-
-def _count(cursor: Any) -> int:
-    return max(int(getattr(cursor, "rowcount", 0) or 0), 0)
+def _delete_each(session: Session, sql: str, namespace: str, values: Sequence[Any]) -> int:
+    """Run a DELETE whose `{ids}` stands for a list of values (each place bound once), in chunks; the rows
+    it removed."""
+    removed = 0
+    for start in range(0, len(values), _CHUNK):
+        chunk = list(values[start : start + _CHUNK])
+        marks = ", ".join("?" * len(chunk))
+        cursor = session.execute(sql.format(ids=marks), (namespace, *chunk * sql.count("{ids}")))
+        removed += max(int(getattr(cursor, "rowcount", 0) or 0), 0)
+    return removed
 
 
 def _evolved_by(reason: str) -> str:
