@@ -281,7 +281,6 @@ class Candidate:
 
     item: Evidence
     sentence: str
-    stems: list[str]
     about: set[str]
     coverage: float = 0.0
     person: float = 1.0
@@ -425,8 +424,7 @@ def candidates(question: Question, evidence: list[Evidence]) -> list[Candidate]:
         asked_before = _previous_question(item, by_turn)
         in_pair = text_forms(asked_before.text) if asked_before is not None else frozenset()
         for position, sentence in enumerate(sentences(item)):
-            stems = tokenize(sentence)
-            cand = Candidate(item=item, sentence=sentence, stems=stems, about=about(sentence, item, people))
+            cand = Candidate(item=item, sentence=sentence, about=about(sentence, item, people))
             own = set(text_forms(sentence))  # "Raj left" holds the "leave" of "When did Raj leave?"
             if question.name and (_PRONOUN_NAMED.search(sentence) or self_names(question, sentence)
                                   or any(noun in question.weights for noun, _ in given_names(sentence))):
