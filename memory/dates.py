@@ -386,7 +386,10 @@ def _relative_unit(m: re.Match[str], anchor: date | None, text: str) -> _Period 
     return _relative_period(relation, m.group("u").lower(), anchor)._replace(span=(m.start(), m.end("u")))
 
 
-@_rule(rf"\bon\s+(?P<w>{'|'.join(WEEKDAY_NAMES)})\b(?!\s*,?\s*(?:the\s+)?(?:\d|{_MONTH_RE}\b))")
+_WEEKDAY_NAME_RE = "|".join(WEEKDAY_NAMES)  # full names only: "on the sun", "on wed" are other words
+
+
+@_rule(rf"\bon\s+(?P<w>{_WEEKDAY_NAME_RE})\b(?!\s*,?\s*(?:the\s+)?(?:\d|{_MONTH_RE}\b))")
 def _on_weekday(m: re.Match[str], anchor: date | None, text: str) -> _Period | None:
     """'on Friday' with no date after it: the latest Friday before the session when told in the past
     ("On Friday, I got great news"), the next one when told of plans or in the present."""
@@ -656,7 +659,7 @@ def _year(m: re.Match[str], anchor: date | None, text: str) -> _Period | None:
 # Every rule needs one of these words or a digit: texts without any skip the rules (most chat turns).
 _TRIGGER = re.compile(
     r"\d|yesterday|today|tonight|tomorrow|\b(?:last|next|this|past|ago|back|now|other|before|after|coming|following)\b"
-    rf"|\b{_MONTH_RE}\b|\b{_SEASON_RE}\b|\bon\s+(?:{'|'.join(WEEKDAY_NAMES)})\b",
+    rf"|\b{_MONTH_RE}\b|\b{_SEASON_RE}\b|\bon\s+(?:{_WEEKDAY_NAME_RE})\b",
     re.IGNORECASE,
 )
 

@@ -199,9 +199,7 @@ class Memory:
         return self.store.undo(_checked(_UndoRequest, change_id=change_id).change_id)
 
     def get(self, ids: Iterable[str]) -> list[Record]:
-        if isinstance(ids, str | bytes) or not isinstance(ids, Iterable):
-            raise InputError(f"get takes a list of record ids, not {type(ids).__name__}: e.g. ['raw:D1:3']")
-        return self.store.get(_checked(_Ids, ids=list(ids)).ids)
+        return self.store.get(_checked(_Ids, ids=_id_list(ids, "get")).ids)
 
     def stats(self) -> dict[str, Any]:
         return self.store.stats()
@@ -209,11 +207,9 @@ class Memory:
     def erase(self, ids: Iterable[str] = (), about: str | None = None) -> ErasureReport:
         """Remove records for good, with what was derived from them, their links and their history:
         the records named, or every turn one participant said and every fact or persona trait about
-        them (`about`). Unlike a request
-        to forget, this cannot be undone (memory/erasure.py says what it reaches on disk)."""
-        if isinstance(ids, str | bytes) or not isinstance(ids, Iterable):
-            raise InputError(f"erase takes a list of record ids, not {type(ids).__name__}: e.g. ['raw:D1:3']")
-        request = _checked(_EraseRequest, ids=list(ids), about=about)
+        them (`about`). Unlike a request to forget, this cannot be undone (memory/erasure.py says what
+        it reaches on disk)."""
+        request = _checked(_EraseRequest, ids=_id_list(ids, "erase"), about=about)
         return erase(self.store, request.ids, request.about or "")
 
     def drop(self) -> None:
@@ -314,6 +310,13 @@ class _Ids(BaseModel):
     model_config = ConfigDict(strict=True)
 
     ids: list[str]
+
+
+def _id_list(ids: object, call: str) -> list[object]:
+    """Record ids as a list: a single string (or anything not iterable) is an `InputError`, not its letters."""
+    if isinstance(ids, str | bytes) or not isinstance(ids, Iterable):
+        raise InputError(f"{call} takes a list of record ids, not {type(ids).__name__}: e.g. ['raw:D1:3']")
+    return list(ids)
 
 
 def _checked(model: type[_Arguments], **arguments: object) -> _Arguments:
