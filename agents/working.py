@@ -113,10 +113,9 @@ _SENTENCE = re.compile(r"(?<=[.!?])\s+|\s+[-–—]+\s+|\n+")
 _CLAUSE = re.compile(r"\s*(?:[,;:]|\band\b|\bbut\b|\bso\b)\s*")
 _CAUSE = re.compile(r"\b(?:because(?: of)?|since|'cause|cause|so that)\s+(.+)", re.IGNORECASE)
 _PURPOSE = re.compile(r"\b(?:as|to)\s+(.+)", re.IGNORECASE)  # a weaker sign of a reason: only when no cause is said
-_PLACE = re.compile(
-    r"\b(?:in|at|to|from|near|into|around|visit(?:ed|ing)?)\s+((?:the\s+)?[A-Z][\w'-]*(?:\s+(?:of\s+)?[A-Z][\w'-]*)*)"
-)
-_ORIGIN = re.compile(r"\bfrom\s+((?:the\s+)?[A-Z][\w'-]*(?:\s+(?:of\s+)?[A-Z][\w'-]*)*)")
+_PLACE_NAME = r"((?:the\s+)?[A-Z][\w'-]*(?:\s+(?:of\s+)?[A-Z][\w'-]*)*)"  # "Paris", "the Bay of Biscay"
+_PLACE = re.compile(r"\b(?:in|at|to|from|near|into|around|visit(?:ed|ing)?)\s+" + _PLACE_NAME)
+_ORIGIN = re.compile(r"\bfrom\s+" + _PLACE_NAME)  # where someone came from, not where they are
 _ASKS_ORIGIN = re.compile(r"\b(?:from|before|originally|grow up|grew up|born|used to|previously)\b", re.IGNORECASE)
 _PLACE_NOUNS = wordset(
     """beach park lake mountain mountains forest city town village museum school church library cafe restaurant
