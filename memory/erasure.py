@@ -16,6 +16,9 @@ for their data to be removed needs the opposite: nothing left to bring back.
   and their place in the open episode;
 - what an erased note added to its neighbours (A-MEM evolution: tags and a
   context line), by giving each neighbour back what it had before;
+- every version of an erased LangGraph store item (memory/store_items.py);
+  `Memory.erase` also deletes the saved threads that hold an erased text
+  (strata/checkpoint.py), with `ErasurePlan.texts`;
 - the bytes on disk, where this process can reach them: the ledger deletes with
   SQLite's secure delete and is vacuumed at once. Chroma drops the records from
   its write-ahead log when a collection's index is next saved: at once for the
@@ -36,6 +39,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import BaseModel, Field
@@ -62,15 +66,48 @@ class ErasureReport(BaseModel):
     working: int = 0
     reverted: int = Field(0, description="notes given back the tags and context they had before an erased note")
     retold: int = Field(0, description="episodes told again without the erased turns")
+    items: int = Field(0, description="versions of LangGraph store items removed (strata/langgraph_store.py)")
+    threads: list[str] = Field(default_factory=list, description="thread checkpoints deleted: they held erased text")
+    threads_compacted: bool = Field(False, description="the threads file rebuilt without the deleted threads' pages")
     ledger_compacted: bool = False
     in_chroma_log: int = Field(0, description="erased ids Chroma's write-ahead log still holds (see module doc)")
 
     def summary(self) -> str:
         disk = "ledger vacuumed" if self.ledger_compacted else "ledger not vacuumed (PostgreSQL vacuums its own)"
         log = f"; {self.in_chroma_log} still in Chroma's log until its index is saved" if self.in_chroma_log else ""
+        items = f", {self.items} store item versions" if self.items else ""
+        threads = f"; {len(self.threads)} threads deleted ({', '.join(self.threads)})" if self.threads else ""
         return (f"erased {len(self.erased)} records, {self.links} links, {self.history} history rows, "
-                f"{self.working} working-memory rows; {self.reverted} notes restored, {self.retold} episodes retold; "
-                f"{disk}{log}")
+                f"{self.working} working-memory rows{items}; {self.reverted} notes restored, "
+                f"{self.retold} episodes retold{threads}; {disk}{log}")
+
+
+@dataclass(frozen=True)
+class ErasurePlan:
+    """What an erasure will remove, worked out before anything changes (a listing shows it; `apply`
+    carries it out). `texts` is every text that leaves the memory, each version of it: what a thread's
+    saved state (strata/checkpoint.py) may still hold. It is not part of any report."""
+
+    targets: list[str]
+    turns: set[str]
+    retold: list[Record]
+    texts: list[str]
+
+
+def plan_erasure(store: MemoryStore, ids: Sequence[str] = (), about: str = "") -> ErasurePlan:
+    """The records `erase` would remove (`erasure_targets`), the episodes it would tell again, and the
+    texts that go: those of the records and every earlier version of them or of a retold episode."""
+    if not ids and not about:
+        raise InputError("erase needs record ids or a participant's name (about=...): nothing was erased")
+    targets = erasure_targets(store, ids, about)
+    records = store.get(targets)
+    turns = erased_turns(records)
+    episodes = retold(store, turns)
+    texts = {r.text for r in records} | {r.text for r in store.get([e.id for e in episodes])}
+    for record_id in [*targets, *(e.id for e in episodes)]:
+        for change in store.history(record_id, limit=1_000_000):
+            texts |= {change.old_text, change.new_text}
+    return ErasurePlan(targets, turns, episodes, sorted(t for t in texts if t.strip()))
 
 
 def erasure_targets(store: MemoryStore, ids: Sequence[str] = (), about: str = "") -> list[str]:
@@ -132,21 +169,21 @@ def retold(store: MemoryStore, turns: set[str]) -> list[Record]:
 
 def erase(store: MemoryStore, ids: Sequence[str] = (), about: str = "") -> ErasureReport:
     """Remove records for good (see the module doc); returns what went and what may remain on disk."""
-    if not ids and not about:
-        raise InputError("erase needs record ids or a participant's name (about=...): nothing was erased")
-    targets = erasure_targets(store, ids, about)
-    turns = erased_turns(store.get(targets))
-    _out_of_open_episode(store, turns)
-    removed = store.erase(targets, sorted(turns), retold(store, turns))
-    report = ErasureReport(erased=targets, links=removed["links"], history=removed["history"],
-                           working=removed["working"], reverted=removed["reverted"], retold=removed["retold"])
+    return apply_erasure(store, plan_erasure(store, ids, about))
+
+
+def apply_erasure(store: MemoryStore, plan: ErasurePlan) -> ErasureReport:
+    """Carry out a plan (`plan_erasure`, made on this store just before)."""
+    _out_of_open_episode(store, plan.turns)
+    removed = store.erase(plan.targets, sorted(plan.turns), plan.retold)
+    report = ErasureReport(erased=plan.targets, **removed)
     report.ledger_compacted = store.ledger.compact()
     if not store.settings.chroma_host:
-        report.in_chroma_log = _in_chroma_log(store, targets)
+        report.in_chroma_log = _in_chroma_log(store, plan.targets)
         deadline = time.monotonic() + LOG_WAIT_SECONDS
         while report.in_chroma_log and time.monotonic() < deadline:  # a small collection's log empties at once
             time.sleep(0.1)
-            report.in_chroma_log = _in_chroma_log(store, targets)
+            report.in_chroma_log = _in_chroma_log(store, plan.targets)
     return report
 
 

@@ -248,15 +248,15 @@ class Ledger:
         joins the open transaction. Returns what each removed."""
         by_column = (("record_id", [*ids, *history_of]), ("id", [int(c) for c in changes]))
         with self.transaction() as session:
-            links = _delete_each(
+            links = delete_each(
                 session, "DELETE FROM links WHERE namespace = ? AND (src IN ({ids}) OR dst IN ({ids}))", namespace, ids
             )
             history = sum(
-                _delete_each(session, f"DELETE FROM history WHERE namespace = ? AND {column} IN ({{ids}})",
+                delete_each(session, f"DELETE FROM history WHERE namespace = ? AND {column} IN ({{ids}})",
                              namespace, values)
                 for column, values in by_column
             )
-            working = _delete_each(
+            working = delete_each(
                 session, "DELETE FROM working WHERE namespace = ? AND dia_id IN ({ids})", namespace, dia_ids
             )
         return {"links": links, "history": history, "working": working}
@@ -361,7 +361,7 @@ class Ledger:
 _CHUNK = 400  # ids per statement: SQLite binds at most 999 variables and a link query binds each id twice
 
 
-def _delete_each(session: Session, sql: str, namespace: str, values: Sequence[Any]) -> int:
+def delete_each(session: Session, sql: str, namespace: str, values: Sequence[Any]) -> int:
     """Run a DELETE whose `{ids}` stands for a list of values (each place bound once), in chunks; the rows
     it removed."""
     removed = 0

@@ -221,20 +221,27 @@ class SqliteBackend:
         """Deleted rows out of the files: the write-ahead log folded in and emptied, the file rebuilt
         without free pages (deletes already zero what they free: `PRAGMA secure_delete`)."""
         with self._lock, self._read_lock:
-            self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-            self._conn.execute("VACUUM")
-            deadline = time.monotonic() + BUSY_SECONDS
-            # the log is emptied only once no reader holds an older snapshot of it: wait that out
-            while self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]:
-                if time.monotonic() > deadline:
-                    return False
-                time.sleep(0.05)
-        return True
+            return vacuum(self._conn)
 
     def close(self) -> None:
         with self._lock, self._read_lock:
             self._conn.close()
             self._reader.close()
+
+
+def vacuum(conn: sqlite3.Connection) -> bool:
+    """Fold a SQLite file's write-ahead log in, rebuild the file without free pages, and empty the log;
+    False when a reader kept an older snapshot of the log past BUSY_SECONDS (the bytes stay there until
+    the next checkpoint)."""
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.execute("VACUUM")
+    deadline = time.monotonic() + BUSY_SECONDS
+    # the log is emptied only once no reader holds an older snapshot of it: wait that out
+    while conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 def read_only_message(folder: Path) -> str:

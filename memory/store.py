@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 from pydantic import BaseModel
-from strata.memory import journal, snapshots
+from strata.memory import journal, snapshots, store_items
 from strata.memory.bm25 import BM25Index, reciprocal_rank_fusion
 from strata.memory.chroma import collection_name, get_collection, grown_large, open_client
 from strata.memory.embeddings import CachedEmbedder, get_embedder
@@ -893,9 +893,9 @@ class MemoryStore:
                     self._vectors.pop(record_id, None)
             with self.ledger.transaction():
                 removed = self.ledger.erase(self.namespace, wanted, rows, dia_ids, [r.id for r in retold])
+                removed["items"] = store_items.erase_items(self.ledger, self.namespace, wanted)
             snapshots.remove(self.settings.ledger_path.parent, [collection_name(self.namespace, k) for k in KINDS])
-        return {"records": sum(len(g) for g in by_kind.values()), "reverted": reverted, "retold": len(retold),
-                **removed}
+        return {"reverted": reverted, "retold": len(retold), **removed}
 
     def _unevolve(self, sources: Sequence[str]) -> tuple[int, list[int]]:
         """Give each note the tags and context it had before the first evolution by one of `sources`;

@@ -13,7 +13,9 @@ from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
-from strata.memory.ledger import Ledger
+from strata.memory.ledger import Ledger, delete_each
+
+ITEM_PREFIX = "raw:item:"  # the id of the record that carries an item's text: raw:item:<key>
 
 
 class ItemVersion(BaseModel):
@@ -50,6 +52,14 @@ def delete_versions(ledger: Ledger, seqs: list[int]) -> None:
     if seqs:
         with ledger.transaction() as session:
             session.executemany("DELETE FROM store_items WHERE seq = ?", [(s,) for s in seqs])
+
+
+def erase_items(ledger: Ledger, namespace: str, record_ids: list[str]) -> int:
+    """Delete every version of the items whose records are erased (memory/erasure.py); joins the open
+    transaction. Returns how many versions went."""
+    keys = [record_id.removeprefix(ITEM_PREFIX) for record_id in record_ids if record_id.startswith(ITEM_PREFIX)]
+    with ledger.transaction() as session:
+        return delete_each(session, "DELETE FROM store_items WHERE namespace = ? AND key IN ({ids})", namespace, keys)
 
 
 def versions(ledger: Ledger, namespace: str, key: str | None = None) -> list[ItemVersion]:

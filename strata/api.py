@@ -14,11 +14,12 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from strata.checkpoint import erase_threads
 from strata.graph.context import Context, shown_value
 from strata.graph.graph import graph
 from strata.graph.state import ChangeNote, Evidence, RoleNote, Verdict, validate_turns
 from strata.graph.tracing import run_config
-from strata.memory.erasure import ErasureReport, erase
+from strata.memory.erasure import ErasureReport, apply_erasure, plan_erasure
 from strata.memory.errors import InputError
 from strata.memory.graph.consolidation import ConsolidationReport
 from strata.memory.graph.export import MemoryGraph, build_graph, namespace_graph, person_graph
@@ -210,7 +211,11 @@ class Memory:
         them (`about`). Unlike a request to forget, this cannot be undone (memory/erasure.py says what
         it reaches on disk)."""
         request = _checked(_EraseRequest, ids=_id_list(ids, "erase"), about=about)
-        return erase(self.store, request.ids, request.about or "")
+        plan = plan_erasure(self.store, request.ids, request.about or "")
+        threads, rebuilt = erase_threads(self.context("ask").data_dir, plan.texts)  # first: it may fail to open
+        report = apply_erasure(self.store, plan)
+        report.threads, report.threads_compacted = threads, rebuilt
+        return report
 
     def drop(self) -> None:
         """Delete this namespace's memory entirely; the namespace can be used again at once."""

@@ -18,12 +18,14 @@ with sqlite_checkpointer(".strata") as saver:
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import AsyncIterator, Iterable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from enum import Enum
 from pathlib import Path
 
+import ormsgpack
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
@@ -32,6 +34,7 @@ from pydantic import BaseModel
 import strata.graph.state
 import strata.memory.records
 from strata.memory.errors import ConfigError
+from strata.memory.ledger_sql import BUSY_SECONDS, vacuum
 from strata.memory.settings import DEFAULT_DATA_DIR
 
 THREADS_FILE = "threads.sqlite3"
@@ -122,3 +125,100 @@ def checkpointer_for(memory: object) -> SqliteSaver:
     """An open SqliteSaver in the data folder of a `strata.Memory` (embedded case)."""
     context = memory.context("chat")  # type: ignore[attr-defined]
     return open_checkpointer(context.data_dir)
+
+
+# erasure -------------------------------------------------------------------------------------------
+# `Memory.erase` removes what someone said from the memory; a thread saved here may still hold it (the
+# turns it ingested, the evidence it was shown, the answer). LangGraph can delete a thread, not part
+# of one, so a thread whose saved state holds an erased text goes whole. The tables read are the ones
+# SqliteSaver and AsyncSqliteSaver write (`checkpoints`, `writes`).
+_BLOBS = (("checkpoints", "type", "checkpoint"), ("checkpoints", "'json'", "metadata"), ("writes", "type", "value"))
+
+
+def threads_holding(data_dir: str | Path, texts: Iterable[str]) -> list[str]:
+    """The threads of a data folder whose saved state holds one of `texts` as a whole string value
+    (a turn's text, an evidence item's, a message's), in any of their checkpoints or pending writes."""
+    wanted = set(texts)
+    path = checkpoint_path(data_dir)
+    if not wanted or not path.is_file():
+        return []
+    conn = _connect(path)
+    try:
+        return sorted(_holding(conn, wanted))
+    finally:
+        conn.close()
+
+
+def erase_threads(data_dir: str | Path, texts: Iterable[str]) -> tuple[list[str], bool]:
+    """Delete the threads that hold one of `texts` (`threads_holding`), their bytes included: deletes
+    overwrite what they free, and the file is rebuilt. Returns the threads deleted and whether the file
+    was rebuilt (not while another connection is writing to it: the deleted rows' bytes are then
+    overwritten already, and only the file's free pages remain to reclaim)."""
+    wanted = set(texts)
+    path = checkpoint_path(data_dir)
+    if not wanted or not path.is_file():
+        return [], False
+    conn = _connect(path)
+    try:
+        conn.execute("PRAGMA secure_delete=ON")
+        threads = sorted(_holding(conn, wanted))
+        with conn:
+            for table in ("checkpoints", "writes"):
+                conn.executemany(f"DELETE FROM {table} WHERE thread_id = ?", [(t,) for t in threads])
+        try:
+            compacted = vacuum(conn) if threads else False
+        except sqlite3.OperationalError:  # another process holds the file: its deletes are done all the same
+            compacted = False
+        return threads, compacted
+    finally:
+        conn.close()
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    try:
+        return sqlite3.connect(f"{path.as_uri()}?mode=rw", uri=True, timeout=BUSY_SECONDS)
+    except sqlite3.Error as exc:
+        raise ConfigError(f"cannot open the thread checkpoints at {path} ({exc}): check the file's permissions; "
+                          "the memory's records were not erased") from exc
+
+
+def _holding(conn: sqlite3.Connection, wanted: set[str]) -> set[str]:
+    found: set[str] = set()
+    tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    for table, kind, column in _BLOBS:
+        if table not in tables:
+            continue
+        for thread, serialised, blob in conn.execute(f"SELECT thread_id, {kind}, {column} FROM {table}"):
+            if thread not in found and not wanted.isdisjoint(_strings(serialised, blob)):
+                found.add(thread)
+    return found
+
+
+def _strings(serialised: str, blob: bytes | str | None) -> set[str]:
+    """Every string in one saved value, read without rebuilding any object (so no type needs allowing):
+    an extension (a model, a message, a set ...) is itself msgpack, read the same way."""
+    found: set[str] = set()
+
+    def extension(_tag: int, data: bytes) -> None:
+        _collect(ormsgpack.unpackb(data, ext_hook=extension), found)
+
+    try:
+        if serialised == "msgpack" and blob is not None:
+            _collect(ormsgpack.unpackb(blob, ext_hook=extension), found)
+        elif serialised == "json" and blob is not None:
+            _collect(json.loads(blob), found)
+    except (ValueError, TypeError, ormsgpack.MsgpackDecodeError):
+        pass  # a value this cannot read holds no string it can match
+    return found
+
+
+def _collect(value: object, found: set[str]) -> None:
+    if isinstance(value, str):
+        found.add(value)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _collect(key, found)
+            _collect(item, found)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            _collect(item, found)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from strata.api import Answer, Memory
+from strata.checkpoint import threads_holding
 from strata.conversations import (
     ConversationFileError,
     LoadedConversation,
@@ -29,7 +30,7 @@ from strata.conversations import (
 )
 from strata.demo import SAMPLE_CONVERSATION, run_demo
 from strata.ingestion import ingest_conversation, select_sessions
-from strata.memory.erasure import compact_chroma, erasure_targets
+from strata.memory.erasure import compact_chroma, plan_erasure
 from strata.memory.errors import ConfigError, InputError, StrataError
 from strata.memory.records import KINDS, Change
 from strata.memory.registry import close_all
@@ -374,8 +375,12 @@ def _erase(args: argparse.Namespace) -> int:
         raise InputError("name the records to erase (e.g. strata erase raw:D1:3) or a participant (--about NAME)")
     memory = _memory(args)
     if not args.yes:
-        targets = erasure_targets(memory.store, args.ids, args.about or "")
-        print(f"would erase {len(targets)} records for good (with their links and history): {', '.join(targets)}")
+        plan = plan_erasure(memory.store, args.ids, args.about or "")
+        print(f"would erase {len(plan.targets)} records for good (with their links and history): "
+              f"{', '.join(plan.targets)}")
+        threads = threads_holding(memory.context("ask").data_dir, plan.texts)
+        if threads:
+            print(f"and delete {len(threads)} saved threads that hold their text: {', '.join(threads)}")
         print("nothing was erased: run again with --yes to erase them")
         return 1
     report = memory.erase(args.ids, args.about)

@@ -56,10 +56,9 @@ from strata.memory.records import KINDS, Record, Status
 from strata.memory.registry import ledger_for, open_store
 from strata.memory.settings import StoreSettings
 from strata.memory.store import MemoryStore, kind_of
-from strata.memory.store_items import ItemVersion
+from strata.memory.store_items import ITEM_PREFIX, ItemVersion
 
 SEPARATOR = "/"
-ITEM_PREFIX = "raw:item:"
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _OPERATORS = ("$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin")
 

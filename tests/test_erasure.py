@@ -16,12 +16,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from strata.graph import build_graph
+from strata.graph.context import Context
 from strata.memory.erasure import compact_chroma
 from strata.memory.errors import ConfigError, InputError
 from strata.memory.registry import close_all
 
 from strata import Memory
+from strata.checkpoint import sqlite_checkpointer, threads_holding
 from strata.conversations import load_turns
+from strata.langgraph_store import StrataStore
 
 TURNS = 40  # conv-26's first session and the start of the second
 
@@ -139,10 +143,15 @@ def test_erase_from_the_command_line_lists_first_and_erases_with_yes(
     memory: Memory, data_dir: Path, offline_env: dict[str, str]
 ) -> None:
     assert memory.get(["raw:D1:5"])
+    with sqlite_checkpointer(data_dir) as saver:  # a thread shown D1:5
+        context = Context(namespace="conv-26", mode="retrieve", data_dir=str(data_dir))
+        build_graph(checkpointer=saver).invoke({"question": "What did Caroline research?"},
+                                               {"configurable": {"thread_id": "t-5"}}, context=context)
     close_all()  # an embedded folder is one process's at a time: hand it to the command line
     base = [sys.executable, "-m", "strata", "--data-dir", str(data_dir), "--namespace", "conv-26", "erase"]
     listed = subprocess.run([*base, "raw:D1:5"], capture_output=True, text=True, env=offline_env, timeout=300)
     assert listed.returncode == 1 and "raw:D1:5" in listed.stdout and "--yes" in listed.stdout
+    assert "delete 1 saved threads that hold their text: t-5" in listed.stdout
     wrong = subprocess.run([*base, "raw:D9:99", "--yes"], capture_output=True, text=True, env=offline_env, timeout=300)
     assert wrong.returncode == 2 and len(wrong.stderr.strip().splitlines()) == 1 and "Traceback" not in wrong.stderr
     assert Memory("conv-26", data_dir=str(data_dir)).get(["raw:D1:5"])  # listed and refused: still stored
@@ -151,6 +160,7 @@ def test_erase_from_the_command_line_lists_first_and_erases_with_yes(
     close_all()
     done = subprocess.run([*base, "raw:D1:5", "--yes"], capture_output=True, text=True, env=offline_env, timeout=300)
     assert done.returncode == 0 and done.stdout.startswith("erased ") and "rebuilt" in done.stdout
+    assert "1 threads deleted (t-5)" in done.stdout
     assert _files_holding(data_dir, text) == [], (_files_holding(data_dir, text), done.stdout)  # rebuilt too
     assert Memory("conv-26", data_dir=str(data_dir)).get(["raw:D1:5"]) == []
 
@@ -160,3 +170,50 @@ def test_aerase_erases_as_erase_does(memory: Memory) -> None:
         asyncio.run(memory.aerase(["raw:D9:99"]))
     report = asyncio.run(memory.aerase(["raw:D1:4"]))
     assert "raw:D1:4" in report.erased and memory.get(report.erased) == []
+
+
+def test_threads_that_saved_an_erased_turn_go_and_the_others_stay(memory: Memory, data_dir: Path) -> None:
+    """A thread checkpointed in the folder holds the turns and evidence it was shown: erasing a turn
+    deletes the threads that hold its text, leaves a thread of another namespace that never saw it, and
+    leaves no byte of it in the threads file."""
+    other = Memory("conv-other", data_dir=str(data_dir))
+    other.add([{"speaker": "Ann", "text": "I started learning the cello in March.", "dia_id": "D1:1",
+                "time": "2023-03-02T09:00"}])
+    turn = memory.get(["raw:D1:3"])[0]
+    asked = {"conv-26": "When did Caroline go to the LGBTQ support group?", "conv-other": "What does Ann play?"}
+    with sqlite_checkpointer(data_dir) as saver:
+        app = build_graph(checkpointer=saver)
+        for namespace, question in asked.items():
+            context = Context(namespace=namespace, mode="ask", data_dir=str(data_dir))
+            app.invoke({"question": question}, {"configurable": {"thread_id": namespace}}, context=context)
+    assert threads_holding(data_dir, [turn.text]) == ["conv-26"]
+    assert "threads.sqlite3" in _files_holding(data_dir, turn.text)
+
+    report = memory.erase([turn.id])
+
+    assert report.threads == ["conv-26"] and report.threads_compacted and "1 threads deleted" in report.summary()
+    assert _files_holding(data_dir, turn.text) == ["chroma/chroma.sqlite3"]  # until Chroma's file is rebuilt
+    with sqlite_checkpointer(data_dir) as saver:
+        app = build_graph(checkpointer=saver)
+        assert not app.get_state({"configurable": {"thread_id": "conv-26"}}).values
+        kept = app.get_state({"configurable": {"thread_id": "conv-other"}}).values
+    assert kept["question"] == "What does Ann play?" and "cello" in " ".join(e.text for e in kept["evidence"])
+
+
+def test_an_erased_store_item_loses_every_version(memory: Memory, data_dir: Path) -> None:
+    """An app's LangGraph store item is a record too: erasing it removes each version of its value."""
+    store = StrataStore(data_dir=str(data_dir))
+    first, second = "Caroline's locker code is 4471.", "Caroline's locker code is 5582."
+    store.put(("conv-26",), "locker", {"text": first})
+    store.put(("conv-26",), "locker", {"text": second})
+    store.put(("conv-26",), "bike", {"text": "Caroline rides a blue bike."})
+    assert "ledger.sqlite3" in " ".join(_files_holding(data_dir, first))
+
+    report = memory.erase(["raw:item:locker"])
+
+    assert report.erased == ["raw:item:locker"] and report.items == 2
+    assert store.get(("conv-26",), "locker") is None
+    assert "locker" not in {i.key for i in store.search(("conv-26",), query="locker code")}
+    assert store.get(("conv-26",), "bike") is not None
+    for text in (first, second):
+        assert _files_holding(data_dir, text) in ([], ["chroma/chroma.sqlite3"])
