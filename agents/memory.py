@@ -38,7 +38,15 @@ from strata.graph.context import Context
 from strata.graph.state import RoleNote, State, fresh_run, validate_turns
 from strata.memory.dates import parse_datetime
 from strata.memory.entities import extract_entities
-from strata.memory.episodes import OPEN_SEGMENT, Boundary, OpenSegment, detect_boundary, narrate, title_of
+from strata.memory.episodes import (
+    OPEN_SEGMENT,
+    Boundary,
+    OpenSegment,
+    detect_boundary,
+    narrate,
+    photo_line,
+    title_of,
+)
 from strata.memory.errors import InputError
 from strata.memory.facts import FactDraft, extract_facts
 from strata.memory.forgetting import read_forget_request
@@ -305,7 +313,7 @@ def _episode(
     segment.speakers = list(dict.fromkeys([*segment.speakers, raw.speaker]))
     segment.facts.extend(f.text for f in facts)
     if raw.image_caption and not facts:
-        segment.facts.append(f"{raw.speaker} shared a photo of {raw.image_caption}")
+        segment.facts.append(photo_line(raw.speaker, raw.image_caption))
     segment.start = segment.start or raw.time
     segment.end = raw.time or segment.end
     return episode, segment, boundary, policy

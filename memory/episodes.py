@@ -66,6 +66,11 @@ def detect_boundary(
     return Boundary(split=False, reason="same topic")
 
 
+def photo_line(speaker: str, caption: str) -> str:
+    """What an episode tells of a turn that gave no fact but a photo."""
+    return f"{speaker} shared a photo of {caption}"
+
+
 def title_of(facts: list[str], people: list[str] | None = None) -> str:
     """The segment's main entities (memory/graph/entities.py), most mentioned first; people left out."""
     from strata.memory.graph.entities import find_mentions

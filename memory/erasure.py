@@ -44,7 +44,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 from strata.memory.chroma import open_clients
-from strata.memory.episodes import OPEN_SEGMENT, OpenSegment, narrate, title_of
+from strata.memory.episodes import OPEN_SEGMENT, OpenSegment, narrate, photo_line, title_of
 from strata.memory.errors import ConfigError, InputError
 from strata.memory.locks import hold_folder, release_folder
 from strata.memory.records import KINDS, Record
@@ -156,7 +156,7 @@ def retold(store: MemoryStore, turns: set[str]) -> list[Record]:
             continue
         kept = [t for t in episode.source_ids if t not in turns]
         speakers = list(dict.fromkeys(r.speaker for r in store.get(f"raw:{t}" for t in kept) if r.speaker))
-        facts = [f.text for f in store.facts_from(kept) if not turns & set(f.source_ids)]
+        facts = told_facts(store, kept, turns)
         segment = OpenSegment(session=episode.session, turn_ids=kept, speakers=speakers, facts=facts,
                               start=episode.time, end=episode.time_end)
         title = title_of(facts, speakers)
@@ -187,6 +187,16 @@ def apply_erasure(store: MemoryStore, plan: ErasurePlan) -> ErasureReport:
     return report
 
 
+def told_facts(store: MemoryStore, kept: Sequence[str], erased: set[str]) -> list[str]:
+    """What an episode tells of the turns that stay, gathered as ingest gathers it (agents/memory.py):
+    each turn's facts in turn order, or its photo when it gave no fact; none derived from an erased turn."""
+    told: list[str] = []
+    for turn in store.get(f"raw:{t}" for t in kept):
+        facts = [f.text for f in store.facts_from([turn.dialogue_id]) if not erased & set(f.source_ids)]
+        told += facts or ([photo_line(turn.speaker, turn.image_caption)] if turn.image_caption else [])
+    return told
+
+
 def _out_of_open_episode(store: MemoryStore, turns: set[str]) -> None:
     """The episode being written forgets erased turns: their ids, and its facts are read again from the
     facts of the turns that stay (the erased ones go with their turns)."""
@@ -194,10 +204,7 @@ def _out_of_open_episode(store: MemoryStore, turns: set[str]) -> None:
     kept = [t for t in segment.turn_ids if t not in turns]
     if kept == segment.turn_ids:
         return
-    facts = [f.text for f in store.facts_from(kept) if not turns & set(f.source_ids)]
-    facts += [f"{r.speaker} shared a photo of {r.image_caption}" for r in store.get(f"raw:{t}" for t in kept)
-              if r.image_caption]
-    segment = segment.model_copy(update={"turn_ids": kept, "facts": facts})
+    segment = segment.model_copy(update={"turn_ids": kept, "facts": told_facts(store, kept, turns)})
     store.ledger.set_state(store.namespace, OPEN_SEGMENT, segment.model_dump(mode="json"))
 
 

@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 from strata.graph import build_graph
 from strata.graph.context import Context
-from strata.memory.erasure import compact_chroma
+from strata.memory.episodes import OpenSegment, narrate, title_of
+from strata.memory.erasure import compact_chroma, told_facts
 from strata.memory.errors import ConfigError, InputError
 from strata.memory.registry import close_all
 
@@ -217,3 +218,18 @@ def test_an_erased_store_item_loses_every_version(memory: Memory, data_dir: Path
     assert store.get(("conv-26",), "bike") is not None
     for text in (first, second):
         assert _files_holding(data_dir, text) in ([], ["chroma/chroma.sqlite3"])
+
+
+def test_an_episode_told_again_with_nothing_erased_reads_as_ingest_wrote_it(memory: Memory) -> None:
+    """Retelling gathers an episode's facts as ingest does (each turn's facts in turn order, a photo when
+    a turn gave none), so what changes in a retold episode is only what the erased turns said."""
+    memory.end_session()
+    episodes = memory.store.all("episode")
+    assert len(episodes) >= 2
+    for episode in episodes:
+        kept = list(episode.source_ids)
+        speakers = list(dict.fromkeys(r.speaker for r in memory.get(f"raw:{t}" for t in kept)))
+        facts = told_facts(memory.store, kept, set())
+        segment = OpenSegment(session=episode.session, turn_ids=kept, speakers=speakers, facts=facts,
+                              start=episode.time, end=episode.time_end)
+        assert narrate(segment, title_of(facts, speakers)) == episode.text, episode.id
