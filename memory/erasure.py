@@ -70,11 +70,15 @@ class ErasureReport(BaseModel):
     threads: list[str] = Field(default_factory=list, description="thread checkpoints deleted: they held erased text")
     threads_compacted: bool = Field(False, description="the threads file rebuilt without the deleted threads' pages")
     ledger_compacted: bool = False
-    in_chroma_log: int = Field(0, description="erased ids Chroma's write-ahead log still holds (see module doc)")
+    in_chroma_log: int | None = Field(
+        0, description="erased ids Chroma's write-ahead log still holds (see module doc); None: it could not be read"
+    )
 
     def summary(self) -> str:
         disk = "ledger vacuumed" if self.ledger_compacted else "ledger not vacuumed (PostgreSQL vacuums its own)"
         log = f"; {self.in_chroma_log} still in Chroma's log until its index is saved" if self.in_chroma_log else ""
+        if self.in_chroma_log is None:
+            log = "; Chroma's log could not be read to check it: rebuild its file (compact_chroma) to be sure"
         items = f", {self.items} store item versions" if self.items else ""
         threads = f"; {len(self.threads)} threads deleted ({', '.join(self.threads)})" if self.threads else ""
         return (f"erased {len(self.erased)} records, {self.links} links, {self.history} history rows, "
@@ -215,8 +219,9 @@ def _chroma_db(store: MemoryStore) -> sqlite3.Connection | None:
     return sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=30, isolation_level=None)
 
 
-def _in_chroma_log(store: MemoryStore, ids: Iterable[str]) -> int:
-    """Erased ids still in Chroma's write-ahead log (its `embeddings_queue` table)."""
+def _in_chroma_log(store: MemoryStore, ids: Iterable[str]) -> int | None:
+    """Erased ids still in Chroma's write-ahead log (its `embeddings_queue` table); None when the table
+    cannot be read (a Chroma whose file is laid out otherwise), which is not the same as none left."""
     conn = _chroma_db(store)
     if conn is None:
         return 0
@@ -230,7 +235,7 @@ def _in_chroma_log(store: MemoryStore, ids: Iterable[str]) -> int:
             count += int(row[0])
         return count
     except sqlite3.Error:
-        return 0
+        return None
     finally:
         conn.close()
 
