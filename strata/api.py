@@ -19,7 +19,7 @@ from strata.graph.context import Context, shown_value
 from strata.graph.graph import graph
 from strata.graph.state import ChangeNote, Evidence, RoleNote, Verdict, validate_turns
 from strata.graph.tracing import run_config
-from strata.memory.erasure import ErasureReport, apply_erasure, plan_erasure
+from strata.memory.erasure import ErasurePlan, ErasureReport, apply_erasure, plan_erasure
 from strata.memory.errors import InputError
 from strata.memory.graph.consolidation import ConsolidationReport
 from strata.memory.graph.export import MemoryGraph, build_graph, namespace_graph, person_graph
@@ -192,15 +192,15 @@ class Memory:
     # history -----------------------------------------------------------
     def history(self, record_id: str | None = None, limit: int = 50) -> list[Change]:
         """Changes made to memory, newest first (every one can be undone)."""
-        query = _checked(_HistoryQuery, record_id=record_id, limit=limit)
+        query = checked(_HistoryQuery, record_id=record_id, limit=limit)
         return self.store.history(query.record_id, query.limit)
 
     def undo(self, change_id: int | None = None) -> Change:
         """Reverse a change (the latest when no id is given)."""
-        return self.store.undo(_checked(_UndoRequest, change_id=change_id).change_id)
+        return self.store.undo(checked(_UndoRequest, change_id=change_id).change_id)
 
     def get(self, ids: Iterable[str]) -> list[Record]:
-        return self.store.get(_checked(_Ids, ids=_id_list(ids, "get")).ids)
+        return self.store.get(checked(_Ids, ids=_id_list(ids, "get")).ids)
 
     def stats(self) -> dict[str, Any]:
         return self.store.stats()
@@ -210,12 +210,16 @@ class Memory:
         the records named, or every turn one participant said and every fact or persona trait about
         them (`about`). Unlike a request to forget, this cannot be undone (memory/erasure.py says what
         it reaches on disk)."""
-        request = _checked(_EraseRequest, ids=_id_list(ids, "erase"), about=about)
-        plan = plan_erasure(self.store, request.ids, request.about or "")
+        plan = self.erasure_plan(ids, about)
         threads, rebuilt = erase_threads(self.context("ask").data_dir, plan.texts)  # first: it may fail to open
         report = apply_erasure(self.store, plan)
         report.threads, report.threads_compacted = threads, rebuilt
         return report
+
+    def erasure_plan(self, ids: Iterable[str] = (), about: str | None = None) -> ErasurePlan:
+        """What `erase` would remove, checked as `erase` checks it; nothing changes."""
+        request = checked(_EraseRequest, ids=_id_list(ids, "erase"), about=about)
+        return plan_erasure(self.store, request.ids, request.about or "")
 
     def drop(self) -> None:
         """Delete this namespace's memory entirely; the namespace can be used again at once."""
@@ -324,7 +328,7 @@ def _id_list(ids: object, call: str) -> list[object]:
     return list(ids)
 
 
-def _checked(model: type[_Arguments], **arguments: object) -> _Arguments:
+def checked(model: type[_Arguments], /, **arguments: object) -> _Arguments:
     """The arguments as `model`, or an `InputError` of one line naming the first wrong one."""
     try:
         return model.model_validate(arguments)

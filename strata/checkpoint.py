@@ -212,6 +212,13 @@ def _strings(serialised: str, blob: bytes | str | None) -> set[str]:
     return found
 
 
+def strings_in(value: object) -> set[str]:
+    """Every string in a value read back from JSON or msgpack (dict keys and values, list items)."""
+    found: set[str] = set()
+    _collect(value, found)
+    return found
+
+
 def _collect(value: object, found: set[str]) -> None:
     if isinstance(value, str):
         found.add(value)

@@ -30,7 +30,7 @@ from strata.conversations import (
 )
 from strata.demo import SAMPLE_CONVERSATION, run_demo
 from strata.ingestion import ingest_conversation, select_sessions
-from strata.memory.erasure import compact_chroma, plan_erasure
+from strata.memory.erasure import compact_chroma
 from strata.memory.errors import ConfigError, InputError, StrataError
 from strata.memory.records import KINDS, Change
 from strata.memory.registry import close_all
@@ -375,7 +375,7 @@ def _erase(args: argparse.Namespace) -> int:
         raise InputError("name the records to erase (e.g. strata erase raw:D1:3) or a participant (--about NAME)")
     memory = _memory(args)
     if not args.yes:
-        plan = plan_erasure(memory.store, args.ids, args.about or "")
+        plan = memory.erasure_plan(args.ids, args.about)
         print(f"would erase {len(plan.targets)} records for good (with their links and history): "
               f"{', '.join(plan.targets)}")
         threads = threads_holding(memory.context("ask").data_dir, plan.texts)

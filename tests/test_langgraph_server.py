@@ -21,6 +21,8 @@ import pytest
 from servers import REPO, ServerProcess, langgraph_dev, log_tail, repo_mirror
 from strata.graph.state import Evidence
 
+from strata.admin_routes import TOKEN_VARIABLE
+
 NAMESPACE = "caroline-and-melanie"
 TURN_COUNT = 30  # sessions 1 and 2 of conv-26: more turns than one search returns
 # D1:11 — "I'm keen on counseling or working in mental health - I'd love to support those with similar issues."
@@ -29,6 +31,7 @@ ANSWER_TURN = "D1:11"
 # Nothing in the stored turns says this, so the evidence is never enough and the Judge keeps retrying.
 UNANSWERABLE = "What is the name of the hotel where Melanie stayed in Tokyo in 2019?"
 RUN_TIMEOUT = 180.0
+ADMIN_TOKEN = "operator-token-for-this-test"
 
 
 def test_langgraph_json_serves_the_graph_without_edits() -> None:
@@ -45,7 +48,29 @@ def test_langgraph_json_serves_the_graph_without_edits() -> None:
     assert isinstance(getattr(importlib.import_module(module), variable), CompiledStateGraph)
     env = config.get("env") or {}
     assert isinstance(env, dict), "an env file would override what the user exports (langgraph dev lets it win)"
+    check_admin_app_loads_by_path(REPO / config["http"]["app"].partition(":")[0])
     assert not [key for key in env if key.startswith(("STRATA_", "LANGSMITH_", "LANGCHAIN_"))]
+
+
+def check_admin_app_loads_by_path(path: Path) -> None:
+    """The server imports the admin routes from their file, under a module name of its own: their request
+    bodies must still validate there (postponed annotations would not resolve)."""
+    import importlib.util
+    import os
+
+    from starlette.testclient import TestClient
+
+    spec = importlib.util.spec_from_file_location("served_admin_routes", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    os.environ[TOKEN_VARIABLE] = ADMIN_TOKEN
+    try:
+        reply = TestClient(module.app).post("/strata/undo?namespace=any", json={"change": 1},
+                                            headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+    finally:
+        del os.environ[TOKEN_VARIABLE]
+    assert reply.status_code == 400 and reply.json()["error"].startswith("change: Extra inputs")
 
 
 def test_schemas_studio_shows_have_names_defaults_and_descriptions() -> None:
@@ -101,7 +126,8 @@ class Served:
         self.starts += 1
         root = repo_mirror(self.base / f"root-{self.starts}")
         self.server = self._running.enter_context(
-            langgraph_dev(self.data_dir, root, self.base / f"langgraph-{self.starts}.log")
+            langgraph_dev(self.data_dir, root, self.base / f"langgraph-{self.starts}.log",
+                          env={TOKEN_VARIABLE: ADMIN_TOKEN})
         )
         return self.server
 
@@ -285,3 +311,57 @@ def test_config_configurable_works_like_context(served: Served) -> None:
     assert result.get("answer") is None  # retrieve mode: the evidence, no answer
     assert ANSWER_TURN in evidence_ids(result)
 
+
+
+@pytest.mark.slow
+def test_an_operator_erases_through_the_server_and_its_threads_go_too(served: Served) -> None:
+    """The admin routes langgraph.json mounts: an erase lists, then removes, the records and the server's
+    threads whose states hold the erased text (the ingest run's and an ask's), and keeps the others."""
+    import httpx
+
+    namespace = "erase-check"
+    secret = "My locker code at the gym is 4471."
+    said = [("Ann", secret), ("Bob", "I will never remember that, Ann."), ("Ann", "I started the cello in March.")]
+    turns = [{"speaker": speaker, "text": text, "dia_id": f"D1:{i}", "time": f"2023-05-01T10:0{i}"}
+             for i, (speaker, text) in enumerate(said, 1)]
+    served.ensure_ingested()
+
+    async def scenario() -> dict[str, Any]:
+        client = served.client()
+        ingest = await client.threads.create()
+        await client.runs.wait(ingest["thread_id"], "strata", input={"turns": turns},
+                               context={"namespace": namespace, "mode": "ingest"})
+        asked = await client.threads.create()
+        await client.runs.wait(asked["thread_id"], "strata", input={"question": "What is Ann's locker code?"},
+                               context={"namespace": namespace, "mode": "ask"})
+        other, _ = await _ask(client, QUESTION)  # the LoCoMo namespace: never saw the secret
+        url = f"{served.server.url}/strata/erase?namespace={namespace}"  # type: ignore[union-attr]
+        async with httpx.AsyncClient(timeout=RUN_TIMEOUT) as http:
+            closed = await http.post(url, json={"ids": ["raw:D1:1"]})
+            auth = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+            wrong = await http.post(url, json={"ids": ["raw:D9:9"], "confirm": True}, headers=auth)
+            listed = await http.post(url, json={"ids": ["raw:D1:1"]}, headers=auth)
+            done = await http.post(url, json={"ids": ["raw:D1:1"], "confirm": True}, headers=auth)
+            records = await http.get(f"{served.server.url}/strata/records?namespace={namespace}"  # type: ignore[union-attr]
+                                     "&ids=raw:D1:1&ids=raw:D1:3", headers=auth)
+        kept = []
+        for thread_id in (ingest["thread_id"], asked["thread_id"], other):
+            try:
+                await client.threads.get(thread_id)
+                kept.append(thread_id)
+            except Exception:  # the SDK's NotFoundError: the thread is gone
+                pass
+        return {"closed": closed, "wrong": wrong, "listed": listed, "done": done, "records": records, "kept": kept,
+                "ingest": ingest["thread_id"], "asked": asked["thread_id"], "other": other}
+
+    seen = served.run(scenario())
+    assert seen["closed"].status_code == 401
+    assert seen["wrong"].status_code == 400 and "nothing was erased" in seen["wrong"].json()["error"]
+    listed = seen["listed"].json()
+    assert listed["erased"] is False and "raw:D1:1" in listed["would_erase"]
+    assert sorted(listed["would_delete_threads"]) == sorted([seen["ingest"], seen["asked"]]), served.fail(str(listed))
+    report = seen["done"].json()
+    assert seen["done"].status_code == 200 and "raw:D1:1" in report["erased"], served.fail(str(report))
+    assert sorted(report["threads"]) == sorted([seen["ingest"], seen["asked"]])
+    assert [r["id"] for r in seen["records"].json()] == ["raw:D1:3"]
+    assert seen["kept"] == [seen["other"]]

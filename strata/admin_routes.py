@@ -1,0 +1,232 @@
+"""The operator's routes, served beside the graph by a LangGraph server (`langgraph dev`, Platform).
+
+A deployed memory is reached through graph runs (ingest, ask, chat, retrieve), but
+what an operator does to a memory is not a run: look at its history, undo a change,
+erase what a person asked to have removed, export its graph. langgraph.json mounts
+this app (`http.app`), so those calls reach the memory the server's graph uses (its
+STRATA_* settings), under `/strata/...`, with a namespace named by `?namespace=`:
+
+    GET  /strata/stats          the record counts
+    GET  /strata/records        ?ids=raw:D1:3&ids=...
+    GET  /strata/history        ?record_id=...&limit=50
+    POST /strata/undo           {"change_id": 12}  (the latest when null)
+    POST /strata/erase          {"ids": [...]} or {"about": "Caroline"}; lists what would go
+                                unless "confirm": true
+    GET  /strata/graph          ?question=... or ?person=... (JSON)
+    POST /strata/consolidate    {"limit": null}
+
+Every route needs `Authorization: Bearer <STRATA_ADMIN_TOKEN>`; a server without that
+variable refuses them all, so mounting the app opens nothing by itself. A wrong request
+gets a 4xx with one line (`{"error": ...}`), never a traceback, and changes nothing.
+
+An erase on a server also deletes the server's own threads whose saved states hold an
+erased text (the in-process SDK client: `langgraph_sdk.get_client()`), as `Memory.erase`
+does for the threads file of a data folder. Chroma's file keeps the erased rows' bytes in
+free pages until it is rebuilt with the server stopped (`strata erase` or `chroma vacuum`).
+"""
+
+# No `from __future__ import annotations`: the server loads this file by its path, under a module name of
+# its own, where pydantic could not resolve postponed annotations of the request bodies.
+import asyncio
+import hmac
+import json
+import logging
+import os
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from strata.api import Memory, checked
+from strata.checkpoint import strings_in
+from strata.memory.errors import InputError, NotFoundError, StrataError
+
+LOG = logging.getLogger(__name__)
+TOKEN_VARIABLE = "STRATA_ADMIN_TOKEN"
+THREADS_PAGE = 100  # threads read per call when an erase looks for those holding erased text
+HISTORY_PAGE = 100  # saved states of one thread read per call
+
+Handler = Callable[[Request, Memory], Awaitable[Any]]
+
+
+class _UndoBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    change_id: Any = None
+
+
+class _EraseBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    ids: Any = Field(default_factory=list)
+    about: Any = None
+    confirm: bool = Field(False, description="erase; without it, only list what would go")
+
+
+class _ConsolidateBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    limit: Any = None
+
+
+def route(handler: Handler) -> Callable[[Request], Awaitable[JSONResponse]]:
+    """A handler behind the token check and the one-line errors, given the namespace's memory."""
+
+    async def endpoint(request: Request) -> JSONResponse:
+        refused = _refused(request)
+        if refused is not None:
+            return refused
+        try:
+            memory = Memory(_namespace(request))
+            return JSONResponse(_plain(await handler(request, memory)))
+        except NotFoundError as error:
+            return _error(404, str(error))
+        except InputError as error:
+            return _error(400, str(error))
+        except StrataError as error:
+            return _error(503, str(error))
+        except Exception as error:  # the server's log has the traceback; the caller gets one line
+            LOG.exception("strata admin route %s failed", request.url.path)
+            return _error(500, f"the memory could not do this ({type(error).__name__}); the server's log says why")
+
+    return endpoint
+
+
+def _refused(request: Request) -> JSONResponse | None:
+    token = os.environ.get(TOKEN_VARIABLE, "")
+    if not token:
+        return _error(403, f"the memory's admin routes are off: set {TOKEN_VARIABLE} on the server to use them")
+    given = request.headers.get("authorization", "").removeprefix("Bearer ").strip()
+    if not hmac.compare_digest(given.encode(), token.encode()):
+        return _error(401, f"send the header 'Authorization: Bearer <{TOKEN_VARIABLE}>'")
+    return None
+
+
+def _namespace(request: Request) -> str:
+    namespace = request.query_params.get("namespace", "").strip()
+    if not namespace:
+        raise InputError("name the memory: ?namespace=<namespace>")
+    return namespace
+
+
+async def _body(request: Request, model: type[BaseModel]) -> Any:
+    raw = await request.body()
+    try:
+        data = json.loads(raw) if raw.strip() else {}
+    except ValueError:
+        raise InputError("the body is not JSON: send a JSON object, e.g. {\"ids\": [\"raw:D1:3\"]}") from None
+    if not isinstance(data, dict):
+        raise InputError(f"the body must be a JSON object, not {type(data).__name__}")
+    return checked(model, **data)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status)
+
+
+# the routes ---------------------------------------------------------------------------------------
+async def stats(request: Request, memory: Memory) -> Any:
+    return await asyncio.to_thread(memory.stats)
+
+
+async def records(request: Request, memory: Memory) -> Any:
+    return await asyncio.to_thread(memory.get, request.query_params.getlist("ids"))
+
+
+async def history(request: Request, memory: Memory) -> Any:
+    limit = request.query_params.get("limit", "50")
+    if not limit.isdigit():
+        raise InputError(f"limit must be a whole number, got {limit!r}")
+    return await asyncio.to_thread(memory.history, request.query_params.get("record_id"), int(limit))
+
+
+async def undo(request: Request, memory: Memory) -> Any:
+    body = await _body(request, _UndoBody)
+    return await asyncio.to_thread(memory.undo, body.change_id)
+
+
+async def consolidate(request: Request, memory: Memory) -> Any:
+    body = await _body(request, _ConsolidateBody)
+    return await memory.aconsolidate(body.limit)
+
+
+async def graph(request: Request, memory: Memory) -> Any:
+    params = request.query_params
+    return await asyncio.to_thread(memory.graph, params.get("question"), params.get("person"))
+
+
+async def erase(request: Request, memory: Memory) -> Any:
+    """List what an erase would remove, server threads included; with "confirm": true, remove it."""
+    body = await _body(request, _EraseBody)
+    plan = await asyncio.to_thread(memory.erasure_plan, body.ids, body.about)
+    threads = await server_threads_holding(set(plan.texts))
+    if not body.confirm:
+        return {"erased": False, "would_erase": plan.targets, "would_delete_threads": threads,
+                "hint": 'nothing was erased: send "confirm": true to erase them'}
+    deleted = await _delete_threads(threads)  # first: a thread that cannot go stops the erase
+    report = await memory.aerase(body.ids, body.about)
+    report.threads = [*report.threads, *deleted]
+    return report
+
+
+async def server_threads_holding(texts: set[str]) -> list[str]:
+    """The server's threads any of whose saved states holds one of `texts` as a whole string."""
+    from langgraph_sdk import get_client
+
+    client = get_client()  # in process: the server this app is mounted in
+    found: list[str] = []
+    offset = 0
+    while texts:
+        page = await client.threads.search(limit=THREADS_PAGE, offset=offset)
+        for thread in page:
+            if await _holds(client, thread, texts):
+                found.append(thread["thread_id"])
+        if len(page) < THREADS_PAGE:
+            break
+        offset += len(page)
+    return found
+
+
+async def _holds(client: Any, thread: dict[str, Any], texts: set[str]) -> bool:
+    if not texts.isdisjoint(strings_in(thread.get("values"))):
+        return True
+    before: Any = None
+    while True:
+        states = await client.threads.get_history(thread["thread_id"], limit=HISTORY_PAGE, before=before)
+        if any(not texts.isdisjoint(strings_in(state.get("values"))) for state in states):
+            return True
+        if len(states) < HISTORY_PAGE:
+            return False
+        before = states[-1]["checkpoint"]
+
+
+async def _delete_threads(threads: list[str]) -> list[str]:
+    from langgraph_sdk import get_client
+
+    client = get_client()
+    for thread_id in threads:
+        await client.threads.delete(thread_id)
+    return threads
+
+
+app = Starlette(routes=[
+    Route("/strata/stats", route(stats), methods=["GET"]),
+    Route("/strata/records", route(records), methods=["GET"]),
+    Route("/strata/history", route(history), methods=["GET"]),
+    Route("/strata/undo", route(undo), methods=["POST"]),
+    Route("/strata/erase", route(erase), methods=["POST"]),
+    Route("/strata/graph", route(graph), methods=["GET"]),
+    Route("/strata/consolidate", route(consolidate), methods=["POST"]),
+])
