@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from strata.memory.embeddings import DEFAULT_EMBEDDER
 from strata.memory.errors import ConfigError
 
@@ -33,6 +33,12 @@ class StoreSettings(BaseModel):
         None, description="PostgreSQL URL of the ledger every replica shares; SQLite in data_dir when empty."
     )
     embedder: str = DEFAULT_EMBEDDER
+
+    @field_validator("data_dir", mode="before")
+    @classmethod
+    def _folder_as_text(cls, value: object) -> object:
+        """A `Path` names the folder as well as a string does (`Memory` takes either)."""
+        return os.fspath(value) if isinstance(value, os.PathLike) else value
 
     @property
     def ledger_path(self) -> Path:

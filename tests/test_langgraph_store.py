@@ -272,7 +272,7 @@ def test_items_survive_a_reopen(data_dir: Path, embedder: Any) -> None:
     first.close()
     close_all()  # as after a restart: no cached client, ledger or mirror
 
-    reopened = StrataStore(data_dir=str(data_dir))
+    reopened = StrataStore(data_dir=data_dir)  # a Path names the folder as its string does
     try:
         item = reopened.get(("users", "bo"), "pet")
         assert item is not None and item.value == {"text": "Bo has a cat called Miso"}

@@ -35,6 +35,7 @@ from typing import Any
 import pytest
 from conftest import all_at_once
 from servers import LOOPBACK, REPO, PostgresServer, ServerProcess, chroma_run, postgres_run
+from strata.memory import store_items
 from strata.memory.errors import UnavailableError
 from strata.memory.ledger import Ledger, open_ledger
 from strata.memory.ledger_postgres import CONNECT_TIMEOUT, PostgresBackend
@@ -42,6 +43,7 @@ from strata.memory.ledger_sql import SCHEMA_VERSION
 from strata.memory.records import Action, Change, Link, LinkType, Status
 
 from strata.api import Memory
+from strata.langgraph_store import StrataStore
 
 pytestmark = pytest.mark.slow
 QUESTION = "What career is Caroline keen on?"
@@ -411,10 +413,17 @@ def test_an_erasure_on_one_replica_is_gone_for_the_others(
     first, second = replica("one"), replica("two")
     first.add(conversation(locomo_dir, "conv-26.json", 20))
     assert second.get(["raw:D1:3"]) and [r for r in second.store.all("fact") if "D1:3" in r.source_ids]
+    items = [StrataStore(data_dir=tmp_path / name, chroma_host=LOOPBACK, chroma_port=chroma.port,
+                         ledger_url=ledger_url) for name in ("one", "two")]
+    items[0].put(("erase-shared",), "locker", {"text": "Caroline's locker code is 4471."})
+    items[0].put(("erase-shared",), "locker", {"text": "Caroline's locker code is 5582."})
+    assert items[1].get(("erase-shared",), "locker") is not None
 
-    report = first.erase(["raw:D1:3"])
+    report = first.erase(["raw:D1:3", "raw:item:locker"])
 
-    assert "raw:D1:3" in report.erased and report.history >= 1 and report.links >= 1
+    assert "raw:D1:3" in report.erased and report.history >= 1 and report.links >= 1 and report.items == 2
+    assert [store.get(("erase-shared",), "locker") for store in items] == [None, None]
+    assert store_items.versions(second.store.ledger, "erase-shared", "locker") == []
     assert not report.ledger_compacted and report.in_chroma_log == 0  # the servers compact their own files
     for memory in (first, second):
         assert memory.get(report.erased) == []
