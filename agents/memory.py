@@ -53,6 +53,7 @@ from strata.memory.forgetting import read_forget_request
 from strata.memory.graph import fast_path
 from strata.memory.graph.entities import Mention, normalise
 from strata.memory.graph.evolution import Evolution
+from strata.memory.graph.links import LAST_TURN
 from strata.memory.graph.notes import Candidate, LinkDecision, Note, note_of
 from strata.memory.graph.replies import ModelNote
 from strata.memory.moments import utc_now
@@ -62,7 +63,6 @@ from strata.memory.store import MemoryStore
 from strata.prompts import graph as graph_prompts
 from strata.prompts import memory as prompts
 
-LAST_RAW = "last_raw"
 TURN_COUNTER = "turn_counter"
 PENDING = "pending_derive"
 RELATED_FROM_MODEL = 3  # at most this many earlier turns the Constructor names as related are linked
@@ -400,7 +400,7 @@ def _links(
     ns = store.namespace
     links = [Link(namespace=ns, src=f.id, dst=raw.id, type=LinkType.DERIVED_FROM) for f in facts]
     links += [Link(namespace=ns, src=p.id, dst=raw.id, type=LinkType.DERIVED_FROM) for p in personas]
-    previous = store.state(LAST_RAW)
+    previous = store.state(LAST_TURN)
     if isinstance(previous, str) and previous != raw.id:
         links.append(Link(namespace=ns, src=previous, dst=raw.id, type=LinkType.TEMPORAL))
     named = [f"raw:{i}" if not i.startswith("raw:") else i for i in related_ids]
@@ -410,7 +410,7 @@ def _links(
     links += [Link(namespace=ns, src=raw.id, dst=r, type=LinkType.RELATED) for r in related]
     if episode is not None:
         links += _episode_links(ns, episode)
-    return links, {LAST_RAW: raw.id}
+    return links, {LAST_TURN: raw.id}
 
 
 def _graph(

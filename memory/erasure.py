@@ -13,7 +13,9 @@ for their data to be removed needs the opposite: nothing left to bring back.
   episode that also tells of turns that stay is told again without it (the
   offline narrative), one that told of nothing else goes;
 - their links, their history rows, the working-memory rows of erased turns,
-  and their place in the open episode;
+  and their place in the open episode and the graph's state (the entity
+  catalogue's names no other record mentions; the turns either side are
+  linked in time instead);
 - what an erased note added to its neighbours (A-MEM evolution: tags and a
   context line), by giving each neighbour back what it had before;
 - every version of an erased LangGraph store item (memory/store_items.py);
@@ -46,8 +48,10 @@ from pydantic import BaseModel, Field
 from strata.memory.chroma import open_clients
 from strata.memory.episodes import OPEN_SEGMENT, OpenSegment, narrate, photo_line, title_of
 from strata.memory.errors import ConfigError, InputError
+from strata.memory.graph.consolidation import DONE
+from strata.memory.graph.links import CATALOGUE, LAST_TURN, still_mentioned
 from strata.memory.locks import hold_folder, release_folder
-from strata.memory.records import KINDS, Record
+from strata.memory.records import KINDS, Link, LinkType, Record
 from strata.memory.store import MemoryStore
 
 DERIVED_KINDS = ("fact", "persona", "episode", "summary")  # kinds that cite the turns they came from
@@ -179,7 +183,10 @@ def erase(store: MemoryStore, ids: Sequence[str] = (), about: str = "") -> Erasu
 def apply_erasure(store: MemoryStore, plan: ErasurePlan) -> ErasureReport:
     """Carry out a plan (`plan_erasure`, made on this store just before)."""
     _out_of_open_episode(store, plan.turns)
+    rejoined = _rejoined(store, set(plan.targets))
     removed = store.erase(plan.targets, sorted(plan.turns), plan.retold)
+    store.link(rejoined)
+    _out_of_graph_state(store, set(plan.targets))
     report = ErasureReport(erased=plan.targets, **removed)
     report.ledger_compacted = store.ledger.compact()
     if not store.settings.chroma_host:
@@ -199,6 +206,42 @@ def told_facts(store: MemoryStore, kept: Sequence[str], erased: set[str]) -> lis
         facts = [f.text for f in store.facts_from([turn.dialogue_id]) if not erased & set(f.source_ids)]
         told += facts or ([photo_line(turn.speaker, turn.image_caption)] if turn.image_caption else [])
     return told
+
+
+def _rejoined(store: MemoryStore, erased: set[str]) -> list[Link]:
+    """The temporal links that keep the chain of turns whole: the turn before a run of erased turns
+    is linked to the turn after it (the erased turns' own links go with them)."""
+    edges = store.edges(sorted(erased), [LinkType.TEMPORAL])
+    before = {link.dst: link.src for link in edges}
+    after = {link.src: link.dst for link in edges}
+    joined: set[tuple[str, str]] = set()
+    for turn in erased & set(before):
+        first: str | None = turn
+        while first in erased:
+            first = before.get(first)
+        last: str | None = turn
+        while last in erased:
+            last = after.get(last)
+        if first and last:
+            joined.add((first, last))
+    return [Link(namespace=store.namespace, src=a, dst=b, type=LinkType.TEMPORAL) for a, b in sorted(joined)]
+
+
+def _out_of_graph_state(store: MemoryStore, erased: set[str]) -> None:
+    """What the graph keeps in the ledger's state forgets the erased records: the catalogue drops the
+    entities (their names) no record mentions any more, the slow path's list of consolidated turns
+    drops their ids, and the next turn's temporal link starts from the latest turn that stays."""
+    ns = store.namespace
+    catalogue = dict(store.state(CATALOGUE, {}) or {})
+    kept = still_mentioned(store, catalogue)
+    if len(kept) < len(catalogue):
+        store.ledger.set_state(ns, CATALOGUE, {key: entry for key, entry in catalogue.items() if key in kept})
+    done = list(store.state(DONE, []) or [])
+    if erased & set(done):
+        store.ledger.set_state(ns, DONE, [rid for rid in done if rid not in erased])
+    if store.state(LAST_TURN) in erased:
+        turns = store.timeline()
+        store.ledger.set_state(ns, LAST_TURN, turns[-1].id if turns else None)
 
 
 def _out_of_open_episode(store: MemoryStore, turns: set[str]) -> None:

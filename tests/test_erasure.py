@@ -21,6 +21,8 @@ from strata.graph.context import Context
 from strata.memory.episodes import OpenSegment, narrate, title_of
 from strata.memory.erasure import compact_chroma, told_facts
 from strata.memory.errors import ConfigError, InputError
+from strata.memory.graph.links import CATALOGUE, LAST_TURN, still_mentioned
+from strata.memory.records import LinkType
 from strata.memory.registry import close_all
 
 from strata import Memory
@@ -233,3 +235,25 @@ def test_an_episode_told_again_with_nothing_erased_reads_as_ingest_wrote_it(memo
         segment = OpenSegment(session=episode.session, turn_ids=kept, speakers=speakers, facts=facts,
                               start=episode.time, end=episode.time_end)
         assert narrate(segment, title_of(facts, speakers)) == episode.text, episode.id
+
+
+def test_the_graph_forgets_erased_turns_and_keeps_its_chain_of_turns(memory: Memory) -> None:
+    """The turn before a run of erased turns is linked to the turn after it; the entity catalogue keeps
+    no name that only erased turns mentioned; the next turn's temporal link does not start from an
+    erased id."""
+    store = memory.store
+    chain = {(link.src, link.dst) for link in store.edges(["raw:D1:5", "raw:D1:6"], [LinkType.TEMPORAL])}
+    assert {("raw:D1:4", "raw:D1:5"), ("raw:D1:5", "raw:D1:6"), ("raw:D1:6", "raw:D1:7")} <= chain
+    last = store.timeline()[-1]
+    catalogue = dict(store.state(CATALOGUE, {}) or {})
+
+    memory.erase(["raw:D1:5", "raw:D1:6", last.id])
+
+    assert ("raw:D1:4", "raw:D1:7") in {(link.src, link.dst) for link in store.edges(["raw:D1:4"], [LinkType.TEMPORAL])}
+    kept = dict(store.state(CATALOGUE, {}) or {})
+    assert set(kept) == still_mentioned(store, catalogue) and len(kept) < len(catalogue)
+    assert store.state(LAST_TURN) == store.timeline()[-1].id != last.id
+    memory.add([{"speaker": "Melanie", "text": "We adopted a cat called Pepper.", "dia_id": "D9:1",
+                 "time": "2023-06-01T10:00"}])
+    erased = {"raw:D1:5", "raw:D1:6", last.id}
+    assert not [link for link in store.edges(["raw:D9:1"]) if {link.src, link.dst} & erased]

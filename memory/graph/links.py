@@ -25,6 +25,7 @@ from strata.memory.records import Link, LinkType, Record, entity_node_id
 from strata.memory.store import MemoryStore
 
 CATALOGUE = "entity_catalogue"  # ledger state: {key: [label, type]}
+LAST_TURN = "last_raw"  # ledger state: the raw turn the next one's temporal link starts from
 # An entity mentioned by more than this share of the raw turns is too common to connect them
 # (participants' own names, "time", "thing"); below COMMON_FLOOR mentions it always may.
 COMMON_SHARE = 0.05
@@ -104,6 +105,11 @@ def entity_links(
         Link(namespace=namespace, src=record.id, dst=other, type=LinkType.ENTITY, weight=weight)
         for other, weight in best.items()
     ]
+
+
+def still_mentioned(store: MemoryStore, keys: Iterable[str]) -> set[str]:
+    """The entity keys some record still mentions."""
+    return {key for key, records in earlier_mentions(store, keys).items() if records}
 
 
 def catalogue_update(known: dict[str, list[str]], mentions: Sequence[Mention]) -> dict[str, list[str]]:
