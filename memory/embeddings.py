@@ -18,7 +18,7 @@ import logging
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from concurrent.futures import Future, wait
 from pathlib import Path
 from typing import Protocol
@@ -192,6 +192,16 @@ class CachedEmbedder:
         """Forget every cached vector (a benchmark that must pay for embedding again)."""
         with self._lock:
             self._cache.clear()
+
+    def __contains__(self, text: object) -> bool:
+        """Whether a text's vector is cached."""
+        return text in self._cache
+
+    def forget(self, texts: Iterable[str]) -> None:
+        """Drop these texts from the cache (an erasure: the process keeps no erased sentence as a key)."""
+        with self._lock:
+            for text in texts:
+                self._cache.pop(text, None)
 
     def prefetch(self, texts: Sequence[str], background: bool = False, later: bool = False) -> None:
         """Embed a batch ahead of time (bulk ingestion embeds a session in one call); with `background`,

@@ -187,6 +187,7 @@ def apply_erasure(store: MemoryStore, plan: ErasurePlan) -> ErasureReport:
     removed = store.erase(plan.targets, sorted(plan.turns), plan.retold)
     store.link(rejoined)
     _out_of_graph_state(store, set(plan.targets))
+    store.embedder.forget(plan.texts)
     report = ErasureReport(erased=plan.targets, **removed)
     report.ledger_compacted = store.ledger.compact()
     if not store.settings.chroma_host:

@@ -60,9 +60,11 @@ def test_an_erased_turn_is_gone_from_every_read_and_every_file(memory: Memory, d
     fact_texts = [r.text for r in memory.store.all("fact") if r.id in facts]
     assert any(text.rstrip(".") in episode.text for text in fact_texts)  # the episode tells what D1:3 said
 
+    memory.store.embedder.embed([turn.text])
     report = memory.erase([turn.id])
 
     assert set(report.erased) >= {turn.id, *facts}
+    assert turn.text not in memory.store.embedder  # nor kept in the process's cache of vectors
     assert memory.get([turn.id, *facts]) == []
     assert not [c for c in memory.history(limit=100_000) if c.record_id in report.erased]
     assert not memory.store.edges(report.erased)
