@@ -349,7 +349,7 @@ class Ledger:
     def drop_namespace(self, namespace: str) -> None:
         """Forget a namespace; its sequence moves on and marks the drop, so every mirror reloads."""
         with self.transaction() as session:
-            for table in ("links", "history", "working", "state", "changes"):
+            for table in ("links", "history", "working", "state", "changes", "store_items"):
                 session.execute(f"DELETE FROM {table} WHERE namespace = ?", (namespace,))
             session.execute(
                 "INSERT INTO namespaces (namespace, seq, reset_seq) VALUES (?, 1, 1) "

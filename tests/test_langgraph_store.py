@@ -20,6 +20,7 @@ from typing import Any, TypedDict
 import pytest
 from langgraph.graph import START, StateGraph
 from langgraph.store.base import BaseStore, GetOp, InvalidNamespaceError, ListNamespacesOp, PutOp, SearchOp
+from strata.memory import store_items
 from strata.memory.errors import InputError
 from strata.memory.records import Record
 from strata.memory.registry import close_all, open_store
@@ -280,6 +281,19 @@ def test_items_survive_a_reopen(data_dir: Path, embedder: Any) -> None:
         assert reopened.list_namespaces() == [("users", "bo")]
     finally:
         reopened.close()
+
+
+def test_dropping_a_namespace_drops_its_items_versions(store: StrataStore, data_dir: Path) -> None:
+    store.put(("users", "bo"), "pet", {"text": "Bo has a cat called Miso"})
+    store.put(("users", "bo"), "pet", {"text": "Bo has two cats"})
+    store.put(("users", "al"), "pet", {"text": "Al has a dog"})
+    ledger = Memory("users/bo", data_dir=str(data_dir)).store.ledger
+    assert len(store_items.versions(ledger, "users/bo")) == 2
+
+    Memory("users/bo", data_dir=str(data_dir)).drop()
+
+    assert store_items.versions(ledger, "users/bo") == []  # the values of every version, not only the records
+    assert store.get(("users", "bo"), "pet") is None and store.get(("users", "al"), "pet") is not None
 
 
 def test_delete_and_overwrite_are_in_history_and_undoable(store: StrataStore, data_dir: Path) -> None:
