@@ -165,13 +165,17 @@ def erase_threads(data_dir: str | Path, texts: Iterable[str]) -> tuple[list[str]
         with conn:
             for table in ("checkpoints", "writes"):
                 conn.executemany(f"DELETE FROM {table} WHERE thread_id = ?", [(t,) for t in threads])
-        try:
-            compacted = vacuum(conn) if threads else False
-        except sqlite3.OperationalError:  # another process holds the file: its deletes are done all the same
-            compacted = False
-        return threads, compacted
+    except sqlite3.Error as exc:
+        conn.close()
+        raise ConfigError(f"cannot delete the saved threads in {path} ({exc}): check the file is writable; "
+                          "the memory's records were not erased") from None
+    try:
+        compacted = vacuum(conn) if threads else False
+    except sqlite3.OperationalError:  # another process holds the file: its deletes are done all the same
+        compacted = False
     finally:
         conn.close()
+    return threads, compacted
 
 
 def _connect(path: Path) -> sqlite3.Connection:

@@ -16,11 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from strata.graph import build_graph
 from strata.graph.context import Context
 from strata.memory.errors import ConfigError, InputError, StrataError
 from strata.memory.namespaces import check_namespace
 
 from strata.api import Memory
+from strata.checkpoint import sqlite_checkpointer
 from strata.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
@@ -179,7 +181,9 @@ from strata import Memory, StrataError
 memory = Memory("ann", data_dir=sys.argv[1])
 out = {"stats": memory.stats()["raw"], "history": len(memory.history()),
        "ask": memory.ask("Where does Ann live?").answer, "retrieve": len(memory.retrieve("What is Rex?").evidence)}
-for name, write in (("add", lambda: memory.add("I moved to Denver.", speaker="Ann")), ("undo", memory.undo)):
+writes = (("add", lambda: memory.add("I moved to Denver.", speaker="Ann")), ("undo", memory.undo),
+          ("erase", lambda: memory.erase(about="Ann")))
+for name, write in writes:
     try:
         write()
         out[name] = "stored"
@@ -210,13 +214,17 @@ def read_only_run(folder: Path, env: dict[str, str]) -> subprocess.CompletedProc
 def test_a_read_only_folder_is_read_and_refuses_writes_in_one_line(
     memory: Memory, tmp_path: Path, offline_env: dict[str, str]
 ) -> None:
+    context = memory.context("ask")
+    with sqlite_checkpointer(context.data_dir) as saver:  # a saved thread, which an erase would delete
+        build_graph(checkpointer=saver).invoke({"question": "Where does Ann live?"},
+                                               {"configurable": {"thread_id": "ann"}}, context=context)
     folder = tmp_path / "copy"
-    shutil.copytree(memory.context("ask").data_dir, folder)
+    shutil.copytree(context.data_dir, folder)
     before = sorted(p.name for p in folder.rglob("*"))
     result = read_only_run(folder, {**offline_env, "PYTHONPATH": str(REPO)})
     assert result.returncode == 0, result.stderr[-2000:]
     out = json.loads(result.stdout.strip().splitlines()[-1])
     assert out["stats"]["active"] >= 2 and out["ask"] == "Boston" and out["retrieve"] >= 1
-    for name in ("add", "undo"):
+    for name in ("add", "undo", "erase"):
         assert "read-only" in out[name] and "\n" not in out[name], out[name]
     assert sorted(p.name for p in folder.rglob("*")) == before
