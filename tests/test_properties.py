@@ -184,6 +184,26 @@ def test_history_undo_and_get_with_any_arguments(
     assert fingerprint(populated) == guarded
 
 
+@settings(max_examples=examples(100))
+@given(ids=mostly(st.lists(texts | st.sampled_from(["raw:D1:1", "fact:D1:2:0"]), max_size=3), anything),
+       about=mostly(texts | st.sampled_from(["Ann", "ann", " Ann "]), anything))
+def test_erasure_listed_with_any_arguments_and_refused_without_a_real_target(
+    populated: Memory, ids: Any, about: Any
+) -> None:
+    """Listing what an erase would take is a read; an erase naming an unknown record or nobody erases nothing."""
+    guarded = fingerprint(populated)
+    works_or_one_line(lambda: populated.erasure_plan(ids, about))
+    assert fingerprint(populated) == guarded
+    records = [r for kind in ("raw", "fact", "episode", "persona", "summary")
+               for r in populated.store.all(kind, include_inactive=True)]  # type: ignore[arg-type]
+    people = {name.lower() for r in records for name in (r.speaker, r.subject, r.participant) if name}
+    live = {r.id for r in records}
+    real_ids = isinstance(ids, list) and bool(ids) and all(isinstance(i, str) and i in live for i in ids)
+    assume(not real_ids and not (isinstance(about, str) and about.strip().lower() in people))
+    assert works_or_one_line(lambda: populated.erase(ids, about)) is None
+    assert fingerprint(populated) == guarded
+
+
 @settings(max_examples=examples(250))
 @given(namespace=texts, name=st.sampled_from(SETTINGS), value=mostly(st.integers(-2, 70_000) | words, anything))
 def test_constructor_with_any_namespace_or_setting(
