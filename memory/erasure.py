@@ -48,6 +48,7 @@ from pydantic import BaseModel, Field
 from strata.memory.chroma import open_clients
 from strata.memory.episodes import OPEN_SEGMENT, OpenSegment, narrate, photo_line, title_of
 from strata.memory.errors import ConfigError, InputError
+from strata.memory.forgetting import shown_ids
 from strata.memory.graph.consolidation import DONE
 from strata.memory.graph.links import CATALOGUE, LAST_TURN, still_mentioned
 from strata.memory.locks import hold_folder, release_folder
@@ -84,7 +85,7 @@ class ErasureReport(BaseModel):
         if self.in_chroma_log is None:
             log = "; Chroma's log could not be read to check it: rebuild its file (compact_chroma) to be sure"
         items = f", {self.items} store item versions" if self.items else ""
-        threads = f"; {len(self.threads)} threads deleted ({', '.join(self.threads)})" if self.threads else ""
+        threads = f"; {len(self.threads)} threads deleted ({shown_ids(self.threads)})" if self.threads else ""
         return (f"erased {len(self.erased)} records, {self.links} links, {self.history} history rows, "
                 f"{self.working} working-memory rows{items}; {self.reverted} notes restored, "
                 f"{self.retold} episodes retold{threads}; {disk}{log}")

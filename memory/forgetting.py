@@ -83,6 +83,11 @@ _REQUEST_STEMS = frozenset(
 )
 
 
+def shown_ids(ids: Sequence[str]) -> str:
+    """Ids for a one-line message: the first SHOWN_IDS of them, then "..." when there are more."""
+    return ", ".join(ids[:SHOWN_IDS]) + (", ..." if len(ids) > SHOWN_IDS else "")
+
+
 class ForgetRequest(BaseModel):
     """What an explicit request to forget names: its content words, the proper names among them, and whom."""
 
@@ -108,7 +113,7 @@ class ForgetDecision(BaseModel):
         """One line for the verdict and the caller: what will be deleted, or why not and what to do."""
         if self.refused:
             return self.refused
-        shown = ", ".join(self.allowed[:SHOWN_IDS]) + (", ..." if len(self.allowed) > SHOWN_IDS else "")
+        shown = shown_ids(self.allowed)
         how = "confirmed request" if self.confirmed else "request"
         return f"{self.speaker}'s {how} to forget names {len(self.allowed)} record(s): {shown}"
 
@@ -257,7 +262,7 @@ def decide(
         decision.refused = f"no record about {subject} matches the request to forget: nothing deleted"
         return decision
     if len(decision.matched) > FORGET_BOUND and not confirmed:
-        shown = ", ".join(decision.matched[:SHOWN_IDS]) + (", ..." if len(decision.matched) > SHOWN_IDS else "")
+        shown = shown_ids(decision.matched)
         decision.refused = (
             f"the request to forget matches {len(decision.matched)} records, more than {FORGET_BOUND} at once "
             f"({shown}): nothing deleted; to delete them all, {speaker} replies 'Yes, forget them' as the next turn"
