@@ -119,16 +119,16 @@ def plan_erasure(store: MemoryStore, ids: Sequence[str] = (), about: str = "") -
     return ErasurePlan(targets, turns, episodes, sorted(t for t in texts if t.strip()))
 
 
-def erasure_targets(store: MemoryStore, ids: Sequence[str] = (), about: str = "") -> list[str]:
+def erasure_targets(store: MemoryStore, ids: Sequence[str] = (), about: str = "", done: str = "erased") -> list[str]:
     """The records to erase: those named, or everything said by or about `about`, and whatever was
     derived from an erased turn. Unknown ids are an error (nothing is erased): a typo must not pass
-    for a completed erasure."""
+    for a completed erasure. `done` names what a refusal did not do (a person's export asks too)."""
     chosen: dict[str, Record] = {}
     found = {r.id: r for r in store.get(ids)}
     unknown = [i for i in ids if i not in found]
     if unknown:
         raise InputError(f"no record {', '.join(unknown[:5])} in this memory: erase takes ids as `history` and "
-                         "`explain` show them (e.g. raw:D1:3); nothing was erased")
+                         f"`explain` show them (e.g. raw:D1:3); nothing was {done}")
     chosen.update(found)
     if about:
         person = about.strip().lower()
@@ -138,7 +138,7 @@ def erasure_targets(store: MemoryStore, ids: Sequence[str] = (), about: str = ""
                     chosen[record.id] = record
         if not chosen:
             raise InputError(f"nothing in this memory was said by or about {about!r}: check the name "
-                             f"(participants: {', '.join(store.participants()) or 'none'}); nothing was erased")
+                             f"(participants: {', '.join(store.participants()) or 'none'}); nothing was {done}")
     turns = erased_turns(chosen.values())
     for kind in DERIVED_KINDS:
         for record in store.all(kind, include_inactive=True):  # type: ignore[arg-type]

@@ -13,6 +13,7 @@ STRATA_* settings), under `/strata/...`, with a namespace named by `?namespace=`
     POST /strata/erase          {"ids": [...]} or {"about": "Caroline"}; lists what would go
                                 unless "confirm": true
     GET  /strata/graph          ?question=... or ?person=... (JSON)
+    GET  /strata/export         the whole memory as one document, or ?about=<name>: that person's copy
     POST /strata/consolidate    {"limit": null}
 
 Every route needs `Authorization: Bearer <STRATA_ADMIN_TOKEN>`; a server without that
@@ -167,6 +168,11 @@ async def graph(request: Request, memory: Memory) -> Any:
     return await asyncio.to_thread(memory.graph, params.get("question"), params.get("person"))
 
 
+async def export(request: Request, memory: Memory) -> Any:
+    """The whole memory, or one person's copy (`?about=`), as `strata export` writes it."""
+    return await memory.aexport(request.query_params.get("about"))
+
+
 async def erase(request: Request, memory: Memory) -> Any:
     """List what an erase would remove, server threads included; with "confirm": true, remove it."""
     body = await _body(request, _EraseBody)
@@ -228,5 +234,6 @@ app = Starlette(routes=[
     Route("/strata/undo", route(undo), methods=["POST"]),
     Route("/strata/erase", route(erase), methods=["POST"]),
     Route("/strata/graph", route(graph), methods=["GET"]),
+    Route("/strata/export", route(export), methods=["GET"]),
     Route("/strata/consolidate", route(consolidate), methods=["POST"]),
 ])

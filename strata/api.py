@@ -8,8 +8,11 @@ exactly what Studio and the server do.
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, fields, replace
+from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -23,6 +26,7 @@ from strata.memory.erasure import ErasurePlan, ErasureReport, apply_erasure, pla
 from strata.memory.errors import InputError
 from strata.memory.graph.consolidation import ConsolidationReport
 from strata.memory.graph.export import MemoryGraph, build_graph, namespace_graph, person_graph
+from strata.memory.portability import ImportReport, MemoryDocument, export_memory, import_memory, read_document
 from strata.memory.records import Change, Record, Turn
 from strata.memory.registry import drop_namespace, open_store
 from strata.memory.store import MemoryStore
@@ -222,6 +226,23 @@ class Memory:
         request = checked(_EraseRequest, ids=_id_list(ids, "erase"), about=about)
         return plan_erasure(self.store, request.ids, request.about or "")
 
+    # moving a memory -----------------------------------------------------
+    def export(self, about: str | None = None) -> MemoryDocument:
+        """The namespace's whole memory as one document (`.model_dump_json()` writes it): a backup, or what
+        `import_from` writes into another namespace or storage. With `about`, only what is said by or about
+        that person (their copy of their data; not importable). memory/portability.py says what it holds."""
+        request = checked(_ExportRequest, about=about)
+        return export_memory(self.store, request.about or "")
+
+    def import_from(self, document: MemoryDocument | dict[str, Any] | str | os.PathLike[str]) -> ImportReport:
+        """Write an export (the document, its parsed JSON, or the path of its file) into this namespace,
+        which must be empty; every record is embedded again with this memory's embedder."""
+        if isinstance(document, str | os.PathLike):
+            document = _read_json(Path(document))
+        if not isinstance(document, MemoryDocument):
+            document = read_document(document)
+        return import_memory(self.store, document)
+
     def drop(self) -> None:
         """Delete this namespace's memory entirely; the namespace can be used again at once."""
         context = self.context("ask")
@@ -254,6 +275,14 @@ class Memory:
     async def aerase(self, ids: Iterable[str] = (), about: str | None = None) -> ErasureReport:
         """`erase` for async apps."""
         return await asyncio.to_thread(self.erase, ids, about)
+
+    async def aexport(self, about: str | None = None) -> MemoryDocument:
+        """`export` for async apps."""
+        return await asyncio.to_thread(self.export, about)
+
+    async def aimport_from(self, document: MemoryDocument | dict[str, Any] | str | os.PathLike[str]) -> ImportReport:
+        """`import_from` for async apps."""
+        return await asyncio.to_thread(self.import_from, document)
 
     async def aconsolidate(self, limit: int | None = None) -> ConsolidationReport:
         """`consolidate` for async apps (the slow path can take a while: this keeps the loop free)."""
@@ -306,6 +335,14 @@ class _EraseRequest(BaseModel):
     )
 
 
+class _ExportRequest(BaseModel):
+    """Arguments of `Memory.export`."""
+
+    model_config = ConfigDict(strict=True)
+
+    about: str | None = Field(None, min_length=1, description="Only what is said by or about this participant.")
+
+
 class _UndoRequest(BaseModel):
     """Arguments of `Memory.undo`."""
 
@@ -337,6 +374,16 @@ def checked(model: type[_Arguments], /, **arguments: object) -> _Arguments:
         first = error.errors()[0]
         where = ".".join(str(p) for p in first.get("loc", ())) or "argument"
         raise InputError(f"{where}: {first.get('msg', 'invalid')} (got {shown_value(first.get('input'))})") from None
+
+
+def _read_json(path: Path) -> object:
+    """A JSON file's content, or an `InputError` of one line."""
+    try:
+        return json.loads(path.expanduser().read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError(f"no file {path}: give the path of a file `export` wrote") from None
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        raise InputError(f"cannot read {path} as JSON ({type(error).__name__}): give a file `export` wrote") from None
 
 
 def _text(value: object, what: str) -> str:

@@ -138,6 +138,14 @@ def build_parser() -> argparse.ArgumentParser:
     erase_cmd.add_argument("--yes", action="store_true", help="erase; without it, only list what would go")
     erase_cmd.add_argument("--json", action="store_true", help="print the report as JSON")
 
+    export_cmd = command("export", _export, "write the namespace's whole memory as one JSON file (a backup, a move)")
+    export_cmd.add_argument("--out", type=Path, required=True, metavar="FILE", help="the file to write")
+    export_cmd.add_argument("--about", metavar="NAME",
+                            help="only what is said by or about this participant (their copy; not importable)")
+
+    import_cmd = command("import", _import, "write an export into this namespace, which must be empty")
+    import_cmd.add_argument("file", type=Path, metavar="FILE", help="a file `strata export` wrote")
+
     demo = command("demo", _demo, "ingest a conversation and answer some of its gold questions, offline")
     demo.add_argument(
         "--file", type=Path, help="a LoCoMo conversation with 'qa' (default: the shipped sample conversation)"
@@ -394,6 +402,31 @@ def _erase(args: argparse.Namespace) -> int:
     if compacted is not None:
         print("Chroma's database rebuilt without the erased records' bytes" if compacted else
               "Chroma's database was not rebuilt: run `chroma vacuum --path <data_dir>/chroma` with the memory closed")
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    memory = _memory(args)
+    document = memory.export(args.about)
+    out = args.out.expanduser()
+    if out.is_dir():
+        raise InputError(f"--out {out} is a folder: name the file to write, e.g. {out / 'memory.json'}")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(document.model_dump_json(), encoding="utf-8")
+    except OSError as error:
+        raise ConfigError(f"cannot write {out} ({error.strerror or type(error).__name__}): choose a writable path"
+                          ) from None
+    whose = f"{args.about}'s records" if args.about else "the memory"
+    print(f"wrote {whose} of {_where(memory)} to {out}: {len(document.records)} records, {len(document.links)} links, "
+          f"{len(document.history)} history entries")
+    return 0
+
+
+def _import(args: argparse.Namespace) -> int:
+    memory = _memory(args)
+    report = memory.import_from(args.file)
+    print(f"{report.summary()} into {_where(memory)}")
     return 0
 
 

@@ -64,6 +64,15 @@ def test_reads_answer_as_the_python_api_does(memory: Memory, client: TestClient)
     assert {n["id"] for n in graph["nodes"]} == {n.id for n in memory.graph(person="Caroline").nodes}
 
 
+def test_an_operator_exports_the_memory_or_one_persons_copy(memory: Memory, client: TestClient) -> None:
+    whole = client.get(f"/strata/export?namespace={NAMESPACE}", headers=AUTH).json()
+    assert whole["format"] == "strata-memory" and len(whole["records"]) == len(memory.export().records)
+    copy = client.get(f"/strata/export?namespace={NAMESPACE}&about=Caroline", headers=AUTH).json()
+    assert copy["about"] == "Caroline" and 0 < len(copy["records"]) < len(whole["records"])
+    nobody = client.get(f"/strata/export?namespace={NAMESPACE}&about=Nobody", headers=AUTH)
+    assert nobody.status_code == 400 and nobody.json()["error"].endswith("nothing was exported")
+
+
 def test_history_and_undo_through_http(memory: Memory, client: TestClient) -> None:
     target = memory.store.all("fact")[0]
     memory.store.delete(target.id, reason="operator check")

@@ -180,7 +180,8 @@ import json, sys
 from strata import Memory, StrataError
 memory = Memory("ann", data_dir=sys.argv[1])
 out = {"stats": memory.stats()["raw"], "history": len(memory.history()),
-       "ask": memory.ask("Where does Ann live?").answer, "retrieve": len(memory.retrieve("What is Rex?").evidence)}
+       "ask": memory.ask("Where does Ann live?").answer, "retrieve": len(memory.retrieve("What is Rex?").evidence),
+       "export": len(memory.export().records)}
 writes = (("add", lambda: memory.add("I moved to Denver.", speaker="Ann")), ("undo", memory.undo),
           ("erase", lambda: memory.erase(about="Ann")))
 for name, write in writes:
@@ -224,7 +225,7 @@ def test_a_read_only_folder_is_read_and_refuses_writes_in_one_line(
     result = read_only_run(folder, {**offline_env, "PYTHONPATH": str(REPO)})
     assert result.returncode == 0, result.stderr[-2000:]
     out = json.loads(result.stdout.strip().splitlines()[-1])
-    assert out["stats"]["active"] >= 2 and out["ask"] == "Boston" and out["retrieve"] >= 1
+    assert out["stats"]["active"] >= 2 and out["ask"] == "Boston" and out["retrieve"] >= 1 and out["export"] >= 2
     for name in ("add", "undo", "erase"):
         assert "read-only" in out[name] and "\n" not in out[name], out[name]
     assert sorted(p.name for p in folder.rglob("*")) == before

@@ -430,3 +430,30 @@ def test_an_erasure_on_one_replica_is_gone_for_the_others(
         assert not [c for c in memory.history(limit=100_000) if c.record_id in report.erased]
         assert not memory.store.edges(report.erased)
         assert not [r for r in memory.store.all("fact") if "D1:3" in r.source_ids]
+
+
+def test_a_laptop_memory_moves_to_the_servers_by_export_and_import(
+    tmp_path: Path, ledger_url: str, chroma: ServerProcess, locomo_dir: Path
+) -> None:
+    """The way from an embedded folder to a deployment: export there, import into a namespace on a Chroma
+    server and a PostgreSQL ledger; every replica then reads the same memory, history included."""
+    laptop = Memory("on-laptop", data_dir=str(tmp_path / "laptop"))
+    laptop.add(conversation(locomo_dir, "conv-26.json", 20))
+    laptop.store.delete(laptop.store.all("fact")[0].id, reason="asked to forget")
+    document = laptop.export()
+
+    def replica(name: str) -> Memory:
+        return Memory("deployed", data_dir=tmp_path / name, chroma_host=LOOPBACK, chroma_port=chroma.port,
+                      ledger_url=ledger_url)
+
+    first, second = replica("one"), replica("two")
+    report = first.import_from(document)
+
+    assert report.records == len(document.records) and report.links == len(document.links)
+    for memory in (first, second):
+        moved = memory.export()
+        assert sorted(r.id for r in moved.records) == sorted(r.id for r in document.records)
+        assert [(c.record_id, c.action) for c in moved.history] == [(c.record_id, c.action) for c in document.history]
+        assert memory.retrieve(QUESTION).evidence_ids() == laptop.retrieve(QUESTION).evidence_ids()
+    assert second.undo().action.value == "undo" and first.get([document.history[-1].record_id])[0].status.value == (
+        "active")

@@ -1,0 +1,171 @@
+"""A namespace's memory as one JSON document, and back: a backup, a move to other storage, a person's copy.
+
+`export_memory` writes everything the memory holds of one namespace: its records of
+every kind and status (tombstoned ones too, so `undo` still works after a move), its
+links, its history, the working memory, the graph's state (open episode, entity
+catalogue, what the slow path has done) and the LangGraph store items with every
+version. `import_memory` writes such a document into an empty namespace of any
+storage (an embedded folder, or a Chroma server and a PostgreSQL ledger), embedding
+every record again with the target's embedder: moving a laptop's memory to a
+deployment, or to another embedder, is an export and an import.
+
+History ids are the target ledger's own (other namespaces share its counter), so the
+links between changes (`undoes`, `follows`) are renumbered with them.
+
+With `about`, the document holds what `erase(about=...)` would remove for that
+person, and their history: the copy of their data a person may ask for. It is not a
+backup of the memory and cannot be imported.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from strata.memory import store_items
+from strata.memory.errors import InputError
+from strata.memory.journal import EDIT_JOURNAL
+from strata.memory.moments import utc_now
+from strata.memory.records import KINDS, Change, Link, Record
+from strata.memory.store import MemoryStore
+from strata.memory.store_items import ItemVersion
+
+FORMAT = "strata-memory"
+VERSION = 1
+EMBED_BATCH = 512  # records embedded and written per step of an import
+
+
+class WorkingRow(BaseModel):
+    """One turn of a participant's working memory (AdaMem's FIFO), as the ledger keeps it."""
+
+    participant: str
+    seq: int
+    dia_id: str
+    text: str
+    time: str | None = None
+    arrival: int | None = None
+
+
+class MemoryDocument(BaseModel):
+    """The whole memory of one namespace (or one person's part of it, `about`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    format: Literal["strata-memory"] = FORMAT
+    version: Literal[1] = VERSION
+    namespace: str
+    exported_at: datetime = Field(default_factory=utc_now)
+    about: str | None = Field(None, description="set for one person's copy, which is not importable")
+    records: list[Record] = Field(default_factory=list)
+    links: list[Link] = Field(default_factory=list)
+    history: list[Change] = Field(default_factory=list, description="oldest first")
+    working: list[WorkingRow] = Field(default_factory=list)
+    state: dict[str, Any] = Field(default_factory=dict)
+    items: list[ItemVersion] = Field(default_factory=list, description="every version, oldest first")
+
+
+class ImportReport(BaseModel):
+    """What an import wrote."""
+
+    records: int = 0
+    links: int = 0
+    history: int = 0
+    working: int = 0
+    state: int = 0
+    items: int = 0
+
+    def summary(self) -> str:
+        return (f"imported {self.records} records, {self.links} links, {self.history} history entries, "
+                f"{self.working} working-memory turns, {self.state} state values, {self.items} store item versions")
+
+
+def export_memory(store: MemoryStore, about: str = "") -> MemoryDocument:
+    """The namespace's memory as a document; with `about`, only what is said by or about that person."""
+    from strata.memory.erasure import erasure_targets  # the same choice of records as an erasure
+
+    ns = store.namespace
+    with store.writing():  # no writer of this namespace in between (a read: a read-only folder exports too)
+        if store.has_staged():
+            store.flush()  # what is staged is part of the memory
+        if about:
+            chosen = set(erasure_targets(store, about=about, done="exported"))
+            records = store.get(sorted(chosen))
+            history = [c for c in _history(store) if c.record_id in chosen]
+            return MemoryDocument(namespace=ns, about=about, records=records, history=history)
+        records = [r for kind in KINDS for r in store.all(kind, include_inactive=True)]
+        with store.ledger.reading() as session:
+            links = [Link(namespace=ns, src=r[0], dst=r[1], type=r[2], weight=float(r[3])) for r in session.execute(
+                "SELECT src, dst, type, weight FROM links WHERE namespace = ? ORDER BY src, dst, type", (ns,))]
+            working = [WorkingRow(participant=r[0], seq=int(r[1]), dia_id=r[2], text=r[3], time=r[4],
+                                  arrival=None if r[5] is None else int(r[5])) for r in session.execute(
+                "SELECT participant, seq, dia_id, text, time, arrival FROM working WHERE namespace = ? "
+                "ORDER BY participant, seq", (ns,))]
+            keys = [r[0] for r in session.execute("SELECT key FROM state WHERE namespace = ? ORDER BY key", (ns,))]
+        state = {key: store.ledger.get_state(ns, key) for key in keys if key != EDIT_JOURNAL}
+        items = store_items.versions(store.ledger, ns)
+        return MemoryDocument(namespace=ns, records=records, links=links, history=_history(store),
+                              working=working, state=state, items=items)
+
+
+def read_document(data: object) -> MemoryDocument:
+    """A document from parsed JSON, or an `InputError` of one line saying what is wrong with it."""
+    if not isinstance(data, dict):
+        raise InputError(f"a memory export is a JSON object, not {type(data).__name__}: export one with "
+                         "`strata export`")
+    if data.get("format") != FORMAT:
+        raise InputError(f"this is not a memory export (its format is {str(data.get('format'))[:40]!r}, "
+                         f"expected {FORMAT!r}): export one with `strata export`")
+    if data.get("version") != VERSION:
+        raise InputError(f"this export has version {str(data.get('version'))[:20]}; this strata reads version "
+                         f"{VERSION}: export it again with this version")
+    try:
+        return MemoryDocument.model_validate(data)
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ())) or "document"
+        raise InputError(f"the export is damaged at {where}: {first.get('msg', 'invalid')}; nothing was imported"
+                         ) from None
+
+
+def import_memory(store: MemoryStore, document: MemoryDocument) -> ImportReport:
+    """Write a document into this store's namespace, which must be empty (see the module doc)."""
+    if document.about is not None:
+        raise InputError(f"this export is {document.about}'s copy of their data, not a backup of the memory: "
+                         "import a whole export (`strata export` without --about)")
+    store.ledger.check_writable()
+    ns = store.namespace
+    held = sum(store.count(kind) for kind in KINDS) + store.ledger.count_history(ns)
+    if held:
+        raise InputError(f"the namespace {ns!r} is not empty ({held} records and changes): import into a new "
+                         "namespace, or drop this one first; nothing was imported")
+    records = [r.model_copy(update={"namespace": ns}) for r in document.records]
+    with store.edits():
+        for start in range(0, len(records), EMBED_BATCH):
+            store.add(records[start : start + EMBED_BATCH])
+        with store.ledger.transaction() as session:
+            store.ledger.add_links(link.model_copy(update={"namespace": ns}) for link in document.links)
+            new_ids: dict[int, int] = {}
+            for change in document.history:
+                renumbered = change.model_copy(update={
+                    "namespace": ns, "id": None,
+                    "undoes": new_ids.get(change.undoes) if change.undoes is not None else None,
+                    "follows": new_ids.get(change.follows) if change.follows is not None else None,
+                })
+                new_ids[int(change.id or 0)] = store.ledger.record_change(renumbered)
+            session.executemany(
+                "INSERT INTO working (namespace, participant, seq, dia_id, text, time, arrival) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [(ns, w.participant, w.seq, w.dia_id, w.text, w.time, w.arrival) for w in document.working],
+            )
+            for key, value in document.state.items():
+                store.ledger.set_state(ns, key, value)
+            for item in document.items:
+                store_items.insert_version(store.ledger, ns, item.key, item.value, item.text, item.indexed,
+                                           item.created_at, item.updated_at)
+    return ImportReport(records=len(records), links=len(document.links), history=len(document.history),
+                        working=len(document.working), state=len(document.state), items=len(document.items))
+
+
+def _history(store: MemoryStore) -> list[Change]:
+    return list(reversed(store.history(limit=10**9)))

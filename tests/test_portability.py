@@ -1,0 +1,136 @@
+"""Export and import (memory/portability.py) on real LoCoMo turns, in embedded memory folders.
+
+A memory exported and imported elsewhere is the same memory: every record (tombstoned
+ones too), link, history entry, working-memory turn, state value and store item; the
+same evidence for the same questions; an undo that still works. One person's copy holds
+only what is theirs. A wrong import writes nothing and says so in one line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from strata.memory.errors import InputError
+from strata.memory.portability import MemoryDocument
+
+from strata import Memory
+from strata.conversations import load_turns
+from strata.langgraph_store import StrataStore
+
+TURNS = 60
+QUESTIONS = ["When did Caroline go to the LGBTQ support group?", "What did Melanie paint recently?",
+             "What is Caroline's identity?", "What did Caroline research?"]
+
+
+@pytest.fixture
+def memory(locomo_dir: Path, tmp_path: Path, embedder: Any) -> Memory:
+    memory = Memory("conv-26", data_dir=str(tmp_path / "source"))
+    memory.add([t for s in load_turns(locomo_dir / "conv-26.json").sessions for t in s.turns][:TURNS])
+    memory.consolidate()
+    StrataStore(data_dir=str(tmp_path / "source")).put(("conv-26",), "pet", {"text": "Melanie has a cat"})
+    return memory
+
+
+def _contents(document: MemoryDocument) -> tuple[Any, ...]:
+    """What a document holds, without what depends on where it lives (namespace, history ids)."""
+    records = sorted((r.model_dump(mode="json", exclude={"namespace"}) for r in document.records),
+                     key=lambda r: r["id"])
+    links = sorted((link.src, link.dst, link.type.value, link.weight) for link in document.links)
+    history = [(c.record_id, c.action.value, c.old_text, c.new_text, c.old_fields, c.new_fields, c.reason, c.undone)
+               for c in document.history]
+    items = [(i.key, i.value, i.text) for i in document.items]
+    return records, links, history, [w.model_dump() for w in document.working], document.state, items
+
+
+def test_an_exported_memory_imported_elsewhere_is_the_same_memory(memory: Memory, tmp_path: Path) -> None:
+    deleted = memory.store.all("fact")[3]
+    memory.store.delete(deleted.id, reason="a request to forget")
+    memory.undo()
+    memory.store.delete(deleted.id, reason="asked again")  # history with an undo, and a tombstone
+    document = memory.export()
+    assert {r.kind for r in document.records} == {"raw", "fact", "episode", "persona", "summary"}
+    assert document.links and document.working and document.items and "entity_catalogue" in document.state
+    (tmp_path / "memory.json").write_text(document.model_dump_json())
+
+    moved = Memory("moved", data_dir=str(tmp_path / "target"))
+    report = moved.import_from(tmp_path / "memory.json")
+
+    assert report.records == len(document.records) and report.history == len(document.history)
+    again = moved.export()
+    assert _contents(again) == _contents(document)
+    undone = [c for c in again.history if c.undoes is not None]
+    assert undone and all(moved.store.ledger.get_change("moved", c.undoes) is not None for c in undone)
+    for question in QUESTIONS:
+        assert moved.retrieve(question).evidence_ids() == memory.retrieve(question).evidence_ids(), question
+    assert moved.undo().record_id == deleted.id and moved.get([deleted.id])[0].status.value == "active"
+    item = StrataStore(data_dir=str(tmp_path / "target")).get(("moved",), "pet")
+    assert item is not None and item.value == {"text": "Melanie has a cat"}
+
+
+def test_a_persons_copy_holds_only_what_is_theirs(memory: Memory) -> None:
+    copy = memory.export(about="Caroline")
+    assert copy.about == "Caroline" and copy.records and not copy.links and not copy.items
+    said = {r.id for r in memory.store.all("raw") if r.speaker == "Caroline"}
+    assert said <= {r.id for r in copy.records}
+    caroline_turns = {r.dialogue_id for r in memory.store.all("raw") if r.speaker == "Caroline"}
+    for record in copy.records:
+        assert "Caroline" in (record.speaker, record.subject, record.participant) or (
+            set(record.source_ids) & caroline_turns), record.id
+    assert {c.record_id for c in copy.history} <= {r.id for r in copy.records}
+
+
+def test_a_wrong_import_writes_nothing_and_says_so_in_one_line(memory: Memory, tmp_path: Path) -> None:
+    document = memory.export()
+    (tmp_path / "not-json.json").write_text("{nope")
+    damaged = json.loads(document.model_dump_json())
+    damaged["records"][0]["status"] = "sideways"
+    wrong: list[Any] = [
+        memory.export(about="Caroline"),  # a person's copy, not a backup
+        {**json.loads(document.model_dump_json()), "version": 9},
+        {"format": "something-else"},
+        damaged,
+        [1, 2],
+        tmp_path / "missing.json",
+        tmp_path / "not-json.json",
+        str(tmp_path),  # a folder
+    ]
+    target = Memory("target", data_dir=str(tmp_path / "target"))
+    for bad in wrong:
+        with pytest.raises(InputError) as error:
+            target.import_from(bad)
+        assert "\n" not in str(error.value) and str(error.value)
+    assert target.stats()["raw"]["active"] == 0 and target.stats()["history"] == 0
+    with pytest.raises(InputError, match="not empty"):
+        memory.import_from(document)  # into a namespace that holds a memory already
+    assert len(memory.export().records) == len(document.records)
+
+
+def test_export_and_import_from_the_command_line(memory: Memory, tmp_path: Path, offline_env: dict[str, str]) -> None:
+    from strata.memory.registry import close_all
+
+    close_all()  # an embedded folder is one process's at a time
+    file = tmp_path / "out" / "memory.json"
+    source = [sys.executable, "-m", "strata", "--data-dir", str(tmp_path / "source"), "--namespace", "conv-26"]
+    target = [sys.executable, "-m", "strata", "--data-dir", str(tmp_path / "cli"), "--namespace", "moved"]
+    wrote = subprocess.run([*source, "export", "--out", str(file)], capture_output=True, text=True, env=offline_env,
+                           timeout=300)
+    assert wrote.returncode == 0 and "records" in wrote.stdout, wrote.stderr
+    done = subprocess.run([*target, "import", str(file)], capture_output=True, text=True, env=offline_env, timeout=300)
+    assert done.returncode == 0 and done.stdout.startswith("imported "), done.stderr
+    twice = subprocess.run([*target, "import", str(file)], capture_output=True, text=True, env=offline_env,
+                           timeout=300)
+    assert twice.returncode == 2 and len(twice.stderr.strip().splitlines()) == 1 and "not empty" in twice.stderr
+    moved = Memory("moved", data_dir=str(tmp_path / "cli"))
+    assert _contents(moved.export()) == _contents(MemoryDocument.model_validate_json(file.read_text()))
+
+
+def test_the_async_twins(memory: Memory, tmp_path: Path) -> None:
+    document = asyncio.run(memory.aexport())
+    report = asyncio.run(Memory("moved", data_dir=str(tmp_path / "async")).aimport_from(document))
+    assert report.records == len(document.records)
