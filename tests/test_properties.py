@@ -204,6 +204,16 @@ def test_erasure_listed_with_any_arguments_and_refused_without_a_real_target(
     assert fingerprint(populated) == guarded
 
 
+@settings(max_examples=examples(100))
+@given(document=mostly(st.fixed_dictionaries({"format": st.just("strata-memory"), "version": st.just(1),
+                                              "namespace": texts, "records": anything}), anything))
+def test_import_with_any_document_into_a_full_namespace_changes_nothing(populated: Memory, document: Any) -> None:
+    """Whatever is offered as an export, an import into a namespace that holds a memory refuses in one line."""
+    guarded = fingerprint(populated)
+    assert works_or_one_line(lambda: populated.import_from(document)) is None
+    assert fingerprint(populated) == guarded
+
+
 @settings(max_examples=examples(250))
 @given(namespace=texts, name=st.sampled_from(SETTINGS), value=mostly(st.integers(-2, 70_000) | words, anything))
 def test_constructor_with_any_namespace_or_setting(
