@@ -326,6 +326,11 @@ class Ledger:
                 (namespace, key, json.dumps(value)),
             )
 
+    def clear_state(self, namespace: str, key: str) -> None:
+        """Remove one value; joins the transaction open in this thread."""
+        with self.transaction() as session:
+            session.execute("DELETE FROM state WHERE namespace = ? AND key = ?", (namespace, key))
+
     def bump(self, namespace: str, key: str, by: int = 1) -> int:
         """Add `by` to an integer counter in one transaction and return its new value.
 

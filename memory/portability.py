@@ -10,7 +10,10 @@ every record again with the target's embedder: moving a laptop's memory to a
 deployment, or to another embedder, is an export and an import.
 
 History ids are the target ledger's own (other namespaces share its counter), so the
-links between changes (`undoes`, `follows`) are renumbered with them.
+links between changes (`undoes`, `follows`) are renumbered with them. The records go to
+Chroma first, then the rest in one ledger transaction; a mark in the ledger's state says
+an import is under way, so an import stopped halfway (the process killed) is not taken
+for a memory: the next import of the namespace drops what it wrote and writes it all.
 
 With `about`, the document holds what `erase(about=...)` would remove for that
 person, and their history: the copy of their data a person may ask for. It is not a
@@ -34,6 +37,7 @@ from strata.memory.store_items import ItemVersion
 FORMAT = "strata-memory"
 VERSION = 1
 EMBED_BATCH = 512  # records embedded and written per step of an import
+IMPORTING = "import_in_progress"  # ledger state while an import writes: one stopped halfway is started again
 
 
 class WorkingRow(BaseModel):
@@ -102,7 +106,7 @@ def export_memory(store: MemoryStore, about: str = "") -> MemoryDocument:
                 "SELECT participant, seq, dia_id, text, time, arrival FROM working WHERE namespace = ? "
                 "ORDER BY participant, seq", (ns,))]
             keys = [r[0] for r in session.execute("SELECT key FROM state WHERE namespace = ? ORDER BY key", (ns,))]
-        state = {key: store.ledger.get_state(ns, key) for key in keys if key != EDIT_JOURNAL}
+        state = {key: store.ledger.get_state(ns, key) for key in keys if key not in (EDIT_JOURNAL, IMPORTING)}
         items = store_items.versions(store.ledger, ns)
         return MemoryDocument(namespace=ns, records=records, links=links, history=_history(store),
                               working=working, state=state, items=items)
@@ -135,12 +139,15 @@ def import_memory(store: MemoryStore, document: MemoryDocument) -> ImportReport:
                          "import a whole export (`strata export` without --about)")
     store.ledger.check_writable()
     ns = store.namespace
-    held = sum(store.count(kind) for kind in KINDS) + store.ledger.count_history(ns)
-    if held:
-        raise InputError(f"the namespace {ns!r} is not empty ({held} records and changes): import into a new "
-                         "namespace, or drop this one first; nothing was imported")
     records = [r.model_copy(update={"namespace": ns}) for r in document.records]
     with store.edits():
+        if store.state(IMPORTING) is not None:
+            store.drop()  # what an import stopped halfway wrote: this one writes it all again
+        held = sum(store.count(kind) for kind in KINDS) + store.ledger.count_history(ns)
+        if held:
+            raise InputError(f"the namespace {ns!r} is not empty ({held} records and changes): import into a new "
+                             "namespace, or drop this one first; nothing was imported")
+        store.ledger.set_state(ns, IMPORTING, document.exported_at.isoformat())
         for start in range(0, len(records), EMBED_BATCH):
             store.add(records[start : start + EMBED_BATCH])
         with store.ledger.transaction() as session:
@@ -163,6 +170,7 @@ def import_memory(store: MemoryStore, document: MemoryDocument) -> ImportReport:
             for item in document.items:
                 store_items.insert_version(store.ledger, ns, item.key, item.value, item.text, item.indexed,
                                            item.created_at, item.updated_at)
+            store.ledger.clear_state(ns, IMPORTING)
     return ImportReport(records=len(records), links=len(document.links), history=len(document.history),
                         working=len(document.working), state=len(document.state), items=len(document.items))
 

@@ -134,3 +134,28 @@ def test_the_async_twins(memory: Memory, tmp_path: Path) -> None:
     document = asyncio.run(memory.aexport())
     report = asyncio.run(Memory("moved", data_dir=str(tmp_path / "async")).aimport_from(document))
     assert report.records == len(document.records)
+
+
+def test_an_import_stopped_halfway_is_written_again_whole(
+    memory: Memory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The process dies after the records reached Chroma and before the ledger's part committed (simulated by
+    a failure in the last step): the next import does not take that for a memory, and writes it all."""
+    from strata.memory import store_items
+
+    document = memory.export()
+    target = Memory("moved", data_dir=str(tmp_path / "target"))
+
+    def dies(*args: Any, **kwargs: Any) -> int:
+        raise RuntimeError("killed")
+
+    monkeypatch.setattr(store_items, "insert_version", dies)
+    with pytest.raises(RuntimeError):
+        target.import_from(document)
+    assert target.stats()["raw"]["active"] > 0 and target.stats()["history"] == 0  # half written
+    monkeypatch.undo()
+
+    report = target.import_from(document)
+
+    assert report.records == len(document.records)
+    assert _contents(target.export()) == _contents(document)
