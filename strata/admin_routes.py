@@ -14,6 +14,7 @@ STRATA_* settings), under `/strata/...`, with a namespace named by `?namespace=`
                                 unless "confirm": true
     GET  /strata/graph          ?question=... or ?person=... (JSON)
     GET  /strata/export         the whole memory as one document, or ?about=<name>: that person's copy
+    POST /strata/import         an export (the body) into this namespace, which must be empty
     POST /strata/consolidate    {"limit": null}
 
 Every route needs `Authorization: Bearer <STRATA_ADMIN_TOKEN>`; a server without that
@@ -45,6 +46,7 @@ from starlette.routing import Route
 from strata.api import Memory, checked
 from strata.checkpoint import strings_in
 from strata.memory.errors import InputError, NotFoundError, StrataError
+from strata.memory.portability import read_document
 
 LOG = logging.getLogger(__name__)
 TOKEN_VARIABLE = "STRATA_ADMIN_TOKEN"
@@ -173,6 +175,16 @@ async def export(request: Request, memory: Memory) -> Any:
     return await memory.aexport(request.query_params.get("about"))
 
 
+async def import_document(request: Request, memory: Memory) -> Any:
+    """An export (the body) written into this namespace, which must be empty."""
+    raw = await request.body()
+    try:
+        document = json.loads(raw)
+    except ValueError:
+        raise InputError("the body is not JSON: send a file `strata export` or GET /strata/export wrote") from None
+    return await memory.aimport_from(read_document(document))  # a document, never a path on the server
+
+
 async def erase(request: Request, memory: Memory) -> Any:
     """List what an erase would remove, server threads included; with "confirm": true, remove it."""
     body = await _body(request, _EraseBody)
@@ -235,5 +247,6 @@ app = Starlette(routes=[
     Route("/strata/erase", route(erase), methods=["POST"]),
     Route("/strata/graph", route(graph), methods=["GET"]),
     Route("/strata/export", route(export), methods=["GET"]),
+    Route("/strata/import", route(import_document), methods=["POST"]),
     Route("/strata/consolidate", route(consolidate), methods=["POST"]),
 ])

@@ -235,9 +235,11 @@ class Memory:
         return export_memory(self.store, request.about or "")
 
     def import_from(self, document: MemoryDocument | dict[str, Any] | str | os.PathLike[str]) -> ImportReport:
-        """Write an export (the document, its parsed JSON, or the path of its file) into this namespace,
-        which must be empty; every record is embedded again with this memory's embedder."""
-        if isinstance(document, str | os.PathLike):
+        """Write an export (the document, its JSON text or parsed JSON, or the path of its file) into this
+        namespace, which must be empty; every record is embedded again with this memory's embedder."""
+        if isinstance(document, str) and document.lstrip().startswith("{"):
+            document = _parsed(document)
+        elif isinstance(document, str | os.PathLike):
             document = _read_json(Path(document))
         if not isinstance(document, MemoryDocument):
             document = read_document(document)
@@ -379,11 +381,19 @@ def checked(model: type[_Arguments], /, **arguments: object) -> _Arguments:
 def _read_json(path: Path) -> object:
     """A JSON file's content, or an `InputError` of one line."""
     try:
-        return json.loads(path.expanduser().read_text(encoding="utf-8"))
+        return _parsed(path.expanduser().read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise InputError(f"no file {path}: give the path of a file `export` wrote") from None
-    except (OSError, UnicodeDecodeError, ValueError) as error:
-        raise InputError(f"cannot read {path} as JSON ({type(error).__name__}): give a file `export` wrote") from None
+        raise InputError(f"no file {str(path)[:200]}: give the path of a file `export` wrote") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise InputError(f"cannot read {str(path)[:200]} ({type(error).__name__}): give a file `export` wrote"
+                         ) from None
+
+
+def _parsed(text: str) -> object:
+    try:
+        return json.loads(text)
+    except ValueError as error:
+        raise InputError(f"the export is not JSON ({error}): give what `export` wrote") from None
 
 
 def _text(value: object, what: str) -> str:

@@ -73,6 +73,16 @@ def test_an_operator_exports_the_memory_or_one_persons_copy(memory: Memory, clie
     assert nobody.status_code == 400 and nobody.json()["error"].endswith("nothing was exported")
 
 
+def test_an_operator_imports_an_export_into_an_empty_namespace(memory: Memory, client: TestClient) -> None:
+    whole = client.get(f"/strata/export?namespace={NAMESPACE}", headers=AUTH).text
+    done = client.post("/strata/import?namespace=moved", content=whole, headers=AUTH)
+    assert done.status_code == 200 and done.json()["records"] == len(memory.export().records)
+    assert Memory("moved").stats()["raw"]["active"] == 20
+    for body in (whole, '"/etc/hostname"', "[1]", "{"):  # a full namespace; a path is never read on the server
+        refused = client.post("/strata/import?namespace=moved", content=body, headers=AUTH)
+        assert refused.status_code == 400 and "\n" not in refused.json()["error"], refused.json()
+
+
 def test_history_and_undo_through_http(memory: Memory, client: TestClient) -> None:
     target = memory.store.all("fact")[0]
     memory.store.delete(target.id, reason="operator check")

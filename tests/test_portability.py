@@ -130,10 +130,12 @@ def test_export_and_import_from_the_command_line(memory: Memory, tmp_path: Path,
     assert _contents(moved.export()) == _contents(MemoryDocument.model_validate_json(file.read_text()))
 
 
-def test_the_async_twins(memory: Memory, tmp_path: Path) -> None:
+def test_the_async_twins_and_the_export_as_text(memory: Memory, tmp_path: Path) -> None:
     document = asyncio.run(memory.aexport())
     report = asyncio.run(Memory("moved", data_dir=str(tmp_path / "async")).aimport_from(document))
     assert report.records == len(document.records)
+    as_text = Memory("text", data_dir=str(tmp_path / "async")).import_from(document.model_dump_json())
+    assert as_text.records == len(document.records)
 
 
 def test_an_import_stopped_halfway_is_written_again_whole(
