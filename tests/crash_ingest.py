@@ -13,6 +13,7 @@ runs to the end and, given a trace file, writes every label it saw.
 
     python tests/crash_ingest.py DATA_DIR TARGET NTH ingest LOCOMO_FILE SESSIONS [TRACE]
     python tests/crash_ingest.py DATA_DIR TARGET NTH update RECORD_ID TEXT
+    python tests/crash_ingest.py DATA_DIR TARGET NTH import EXPORT_FILE
 
 The conversation is the first SESSIONS sessions of the LoCoMo file, then two
 short sessions in which Caroline moves, so the Refresher updates a fact.
@@ -156,8 +157,10 @@ def main() -> None:
     elif command == "update":
         record_id, text = args
         memory.store.update(record_id, text, reason="an edit killed midway", policy="user")
+    elif command == "import":
+        memory.import_from(Path(args[0]))
     else:
-        raise SystemExit(f"unknown command {command!r}: ingest or update")
+        raise SystemExit(f"unknown command {command!r}: ingest, update or import")
 
 
 if __name__ == "__main__":

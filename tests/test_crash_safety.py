@@ -255,3 +255,38 @@ def test_an_edit_killed_midway_is_taken_back_on_the_postgres_ledger(
 ) -> None:
     url = postgres.create_database(f"t_{uuid.uuid4().hex[:12]}")
     killed_edits_are_taken_back(data_dir, {**offline_env, "STRATA_LEDGER_URL": url}, ledger_url=url)
+
+
+# (label, n) for an import (memory/portability.py), as above, counted from the start of each run (a run after a
+# kill first drops what the killed one wrote): the import's mark in the ledger, its records, its one ledger
+# transaction for the rest.
+IMPORT_KILLS: list[tuple[str, int]] = [
+    ("ledger:commit", 1),  # the first run: the mark that an import is under way, not committed
+    ("add:>ledger:commit", 1),  # the records in Chroma, their change sequence not committed
+    ("add:", 2),  # the records written (`add:...:after`), links, history and state not
+    ("add:>ledger:commit", 2),  # links, history, working memory, state and items in, not committed
+]
+
+
+@pytest.mark.timeout(1200)  # four killed processes and one that finishes
+def test_an_import_killed_at_any_step_is_written_whole_by_the_next(
+    tmp_path: Path, locomo_dir: Path, offline_env: dict[str, str], embedder: object
+) -> None:
+    source = Memory("source", data_dir=str(tmp_path / "source"))
+    ingest_conversation(source, conversation(locomo_dir / "conv-26.json", QUICK_SESSIONS))
+    document = source.export()
+    file = tmp_path / "export.json"
+    file.write_text(document.model_dump_json())
+    target = tmp_path / "target"
+    for label, nth in IMPORT_KILLS:
+        killed = run_script(target, offline_env, label, nth, "import", str(file))
+        assert killed.returncode == -9, f"{label} #{nth} was never reached: {killed.stderr[-1500:]}"
+    done = run_script(target, offline_env, "", 0, "import", str(file))
+    assert done.returncode == 0, done.stderr[-2000:]
+    moved = Memory(NAMESPACE, data_dir=str(target)).export()
+    assert sorted(r.model_dump_json(exclude={"namespace"}) for r in moved.records) == sorted(
+        r.model_dump_json(exclude={"namespace"}) for r in document.records)
+    assert sorted((x.src, x.dst, x.type) for x in moved.links) == sorted((x.src, x.dst, x.type) for x in document.links)
+    assert [(c.record_id, c.action) for c in moved.history] == [(c.record_id, c.action) for c in document.history]
+    assert moved.state == document.state and moved.working == document.working
+    close_all()
