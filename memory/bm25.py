@@ -13,8 +13,9 @@ import heapq
 import math
 from collections import Counter, defaultdict
 from collections.abc import Callable
-from operator import itemgetter
 from typing import Any
+
+from strata.memory.records import natural_order
 
 
 def _default_tokenize(text: str) -> list[str]:
@@ -97,7 +98,14 @@ class BM25Index:
                 norm = tf + self.k1 * (1 - self.b + self.b * self._lengths[doc_id] / avg_len)
                 scores[doc_id] += idf * tf * (self.k1 + 1) / norm
         items = scores.items() if allowed is None else [item for item in scores.items() if allowed(item[0])]
-        return heapq.nlargest(k, items, key=itemgetter(1))  # the order of a full sort, without sorting every match
+        # Best first, equal scores in the ids' natural order (D1:2 before D1:10): the order the index was
+        # filled in (how the records were loaded) must not decide between them, or a memory reopened from
+        # disk would rank otherwise than the live one.
+        return heapq.nsmallest(k, items, key=_best_then_id)
+
+
+def _best_then_id(item: tuple[str, float]) -> tuple[float, tuple[str | int, ...]]:
+    return -item[1], natural_order(item[0])
 
 
 def reciprocal_rank_fusion(rankings: list[list[str]], k: int = 60) -> list[tuple[str, float]]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from datetime import datetime
 from enum import StrEnum
+from functools import lru_cache
 from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -216,6 +217,13 @@ class Dated(Protocol):
     id: str
     dialogue_id: str
     time: datetime | None
+
+
+@lru_cache(maxsize=200_000)
+def natural_order(record_id: str) -> tuple[str | int, ...]:
+    """An id's sort key with its numbers compared as numbers (raw:D1:2 before raw:D1:10): how equal scores
+    are ordered, so that the order a memory was loaded in never decides a ranking."""
+    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", record_id))
 
 
 def chronological_key(item: Dated) -> tuple[float, tuple[int, ...], str]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 import numpy as np
+from strata.memory.records import natural_order
 
 EXACT_LIMIT = 5_000
 """Records of one kind up to which a namespace searches its vectors in memory (7.5 MB at most per kind;
@@ -62,11 +63,14 @@ class ExactIndex:
         found: list[tuple[str, float]] = []
         for row in order:
             record_id = self._ids[row]
-            if record_id is not None and allowed(record_id):
-                found.append((record_id, float(scores[row])))
-                if len(found) >= k:
-                    break
-        return found
+            if record_id is None or not allowed(record_id):
+                continue
+            score = float(scores[row])
+            if len(found) >= k and score != found[-1][1]:
+                break  # past the k-th, only records as similar as it (the same text) are read on
+            found.append((record_id, score))
+        found.sort(key=lambda hit: (-hit[1], natural_order(hit[0])))  # equal ones by id, not by load order
+        return found[:k]
 
     def _grow(self, dim: int) -> int:
         row = len(self._ids)
