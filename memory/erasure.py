@@ -19,8 +19,8 @@ for their data to be removed needs the opposite: nothing left to bring back.
 - what an erased note added to its neighbours (A-MEM evolution: tags and a
   context line), by giving each neighbour back what it had before;
 - every version of an erased LangGraph store item (memory/store_items.py);
-  `Memory.erase` also deletes the saved threads that hold an erased text
-  (strata/checkpoint.py), with `ErasurePlan.texts`;
+  `Memory.erase` also deletes the saved threads that hold an erased record
+  (strata/checkpoint.py), with `ErasurePlan.said`;
 - the bytes on disk, where this process can reach them: the ledger deletes with
   SQLite's secure delete and is vacuumed at once. Chroma drops the records from
   its write-ahead log when a collection's index is next saved: at once for the
@@ -91,32 +91,43 @@ class ErasureReport(BaseModel):
                 f"{self.retold} episodes retold{threads}; {disk}{log}")
 
 
+Said = tuple[str, str]  # (the id a saved state names a record by, a text the record had)
+
+
 @dataclass(frozen=True)
 class ErasurePlan:
     """What an erasure will remove, worked out before anything changes (a listing shows it; `apply`
-    carries it out). `texts` is every text that leaves the memory, each version of it: what a thread's
-    saved state (strata/checkpoint.py) may still hold. It is not part of any report."""
+    carries it out). `said` pairs every id an erased record goes by (its id; a turn's dialogue id too)
+    with every text it had, each version: what a thread's saved state may still hold (a turn or an
+    evidence item is an id beside a text). It is not part of any report."""
 
     targets: list[str]
     turns: set[str]
     retold: list[Record]
-    texts: list[str]
+    said: list[Said]
+
+    @property
+    def texts(self) -> set[str]:
+        return {text for _, text in self.said}
 
 
 def plan_erasure(store: MemoryStore, ids: Sequence[str] = (), about: str = "") -> ErasurePlan:
-    """The records `erase` would remove (`erasure_targets`), the episodes it would tell again, and the
-    texts that go: those of the records and every earlier version of them or of a retold episode."""
+    """The records `erase` would remove (`erasure_targets`), the episodes it would tell again, and what
+    they said: each record's texts, now and in every earlier version, by each id it goes by."""
     if not ids and not about:
         raise InputError("erase needs record ids or a participant's name (about=...): nothing was erased")
     targets = erasure_targets(store, ids, about)
     records = store.get(targets)
     turns = erased_turns(records)
     episodes = retold(store, turns)
-    texts = {r.text for r in records} | {r.text for r in store.get([e.id for e in episodes])}
-    for record_id in [*targets, *(e.id for e in episodes)]:
-        for change in store.history(record_id, limit=1_000_000):
+    said: set[Said] = set()
+    for record in [*records, *store.get([e.id for e in episodes])]:
+        names = {record.id, record.dialogue_id} if record.kind == "raw" and record.dialogue_id else {record.id}
+        texts = {record.text}
+        for change in store.history(record.id, limit=1_000_000):
             texts |= {change.old_text, change.new_text}
-    return ErasurePlan(targets, turns, episodes, sorted(t for t in texts if t.strip()))
+        said |= {(name, text) for name in names for text in texts if text.strip()}
+    return ErasurePlan(targets, turns, episodes, sorted(said))
 
 
 def erasure_targets(store: MemoryStore, ids: Sequence[str] = (), about: str = "", done: str = "erased") -> list[str]:
@@ -214,19 +225,32 @@ def _rejoined(store: MemoryStore, erased: set[str]) -> list[Link]:
     """The temporal links that keep the chain of turns whole: the turn before a run of erased turns
     is linked to the turn after it (the erased turns' own links go with them)."""
     edges = store.edges(sorted(erased), [LinkType.TEMPORAL])
-    before = {link.dst: link.src for link in edges}
-    after = {link.src: link.dst for link in edges}
-    joined: set[tuple[str, str]] = set()
-    for turn in erased & set(before):
-        first: str | None = turn
-        while first in erased:
-            first = before.get(first)
-        last: str | None = turn
-        while last in erased:
-            last = after.get(last)
-        if first and last:
-            joined.add((first, last))
+    before: dict[str, set[str]] = {}
+    after: dict[str, set[str]] = {}
+    for link in edges:
+        before.setdefault(link.dst, set()).add(link.src)
+        after.setdefault(link.src, set()).add(link.dst)
+    joined = {(first, last) for turn in erased for first in _kept_along(turn, before, erased)
+              for last in _kept_along(turn, after, erased) if first != last}
     return [Link(namespace=store.namespace, src=a, dst=b, type=LinkType.TEMPORAL) for a, b in sorted(joined)]
+
+
+def _kept_along(turn: str, step: dict[str, set[str]], erased: set[str]) -> set[str]:
+    """The turns that stay first met from `turn` along the temporal links (`step`: one direction of
+    them), through erased turns only; a turn sent again makes a cycle, walked once."""
+    kept: set[str] = set()
+    seen = {turn}
+    frontier = [turn]
+    while frontier:
+        for other in step.get(frontier.pop(), ()):
+            if other in seen:
+                continue
+            seen.add(other)
+            if other in erased:
+                frontier.append(other)
+            else:
+                kept.add(other)
+    return kept
 
 
 def _out_of_graph_state(store: MemoryStore, erased: set[str]) -> None:

@@ -22,7 +22,7 @@ variable refuses them all, so mounting the app opens nothing by itself. A wrong 
 gets a 4xx with one line (`{"error": ...}`), never a traceback, and changes nothing.
 
 An erase on a server also deletes the server's own threads whose saved states hold an
-erased text (the in-process SDK client: `langgraph_sdk.get_client()`), as `Memory.erase`
+erased record (the in-process SDK client: `langgraph_sdk.get_client()`), as `Memory.erase`
 does for the threads file of a data folder. Chroma's file keeps the erased rows' bytes in
 free pages until it is rebuilt with the server stopped (`strata erase` or `chroma vacuum`).
 """
@@ -44,13 +44,13 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from strata.api import Memory, checked
-from strata.checkpoint import strings_in
+from strata.checkpoint import Said, said_in
 from strata.memory.errors import InputError, NotFoundError, StrataError
 from strata.memory.portability import read_document
 
 LOG = logging.getLogger(__name__)
 TOKEN_VARIABLE = "STRATA_ADMIN_TOKEN"
-THREADS_PAGE = 100  # threads read per call when an erase looks for those holding erased text
+THREADS_PAGE = 100  # threads read per call when an erase looks for those holding erased records
 HISTORY_PAGE = 100  # saved states of one thread read per call
 
 Handler = Callable[[Request, Memory], Awaitable[Any]]
@@ -189,7 +189,7 @@ async def erase(request: Request, memory: Memory) -> Any:
     """List what an erase would remove, server threads included; with "confirm": true, remove it."""
     body = await _body(request, _EraseBody)
     plan = await asyncio.to_thread(memory.erasure_plan, body.ids, body.about)
-    threads = await server_threads_holding(set(plan.texts))
+    threads = await server_threads_holding(set(plan.said))
     if not body.confirm:
         return {"erased": False, "would_erase": plan.targets, "would_delete_threads": threads,
                 "hint": 'nothing was erased: send "confirm": true to erase them'}
@@ -199,17 +199,18 @@ async def erase(request: Request, memory: Memory) -> Any:
     return report
 
 
-async def server_threads_holding(texts: set[str]) -> list[str]:
-    """The server's threads any of whose saved states holds one of `texts` as a whole string."""
+async def server_threads_holding(said: set[Said]) -> list[str]:
+    """The server's threads any of whose saved states holds one of the (id, text) pairs `said` (as
+    `strata.checkpoint.threads_holding` reads a data folder's threads file)."""
     from langgraph_sdk import get_client
 
     client = get_client()  # in process: the server this app is mounted in
     found: list[str] = []
     offset = 0
-    while texts:
+    while said:
         page = await client.threads.search(limit=THREADS_PAGE, offset=offset)
         for thread in page:
-            if await _holds(client, thread, texts):
+            if await _holds(client, thread, said):
                 found.append(thread["thread_id"])
         if len(page) < THREADS_PAGE:
             break
@@ -217,13 +218,13 @@ async def server_threads_holding(texts: set[str]) -> list[str]:
     return found
 
 
-async def _holds(client: Any, thread: dict[str, Any], texts: set[str]) -> bool:
-    if not texts.isdisjoint(strings_in(thread.get("values"))):
+async def _holds(client: Any, thread: dict[str, Any], said: set[Said]) -> bool:
+    if not said.isdisjoint(said_in(thread.get("values"))):
         return True
     before: Any = None
     while True:
         states = await client.threads.get_history(thread["thread_id"], limit=HISTORY_PAGE, before=before)
-        if any(not texts.isdisjoint(strings_in(state.get("values"))) for state in states):
+        if any(not said.isdisjoint(said_in(state.get("values"))) for state in states):
             return True
         if len(states) < HISTORY_PAGE:
             return False

@@ -216,7 +216,7 @@ class Memory:
         it reaches on disk)."""
         plan = self.erasure_plan(ids, about)
         self.store.ledger.check_writable()  # a read-only folder refuses before any thread is deleted
-        threads, rebuilt = erase_threads(self.context("ask").data_dir, plan.texts)  # first: it may fail to open
+        threads, rebuilt = erase_threads(self.context("ask").data_dir, plan.said)  # first: it may fail to open
         report = apply_erasure(self.store, plan)
         report.threads, report.threads_compacted = threads, rebuilt
         return report

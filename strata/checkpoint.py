@@ -130,106 +130,113 @@ def checkpointer_for(memory: object) -> SqliteSaver:
 # erasure -------------------------------------------------------------------------------------------
 # `Memory.erase` removes what someone said from the memory; a thread saved here may still hold it (the
 # turns it ingested, the evidence it was shown, the answer). LangGraph can delete a thread, not part
-# of one, so a thread whose saved state holds an erased text goes whole. The tables read are the ones
-# SqliteSaver and AsyncSqliteSaver write (`checkpoints`, `writes`).
+# of one, so a thread whose saved state holds an erased record goes whole. A saved state does not say
+# whose memory it read, so a record is known by what the state keeps of it: its id beside its text (a
+# turn's `dia_id` and `text`, an evidence item's `id` and `text`), which another namespace's thread
+# holds only if it holds the same record. The tables read are the ones SqliteSaver and
+# AsyncSqliteSaver write (`checkpoints`, `writes`).
 _BLOBS = (("checkpoints", "type", "checkpoint"), ("checkpoints", "'json'", "metadata"), ("writes", "type", "value"))
+_ID_FIELDS = ("id", "dia_id", "dialogue_id")
+Said = tuple[str, str]
 
 
-def threads_holding(data_dir: str | Path, texts: Iterable[str]) -> list[str]:
-    """The threads of a data folder whose saved state holds one of `texts` as a whole string value
-    (a turn's text, an evidence item's, a message's), in any of their checkpoints or pending writes."""
-    wanted = set(texts)
-    path = checkpoint_path(data_dir)
-    if not wanted or not path.is_file():
-        return []
-    conn = _connect(path)
-    try:
-        return sorted(_holding(conn, wanted))
-    finally:
-        conn.close()
+def threads_holding(data_dir: str | Path, said: Iterable[Said]) -> list[str]:
+    """The threads of a data folder whose saved state holds one of the (id, text) pairs `said`: a
+    record (a turn, an evidence item) with that id and that text, in any checkpoint or pending write."""
+    with _threads_file(data_dir, set(said)) as (conn, wanted):
+        return sorted(_holding(conn, wanted)) if conn is not None else []
 
 
-def erase_threads(data_dir: str | Path, texts: Iterable[str]) -> tuple[list[str], bool]:
-    """Delete the threads that hold one of `texts` (`threads_holding`), their bytes included: deletes
+def erase_threads(data_dir: str | Path, said: Iterable[Said]) -> tuple[list[str], bool]:
+    """Delete the threads that hold one of `said` (`threads_holding`), their bytes included: deletes
     overwrite what they free, and the file is rebuilt. Returns the threads deleted and whether the file
     was rebuilt (not while another connection is writing to it: the deleted rows' bytes are then
     overwritten already, and only the file's free pages remain to reclaim)."""
-    wanted = set(texts)
-    path = checkpoint_path(data_dir)
-    if not wanted or not path.is_file():
-        return [], False
-    conn = _connect(path)
-    try:
+    with _threads_file(data_dir, set(said)) as (conn, wanted):
+        if conn is None:
+            return [], False
         conn.execute("PRAGMA secure_delete=ON")
         threads = sorted(_holding(conn, wanted))
         with conn:
             for table in ("checkpoints", "writes"):
                 conn.executemany(f"DELETE FROM {table} WHERE thread_id = ?", [(t,) for t in threads])
-    except sqlite3.Error as exc:
-        conn.close()
-        raise ConfigError(f"cannot delete the saved threads in {path} ({exc}): check the file is writable; "
-                          "the memory's records were not erased") from None
     try:
-        compacted = vacuum(conn) if threads else False
-    except sqlite3.OperationalError:  # another process holds the file: its deletes are done all the same
-        compacted = False
+        return threads, _vacuumed(data_dir) if threads else False
+    except sqlite3.Error:
+        return threads, False  # the deletes are done; another connection kept the file from being rebuilt
+
+
+@contextmanager
+def _threads_file(data_dir: str | Path, wanted: set[Said]) -> Iterator[tuple[sqlite3.Connection | None, set[Said]]]:
+    """The threads file, open for reading and writing (None when there is none or nothing is wanted);
+    any SQLite error is one `ConfigError` (the memory's records are erased only after this succeeds)."""
+    path = checkpoint_path(data_dir)
+    if not wanted or not path.is_file():
+        yield None, wanted
+        return
+    try:
+        conn = sqlite3.connect(f"{path.as_uri()}?mode=rw", uri=True, timeout=BUSY_SECONDS)
+    except sqlite3.Error as exc:
+        raise ConfigError(f"cannot open the saved threads at {path} ({exc}): check the file; "
+                          "nothing was erased") from None
+    try:
+        yield conn, wanted
+    except sqlite3.Error as exc:
+        raise ConfigError(f"cannot read or change the saved threads in {path} ({exc}): check the file is a "
+                          "writable SQLite database; nothing was erased") from None
     finally:
         conn.close()
-    return threads, compacted
 
 
-def _connect(path: Path) -> sqlite3.Connection:
+def _vacuumed(data_dir: str | Path) -> bool:
+    conn = sqlite3.connect(checkpoint_path(data_dir), timeout=BUSY_SECONDS)
     try:
-        return sqlite3.connect(f"{path.as_uri()}?mode=rw", uri=True, timeout=BUSY_SECONDS)
-    except sqlite3.Error as exc:
-        raise ConfigError(f"cannot open the thread checkpoints at {path} ({exc}): check the file's permissions; "
-                          "the memory's records were not erased") from exc
+        return vacuum(conn)
+    finally:
+        conn.close()
 
 
-def _holding(conn: sqlite3.Connection, wanted: set[str]) -> set[str]:
+def _holding(conn: sqlite3.Connection, wanted: set[Said]) -> set[str]:
     found: set[str] = set()
     tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     for table, kind, column in _BLOBS:
         if table not in tables:
             continue
         for thread, serialised, blob in conn.execute(f"SELECT thread_id, {kind}, {column} FROM {table}"):
-            if thread not in found and not wanted.isdisjoint(_strings(serialised, blob)):
+            if thread not in found and not wanted.isdisjoint(said_in(_read(serialised, blob))):
                 found.add(thread)
     return found
 
 
-def _strings(serialised: str, blob: bytes | str | None) -> set[str]:
-    """Every string in one saved value, read without rebuilding any object (so no type needs allowing):
-    an extension (a model, a message, a set ...) is itself msgpack, read the same way."""
-    found: set[str] = set()
+def _read(serialised: str, blob: bytes | str | None) -> object:
+    """One saved value as plain lists and dicts, without rebuilding any object (so no type needs
+    allowing): an extension (a model, a message, a set ...) is itself msgpack, read the same way."""
 
-    def extension(_tag: int, data: bytes) -> None:
-        _collect(ormsgpack.unpackb(data, ext_hook=extension), found)
+    def extension(_tag: int, data: bytes) -> object:
+        return ormsgpack.unpackb(data, ext_hook=extension)
 
     try:
         if serialised == "msgpack" and blob is not None:
-            _collect(ormsgpack.unpackb(blob, ext_hook=extension), found)
-        elif serialised == "json" and blob is not None:
-            _collect(json.loads(blob), found)
+            return ormsgpack.unpackb(blob, ext_hook=extension)
+        if serialised == "json" and blob is not None:
+            return json.loads(blob)
     except (ValueError, TypeError, ormsgpack.MsgpackDecodeError):
-        pass  # a value this cannot read holds no string it can match
+        pass  # a value this cannot read holds no record it can match
+    return None
+
+
+def said_in(value: object) -> set[Said]:
+    """The (id, text) pairs of the records a value holds: every dict with a text and an id field (an
+    evidence item, a turn, a record), in a value read back from JSON or msgpack."""
+    found: set[Said] = set()
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            text = item.get("text")
+            if isinstance(text, str):
+                found |= {(item[key], text) for key in _ID_FIELDS if isinstance(item.get(key), str)}
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
     return found
-
-
-def strings_in(value: object) -> set[str]:
-    """Every string in a value read back from JSON or msgpack (dict keys and values, list items)."""
-    found: set[str] = set()
-    _collect(value, found)
-    return found
-
-
-def _collect(value: object, found: set[str]) -> None:
-    if isinstance(value, str):
-        found.add(value)
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            _collect(key, found)
-            _collect(item, found)
-    elif isinstance(value, list | tuple):
-        for item in value:
-            _collect(item, found)

@@ -32,6 +32,7 @@ from strata.demo import SAMPLE_CONVERSATION, run_demo
 from strata.ingestion import ingest_conversation, select_sessions
 from strata.memory.erasure import compact_chroma
 from strata.memory.errors import ConfigError, InputError, StrataError
+from strata.memory.forgetting import shown_ids
 from strata.memory.records import KINDS, Change
 from strata.memory.registry import close_all
 
@@ -386,9 +387,9 @@ def _erase(args: argparse.Namespace) -> int:
         plan = memory.erasure_plan(args.ids, args.about)
         print(f"would erase {len(plan.targets)} records for good (with their links and history): "
               f"{', '.join(plan.targets)}")
-        threads = threads_holding(memory.context("ask").data_dir, plan.texts)
+        threads = threads_holding(memory.context("ask").data_dir, plan.said)
         if threads:
-            print(f"and delete {len(threads)} saved threads that hold their text: {', '.join(threads)}")
+            print(f"and delete {len(threads)} saved threads that hold them: {shown_ids(threads)}")
         print("nothing was erased: run again with --yes to erase them")
         return 1
     report = memory.erase(args.ids, args.about)

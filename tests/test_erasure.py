@@ -156,7 +156,7 @@ def test_erase_from_the_command_line_lists_first_and_erases_with_yes(
     base = [sys.executable, "-m", "strata", "--data-dir", str(data_dir), "--namespace", "conv-26", "erase"]
     listed = subprocess.run([*base, "raw:D1:5"], capture_output=True, text=True, env=offline_env, timeout=300)
     assert listed.returncode == 1 and "raw:D1:5" in listed.stdout and "--yes" in listed.stdout
-    assert "delete 1 saved threads that hold their text: t-5" in listed.stdout
+    assert "delete 1 saved threads that hold them: t-5" in listed.stdout
     wrong = subprocess.run([*base, "raw:D9:99", "--yes"], capture_output=True, text=True, env=offline_env, timeout=300)
     assert wrong.returncode == 2 and len(wrong.stderr.strip().splitlines()) == 1 and "Traceback" not in wrong.stderr
     assert Memory("conv-26", data_dir=str(data_dir)).get(["raw:D1:5"])  # listed and refused: still stored
@@ -191,7 +191,7 @@ def test_threads_that_saved_an_erased_turn_go_and_the_others_stay(memory: Memory
         for namespace, question in asked.items():
             context = Context(namespace=namespace, mode="ask", data_dir=str(data_dir))
             app.invoke({"question": question}, {"configurable": {"thread_id": namespace}}, context=context)
-    assert threads_holding(data_dir, [turn.text]) == ["conv-26"]
+    assert threads_holding(data_dir, [(turn.id, turn.text)]) == ["conv-26"]
     assert "threads.sqlite3" in _files_holding(data_dir, turn.text)
 
     report = memory.erase([turn.id])
@@ -203,6 +203,24 @@ def test_threads_that_saved_an_erased_turn_go_and_the_others_stay(memory: Memory
         assert not app.get_state({"configurable": {"thread_id": "conv-26"}}).values
         kept = app.get_state({"configurable": {"thread_id": "conv-other"}}).values
     assert kept["question"] == "What does Ann play?" and "cello" in " ".join(e.text for e in kept["evidence"])
+
+
+def test_a_thread_of_another_namespace_with_the_same_words_stays(memory: Memory, data_dir: Path) -> None:
+    """A saved state does not say whose memory it read: a thread goes when it holds an erased record (its
+    id beside its text), not when someone else's record says the same words."""
+    turn = memory.get(["raw:D1:3"])[0]
+    other = Memory("conv-other", data_dir=str(data_dir))
+    other.add([{"speaker": "Ann", "text": turn.text, "dia_id": "D5:1", "time": "2023-03-02T09:00"}])
+    with sqlite_checkpointer(data_dir) as saver:
+        app = build_graph(checkpointer=saver)
+        for namespace in ("conv-26", "conv-other"):
+            context = Context(namespace=namespace, mode="ask", data_dir=str(data_dir))
+            app.invoke({"question": "Who went to a support group?"}, {"configurable": {"thread_id": namespace}},
+                       context=context)
+        shown = app.get_state({"configurable": {"thread_id": "conv-other"}}).values["evidence"]
+    assert [e.text for e in shown if e.id == "raw:D5:1"] == [turn.text]  # the same words, another record
+
+    assert memory.erase([turn.id]).threads == ["conv-26"]
 
 
 def test_an_erased_store_item_loses_every_version(memory: Memory, data_dir: Path) -> None:
@@ -259,3 +277,20 @@ def test_the_graph_forgets_erased_turns_and_keeps_its_chain_of_turns(memory: Mem
                  "time": "2023-06-01T10:00"}])
     erased = {"raw:D1:5", "raw:D1:6", last.id}
     assert not [link for link in store.edges(["raw:D9:1"]) if {link.src, link.dst} & erased]
+
+
+def test_erasing_turns_whose_temporal_links_form_a_cycle_ends(data_dir: Path, embedder: Any) -> None:
+    """A turn sent again with new text is linked after the turn that followed it: a cycle, walked once."""
+    memory = Memory("cycle", data_dir=str(data_dir))
+    memory.add([{"speaker": "Ann", "text": "I adopted a ferret named Zorblax.", "dia_id": "D1:1"},
+                {"speaker": "Bob", "text": "What a lovely name for a pet.", "dia_id": "D1:2"},
+                {"speaker": "Ann", "text": "He sleeps all day.", "dia_id": "D1:3"}])
+    memory.add([{"speaker": "Ann", "text": "I adopted a ferret named Zorblax last week.", "dia_id": "D1:1"}])
+    chain = {(link.src, link.dst) for link in memory.store.edges(["raw:D1:1"], [LinkType.TEMPORAL])}
+    assert ("raw:D1:3", "raw:D1:1") in chain or ("raw:D1:2", "raw:D1:1") in chain  # back to the turn sent again
+
+    report = memory.erase(["raw:D1:1", "raw:D1:2"])
+
+    assert {"raw:D1:1", "raw:D1:2"} <= set(report.erased)
+    links = memory.store.edges(["raw:D1:3"], [LinkType.TEMPORAL])
+    assert all(link.src != link.dst for link in links)
