@@ -22,10 +22,11 @@ backup of the memory and cannot be imported.
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from strata.memory import store_items
 from strata.memory.errors import InputError
 from strata.memory.journal import EDIT_JOURNAL
@@ -67,6 +68,17 @@ class MemoryDocument(BaseModel):
     working: list[WorkingRow] = Field(default_factory=list)
     state: dict[str, Any] = Field(default_factory=dict)
     items: list[ItemVersion] = Field(default_factory=list, description="every version, oldest first")
+
+    @model_validator(mode="after")
+    def _one_of_each(self) -> MemoryDocument:
+        """What the stores keep once: a record id, a working-memory place, a history entry."""
+        for what, keys in (("record id", [r.id for r in self.records]),
+                           ("working-memory turn", [(w.participant, w.seq) for w in self.working]),
+                           ("history entry", [c.id for c in self.history if c.id is not None])):
+            twice = [key for key, count in Counter(keys).items() if count > 1]
+            if twice:
+                raise ValueError(f"the {what} {twice[0]} is there twice")
+        return self
 
 
 class ImportReport(BaseModel):
@@ -127,9 +139,9 @@ def read_document(data: object) -> MemoryDocument:
         return MemoryDocument.model_validate(data)
     except ValidationError as error:
         first = error.errors()[0]
-        where = ".".join(str(p) for p in first.get("loc", ())) or "document"
-        raise InputError(f"the export is damaged at {where}: {first.get('msg', 'invalid')}; nothing was imported"
-                         ) from None
+        where = " at " + ".".join(str(p) for p in first.get("loc", ())) if first.get("loc") else ""
+        problem = str(first.get("msg", "invalid")).removeprefix("Value error, ")
+        raise InputError(f"the export is damaged{where}: {problem}; nothing was imported") from None
 
 
 def import_memory(store: MemoryStore, document: MemoryDocument) -> ImportReport:
@@ -148,31 +160,41 @@ def import_memory(store: MemoryStore, document: MemoryDocument) -> ImportReport:
             raise InputError(f"the namespace {ns!r} is not empty ({held} records and changes): import into a new "
                              "namespace, or drop this one first; nothing was imported")
         store.ledger.set_state(ns, IMPORTING, document.exported_at.isoformat())
-        for start in range(0, len(records), EMBED_BATCH):
-            store.add(records[start : start + EMBED_BATCH])
-        with store.ledger.transaction() as session:
-            store.ledger.add_links(link.model_copy(update={"namespace": ns}) for link in document.links)
-            new_ids: dict[int, int] = {}
-            for change in document.history:
-                renumbered = change.model_copy(update={
-                    "namespace": ns, "id": None,
-                    "undoes": new_ids.get(change.undoes) if change.undoes is not None else None,
-                    "follows": new_ids.get(change.follows) if change.follows is not None else None,
-                })
-                new_ids[int(change.id or 0)] = store.ledger.record_change(renumbered)
-            session.executemany(
-                "INSERT INTO working (namespace, participant, seq, dia_id, text, time, arrival) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [(ns, w.participant, w.seq, w.dia_id, w.text, w.time, w.arrival) for w in document.working],
-            )
-            for key, value in document.state.items():
-                store.ledger.set_state(ns, key, value)
-            for item in document.items:
-                store_items.insert_version(store.ledger, ns, item.key, item.value, item.text, item.indexed,
-                                           item.created_at, item.updated_at)
-            store.ledger.clear_state(ns, IMPORTING)
+        try:
+            _write(store, document, records)
+        except BaseException:
+            store.drop()  # the namespace was empty: it is again (a killed process leaves the mark instead)
+            raise
     return ImportReport(records=len(records), links=len(document.links), history=len(document.history),
                         working=len(document.working), state=len(document.state), items=len(document.items))
+
+
+def _write(store: MemoryStore, document: MemoryDocument, records: list[Record]) -> None:
+    """The records to Chroma, then the rest in one ledger transaction that also clears the mark."""
+    ns = store.namespace
+    for start in range(0, len(records), EMBED_BATCH):
+        store.add(records[start : start + EMBED_BATCH])
+    with store.ledger.transaction() as session:
+        store.ledger.add_links(link.model_copy(update={"namespace": ns}) for link in document.links)
+        new_ids: dict[int, int] = {}
+        for change in document.history:
+            renumbered = change.model_copy(update={
+                "namespace": ns, "id": None,
+                "undoes": new_ids.get(change.undoes) if change.undoes is not None else None,
+                "follows": new_ids.get(change.follows) if change.follows is not None else None,
+            })
+            new_ids[int(change.id or 0)] = store.ledger.record_change(renumbered)
+        session.executemany(
+            "INSERT INTO working (namespace, participant, seq, dia_id, text, time, arrival) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [(ns, w.participant, w.seq, w.dia_id, w.text, w.time, w.arrival) for w in document.working],
+        )
+        for key, value in document.state.items():
+            store.ledger.set_state(ns, key, value)
+        for item in document.items:
+            store_items.insert_version(store.ledger, ns, item.key, item.value, item.text, item.indexed,
+                                       item.created_at, item.updated_at)
+        store.ledger.clear_state(ns, IMPORTING)
 
 
 def _history(store: MemoryStore) -> list[Change]:
