@@ -175,16 +175,24 @@ def retold(store: MemoryStore, turns: set[str]) -> list[Record]:
         if not (turns & set(episode.source_ids)) or not _retellable(episode, turns):
             continue
         kept = [t for t in episode.source_ids if t not in turns]
-        speakers = list(dict.fromkeys(r.speaker for r in store.get(f"raw:{t}" for t in kept) if r.speaker))
-        facts = told_facts(store, kept, turns)
-        segment = OpenSegment(session=episode.session, turn_ids=kept, speakers=speakers, facts=facts,
-                              start=episode.time, end=episode.time_end)
-        title = title_of(facts, speakers)
+        segment = told_again(store, episode.session, kept, turns)
+        title = title_of(segment.facts, segment.speakers)
         found.append(episode.model_copy(update={
             "text": narrate(segment, title), "title": title, "source_ids": kept, "dialogue_id": kept[0],
+            "time": segment.start or episode.time, "time_end": segment.end or episode.time_end,
             "version": episode.version + 1, "keywords": [], "tags": [], "context": "",
         }))
     return found
+
+
+def told_again(store: MemoryStore, session: str, kept: Sequence[str], erased: set[str]) -> OpenSegment:
+    """An episode's segment as the turns that stay make it: their speakers, facts (`told_facts`) and span."""
+    records = store.get(f"raw:{t}" for t in kept)
+    times = [r.time for r in records if r.time is not None]
+    return OpenSegment(session=session, turn_ids=list(kept),
+                       speakers=list(dict.fromkeys(r.speaker for r in records if r.speaker)),
+                       facts=told_facts(store, kept, erased), start=min(times, default=None),
+                       end=max(times, default=None))
 
 
 def erase(store: MemoryStore, ids: Sequence[str] = (), about: str = "") -> ErasureReport:
@@ -271,13 +279,13 @@ def _out_of_graph_state(store: MemoryStore, erased: set[str]) -> None:
 
 
 def _out_of_open_episode(store: MemoryStore, turns: set[str]) -> None:
-    """The episode being written forgets erased turns: their ids, and its facts are read again from the
-    facts of the turns that stay (the erased ones go with their turns)."""
+    """The episode being written forgets erased turns: it is made again from the turns that stay (their
+    ids, speakers, facts and span), so an erased speaker's name is not in the next episode."""
     segment = OpenSegment.model_validate(store.state(OPEN_SEGMENT, {}))
     kept = [t for t in segment.turn_ids if t not in turns]
     if kept == segment.turn_ids:
         return
-    segment = segment.model_copy(update={"turn_ids": kept, "facts": told_facts(store, kept, turns)})
+    segment = told_again(store, segment.session, kept, turns)
     store.ledger.set_state(store.namespace, OPEN_SEGMENT, segment.model_dump(mode="json"))
 
 

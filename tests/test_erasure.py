@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from strata.graph import build_graph
 from strata.graph.context import Context
-from strata.memory.episodes import OpenSegment, narrate, title_of
+from strata.memory.episodes import OPEN_SEGMENT, OpenSegment, narrate, title_of
 from strata.memory.erasure import compact_chroma, told_facts
 from strata.memory.errors import ConfigError, InputError
 from strata.memory.graph.links import CATALOGUE, LAST_TURN, still_mentioned
@@ -97,8 +97,11 @@ def test_erasing_a_participant_takes_everything_said_by_or_about_them(memory: Me
     melanie = {r.id for r in memory.store.all("raw") if r.speaker == "Melanie"}
     assert said and melanie
 
+    assert "Caroline" in OpenSegment.model_validate(memory.store.state(OPEN_SEGMENT, {})).speakers
     report = memory.erase(about="Caroline")
 
+    open_episode = OpenSegment.model_validate(memory.store.state(OPEN_SEGMENT, {}))
+    assert open_episode.speakers == ["Melanie"]  # her turns that mention Caroline stay, as other records do
     for kind in ("raw", "fact", "persona"):
         left = memory.store.all(kind, include_inactive=True)  # type: ignore[arg-type]
         assert not [r.id for r in left if "Caroline" in (r.speaker, r.subject, r.participant)], kind
