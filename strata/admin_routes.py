@@ -103,8 +103,8 @@ def _refused(request: Request) -> JSONResponse | None:
     token = os.environ.get(TOKEN_VARIABLE, "")
     if not token:
         return _error(403, f"the memory's admin routes are off: set {TOKEN_VARIABLE} on the server to use them")
-    given = request.headers.get("authorization", "").removeprefix("Bearer ").strip()
-    if not hmac.compare_digest(given.encode(), token.encode()):
+    scheme, _, given = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), token.encode()):
         return _error(401, f"send the header 'Authorization: Bearer <{TOKEN_VARIABLE}>'")
     return None
 
@@ -150,9 +150,11 @@ async def records(request: Request, memory: Memory) -> Any:
 
 async def history(request: Request, memory: Memory) -> Any:
     limit = request.query_params.get("limit", "50")
-    if not limit.isdigit():
-        raise InputError(f"limit must be a whole number, got {limit!r}")
-    return await asyncio.to_thread(memory.history, request.query_params.get("record_id"), int(limit))
+    try:
+        count = int(limit)
+    except ValueError:
+        raise InputError(f"limit must be a whole number, got {limit[:20]!r}") from None
+    return await asyncio.to_thread(memory.history, request.query_params.get("record_id"), count)
 
 
 async def undo(request: Request, memory: Memory) -> Any:
@@ -193,8 +195,9 @@ async def erase(request: Request, memory: Memory) -> Any:
     if not body.confirm:
         return {"erased": False, "would_erase": plan.targets, "would_delete_threads": threads,
                 "hint": 'nothing was erased: send "confirm": true to erase them'}
-    deleted = await _delete_threads(threads)  # first: a thread that cannot go stops the erase
-    report = await memory.aerase(body.ids, body.about)
+    await asyncio.to_thread(memory.store.ledger.check_writable)  # a read-only memory: no thread is deleted
+    deleted = await _delete_threads(threads)  # then the threads: one that cannot go stops the erase
+    report = await memory.aerase(body.ids, body.about)  # planned again under the namespace's lock
     report.threads = [*report.threads, *deleted]
     return report
 

@@ -135,9 +135,7 @@ class Memory:
         """
         from strata.agents.consolidation import run
 
-        if limit is not None and limit < 1:
-            raise InputError(f"limit must be at least 1, got {limit}")
-        return run(self.store, self.context("ingest"), limit)
+        return run(self.store, self.context("ingest"), checked(_ConsolidateRequest, limit=limit).limit)
 
     # reading -----------------------------------------------------------
     def ask(self, question: str, refresh: bool = False) -> Answer:
@@ -214,10 +212,12 @@ class Memory:
         the records named, or every turn one participant said and every fact or persona trait about
         them (`about`). Unlike a request to forget, this cannot be undone (memory/erasure.py says what
         it reaches on disk)."""
-        plan = self.erasure_plan(ids, about)
-        self.store.ledger.check_writable()  # a read-only folder refuses before any thread is deleted
-        threads, rebuilt = erase_threads(self.context("ask").data_dir, plan.said)  # first: it may fail to open
-        report = apply_erasure(self.store, plan)
+        store = self.store
+        with store.writing():  # no writer of this namespace between the plan and the erase
+            plan = self.erasure_plan(ids, about)
+            store.ledger.check_writable()  # a read-only folder refuses before any thread is deleted
+            threads, rebuilt = erase_threads(self.context("ask").data_dir, plan.said)  # first: it may fail to open
+            report = apply_erasure(store, plan)
         report.threads, report.threads_compacted = threads, rebuilt
         return report
 
@@ -335,6 +335,14 @@ class _EraseRequest(BaseModel):
     about: str | None = Field(
         None, min_length=1, description="Erase every turn this participant said and every fact about them."
     )
+
+
+class _ConsolidateRequest(BaseModel):
+    """Arguments of `Memory.consolidate`."""
+
+    model_config = ConfigDict(strict=True)
+
+    limit: int | None = Field(None, ge=1, description="At most this many turns.")
 
 
 class _ExportRequest(BaseModel):

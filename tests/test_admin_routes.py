@@ -46,7 +46,8 @@ def test_the_routes_are_off_without_a_token_and_closed_without_the_right_one(
 ) -> None:
     path = f"/strata/stats?namespace={NAMESPACE}"
     assert client.get(path, headers=AUTH).status_code == 200
-    for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": TOKEN[:-1]}):
+    for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": TOKEN[:-1]}, {"Authorization": TOKEN},
+                    {"Authorization": f"Basic {TOKEN}"}):
         refused = client.get(path, headers=headers)
         assert refused.status_code == 401 and TOKEN_VARIABLE in refused.json()["error"]
     monkeypatch.delenv(TOKEN_VARIABLE)
@@ -110,6 +111,8 @@ def test_a_wrong_request_gets_one_line_and_changes_nothing(memory: Memory, clien
         ("POST", f"/strata/undo?namespace={NAMESPACE}", "[1, 2]", 400),  # not an object
         ("POST", f"/strata/undo?namespace={NAMESPACE}", "{not json", 400),
         ("POST", f"/strata/consolidate?namespace={NAMESPACE}", {"limit": 0}, 400),
+        ("POST", f"/strata/consolidate?namespace={NAMESPACE}", {"limit": "5"}, 400),
+        ("GET", f"/strata/history?namespace={NAMESPACE}&limit=%C2%B2", None, 400),  # "²", a digit to isdigit()
         ("GET", f"/strata/graph?namespace={NAMESPACE}&person=Caroline&question=Who", None, 400),
     ]
     for method, path, body, status in wrong:
