@@ -56,6 +56,7 @@ from strata.memory.graph.evolution import Evolution
 from strata.memory.graph.links import LAST_TURN
 from strata.memory.graph.notes import Candidate, LinkDecision, Note, note_of
 from strata.memory.graph.replies import ModelNote
+from strata.memory.journal import PENDING
 from strata.memory.moments import utc_now
 from strata.memory.persona import aspect_of, persona_id
 from strata.memory.records import Link, LinkType, Record, Turn, raw_record
@@ -64,7 +65,6 @@ from strata.prompts import graph as graph_prompts
 from strata.prompts import memory as prompts
 
 TURN_COUNTER = "turn_counter"
-PENDING = "pending_derive"
 RELATED_FROM_MODEL = 3  # at most this many earlier turns the Constructor names as related are linked
 
 

@@ -3,7 +3,8 @@
 A request to forget (memory/forgetting.py) tombstones records and keeps every
 version in the history, so that `undo` can bring them back. A person who asks
 for their data to be removed needs the opposite: nothing left to bring back.
-`erase` therefore removes, in one call that cannot be undone:
+`Memory.erase` (this module's plan, then its apply) therefore removes, in one
+call that cannot be undone:
 
 - the records asked for, or every turn a participant said and every fact and
   persona trait about them (`about`; another speaker's turns that mention them
@@ -49,8 +50,9 @@ from strata.memory.chroma import open_clients
 from strata.memory.episodes import OPEN_SEGMENT, OpenSegment, narrate, photo_line, title_of
 from strata.memory.errors import ConfigError, InputError
 from strata.memory.forgetting import shown_ids
-from strata.memory.graph.consolidation import DONE
+from strata.memory.graph.consolidation import DIGESTS, DONE
 from strata.memory.graph.links import CATALOGUE, LAST_TURN, still_mentioned
+from strata.memory.journal import PENDING
 from strata.memory.locks import hold_folder, release_folder
 from strata.memory.records import KINDS, Link, LinkType, Record
 from strata.memory.store import MemoryStore
@@ -72,7 +74,7 @@ class ErasureReport(BaseModel):
     reverted: int = Field(0, description="notes given back the tags and context they had before an erased note")
     retold: int = Field(0, description="episodes told again without the erased turns")
     items: int = Field(0, description="versions of LangGraph store items removed (strata/langgraph_store.py)")
-    threads: list[str] = Field(default_factory=list, description="thread checkpoints deleted: they held erased text")
+    threads: list[str] = Field(default_factory=list, description="saved threads deleted: they held an erased record")
     threads_compacted: bool = Field(False, description="the threads file rebuilt without the deleted threads' pages")
     ledger_compacted: bool = False
     in_chroma_log: int | None = Field(
@@ -195,13 +197,9 @@ def told_again(store: MemoryStore, session: str, kept: Sequence[str], erased: se
                        end=max(times, default=None))
 
 
-def erase(store: MemoryStore, ids: Sequence[str] = (), about: str = "") -> ErasureReport:
-    """Remove records for good (see the module doc); returns what went and what may remain on disk."""
-    return apply_erasure(store, plan_erasure(store, ids, about))
-
-
 def apply_erasure(store: MemoryStore, plan: ErasurePlan) -> ErasureReport:
-    """Carry out a plan (`plan_erasure`, made on this store just before)."""
+    """Carry out a plan (`plan_erasure`, made on this store just before, under its write lock), and
+    report what went and what may remain on disk; `Memory.erase` also deletes the saved threads first."""
     _out_of_open_episode(store, plan.turns)
     rejoined = _rejoined(store, set(plan.targets))
     removed = store.erase(plan.targets, sorted(plan.turns), plan.retold)
@@ -263,16 +261,21 @@ def _kept_along(turn: str, step: dict[str, set[str]], erased: set[str]) -> set[s
 
 def _out_of_graph_state(store: MemoryStore, erased: set[str]) -> None:
     """What the graph keeps in the ledger's state forgets the erased records: the catalogue drops the
-    entities (their names) no record mentions any more, the slow path's list of consolidated turns
-    drops their ids, and the next turn's temporal link starts from the latest turn that stays."""
+    entities (their names) no record mentions any more, the lists of turns consolidated and pending and
+    the summaries' digests drop their ids, and the next turn's temporal link starts from the latest turn
+    that stays."""
     ns = store.namespace
     catalogue = dict(store.state(CATALOGUE, {}) or {})
     kept = still_mentioned(store, catalogue)
     if len(kept) < len(catalogue):
         store.ledger.set_state(ns, CATALOGUE, {key: entry for key, entry in catalogue.items() if key in kept})
-    done = list(store.state(DONE, []) or [])
-    if erased & set(done):
-        store.ledger.set_state(ns, DONE, [rid for rid in done if rid not in erased])
+    for key in (DONE, PENDING):  # lists of record ids
+        ids = list(store.state(key, []) or [])  # type: ignore[call-overload]
+        if erased & set(ids):
+            store.ledger.set_state(ns, key, [rid for rid in ids if rid not in erased])
+    digests = dict(store.state(DIGESTS, {}) or {})  # type: ignore[call-overload]
+    if erased & set(digests):
+        store.ledger.set_state(ns, DIGESTS, {sid: d for sid, d in digests.items() if sid not in erased})
     if store.state(LAST_TURN) in erased:
         turns = store.timeline()
         store.ledger.set_state(ns, LAST_TURN, turns[-1].id if turns else None)

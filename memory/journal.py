@@ -33,6 +33,7 @@ from strata.memory.ledger_sql import Session
 from strata.memory.records import Link, Record
 
 EDIT_JOURNAL = "edit_journal"  # ledger state key: the entries of the unit of work in progress
+PENDING = "pending_derive"  # ledger state key: raw turns written ahead whose derive has not finished
 
 
 class JournalEntry(BaseModel):

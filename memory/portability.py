@@ -22,6 +22,7 @@ backup of the memory and cannot be imported.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from datetime import datetime
 from typing import Any, Literal
@@ -108,7 +109,8 @@ def export_memory(store: MemoryStore, about: str = "") -> MemoryDocument:
             chosen = set(erasure_targets(store, about=about, done="exported"))
             records = store.get(sorted(chosen))
             history = [c for c in _history(store) if c.record_id in chosen]
-            return MemoryDocument(namespace=ns, about=about, records=records, history=history)
+            items = [v for v in store_items.versions(store.ledger, ns) if store_items.ITEM_PREFIX + v.key in chosen]
+            return MemoryDocument(namespace=ns, about=about, records=records, history=history, items=items)
         records = [r for kind in KINDS for r in store.all(kind, include_inactive=True)]
         with store.ledger.reading() as session:
             links = [Link(namespace=ns, src=r[0], dst=r[1], type=r[2], weight=float(r[3])) for r in session.execute(
@@ -117,8 +119,9 @@ def export_memory(store: MemoryStore, about: str = "") -> MemoryDocument:
                                   arrival=None if r[5] is None else int(r[5])) for r in session.execute(
                 "SELECT participant, seq, dia_id, text, time, arrival FROM working WHERE namespace = ? "
                 "ORDER BY participant, seq", (ns,))]
-            keys = [r[0] for r in session.execute("SELECT key FROM state WHERE namespace = ? ORDER BY key", (ns,))]
-        state = {key: store.ledger.get_state(ns, key) for key in keys if key not in (EDIT_JOURNAL, IMPORTING)}
+            state = {key: json.loads(value) for key, value in session.execute(
+                "SELECT key, value FROM state WHERE namespace = ? ORDER BY key", (ns,))
+                if key not in (EDIT_JOURNAL, IMPORTING)}
         items = store_items.versions(store.ledger, ns)
         return MemoryDocument(namespace=ns, records=records, links=links, history=_history(store),
                               working=working, state=state, items=items)

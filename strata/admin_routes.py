@@ -116,12 +116,17 @@ def _namespace(request: Request) -> str:
     return namespace
 
 
-async def _body(request: Request, model: type[BaseModel]) -> Any:
+async def _json(request: Request) -> object:
+    """The body as JSON ({} when empty), or an `InputError` of one line."""
     raw = await request.body()
     try:
-        data = json.loads(raw) if raw.strip() else {}
+        return json.loads(raw) if raw.strip() else {}
     except ValueError:
         raise InputError("the body is not JSON: send a JSON object, e.g. {\"ids\": [\"raw:D1:3\"]}") from None
+
+
+async def _body(request: Request, model: type[BaseModel]) -> Any:
+    data = await _json(request)
     if not isinstance(data, dict):
         raise InputError(f"the body must be a JSON object, not {type(data).__name__}")
     return checked(model, **data)
@@ -179,12 +184,8 @@ async def export(request: Request, memory: Memory) -> Any:
 
 async def import_document(request: Request, memory: Memory) -> Any:
     """An export (the body) written into this namespace, which must be empty."""
-    raw = await request.body()
-    try:
-        document = json.loads(raw)
-    except ValueError:
-        raise InputError("the body is not JSON: send a file `strata export` or GET /strata/export wrote") from None
-    return await memory.aimport_from(read_document(document))  # a document, never a path on the server
+    document = read_document(await _json(request))  # a document, never a path on the server
+    return await memory.aimport_from(document)
 
 
 async def erase(request: Request, memory: Memory) -> Any:

@@ -237,8 +237,8 @@ class Memory:
     def import_from(self, document: MemoryDocument | dict[str, Any] | str | os.PathLike[str]) -> ImportReport:
         """Write an export (the document, its JSON text or parsed JSON, or the path of its file) into this
         namespace, which must be empty; every record is embedded again with this memory's embedder."""
-        if isinstance(document, str) and document.lstrip().startswith("{"):
-            document = _parsed(document)
+        if isinstance(document, str) and document.lstrip("\ufeff \t\r\n").startswith(("{", "[")):
+            document = _parsed(document.lstrip("\ufeff"))  # JSON text; any other text names a file
         elif isinstance(document, str | os.PathLike):
             document = _read_json(Path(document))
         if not isinstance(document, MemoryDocument):
