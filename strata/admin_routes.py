@@ -67,7 +67,7 @@ class _EraseBody(BaseModel):
 
     ids: Any = Field(default_factory=list)
     about: Any = None
-    confirm: bool = Field(False, description="erase; without it, only list what would go")
+    confirm: bool = Field(False, strict=True, description="true erases (JSON true only); without it, a listing")
 
 
 class _ConsolidateBody(BaseModel):

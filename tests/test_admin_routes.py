@@ -114,6 +114,7 @@ def test_a_wrong_request_gets_one_line_and_changes_nothing(memory: Memory, clien
         ("POST", f"/strata/consolidate?namespace={NAMESPACE}", {"limit": "5"}, 400),
         ("GET", f"/strata/history?namespace={NAMESPACE}&limit=%C2%B2", None, 400),  # "²", a digit to isdigit()
         ("GET", f"/strata/graph?namespace={NAMESPACE}&person=Caroline&question=Who", None, 400),
+        ("POST", f"/strata/erase?namespace={NAMESPACE}", {"ids": ["raw:D1:3"], "confirm": "yes"}, 400),  # not true
     ]
     for method, path, body, status in wrong:
         sent = {"json": body} if isinstance(body, dict) else {"content": body} if body else {}
