@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 import numpy as np
-from strata.memory.records import Link
+from strata.memory.records import Link, natural_order
 
 Focus = Literal["why", "when", "who", "what", "list", "other"]
 
@@ -33,7 +33,7 @@ Focus = Literal["why", "when", "who", "what", "list", "other"]
 # (the second hop's far neighbours crowd the walk's ranked list; README, leave-conversations-out).
 HOPS = 1
 BEAM = 8  # records per hop whose edges are followed further (a walk of one hop expands none)
-MAX_REACHED = 400  # the walk's budget: records scored before it stops
+MAX_REACHED = 400  # the walk's budget: the best scored records it keeps
 # Per hop: a record two edges away needs a higher similarity to rank with a near one (one hop: the same
 # factor for every record reached, so no effect on their order).
 DECAY = 0.8
@@ -153,6 +153,9 @@ def traverse(
             for here, there in ((edge.src, edge.dst), (edge.dst, edge.src)):
                 if here in frontier_set and there not in paths:
                     candidates.append((here, there, edge))
+        # in the ids' order, not the ledger's (which differs between two copies of one memory): of two
+        # equal paths to a record, the same one is kept
+        candidates.sort(key=lambda c: (natural_order(c[0]), natural_order(c[1]), c[2].type.value))
         reached_ids = sorted({there for _, there, _ in candidates})
         # vectors only when a neighbour's own similarity counts (a read of each from the vector store);
         # otherwise only which ids are records
@@ -170,9 +173,7 @@ def traverse(
                 continue
             step = Step(via=edge.type.value, src=here, dst=there, hop=hop)
             found[there] = Reached(there, score, parent.anchor, (*parent.path, step))
-            if len(best) + len(found) >= max_reached:
-                break
-        ranked = sorted(found.values(), key=lambda r: (-r.score, r.id))
+        ranked = sorted(found.values(), key=lambda r: (-r.score, natural_order(r.id)))[: max_reached - len(best)]
         for reached in ranked:
             paths[reached.id] = reached
             if reached.id in known:  # bridges (entity nodes) are walked through, never shown
