@@ -133,6 +133,27 @@ def test_a_longer_walk_expands_only_the_beam_and_decays_per_hop(memory_dir: Path
         assert reached.id not in one
 
 
+def test_the_walk_is_the_same_whatever_order_the_ledger_holds_its_links_in(
+    memory_dir: Path, tmp_path: Path
+) -> None:
+    """Two copies of one memory (say an export imported elsewhere) hold the same links in another row order;
+    with a budget smaller than the neighbours, the walk must keep the same records by the same paths."""
+    source = open_store(StoreSettings(data_dir=str(memory_dir)), NAMESPACE)
+    records = [r for r in source.all("raw")][:60]
+    links = [Link(namespace=NAMESPACE, src=a.id, dst=b.id, type=LinkType.RELATED, weight=1.0)
+             for a in records[:6] for b in records[6:]]  # many equal paths into the same records
+    walks = []
+    for order, name in ((links, "forward"), (list(reversed(links)), "backward")):
+        store = open_store(StoreSettings(data_dir=str(tmp_path / name)), NAMESPACE)
+        store.add(records)
+        store.link(order)
+        vector = store.embedder.embed([QUESTION])[0]
+        reached = traverse(dict.fromkeys((r.id for r in records[:6]), 1.0), vector, StoreGraph(store),
+                           {"related": 1.0}, max_reached=20)
+        walks.append({rid: (round(r.score, 9), r.anchor, r.path) for rid, r in reached.items()})
+    assert len(walks[0]) == 20 and walks[0] == walks[1]
+
+
 def test_research_keeps_the_path_of_what_the_walk_reached(memory_dir: Path) -> None:
     rt = runtime(memory_dir, mode="retrieve", token_budget=600, granularities="raw")
     out = research(State(question=QUESTION), rt)
