@@ -436,10 +436,10 @@ def candidates(question: Question, evidence: list[Evidence]) -> list[Candidate]:
             around = {t for t in question.weights if t in in_item and t not in own and t not in paired}
             cand.grounded = bool(cand.matched or paired or related)
             cand.coverage = (
-                sum(question.weights[t] for t in cand.matched)
-                + RELATED_SHARE * sum(question.weights[t] for t in related)
-                + PAIR_SHARE * sum(question.weights[t] for t in paired)
-                + CONTEXT_SHARE * sum(question.weights[t] for t in around)
+                _weight(question, cand.matched)
+                + RELATED_SHARE * _weight(question, related)
+                + PAIR_SHARE * _weight(question, paired)
+                + CONTEXT_SHARE * _weight(question, around)
             ) / total
             cand.person = person_match(question, cand)
             cand.asks = echoes(sentence)
@@ -449,6 +449,12 @@ def candidates(question: Question, evidence: list[Evidence]) -> list[Candidate]:
             cand.score += 0.01 / (1 + position)
             found.append(cand)
     return sorted(found, key=lambda c: (-c.score, len(c.sentence)))
+
+
+def _weight(question: Question, words: set[str]) -> float:
+    """The question's weights of `words`, summed in the question's order: summed in a set's order, which
+    each process's hash seed decides, a coverage of exactly MIN_COVERAGE came out a hair above or below."""
+    return sum(weight for word, weight in question.weights.items() if word in words)
 
 
 def echoes(sentence: str) -> bool:

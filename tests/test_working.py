@@ -442,3 +442,33 @@ def test_malformed_model_output_falls_back_to_the_offline_reader(
     assert out["cited_ids"] == ["D1:3"]
     policy = str(out["trace"][-1].policy)  # type: ignore[index]
     assert policy.startswith("offline (model output unusable:") and problem in policy
+
+
+HASH_SEED_CHECK = """
+import sys
+from pathlib import Path
+from strata.agents.common import evidence_of
+from strata.agents.working import answer_offline
+from strata.conversations import load_turns
+from strata.memory.records import raw_record
+turns = {t.dia_id: t for t in load_turns(Path(sys.argv[1])).turns()}
+ids = sys.argv[3].split(",")
+print(answer_offline(sys.argv[2], [evidence_of(raw_record(turns[i], "conv-26")) for i in ids]))
+"""
+
+
+def test_the_offline_answer_does_not_depend_on_the_hash_seed(locomo_dir: Path, offline_env: dict[str, str]) -> None:
+    """A coverage exactly at MIN_COVERAGE must not fall on either side by the order a set is summed in, which
+    each process's hash seed decides (this question, with BM25's context, said "Yes" or "Not in memory.")."""
+    import subprocess
+    import sys
+
+    question = "Did Caroline make the black and white bowl in the photo?"
+    context = "D5:7,D5:6,D16:8,D12:4,D10:21,D4:4,D7:18,D12:5,D13:4,D5:8"
+    answers = {
+        subprocess.run([sys.executable, "-c", HASH_SEED_CHECK, str(locomo_dir / "conv-26.json"), question, context],
+                       capture_output=True, text=True, env={**offline_env, "PYTHONHASHSEED": str(seed)},
+                       timeout=300, check=True).stdout.strip()
+        for seed in range(1, 5)
+    }
+    assert len(answers) == 1, answers
