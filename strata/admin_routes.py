@@ -44,7 +44,8 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from strata.api import Memory, checked
-from strata.checkpoint import Said, said_in
+from strata.checkpoint import said_in
+from strata.memory.erasure import Said
 from strata.memory.errors import InputError, NotFoundError, StrataError
 from strata.memory.portability import read_document
 

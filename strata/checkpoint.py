@@ -33,6 +33,7 @@ from pydantic import BaseModel
 
 import strata.graph.state
 import strata.memory.records
+from strata.memory.erasure import Said
 from strata.memory.errors import ConfigError
 from strata.memory.ledger_sql import BUSY_SECONDS, vacuum
 from strata.memory.settings import DEFAULT_DATA_DIR
@@ -137,13 +138,13 @@ def checkpointer_for(memory: object) -> SqliteSaver:
 # AsyncSqliteSaver write (`checkpoints`, `writes`).
 _BLOBS = (("checkpoints", "type", "checkpoint"), ("checkpoints", "'json'", "metadata"), ("writes", "type", "value"))
 _ID_FIELDS = ("id", "dia_id", "dialogue_id")
-Said = tuple[str, str]
 
 
 def threads_holding(data_dir: str | Path, said: Iterable[Said]) -> list[str]:
     """The threads of a data folder whose saved state holds one of the (id, text) pairs `said`: a
     record (a turn, an evidence item) with that id and that text, in any checkpoint or pending write."""
-    with _threads_file(data_dir, set(said)) as (conn, wanted):
+    wanted = set(said)
+    with _threads_file(data_dir, wanted) as conn:
         return sorted(_holding(conn, wanted)) if conn is not None else []
 
 
@@ -152,7 +153,8 @@ def erase_threads(data_dir: str | Path, said: Iterable[Said]) -> tuple[list[str]
     overwrite what they free, and the file is rebuilt. Returns the threads deleted and whether the file
     was rebuilt (not while another connection is writing to it: the deleted rows' bytes are then
     overwritten already, and only the file's free pages remain to reclaim)."""
-    with _threads_file(data_dir, set(said)) as (conn, wanted):
+    wanted = set(said)
+    with _threads_file(data_dir, wanted) as conn:
         if conn is None:
             return [], False
         conn.execute("PRAGMA secure_delete=ON")
@@ -167,12 +169,12 @@ def erase_threads(data_dir: str | Path, said: Iterable[Said]) -> tuple[list[str]
 
 
 @contextmanager
-def _threads_file(data_dir: str | Path, wanted: set[Said]) -> Iterator[tuple[sqlite3.Connection | None, set[Said]]]:
+def _threads_file(data_dir: str | Path, wanted: set[Said]) -> Iterator[sqlite3.Connection | None]:
     """The threads file, open for reading and writing (None when there is none or nothing is wanted);
     any SQLite error is one `ConfigError` (the memory's records are erased only after this succeeds)."""
     path = checkpoint_path(data_dir)
     if not wanted or not path.is_file():
-        yield None, wanted
+        yield None
         return
     try:
         conn = sqlite3.connect(f"{path.as_uri()}?mode=rw", uri=True, timeout=BUSY_SECONDS)
@@ -180,7 +182,7 @@ def _threads_file(data_dir: str | Path, wanted: set[Said]) -> Iterator[tuple[sql
         raise ConfigError(f"cannot open the saved threads at {path} ({exc}): check the file; "
                           "nothing was erased") from None
     try:
-        yield conn, wanted
+        yield conn
     except sqlite3.Error as exc:
         raise ConfigError(f"cannot read or change the saved threads in {path} ({exc}): check the file is a "
                           "writable SQLite database; nothing was erased") from None
