@@ -188,12 +188,12 @@ def retold(store: MemoryStore, turns: set[str]) -> list[Record]:
 
 
 def told_again(store: MemoryStore, session: str, kept: Sequence[str], erased: set[str]) -> OpenSegment:
-    """An episode's segment as the turns that stay make it: their speakers, facts (`told_facts`) and span."""
+    """An episode's segment as the turns that stay make it: their speakers, facts (`_told_facts`) and span."""
     records = store.get(f"raw:{t}" for t in kept)
     times = [r.time for r in records if r.time is not None]
     return OpenSegment(session=session, turn_ids=list(kept),
                        speakers=list(dict.fromkeys(r.speaker for r in records if r.speaker)),
-                       facts=told_facts(store, kept, erased), start=min(times, default=None),
+                       facts=_told_facts(store, records, erased), start=min(times, default=None),
                        end=max(times, default=None))
 
 
@@ -217,11 +217,11 @@ def apply_erasure(store: MemoryStore, plan: ErasurePlan) -> ErasureReport:
     return report
 
 
-def told_facts(store: MemoryStore, kept: Sequence[str], erased: set[str]) -> list[str]:
+def _told_facts(store: MemoryStore, turns: Sequence[Record], erased: set[str]) -> list[str]:
     """What an episode tells of the turns that stay, gathered as ingest gathers it (agents/memory.py):
     each turn's facts in turn order, or its photo when it gave no fact; none derived from an erased turn."""
     told: list[str] = []
-    for turn in store.get(f"raw:{t}" for t in kept):
+    for turn in turns:
         facts = [f.text for f in store.facts_from([turn.dialogue_id]) if not erased & set(f.source_ids)]
         told += facts or ([photo_line(turn.speaker, turn.image_caption)] if turn.image_caption else [])
     return told

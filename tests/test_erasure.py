@@ -19,7 +19,7 @@ import pytest
 from strata.graph import build_graph
 from strata.graph.context import Context
 from strata.memory.episodes import OPEN_SEGMENT, OpenSegment, narrate, title_of
-from strata.memory.erasure import compact_chroma, told_facts
+from strata.memory.erasure import compact_chroma, told_again
 from strata.memory.errors import ConfigError, InputError
 from strata.memory.graph.links import CATALOGUE, LAST_TURN, still_mentioned
 from strata.memory.records import LinkType
@@ -252,12 +252,8 @@ def test_an_episode_told_again_with_nothing_erased_reads_as_ingest_wrote_it(memo
     episodes = memory.store.all("episode")
     assert len(episodes) >= 2
     for episode in episodes:
-        kept = list(episode.source_ids)
-        speakers = list(dict.fromkeys(r.speaker for r in memory.get(f"raw:{t}" for t in kept)))
-        facts = told_facts(memory.store, kept, set())
-        segment = OpenSegment(session=episode.session, turn_ids=kept, speakers=speakers, facts=facts,
-                              start=episode.time, end=episode.time_end)
-        assert narrate(segment, title_of(facts, speakers)) == episode.text, episode.id
+        segment = told_again(memory.store, episode.session, list(episode.source_ids), set())
+        assert narrate(segment, title_of(segment.facts, segment.speakers)) == episode.text, episode.id
 
 
 def test_the_graph_forgets_erased_turns_and_keeps_its_chain_of_turns(memory: Memory) -> None:
