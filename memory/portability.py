@@ -152,10 +152,9 @@ def import_memory(store: MemoryStore, document: MemoryDocument) -> ImportReport:
     if document.about is not None:
         raise InputError(f"this export is {document.about}'s copy of their data, not a backup of the memory: "
                          "import a whole export (`strata export` without --about)")
-    store.ledger.check_writable()
     ns = store.namespace
     records = [r.model_copy(update={"namespace": ns}) for r in document.records]
-    with store.edits():
+    with store.edits():  # which refuses a read-only folder first
         if store.state(IMPORTING) is not None:
             store.drop()  # what an import stopped halfway wrote: this one writes it all again
         held = sum(store.count(kind) for kind in KINDS) + store.ledger.count_history(ns)

@@ -878,9 +878,8 @@ class MemoryStore:
         erased note added). Chroma first, then the ledger: a crash in between leaves rows that a
         second erase of the same ids removes. Saved mirrors of the namespace are dropped (they are
         caches, written again on a later open)."""
-        self.ledger.check_writable()
         wanted = list(dict.fromkeys(ids))
-        with self.edits():
+        with self.edits():  # which refuses a read-only folder first
             self.flush()
             reverted, rows = self._unevolve(wanted)
             self._rewrite_all(list(retold))
