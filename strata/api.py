@@ -12,12 +12,12 @@ import json
 import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, fields, replace
-from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from strata.checkpoint import erase_threads
+from strata.conversations import read_json_file
 from strata.graph.context import Context, shown_value
 from strata.graph.graph import graph
 from strata.graph.state import ChangeNote, Evidence, RoleNote, Verdict, validate_turns
@@ -240,7 +240,7 @@ class Memory:
         if isinstance(document, str) and document.lstrip("\ufeff \t\r\n").startswith(("{", "[")):
             document = _parsed(document.lstrip("\ufeff"))  # JSON text; any other text names a file
         elif isinstance(document, str | os.PathLike):
-            document = _read_json(Path(document))
+            document = read_json_file(document, "memory")[2]
         if not isinstance(document, MemoryDocument):
             document = read_document(document)
         return import_memory(self.store, document)
@@ -384,17 +384,6 @@ def checked(model: type[_Arguments], /, **arguments: object) -> _Arguments:
         first = error.errors()[0]
         where = ".".join(str(p) for p in first.get("loc", ())) or "argument"
         raise InputError(f"{where}: {first.get('msg', 'invalid')} (got {shown_value(first.get('input'))})") from None
-
-
-def _read_json(path: Path) -> object:
-    """A JSON file's content, or an `InputError` of one line."""
-    try:
-        return _parsed(path.expanduser().read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(f"no file {str(path)[:200]}: give the path of a file `export` wrote") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise InputError(f"cannot read {str(path)[:200]} ({type(error).__name__}): give a file `export` wrote"
-                         ) from None
 
 
 def _parsed(text: str) -> object:

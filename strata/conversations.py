@@ -40,7 +40,8 @@ _TURN_FORMAT = "every turn needs 'speaker' and 'text'"
 
 
 class ConversationFileError(InputError):
-    """A conversation file that cannot be read; the message is one line saying what to do."""
+    """A conversation file (or another JSON file it reads: a memory export) that cannot be read; the message
+    is one line saying what to do."""
 
     def __init__(self, message: str) -> None:
         super().__init__(" ".join(message.split()))
@@ -130,22 +131,23 @@ class Question(BaseModel):
 # --- reading the file ---------------------------------------------------------------------
 
 
-def _read_json(path: str | Path) -> tuple[str, str, Any]:
-    """The file's display name, stem and parsed JSON, or a one-line error."""
+def read_json_file(path: str | Path, what: str = "conversation") -> tuple[str, str, Any]:
+    """The file's display name, stem and parsed JSON, or a one-line `InputError` naming `what` the file
+    should hold (a conversation; a memory, exported: strata/api.py)."""
     name = str(path)
     file = Path(path).expanduser()
     if not file.exists():
         raise ConversationFileError(f"{name}: no such file: check the path")
     if file.is_dir():
-        raise ConversationFileError(f"{name}: is a folder, not a file: give the path of a .json conversation file")
+        raise ConversationFileError(f"{name}: is a folder, not a file: give the path of a .json {what} file")
     try:
         text = file.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError:
-        raise ConversationFileError(f"{name}: is not UTF-8 text: save the conversation as UTF-8 JSON") from None
+        raise ConversationFileError(f"{name}: is not UTF-8 text: save the {what} as UTF-8 JSON") from None
     except OSError as error:
         raise ConversationFileError(f"{name}: cannot be read ({error.strerror}): check its permissions") from None
     if not text.strip():
-        raise ConversationFileError(f"{name}: is empty: export the conversation again")
+        raise ConversationFileError(f"{name}: is empty: export the {what} again")
     try:
         data = json.loads(text)
     except json.JSONDecodeError as error:
@@ -153,7 +155,7 @@ def _read_json(path: str | Path) -> tuple[str, str, Any]:
             f"{name}: not valid JSON at line {error.lineno} column {error.colno}: fix the file or export it again"
         ) from None
     except RecursionError:
-        raise ConversationFileError(f"{name}: nests too deeply to be a conversation: export it again") from None
+        raise ConversationFileError(f"{name}: nests too deeply to be a {what}: export it again") from None
     return name, file.stem, data
 
 
@@ -420,7 +422,7 @@ def _conversations(data: Any, name: str, stem: str) -> list[LoadedConversation]:
 
 def load_conversations(path: str | Path) -> list[LoadedConversation]:
     """Every conversation in a file: one for a conversation or a turn list, N for a benchmark file."""
-    name, stem, data = _read_json(path)
+    name, stem, data = read_json_file(path)
     return _conversations(data, name, stem)
 
 
@@ -488,7 +490,7 @@ def _questions(qa: object, conversation_id: str, name: str) -> list[Question]:
 
 def load_questions(path: str | Path) -> list[Question]:
     """The gold questions of a LoCoMo file, for evaluation only; never call this while ingesting."""
-    name, stem, data = _read_json(path)
+    name, stem, data = read_json_file(path)
     if isinstance(data, Mapping) and "speaker_a" in data:
         samples: list[tuple[Mapping[str, Any], str]] = [(data, _sample_id(data, stem))]
     elif _is_sample(data):
