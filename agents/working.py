@@ -731,8 +731,8 @@ def _acronym(word: str) -> bool:
 def person_answer(question: Question, best: Candidate) -> str:
     """Who someone named in the question is to the speaker ("Who is Rex?" and "my dog Rex": "my dog"), else
     a name in the sentence other than the person asked about and the speaker, else a relation it names."""
-    asked = set(re.findall(r"\b[A-Z][a-z'’]+\b", question.text))
-    given = next((n for n in named_nouns(best.sentence) if n.owner and n.name.split()[0] in asked), None)
+    in_question = set(re.findall(r"\b[A-Z][a-z'’]+\b", question.text))
+    given = next((n for n in named_nouns(best.sentence) if n.owner and n.name.split()[0] in in_question), None)
     if given:
         return given.phrase
     skip = {p.lower() for p in question.people} | {best.item.speaker.lower()}
