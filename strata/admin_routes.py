@@ -233,7 +233,7 @@ async def _holds(client: Any, thread: dict[str, Any], said: set[Said]) -> bool:
             return True
         if len(states) < HISTORY_PAGE:
             return False
-        before = states[-1]["checkpoint"]
+        before = {"configurable": states[-1]["checkpoint"]}  # the server reads `before` as a run's config
 
 
 async def _delete_threads(threads: list[str]) -> list[str]:

@@ -21,7 +21,7 @@ import pytest
 from servers import REPO, ServerProcess, langgraph_dev, log_tail, repo_mirror
 from strata.graph.state import Evidence
 
-from strata.admin_routes import TOKEN_VARIABLE
+from strata.admin_routes import HISTORY_PAGE, TOKEN_VARIABLE
 
 NAMESPACE = "caroline-and-melanie"
 TURN_COUNT = 30  # sessions 1 and 2 of conv-26: more turns than one search returns
@@ -335,6 +335,11 @@ def test_an_operator_erases_through_the_server_and_its_threads_go_too(served: Se
         await client.runs.wait(asked["thread_id"], "strata", input={"question": "What is Ann's locker code?"},
                                context={"namespace": namespace, "mode": "ask"})
         other, _ = await _ask(client, QUESTION)  # the LoCoMo namespace: never saw the secret
+        # a thread with more saved states than the route reads a page at a time, which never saw it either
+        long_run = await client.threads.create()
+        await client.runs.wait(long_run["thread_id"], "strata", input={"turns": served.turns},
+                               context={"namespace": "erase-other", "mode": "ingest"})
+        pages = len(await client.threads.get_history(long_run["thread_id"], limit=HISTORY_PAGE + 1))
         url = f"{served.server.url}/strata/erase?namespace={namespace}"  # type: ignore[union-attr]
         async with httpx.AsyncClient(timeout=RUN_TIMEOUT) as http:
             closed = await http.post(url, json={"ids": ["raw:D1:1"]})
@@ -345,14 +350,15 @@ def test_an_operator_erases_through_the_server_and_its_threads_go_too(served: Se
             records = await http.get(f"{served.server.url}/strata/records?namespace={namespace}"  # type: ignore[union-attr]
                                      "&ids=raw:D1:1&ids=raw:D1:3", headers=auth)
         kept = []
-        for thread_id in (ingest["thread_id"], asked["thread_id"], other):
+        for thread_id in (ingest["thread_id"], asked["thread_id"], other, long_run["thread_id"]):
             try:
                 await client.threads.get(thread_id)
                 kept.append(thread_id)
             except Exception:  # the SDK's NotFoundError: the thread is gone
                 pass
         return {"closed": closed, "wrong": wrong, "listed": listed, "done": done, "records": records, "kept": kept,
-                "ingest": ingest["thread_id"], "asked": asked["thread_id"], "other": other}
+                "ingest": ingest["thread_id"], "asked": asked["thread_id"], "other": other,
+                "long_run": long_run["thread_id"], "pages": pages}
 
     seen = served.run(scenario())
     assert seen["closed"].status_code == 401
@@ -364,4 +370,5 @@ def test_an_operator_erases_through_the_server_and_its_threads_go_too(served: Se
     assert seen["done"].status_code == 200 and "raw:D1:1" in report["erased"], served.fail(str(report))
     assert sorted(report["threads"]) == sorted([seen["ingest"], seen["asked"]])
     assert [r["id"] for r in seen["records"].json()] == ["raw:D1:3"]
-    assert seen["kept"] == [seen["other"]]
+    assert seen["pages"] > HISTORY_PAGE  # the search read that thread's history in more than one page
+    assert seen["kept"] == [seen["other"], seen["long_run"]]
