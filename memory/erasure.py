@@ -122,13 +122,14 @@ def plan_erasure(store: MemoryStore, ids: Sequence[str] = (), about: str = "") -
     records = store.get(targets)
     turns = erased_turns(records)
     episodes = retold(store, turns)
+    said_records = [*records, *store.get([e.id for e in episodes])]
+    texts: dict[str, set[str]] = {record.id: {record.text} for record in said_records}
+    for change in store.histories(list(texts)):
+        texts[change.record_id] |= {change.old_text, change.new_text}
     said: set[Said] = set()
-    for record in [*records, *store.get([e.id for e in episodes])]:
+    for record in said_records:
         names = {record.id, record.dialogue_id} if record.kind == "raw" and record.dialogue_id else {record.id}
-        texts = {record.text}
-        for change in store.history(record.id, limit=1_000_000):
-            texts |= {change.old_text, change.new_text}
-        said |= {(name, text) for name in names for text in texts if text.strip()}
+        said |= {(name, text) for name in names for text in texts[record.id] if text.strip()}
     return ErasurePlan(targets, turns, episodes, sorted(said))
 
 

@@ -13,7 +13,7 @@ and reloads only the records changed since (ledger_sql.py, ledger_postgres.py).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 from pathlib import Path
@@ -196,6 +196,16 @@ class Ledger:
         params.append(limit)
         return self._changes(sql, params)
 
+    def histories(self, namespace: str, record_ids: Sequence[str]) -> list[Change]:
+        """Every history row of these records, oldest first: one query per `_CHUNK` ids, not one a record."""
+        found: list[Change] = []
+        for chunk in chunked(record_ids):
+            marks = ", ".join("?" * len(chunk))
+            found += self._changes(
+                f"SELECT * FROM history WHERE namespace = ? AND record_id IN ({marks})", [namespace, *chunk]
+            )
+        return sorted(found, key=lambda change: change.id or 0)
+
     def count_history(self, namespace: str) -> int:
         with self.reading() as session:
             row = session.execute("SELECT COUNT(*) FROM history WHERE namespace = ?", (namespace,)).fetchone()
@@ -366,12 +376,17 @@ class Ledger:
 _CHUNK = 400  # ids per statement: SQLite binds at most 999 variables and a link query binds each id twice
 
 
+def chunked(values: Sequence[Any]) -> Iterator[list[Any]]:
+    """`values` in lists of at most `_CHUNK`, each bound in one statement."""
+    for start in range(0, len(values), _CHUNK):
+        yield list(values[start : start + _CHUNK])
+
+
 def delete_each(session: Session, sql: str, namespace: str, values: Sequence[Any]) -> int:
     """Run a DELETE whose `{ids}` stands for a list of values (each place bound once), in chunks; the rows
     it removed."""
     removed = 0
-    for start in range(0, len(values), _CHUNK):
-        chunk = list(values[start : start + _CHUNK])
+    for chunk in chunked(values):
         marks = ", ".join("?" * len(chunk))
         cursor = session.execute(sql.format(ids=marks), (namespace, *chunk * sql.count("{ids}")))
         removed += max(int(getattr(cursor, "rowcount", 0) or 0), 0)

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 from strata.memory.errors import ConfigError
 from strata.memory.settings import folder_is_read_only
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 # The tables as of SCHEMA_VERSION; `{id}` is the dialect's auto-increment key.
 _TABLES = (
     """CREATE TABLE IF NOT EXISTS links (
@@ -39,6 +39,8 @@ _TABLES = (
         undone INTEGER NOT NULL DEFAULT 0, undoes BIGINT,
         old_fields TEXT NOT NULL DEFAULT '{{}}', new_fields TEXT NOT NULL DEFAULT '{{}}', follows BIGINT)""",
     "CREATE INDEX IF NOT EXISTS history_ns ON history (namespace, id)",
+    # (4) one record's history without reading the namespace's: undo, and an erasure's plan
+    "CREATE INDEX IF NOT EXISTS history_record ON history (namespace, record_id)",
     """CREATE TABLE IF NOT EXISTS working (
         namespace TEXT NOT NULL, participant TEXT NOT NULL, seq BIGINT NOT NULL,
         dia_id TEXT NOT NULL, text TEXT NOT NULL, time TEXT, arrival BIGINT,

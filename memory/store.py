@@ -933,6 +933,10 @@ class MemoryStore:
     def history(self, record_id: str | None = None, limit: int = 100) -> list[Change]:
         return self.ledger.history(self.namespace, record_id, limit)
 
+    def histories(self, record_ids: Sequence[str]) -> list[Change]:
+        """Every history row of these records, oldest first (a few queries for any number of them)."""
+        return self.ledger.histories(self.namespace, record_ids)
+
     # links and working memory ------------------------------------------
     def link(self, links: Iterable[Link]) -> int:
         self.ledger.check_writable()

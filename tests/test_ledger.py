@@ -28,7 +28,7 @@ from strata.memory.bm25 import BM25Index
 from strata.memory.errors import ConfigError
 from strata.memory.ledger import Ledger, open_ledger
 from strata.memory.ledger_sql import SCHEMA_VERSION, SqliteBackend
-from strata.memory.records import Record, Turn, raw_record
+from strata.memory.records import Action, Change, Record, Turn, raw_record
 from strata.memory.registry import close_all
 from strata.memory.settings import StoreSettings
 from strata.memory.store import MemoryStore
@@ -87,6 +87,28 @@ def test_a_ledger_of_an_earlier_version_is_migrated_without_losing_rows(tmp_path
     ledger.push_working("ns", "Caroline", "D1:3", "third", WHEN, 8)
     assert [w["text"] for w in ledger.working("ns")] == ["second", "first", "third"]
     assert ledger.sequence("ns") == (0, 0)
+    with sqlite3.connect(path) as conn:  # one record's history is read by its index, not the namespace's rows
+        plan = " ".join(str(r) for r in conn.execute(
+            "EXPLAIN QUERY PLAN SELECT * FROM history WHERE namespace = 'ns' AND record_id = 'x'").fetchall())
+    assert "history_record" in plan
+    ledger.close()
+
+
+def test_the_histories_of_many_records_are_read_together_oldest_first(tmp_path: Path) -> None:
+    ledger = open_ledger(tmp_path / "ledger.sqlite3")
+    ids = [f"fact:D{i}:1:0" for i in range(900)]  # more than one statement binds
+    for round_ in range(2):
+        for record_id in ids:
+            ledger.record_change(Change(namespace="ns", record_id=record_id, kind="fact", action=Action.UPDATE,
+                                        old_text=f"{record_id} v{round_}", new_text=f"{record_id} v{round_ + 1}"))
+    ledger.record_change(Change(namespace="other", record_id=ids[0], kind="fact", action=Action.DELETE))
+    wanted = ids[::2]
+    found = ledger.histories("ns", wanted)
+    assert [c.id for c in found] == sorted(c.id for c in found)
+    assert {c.namespace for c in found} == {"ns"}  # another namespace's row of the same id stays out
+    assert sorted((c.record_id, c.new_text) for c in found) == sorted(
+        (i, f"{i} v{n}") for i in wanted for n in (1, 2))
+    assert ledger.histories("ns", []) == []
     ledger.close()
 
 
