@@ -199,7 +199,10 @@ async def erase(request: Request, memory: Memory) -> Any:
                 "hint": 'nothing was erased: send "confirm": true to erase them'}
     await asyncio.to_thread(memory.store.ledger.check_writable)  # a read-only memory: no thread is deleted
     deleted = await _delete_threads(threads)  # then the threads: one that cannot go stops the erase
-    report = await memory.aerase(body.ids, body.about)  # planned again under the namespace's lock
+    # planned again under the namespace's lock; what it erased beyond the listing (a turn stored since)
+    # may be in threads the listing did not name
+    report, erased = await asyncio.to_thread(memory.erase_as_planned, body.ids, body.about)
+    deleted += await _delete_threads(await server_threads_holding(set(erased.said) - set(plan.said)))
     report.threads = [*report.threads, *deleted]
     return report
 

@@ -212,6 +212,13 @@ class Memory:
         the records named, or every turn one participant said and every fact or persona trait about
         them (`about`). Unlike a request to forget, this cannot be undone (memory/erasure.py says what
         it reaches on disk)."""
+        return self.erase_as_planned(ids, about)[0]
+
+    def erase_as_planned(
+        self, ids: Iterable[str] = (), about: str | None = None
+    ) -> tuple[ErasureReport, ErasurePlan]:
+        """`erase`, and the plan it carried out: for a host that keeps threads of its own (the server's
+        routes), which may hold a record stored after it last listed what would go."""
         store = self.store
         with store.writing():  # no writer of this namespace between the plan and the erase
             plan = self.erasure_plan(ids, about)
@@ -219,7 +226,7 @@ class Memory:
             threads, rebuilt = erase_threads(self.context("ask").data_dir, plan.said)  # first: it may fail to open
             report = apply_erasure(store, plan)
         report.threads, report.threads_compacted = threads, rebuilt
-        return report
+        return report, plan
 
     def erasure_plan(self, ids: Iterable[str] = (), about: str | None = None) -> ErasurePlan:
         """What `erase` would remove, checked as `erase` checks it; nothing changes."""
