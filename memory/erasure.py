@@ -53,6 +53,7 @@ from strata.memory.forgetting import shown_ids
 from strata.memory.graph.consolidation import DIGESTS, DONE
 from strata.memory.graph.links import CATALOGUE, LAST_TURN, still_mentioned
 from strata.memory.journal import PENDING
+from strata.memory.ledger_sql import sqlite_uri
 from strata.memory.locks import hold_folder, release_folder
 from strata.memory.records import KINDS, Link, LinkType, Record
 from strata.memory.store import MemoryStore
@@ -297,7 +298,7 @@ def _chroma_db(store: MemoryStore) -> sqlite3.Connection | None:
     path = store.settings.chroma_path / CHROMA_DB
     if not path.is_file():
         return None
-    return sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=30, isolation_level=None)
+    return sqlite3.connect(sqlite_uri(path, "mode=ro"), uri=True, timeout=30, isolation_level=None)
 
 
 def _in_chroma_log(store: MemoryStore, ids: Iterable[str]) -> int | None:

@@ -253,6 +253,12 @@ def read_only_message(folder: Path) -> str:
     )
 
 
+def sqlite_uri(path: Path, options: str) -> str:
+    """The URI SQLite opens `path` by, with `options` (`mode=ro`, ...): the path made absolute first, as a
+    relative one (`data_dir=".strata"`, the default) has no file URI."""
+    return f"{path.absolute().as_uri()}?{options}"
+
+
 def _open_read_only(path: Path) -> sqlite3.Connection:
     """The ledger of a read-only folder, opened for reading: through its write-ahead log when that can be
     read, else as an immutable file (no writer can exist when nobody may write)."""
@@ -262,7 +268,7 @@ def _open_read_only(path: Path) -> sqlite3.Connection:
             "folder you can write, or at a copy of a memory"
         )
     for options in ("mode=ro", "mode=ro&immutable=1"):
-        conn = sqlite3.connect(f"{path.as_uri()}?{options}", uri=True, check_same_thread=False, isolation_level=None)
+        conn = sqlite3.connect(sqlite_uri(path, options), uri=True, check_same_thread=False, isolation_level=None)
         try:
             conn.execute("SELECT count(*) FROM history").fetchone()
             return conn

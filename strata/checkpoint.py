@@ -35,7 +35,7 @@ import strata.graph.state
 import strata.memory.records
 from strata.memory.erasure import Said
 from strata.memory.errors import ConfigError
-from strata.memory.ledger_sql import BUSY_SECONDS, vacuum
+from strata.memory.ledger_sql import BUSY_SECONDS, sqlite_uri, vacuum
 from strata.memory.settings import DEFAULT_DATA_DIR
 
 THREADS_FILE = "threads.sqlite3"
@@ -177,7 +177,7 @@ def _threads_file(data_dir: str | Path, wanted: set[Said]) -> Iterator[sqlite3.C
         yield None
         return
     try:
-        conn = sqlite3.connect(f"{path.as_uri()}?mode=rw", uri=True, timeout=BUSY_SECONDS)
+        conn = sqlite3.connect(sqlite_uri(path, "mode=rw"), uri=True, timeout=BUSY_SECONDS)
     except sqlite3.Error as exc:
         raise ConfigError(f"cannot open the saved threads at {path} ({exc}): check the file; "
                           "nothing was erased") from None

@@ -197,7 +197,7 @@ print(json.dumps(out))
 def read_only_run(folder: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     """Run READER on `folder` made read-only: a read-only bind mount for root (whom permissions do not
     stop), the folder's write permissions removed for anyone else."""
-    command = [sys.executable, "-c", READER, str(folder)]
+    command = [sys.executable, "-c", READER, os.path.relpath(folder, REPO)]  # relative, as the default `.strata`
     if os.geteuid() != 0:
         for path in [folder, *folder.rglob("*")]:
             path.chmod(path.stat().st_mode & ~0o222)

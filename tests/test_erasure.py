@@ -12,6 +12,7 @@ import asyncio
 import json
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -156,17 +157,19 @@ def test_erase_from_the_command_line_lists_first_and_erases_with_yes(
         build_graph(checkpointer=saver).invoke({"question": "What did Caroline research?"},
                                                {"configurable": {"thread_id": "t-5"}}, context=context)
     close_all()  # an embedded folder is one process's at a time: hand it to the command line
-    base = [sys.executable, "-m", "strata", "--data-dir", str(data_dir), "--namespace", "conv-26", "erase"]
-    listed = subprocess.run([*base, "raw:D1:5"], capture_output=True, text=True, env=offline_env, timeout=300)
+    # a relative folder, as the default `.strata` is: every file it opens by URI is made absolute first
+    base = [sys.executable, "-m", "strata", "--data-dir", data_dir.name, "--namespace", "conv-26", "erase"]
+    run = partial(subprocess.run, capture_output=True, text=True, env=offline_env, timeout=300, cwd=data_dir.parent)
+    listed = run([*base, "raw:D1:5"])
     assert listed.returncode == 1 and "raw:D1:5" in listed.stdout and "--yes" in listed.stdout
     assert "delete 1 saved threads that hold them: t-5" in listed.stdout
-    wrong = subprocess.run([*base, "raw:D9:99", "--yes"], capture_output=True, text=True, env=offline_env, timeout=300)
+    wrong = run([*base, "raw:D9:99", "--yes"])
     assert wrong.returncode == 2 and len(wrong.stderr.strip().splitlines()) == 1 and "Traceback" not in wrong.stderr
     assert Memory("conv-26", data_dir=str(data_dir)).get(["raw:D1:5"])  # listed and refused: still stored
     close_all()
     text = Memory("conv-26", data_dir=str(data_dir)).get(["raw:D1:5"])[0].text
     close_all()
-    done = subprocess.run([*base, "raw:D1:5", "--yes"], capture_output=True, text=True, env=offline_env, timeout=300)
+    done = run([*base, "raw:D1:5", "--yes"])
     assert done.returncode == 0 and done.stdout.startswith("erased ") and "rebuilt" in done.stdout
     assert "1 threads deleted (t-5)" in done.stdout
     assert _files_holding(data_dir, text) == [], (_files_holding(data_dir, text), done.stdout)  # rebuilt too
