@@ -61,6 +61,7 @@ from strata.memory.moments import utc_now
 from strata.memory.persona import aspect_of, persona_id
 from strata.memory.records import Link, LinkType, Record, Turn, raw_record
 from strata.memory.store import MemoryStore
+from strata.memory.turn_ids import check_turn_ids
 from strata.prompts import graph as graph_prompts
 from strata.prompts import memory as prompts
 
@@ -156,19 +157,13 @@ def _write_ahead(store: MemoryStore, turns: list[Turn]) -> None:
     """Store every new raw turn of the input in one write, before any is derived.
 
     A turn already stored with the same words is left alone (re-ingesting is
-    idempotent) unless its derive never finished. Turns are marked pending
-    before the write and each is cleared once derived, so a crash at any point
-    leaves them to be derived on the next ingest rather than lost.
+    idempotent) unless its derive never finished; one whose id holds other words
+    refuses the whole input (memory/turn_ids.py). Turns are marked pending before
+    the write and each is cleared once derived, so a crash at any point leaves
+    them to be derived on the next ingest rather than lost.
     """
-    seen: dict[str, int] = {}
-    for n, turn in enumerate(turns, start=1):
-        if turn.dia_id in seen:
-            raise InputError(
-                f"turns {seen[turn.dia_id]} and {n} share the id {turn.dia_id!r}: give each turn its own dia_id"
-            )
-        seen[turn.dia_id or ""] = n
+    existing = check_turn_ids(store, turns)
     pending = set(_pending(store))
-    existing = {r.id: r.text for r in store.get(f"raw:{t.dia_id}" for t in turns)}
     new: list[Record] = []
     marked: set[str] = set()
     for turn in turns:

@@ -20,6 +20,7 @@ from strata.api import Memory
 from strata.conversations import LoadedConversation, Session
 from strata.memory.errors import InputError
 from strata.memory.records import KINDS
+from strata.memory.turn_ids import check_turn_ids
 
 
 class IngestSummary(BaseModel):
@@ -68,6 +69,7 @@ def ingest_conversation(
 ) -> IngestSummary:
     """Store a conversation's sessions in order; `on_turn()` is called once per finished turn."""
     sessions = select_sessions(conversation, limit_sessions)
+    check_turn_ids(memory.store, [turn for session in sessions for turn in session.turns])  # before any session
     turns = new_turns = 0
     started = time.perf_counter()
     embedder = memory.store.embedder

@@ -74,6 +74,12 @@ def one_line(error: pytest.ExceptionInfo[StrataError]) -> str:
         (lambda m: m.undo(10**6), "change"),
         (lambda m: m.get("raw:D1:1"), "list of record ids"),
         (lambda m: m.get([1]), "ids"),
+        # an id that holds other words: the stored turn is not replaced (no history could undo it)
+        (lambda m: m.add({"speaker": "Ann", "text": "I live in Denver now.", "dia_id": "D1:1"}),
+         "turn D1:1 is already stored with other words ('I live in Boston.')"),
+        (lambda m: m.add([{"speaker": "Ann", "text": "A brand new turn.", "dia_id": "D9:1"},
+                          {"speaker": "Bo", "text": "My puppy is called Max.", "dia_id": "D1:2"}]),
+         "turn D1:2 is already stored"),  # refused whole: D9:1 is not stored either
     ],
 )
 def test_wrong_arguments_are_one_line_errors_and_change_nothing(memory: Memory, call: Any, words: str) -> None:

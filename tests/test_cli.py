@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from strata.graph.context import Context
 from strata.memory.errors import InputError
+from strata.memory.registry import close_all
 
 from strata.api import Memory
 
@@ -103,6 +104,27 @@ def test_bad_turn_rejects_the_whole_file_and_keeps_earlier_data(
     raw_ids = sorted(record.id for record in memory.store.all("raw"))
     assert raw_ids == ["raw:D1:1", "raw:D1:2"], "the earlier turns stay, and nothing of the bad file is stored"
     assert memory.get(["raw:D1:1"])[0].text == "I adopted a cat called Miso."
+
+
+def test_a_second_conversation_into_the_same_namespace_is_refused_whole(
+    locomo_dir: Path, data_dir: Path, offline_env: dict[str, str], embedder: object
+) -> None:
+    """Both conversations number their turns D1:1, D1:2, ...: the second would replace the first's turns."""
+    where = ("--data-dir", str(data_dir), "--namespace", "friends")
+    first = strata("ingest", str(locomo_dir / "conv-26.json"), "--limit-sessions", "1", *where, env=offline_env)
+    assert first.returncode == 0, first.stderr
+    memory = Memory("friends", data_dir=str(data_dir))
+    before = {r.id: r.text for r in memory.store.all("raw")}
+    close_all()
+
+    second = strata("ingest", str(locomo_dir / "conv-30.json"), "--limit-sessions", "2", *where, env=offline_env)
+
+    assert_user_error(second, "turn D1:1", "already stored with other words", "another namespace")
+    assert {r.id: r.text for r in Memory("friends", data_dir=str(data_dir)).store.all("raw")} == before
+    close_all()
+    again = strata("ingest", str(locomo_dir / "conv-26.json"), "--limit-sessions", "1", "--json", *where,
+                   env=offline_env)
+    assert again.returncode == 0 and json.loads(again.stdout)["new_turns"] == 0  # the same words: skipped
 
 
 def test_ask_on_an_empty_memory_says_what_to_do(data_dir: Path, offline_env: dict[str, str]) -> None:

@@ -1,0 +1,40 @@
+"""What a turn's dialogue id promises: it names one stored turn, and sending it again changes nothing.
+
+Ids are the caller's (LoCoMo's `D1:3`, an app's message id) or given in order (`T1`, `T2`, ...).
+A turn sent again with the same words is skipped, so re-ingesting is idempotent. Sent with other
+words, it would replace the stored turn with no history entry to undo it by, and the facts derived
+from the old words would stay: two conversations sent into one namespace, whose ids both start at
+`D1:1`, would silently become one. Such an input is refused whole, before anything is written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from textwrap import shorten
+
+from strata.memory.errors import InputError
+from strata.memory.records import Turn
+from strata.memory.store import MemoryStore
+
+
+def check_turn_ids(store: MemoryStore, turns: Sequence[Turn]) -> dict[str, str]:
+    """Refuse, in one line, turns that share an id, or whose id holds other words in this memory; else the
+    stored text of each id already stored (a turn whose text it is will be skipped)."""
+    seen: dict[str, int] = {}
+    for n, turn in enumerate(turns, start=1):
+        if turn.dia_id in seen:
+            raise InputError(
+                f"turns {seen[turn.dia_id]} and {n} share the id {turn.dia_id!r}: give each turn its own dia_id"
+            )
+        seen[turn.dia_id or ""] = n
+    stored = {r.id: r.text for r in store.get(f"raw:{t.dia_id}" for t in turns if t.dia_id)}
+    clashes = [t for t in turns if stored.get(f"raw:{t.dia_id}", t.text) != t.text]
+    if clashes:
+        first = clashes[0]
+        more = f" (and {len(clashes) - 1} more)" if len(clashes) > 1 else ""
+        words = shorten(stored[f"raw:{first.dia_id}"], 50, placeholder="...")
+        raise InputError(
+            f"turn {first.dia_id}{more} is already stored with other words ({words!r}): give each new turn an id "
+            "of its own (or none), or store another conversation in another namespace; nothing was stored"
+        )
+    return stored
