@@ -138,6 +138,10 @@ def erasure_targets(store: MemoryStore, ids: Sequence[str] = (), about: str = ""
     """The records to erase: those named, or everything said by or about `about`, and whatever was
     derived from an erased turn. Unknown ids are an error (nothing is erased): a typo must not pass
     for a completed erasure. `done` names what a refusal did not do (a person's export asks too)."""
+    person = about.strip().lower()
+    if about and not person:  # "" would match every record that names no one: that is not a person
+        raise InputError(f"about={about!r} names no one: give a participant's name "
+                         f"(participants: {', '.join(store.participants()) or 'none'}); nothing was {done}")
     chosen: dict[str, Record] = {}
     found = {r.id: r for r in store.get(ids)}
     unknown = [i for i in ids if i not in found]
@@ -145,8 +149,7 @@ def erasure_targets(store: MemoryStore, ids: Sequence[str] = (), about: str = ""
         raise InputError(f"no record {', '.join(unknown[:5])} in this memory: erase takes ids as `history` and "
                          f"`explain` show them (e.g. raw:D1:3); nothing was {done}")
     chosen.update(found)
-    if about:
-        person = about.strip().lower()
+    if person:
         for kind in KINDS:
             for record in store.all(kind, include_inactive=True):
                 if person in (record.speaker.lower(), record.subject.lower(), record.participant.lower()):

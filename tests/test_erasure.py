@@ -138,12 +138,16 @@ def test_a_wrong_request_erases_nothing_and_says_so_in_one_line(memory: Memory) 
         (("raw:D1:3",), {}),  # a string, not a list of ids
         ((), {"about": ""}),
         ((), {"about": "Nobody"}),
+        ((), {"about": " "}),  # spaces name no one (stripped, they matched every record naming no one)
+        ((), {"about": "\t\n"}),
         (([3],), {}),
     ]
     for args, kwargs in wrong:
         with pytest.raises(InputError) as error:
             memory.erase(*args, **kwargs)
         assert "\n" not in str(error.value) and str(error.value), (args, kwargs)
+        with pytest.raises(InputError):
+            memory.erasure_plan(*args, **kwargs)
     assert memory.stats() == before
     assert memory.get(["raw:D1:3"])
 
