@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from strata.api import Answer, Memory
-from strata.checkpoint import threads_holding
+from strata.checkpoint import checkpoint_path, threads_holding
 from strata.conversations import (
     ConversationFileError,
     LoadedConversation,
@@ -286,7 +286,15 @@ def _graph(args: argparse.Namespace) -> int:
     _require_memories(memory)
     exported = memory.graph(question=args.question, person=args.person)
     stem = "question" if args.question else f"person-{args.person.lower()}" if args.person else "namespace"
-    for path in write_graph(exported, args.out, stem, formats):
+    out = _outside_memory(args.out.expanduser(), memory)
+    if out.is_file():
+        raise InputError(f"--out {out} is a file: name the folder to write the graph's files in")
+    try:
+        written = write_graph(exported, out, stem, formats)
+    except OSError as error:
+        raise ConfigError(f"cannot write in {out} ({error.strerror or type(error).__name__}): choose a writable "
+                          "folder") from None
+    for path in written:
         print(f"wrote {path}")
     print(f"{len(exported.nodes)} nodes, {len(exported.edges)} edges ({exported.scope})")
     return 0
@@ -406,16 +414,32 @@ def _erase(args: argparse.Namespace) -> int:
     return 0
 
 
+def _outside_memory(out: Path, memory: Memory) -> Path:
+    """`out` itself, unless writing there would replace one of the memory's own files (the ledger, Chroma's
+    folder and lock, the saved threads, or their journals): then one line, before anything is written."""
+    context = memory.context("ask")
+    settings = context.store_settings()
+    own = [settings.ledger_path, settings.chroma_path, checkpoint_path(context.data_dir)]
+    target = out.resolve()
+    for path in (p.resolve() for p in own):
+        if target.is_relative_to(path) or (target.parent == path.parent and target.name.startswith(path.name)):
+            raise InputError(f"--out {out} would replace the memory's own {path.name}: write it somewhere else")
+    return out
+
+
 def _export(args: argparse.Namespace) -> int:
     memory = _memory(args)
-    document = memory.export(args.about)
-    out = args.out.expanduser()
+    out = _outside_memory(args.out.expanduser(), memory)
     if out.is_dir():
         raise InputError(f"--out {out} is a folder: name the file to write, e.g. {out / 'memory.json'}")
-    try:
+    document = memory.export(args.about)
+    partial = out.with_name(f".{out.name}.partial")
+    try:  # written beside and renamed over: a failed write leaves an earlier file at `out` whole
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(document.model_dump_json(), encoding="utf-8")
+        partial.write_text(document.model_dump_json(), encoding="utf-8")
+        os.replace(partial, out)
     except OSError as error:
+        partial.unlink(missing_ok=True)
         raise ConfigError(f"cannot write {out} ({error.strerror or type(error).__name__}): choose a writable path"
                           ) from None
     whose = f"{args.about}'s records" if args.about else "the memory"

@@ -345,6 +345,11 @@ def test_graph_command_exports_the_namespace_and_refuses_unknown_people(
     assert main([*base, "--person", "Nobody"]) == 2
     assert "no participant 'Nobody'" in capsys.readouterr().err
     assert main([*base, "--formats", "svg"]) == 2
+    capsys.readouterr()
+    for out, says in ((tmp_path / "namespace.json", "is a file: name the folder"),
+                      (memory_dir / "chroma", "would replace the memory's own chroma")):
+        assert main([*base[:-1], str(out)]) == 2
+        assert says in capsys.readouterr().err
 
 
 # --- reads do not write ----------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -127,6 +128,13 @@ def test_export_and_import_from_the_command_line(memory: Memory, tmp_path: Path,
     wrote = subprocess.run([*source, "export", "--out", str(file)], capture_output=True, text=True, env=offline_env,
                            timeout=300)
     assert wrote.returncode == 0 and "records" in wrote.stdout, wrote.stderr
+    ledger = tmp_path / "source" / "ledger.sqlite3"
+    for own in (ledger, ledger.with_name("ledger.sqlite3-wal"), tmp_path / "source" / "chroma" / "m.json"):
+        refused = subprocess.run([*source, "export", "--out", str(own)], capture_output=True, text=True,
+                                 env=offline_env, timeout=300)  # the memory's own files are never written over
+        assert refused.returncode == 2 and "would replace the memory's own" in refused.stderr, refused.stderr
+        assert len(refused.stderr.strip().splitlines()) == 1
+    assert sqlite3.connect(ledger).execute("SELECT COUNT(*) FROM links").fetchone()[0] > 0
     done = subprocess.run([*target, "import", str(file)], capture_output=True, text=True, env=offline_env, timeout=300)
     assert done.returncode == 0 and done.stdout.startswith("imported "), done.stderr
     twice = subprocess.run([*target, "import", str(file)], capture_output=True, text=True, env=offline_env,
