@@ -79,6 +79,13 @@ class MemoryDocument(BaseModel):
             twice = [key for key, count in Counter(keys).items() if count > 1]
             if twice:
                 raise ValueError(f"the {what} {twice[0]} is there twice")
+        # an id names its kind (raw:D1:3, fact:D1:3:0): the stores find a record's collection by it
+        for what, pairs in (("record", [(r.id, r.kind) for r in self.records]),
+                            ("history entry of", [(c.record_id, c.kind) for c in self.history])):
+            wrong = next(((i, k) for i, k in pairs if not i.startswith(f"{k}:") or i == f"{k}:"), None)
+            if wrong:
+                raise ValueError(f"the {what} {wrong[0]!r} is not a {wrong[1]} id (ids of its kind start "
+                                 f"with '{wrong[1]}:')")
         return self
 
 

@@ -95,6 +95,10 @@ def test_a_wrong_import_writes_nothing_and_says_so_in_one_line(memory: Memory, t
     twice["records"].append(twice["records"][0])  # one id twice: Chroma would refuse it halfway
     working_twice = json.loads(document.model_dump_json())
     working_twice["working"].append(working_twice["working"][0])
+    renamed = json.loads(document.model_dump_json())
+    renamed["records"][0]["id"] = "bogus"  # no kind: no collection holds it, and every later write stumbled on it
+    rekinded = json.loads(document.model_dump_json())
+    rekinded["records"][0]["kind"] = "fact"  # raw:... stored among the facts
     wrong: list[Any] = [
         memory.export(about="Caroline"),  # a person's copy, not a backup
         {**json.loads(document.model_dump_json()), "version": 9},
@@ -102,6 +106,8 @@ def test_a_wrong_import_writes_nothing_and_says_so_in_one_line(memory: Memory, t
         damaged,
         twice,
         working_twice,
+        renamed,
+        rekinded,
         [1, 2],
         tmp_path / "missing.json",
         tmp_path / "not-json.json",
