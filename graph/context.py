@@ -8,6 +8,7 @@ server and an embedding app can each set it per run. Unset fields fall back to
 
 from __future__ import annotations
 
+import math
 import os
 import reprlib
 from dataclasses import dataclass, field, fields
@@ -18,7 +19,7 @@ from pydantic import TypeAdapter, ValidationError
 from strata.memory.embeddings import DEFAULT_EMBEDDER
 from strata.memory.errors import ConfigError, InputError
 from strata.memory.namespaces import check_namespace
-from strata.memory.settings import DEFAULT_DATA_DIR, StoreSettings
+from strata.memory.settings import DEFAULT_DATA_DIR, StoreSettings, check_folder
 
 Mode = Literal["ingest", "ask", "chat", "retrieve"]
 MODES: tuple[str, ...] = get_args(Mode)
@@ -201,12 +202,12 @@ class Context:
             setattr(self, spec.name, value)
         if self.chat_model is not None and not callable(getattr(self.chat_model, "invoke", None)):
             raise InputError("chat_model must be a LangChain chat model object: from Studio or the server, set model")
-        if not self.data_dir.strip():
-            raise ConfigError("setting data_dir is empty: name the memory folder (e.g. data_dir='.strata')")
+        check_folder(self.data_dir)
         for name, (least, most) in _RANGES.items():
             number = getattr(self, name)
             if not least <= number <= most:
-                bound = f"at least {least}" if most == _NO_LIMIT else f"from {least} to {most}"
+                bound = f"from {least} to {most}" if most < _NO_LIMIT else (
+                    f"at least {least}" if number < least else f"at most {most} (a 64-bit whole number)")
                 raise ConfigError(f"setting {name} must be {bound}, got {number!r}")
         self._check_wire()
         unknown = set(self.kinds()) - {"raw", "fact", "episode", "summary"}
@@ -222,7 +223,8 @@ class Context:
         limits = {"model_timeout": 0.0, "model_retries": 0, "model_backoff": 0.0, "max_model_calls": 1}
         for name, least in limits.items():
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or value < least or (
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or (
+                value < least) or (
                 least == 0.0 and name == "model_timeout" and value == 0
             ):
                 need = "a positive number" if name == "model_timeout" else f"a number of at least {least}"
@@ -248,10 +250,13 @@ class Context:
         return self.chat_model is None and self.model.strip().lower() in ("", "offline")
 
 
-_NO_LIMIT = 2**63
+_NO_LIMIT = 2**63 - 1  # what the ledger can store
+# Retry rounds a question may take: each costs a Judge and a sub-question call with a model, and a few
+# graph steps (thousands would pass LangGraph's step limit mid-question). AMA uses 2.
+MAX_RETRY_ROUNDS = 20
 # Least and most values of the numeric settings; a setting not listed takes any number of its type.
 _RANGES: dict[str, tuple[int, int]] = {
-    "k_r": (0, _NO_LIMIT), "k_m": (1, _NO_LIMIT), "token_budget": (1, _NO_LIMIT), "working_size": (1, _NO_LIMIT),
+    "k_r": (0, MAX_RETRY_ROUNDS), "k_m": (1, _NO_LIMIT), "token_budget": (1, _NO_LIMIT), "working_size": (1, _NO_LIMIT),
     "episode_max_turns": (1, _NO_LIMIT), "chroma_port": (1, 65535), "max_turn_chars": (1, _NO_LIMIT),
     "max_question_chars": (1, _NO_LIMIT),
 }  # fmt: skip

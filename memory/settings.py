@@ -17,10 +17,25 @@ DEFAULT_DATA_DIR = ".strata"
 LEDGER_NAME = "ledger.sqlite3"
 
 
+def check_folder(value: str, name: str = "data_dir") -> str:
+    """A memory folder's name as given, or a `ConfigError` of one line: empty, a NUL byte or characters
+    the file system cannot encode cannot name a folder."""
+    if not value.strip():
+        raise ConfigError(f"setting {name} is empty: name the memory folder (e.g. {name}='.strata')")
+    try:
+        os.fsencode(value)
+    except UnicodeError:
+        raise ConfigError(f"setting {name} {value!r} holds characters no file name can: name another folder"
+                          ) from None
+    if "\x00" in value:
+        raise ConfigError(f"setting {name} {value!r} holds a NUL character: name another folder")
+    return value
+
+
 class StoreSettings(BaseModel):
     """Everything needed to open the stores of one data folder or server."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")  # a misspelt setting must not pass for the default
 
     data_dir: str = Field(DEFAULT_DATA_DIR, description="Folder for embedded Chroma and the ledger.")
     chroma_host: str | None = Field(None, description="Chroma server host; embedded Chroma when empty.")
@@ -39,6 +54,11 @@ class StoreSettings(BaseModel):
     def _folder_as_text(cls, value: object) -> object:
         """A `Path` names the folder as well as a string does (`Memory` takes either)."""
         return os.fspath(value) if isinstance(value, os.PathLike) else value
+
+    @field_validator("data_dir")
+    @classmethod
+    def _usable_folder(cls, value: str) -> str:
+        return check_folder(value)
 
     @property
     def ledger_path(self) -> Path:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import reprlib
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -97,7 +98,8 @@ class StrataStore(BaseStore):
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first.get("loc", ())) or "settings"
             known = ", ".join(StoreSettings.model_fields)
-            raise InputError(f"store setting {where}: {first.get('msg')} (the settings are {known})") from None
+            message = str(first.get("msg", "")).removeprefix("Value error, ")
+            raise InputError(f"store setting {where}: {message} (the settings are {known})") from None
         self.include_memory = include_memory
         self.index_fields = list(index_fields) if index_fields is not None else None
         self._lock = threading.RLock()
@@ -118,8 +120,11 @@ class StrataStore(BaseStore):
     # the two entry points LangGraph calls ---------------------------------
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         """Reads first, then writes (the last put of a key wins), as LangGraph's own stores do."""
+        if not isinstance(ops, Iterable) or isinstance(ops, str | bytes):
+            raise InputError(f"batch takes a list of store operations (GetOp, PutOp, ...), not {type(ops).__name__}")
         ops = list(ops)
         for op in ops:
+            _check_op(op)
             validate_op_namespace(op)
         results: list[Result] = [None] * len(ops)
         puts: dict[tuple[tuple[str, ...], str], PutOp] = {}
@@ -410,11 +415,58 @@ def _apply(actual: Any, operator: str, operand: Any) -> bool:
     return bool(actual <= operand)
 
 
+def _check_op(op: Op) -> None:
+    """The arguments of one operation, by type, before any is run: LangGraph's own checks are the labels'
+    (`validate_op_namespace`); a text namespace, a number as a key or a list as a filter would otherwise
+    be stored under another name or fail deep inside. One line each."""
+    prefixes = (op.namespace_prefix,) if isinstance(op, SearchOp) else (
+        (op.match_conditions or ()) if isinstance(op, ListNamespacesOp) else (op.namespace,))
+    for namespace in prefixes:
+        path = namespace.path if isinstance(namespace, MatchCondition) else namespace
+        if not isinstance(path, tuple) or not all(isinstance(label, str) for label in path):
+            raise InputError(f"a store namespace is a tuple of text labels, e.g. ('users', 'ann'), not {path!r}")
+        for label in path:
+            _text(label, "a namespace label")
+    if isinstance(op, GetOp | PutOp):
+        if not isinstance(op.key, str):
+            raise InputError(f"a store key is text, not {type(op.key).__name__} ({op.key!r}): use str(key)")
+        _text(op.key, "a store key")
+    if isinstance(op, PutOp) and not (op.index is None or op.index is False or (
+            isinstance(op.index, list) and all(isinstance(f, str) for f in op.index))):
+        raise InputError(f"index is False, None or a list of field paths, not {op.index!r}")
+    if isinstance(op, SearchOp):
+        if op.query is not None and not isinstance(op.query, str):
+            raise InputError(f"a search query is text, not {type(op.query).__name__}")
+        if op.query is not None:
+            _text(op.query, "a search query")
+        if op.filter is not None and not (isinstance(op.filter, dict) and all(isinstance(k, str) for k in op.filter)):
+            raise InputError(f"a search filter is a dict of field names, e.g. {{'type': 'note'}}, not {op.filter!r}")
+    for name in ("limit", "offset", "max_depth"):
+        value = getattr(op, name, None)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise InputError(f"{name} must be a whole number of at least 0, not {value!r}")
+
+
+def _text(value: str, what: str) -> None:
+    """Text the ledger and Chroma can store (UTF-8: a lone surrogate such as '\\ud800' cannot be)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InputError(f"{what} {reprlib.repr(value)} holds a character that is not text (a lone surrogate): "
+                         "decode it properly first") from None
+
+
 def _json_value(value: Any) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise InputError(f"a store value must be a dict, got {type(value).__name__}: wrap it, e.g. {{'text': ...}}")
     try:
-        return json.loads(json.dumps(value))
+        text = json.dumps(value, ensure_ascii=False)
+        _text(text, "a store value")
+        return json.loads(text)
+    except InputError:
+        raise
+    except RecursionError:
+        raise InputError("a store value is nested too deeply: store a flatter dict") from None
     except (TypeError, ValueError) as exc:
         raise InputError(
             f"a store value must be JSON-serialisable ({exc}): store dicts of lists, strings and numbers"

@@ -105,7 +105,12 @@ def test_bytes_are_decoded_never_stored_as_their_repr(memory: Memory) -> None:
         ({"namespace": 5}, InputError, "namespace must be text"),
         ({"k_r": "abc"}, ConfigError, "k_r must be a whole number"),
         ({"k_r": True}, ConfigError, "k_r must be a whole number"),
-        ({"k_r": -1}, ConfigError, "k_r must be at least 0"),
+        ({"k_r": -1}, ConfigError, "k_r must be from 0 to 20"),
+        ({"k_r": 10**6}, ConfigError, "k_r must be from 0 to 20"),  # past LangGraph's step limit mid-question
+        ({"token_budget": 10**20}, ConfigError, "token_budget must be at most 9223372036854775807"),
+        ({"model_timeout": float("nan")}, InputError, "model_timeout must be a positive number"),
+        ({"data_dir": "a\x00b"}, ConfigError, "NUL character"),
+        ({"data_dir": "\ud800"}, ConfigError, "no file name can"),
         ({"token_budget": None}, ConfigError, "token_budget must be a whole number"),
         ({"chroma_port": "abc"}, ConfigError, "chroma_port must be a whole number"),
         ({"chroma_port": 99999}, ConfigError, "chroma_port must be from 1 to 65535"),

@@ -98,6 +98,14 @@ def test_list_namespaces_pagination(store: StrataStore) -> None:
     ]
 
 
+def test_wrong_settings_are_refused_not_replaced_by_the_default_folder(tmp_path: Path) -> None:
+    for settings, says in (({"data_dri": str(tmp_path)}, "data_dri: Extra inputs are not permitted"),
+                           ({"data_dir": ""}, "data_dir: setting data_dir is empty"),
+                           ({"data_dir": "a\x00b"}, "NUL character")):
+        with pytest.raises(InputError, match=says):
+            StrataStore(**settings)
+
+
 def test_invalid_namespaces_are_refused(store: StrataStore) -> None:
     doc = {"foo": "bar"}
     for bad in [(), ("the", "thing.about"), ("some", "fun", ""), ("langgraph", "foo"), ("a/b",)]:
@@ -166,6 +174,29 @@ def test_bad_values_and_filters_are_one_line_errors(store: StrataStore) -> None:
         store.search(("x",), filter={"n": {"$near": 1}})
     with pytest.raises(NotImplementedError):
         store.put(("x",), "k", {"n": 1}, ttl=5)
+    deep: dict[str, Any] = {}
+    for _ in range(5_000):
+        deep = {"x": deep}
+    wrong: list[tuple[Any, str]] = [
+        (lambda: store.put("ann", "k", {"n": 2}), "tuple of text labels"),  # not ('a', 'n', 'n')
+        (lambda: store.search(("x",), query=5), "query is text"),
+        (lambda: store.search(("x",), filter=["n"]), "filter is a dict"),
+        (lambda: store.search(("x",), filter={5: 1}), "filter is a dict"),
+        (lambda: store.search(("x",), limit="5"), "limit must be a whole number"),
+        (lambda: store.put(("x",), "k", {"n": 2}, index=5), "index is False, None or a list"),
+        (lambda: store.list_namespaces(max_depth="x"), "max_depth"),
+        (lambda: store.batch(None), "list of store operations"),  # type: ignore[arg-type]
+        (lambda: store.put(("x",), "k\ud800", {"n": 2}), "lone surrogate"),
+        (lambda: store.get(("x",), "\ud800"), "lone surrogate"),
+        (lambda: store.put(("x",), "k", {"t": "\ud800"}), "lone surrogate"),
+        (lambda: store.search(("x",), query="\ud800"), "lone surrogate"),
+        (lambda: store.put(("x",), "k", deep), "nested too deeply"),
+    ]
+    for call, says in wrong:
+        with pytest.raises(InputError, match=says) as error:
+            call()
+        assert len(str(error.value).splitlines()) == 1
+    assert store.get(("x",), "k").value == {"n": 1}  # type: ignore[union-attr]
 
 
 # search --------------------------------------------------------------------------------
