@@ -18,6 +18,7 @@ from typing import Any, Literal, get_args, get_type_hints
 from pydantic import TypeAdapter, ValidationError
 from strata.memory.embeddings import DEFAULT_EMBEDDER
 from strata.memory.errors import ConfigError, InputError
+from strata.memory.ledger_sql import LARGEST_INTEGER
 from strata.memory.namespaces import check_namespace
 from strata.memory.settings import DEFAULT_DATA_DIR, StoreSettings, check_folder
 
@@ -250,7 +251,7 @@ class Context:
         return self.chat_model is None and self.model.strip().lower() in ("", "offline")
 
 
-_NO_LIMIT = 2**63 - 1  # what the ledger can store
+_NO_LIMIT = LARGEST_INTEGER  # what the ledger can store
 # Retry rounds a question may take: each costs a Judge and a sub-question call with a model, and a few
 # graph steps (thousands would pass LangGraph's step limit mid-question). AMA uses 2.
 MAX_RETRY_ROUNDS = 20

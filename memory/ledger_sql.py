@@ -24,6 +24,7 @@ from strata.memory.errors import ConfigError
 from strata.memory.settings import folder_is_read_only
 
 SCHEMA_VERSION = 4
+LARGEST_INTEGER = 2**63 - 1  # what an INTEGER column holds (SQLite and PostgreSQL's BIGINT)
 # The tables as of SCHEMA_VERSION; `{id}` is the dialect's auto-increment key.
 _TABLES = (
     """CREATE TABLE IF NOT EXISTS links (

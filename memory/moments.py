@@ -35,7 +35,11 @@ def utc(moment: datetime) -> datetime:
     """The same instant as a naive UTC datetime (a naive one is already UTC by convention)."""
     if moment.tzinfo is None:
         return moment
-    return moment.astimezone(UTC).replace(tzinfo=None)
+    try:
+        return moment.astimezone(UTC).replace(tzinfo=None)
+    except OverflowError:  # 0001-01-01T00:00+05:00 is in the year 0 in UTC, which datetime cannot hold
+        raise ValueError(f"the time {moment.isoformat()} falls outside the years 1 to 9999 in UTC: "
+                         "give a time within them") from None
 
 
 def utc_now() -> datetime:

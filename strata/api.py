@@ -26,6 +26,7 @@ from strata.memory.erasure import ErasurePlan, ErasureReport, apply_erasure, pla
 from strata.memory.errors import InputError
 from strata.memory.graph.consolidation import ConsolidationReport
 from strata.memory.graph.export import MemoryGraph, build_graph, namespace_graph, person_graph
+from strata.memory.ledger_sql import LARGEST_INTEGER
 from strata.memory.portability import ImportReport, MemoryDocument, export_memory, import_memory, read_document
 from strata.memory.records import Change, Record, Turn
 from strata.memory.registry import drop_namespace, open_store
@@ -110,6 +111,10 @@ class Memory:
         With `end_session`, the episode that ends at the batch's last turn is closed; adding
         a batch again after an interruption does not close an episode a later batch began.
         """
+        _flag(end_session, "end_session")
+        if on_turn is not None and not callable(on_turn):
+            raise InputError(f"on_turn must be a function taking the number of turns done, not "
+                             f"{type(on_turn).__name__}")
         batch = _as_turns(turns, speaker)
         result = self._run("ingest", {"turns": batch}, on_turn)
         if end_session:
@@ -156,6 +161,7 @@ class Memory:
         return _answer_from(batch[-1].text, result)
 
     def _answer(self, mode: str, question: str, refresh: bool = False) -> Answer:
+        _flag(refresh, "refresh")
         question = _text(question, "the question")
         if not question.strip():
             raise InputError("the question is empty: ask something, e.g. memory.ask('Where does Ann live?')")
@@ -174,7 +180,7 @@ class Memory:
             raise InputError("give a question or a person, not both")
         store = self.store
         if person is not None:
-            return person_graph(store, person)
+            return person_graph(store, _text(person, "the person"))
         if question is None:
             return namespace_graph(store)
         reply = self.retrieve(question)
@@ -330,7 +336,7 @@ class _HistoryQuery(BaseModel):
     model_config = ConfigDict(strict=True)
 
     record_id: str | None = Field(None, description="Only the changes of this record, e.g. fact:D1:3:0.")
-    limit: int = Field(50, ge=1, description="At most this many changes.")
+    limit: int = Field(50, ge=1, le=LARGEST_INTEGER, description="At most this many changes.")
 
 
 class _EraseRequest(BaseModel):
@@ -349,7 +355,7 @@ class _ConsolidateRequest(BaseModel):
 
     model_config = ConfigDict(strict=True)
 
-    limit: int | None = Field(None, ge=1, description="At most this many turns.")
+    limit: int | None = Field(None, ge=1, le=LARGEST_INTEGER, description="At most this many turns.")
 
 
 class _ExportRequest(BaseModel):
@@ -365,7 +371,8 @@ class _UndoRequest(BaseModel):
 
     model_config = ConfigDict(strict=True)
 
-    change_id: int | None = Field(None, ge=1, description="The change to reverse; the latest when None.")
+    change_id: int | None = Field(None, ge=1, le=LARGEST_INTEGER,
+                                  description="The change to reverse; the latest when None.")
 
 
 class _Ids(BaseModel):
@@ -385,6 +392,10 @@ def _id_list(ids: object, call: str) -> list[object]:
 
 def checked(model: type[_Arguments], /, **arguments: object) -> _Arguments:
     """The arguments as `model`, or an `InputError` of one line naming the first wrong one."""
+    for name, value in arguments.items():
+        for text in value if isinstance(value, list | tuple) else [value]:
+            if isinstance(text, str):
+                _utf8(text, name)
     try:
         return model.model_validate(arguments)
     except ValidationError as error:
@@ -409,6 +420,23 @@ def _text(value: object, what: str) -> str:
             raise InputError(f"{what} is bytes that are not UTF-8: decode it to text first") from None
     if not isinstance(value, str):
         raise InputError(f"{what} must be text, not {type(value).__name__}")
+    return _utf8(value, what)
+
+
+def _flag(value: object, name: str) -> None:
+    """A switch is True or False: "yes" or 1 must not pass for one (which way would it go?)."""
+    if not isinstance(value, bool):
+        raise InputError(f"{name} must be True or False, not {shown_value(value)}")
+
+
+def _utf8(value: str, what: str) -> str:
+    """Text that can be stored and embedded: a lone surrogate (what undecodable bytes of a command line
+    become) cannot be written as UTF-8, and the tokenizer refuses it."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise InputError(f"{what} holds {value[error.start]!r} at character {error.start + 1}, which is not text "
+                         "(undecodable bytes?): give it as UTF-8") from None
     return value
 
 

@@ -145,7 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
                             help="only what is said by or about this participant (their copy; not importable)")
 
     import_cmd = command("import", _import, "write an export into this namespace, which must be empty")
-    import_cmd.add_argument("file", type=Path, metavar="FILE", help="a file `strata export` wrote")
+    import_cmd.add_argument("file", metavar="FILE", help="a file `strata export` wrote")
 
     demo = command("demo", _demo, "ingest a conversation and answer some of its gold questions, offline")
     demo.add_argument(

@@ -135,8 +135,15 @@ def read_json_file(path: str | Path, what: str = "conversation") -> tuple[str, s
     """The file's display name, stem and parsed JSON, or a one-line `InputError` naming `what` the file
     should hold (a conversation; a memory, exported: strata/api.py)."""
     name = str(path)
+    if not name.strip():
+        raise ConversationFileError(f"the path of the {what} file is empty: give the path of a .json {what} file")
     file = Path(path).expanduser()
-    if not file.exists():
+    try:
+        found = file.exists()
+    except (OSError, ValueError) as error:  # a name too long for the file system, or holding a NUL
+        reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+        raise ConversationFileError(f"{name[:80]}: cannot be a file's path ({reason}): check the path") from None
+    if not found:
         raise ConversationFileError(f"{name}: no such file: check the path")
     if file.is_dir():
         raise ConversationFileError(f"{name}: is a folder, not a file: give the path of a .json {what} file")

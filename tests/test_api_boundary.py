@@ -74,6 +74,18 @@ def one_line(error: pytest.ExceptionInfo[StrataError]) -> str:
         (lambda m: m.undo(10**6), "change"),
         (lambda m: m.get("raw:D1:1"), "list of record ids"),
         (lambda m: m.get([1]), "ids"),
+        (lambda m: m.ask("Where\ud800 does Ann live?"), "the question holds '\\ud800' at character 6"),
+        (lambda m: m.retrieve("x\udcff"), "not text (undecodable bytes?)"),  # bytes of a command line
+        (lambda m: m.history("\ud800"), "record_id holds"),
+        (lambda m: m.history(limit=2**63), "less than or equal to 9223372036854775807"),
+        (lambda m: m.undo(2**63), "less than or equal to 9223372036854775807"),
+        (lambda m: m.graph(person=5), "the person must be text"),
+        (lambda m: m.add("hi", on_turn=5), "on_turn must be a function"),
+        (lambda m: m.add("hi", end_session="x"), "end_session must be True or False"),
+        (lambda m: m.ask("Where does Ann live?", refresh="yes"), "refresh must be True or False"),
+        (lambda m: m.add({"speaker": "Ann", "text": "hi", "time": "0001-01-01T00:00:00+05:00"}), "time"),
+        (lambda m: m.import_from("x" * 300), "cannot be a file's path"),
+        (lambda m: m.import_from(" "), "the path of the memory file is empty"),
         # an id that holds other words: the stored turn is not replaced (no history could undo it)
         (lambda m: m.add({"speaker": "Ann", "text": "I live in Denver now.", "dia_id": "D1:1"}),
          "turn D1:1 is already stored with other words ('I live in Boston.')"),
