@@ -2,7 +2,9 @@
 
 The script ingests a conversation and consolidates it, then erases everything one participant
 said and everything about them, as a person asking to be forgotten would have it. It times the
-plan (what would go: `Memory.erasure_plan`) and the whole erase, and prints what went. With
+plan (what would go: `Memory.erasure_plan`), the whole erase and, in a data folder, the rebuild of
+Chroma's files with the memory closed (`compact_chroma`, as `strata erase` ends), and prints what
+went. With
 `--servers` the memory lives on a throwaway `chroma run` and PostgreSQL (started as the tests
 start them), where each ledger query is a round trip.
 
@@ -21,7 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from common import locomo_files, servers
+from strata.memory.erasure import compact_chroma
 from strata.memory.records import KINDS
+from strata.memory.registry import close_all
 
 from strata.api import Memory
 from strata.conversations import load_turns
@@ -56,6 +60,11 @@ def main() -> None:
               f"erasing {person}: {len(plan.targets)} records")
         print(f"  plan {planned:.2f} s; erase {erased:.2f} s in all (it plans again under the namespace's lock)")
         print(f"  {report.summary()}")
+        if not args.servers:  # an embedded folder: the CLI's last step, with the memory closed
+            close_all()
+            start = time.perf_counter()
+            compacted = compact_chroma(Path(folder) / "chroma")
+            print(f"  Chroma's database and indexes rebuilt ({compacted}) in {time.perf_counter() - start:.2f} s")
 
 
 if __name__ == "__main__":

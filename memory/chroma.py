@@ -38,6 +38,7 @@ from typing import Any
 from strata.memory.errors import ConfigError
 from strata.memory.locks import hold_folder, release_folder
 from strata.memory.records import KINDS, Kind
+from strata.memory.reindex import recover
 from strata.memory.settings import StoreSettings, folder_is_read_only, max_open_stores
 from strata.memory.vector_index import EXACT_LIMIT
 
@@ -174,8 +175,11 @@ def get_collection(client: Any, namespace: str, kind: Kind, embedded: bool) -> A
     """Create on first use; cosine space, vectors supplied by our embedder. An `embedded` collection (not
     on a Chroma server) of at most EXACT_LIMIT records writes its index at every write (see the module's
     docstring), also one an earlier version created with Chroma's default."""
+    name = collection_name(namespace, kind)
+    if embedded:
+        recover(client, name)  # a rebuild that stopped halfway (memory/reindex.py), before it is created anew
     collection = client.get_or_create_collection(
-        name=collection_name(namespace, kind),
+        name=name,
         embedding_function=None,
         configuration={"hnsw": {"space": "cosine", **(SMALL_SYNC if embedded else {})}},
         metadata={"namespace": namespace, "kind": kind},

@@ -36,6 +36,7 @@ call that cannot be undone:
 
 from __future__ import annotations
 
+import os
 import shutil
 import sqlite3
 import subprocess
@@ -325,12 +326,15 @@ def _in_chroma_log(store: MemoryStore, ids: Iterable[str]) -> int | None:
         conn.close()
 
 
-def compact_chroma(chroma_path: Path) -> bool:
-    """Rebuild an embedded Chroma folder's database without the pages its deletes freed, so that erased
-    text leaves the file too. Chroma's own `chroma vacuum` does it, in a process of its own, while this
+def compact_chroma(chroma_path: Path, since: float | None = None) -> bool:
+    """Rebuild an embedded Chroma folder without what its deletes left behind, so that erased records leave
+    its files too: the database's freed pages (Chroma's own `chroma vacuum`), and the vectors and stray
+    bytes its indexes keep (memory/reindex.py rebuilds them). Each runs in a process of its own while this
     one holds the folder's lock (no other process opens the folder meanwhile). Only with every memory of
-    the folder closed here (`close_all()`): rebuilding the file under an open Chroma client corrupts it,
-    so an open one is refused. False when the vacuum did not finish."""
+    the folder closed here (`close_all()`): rebuilding the files under an open Chroma client corrupts
+    them, so an open one is refused. With `since` (epoch seconds, when the erase began), only the indexes
+    written since are rebuilt: no other can hold what the erase read. False when a step did not finish
+    (what it did not reach is kept)."""
     folder = chroma_path.resolve()
     if any(not s.chroma_host and s.chroma_path.resolve() == folder for s in open_clients()):
         raise ConfigError(f"the memory folder {folder.parent} is open in this process: close it first "
@@ -341,12 +345,18 @@ def compact_chroma(chroma_path: Path) -> bool:
     command = str(program) if program.is_file() else shutil.which("chroma")
     if command is None:
         return False
+    vacuum = [command, "vacuum", "--path", str(folder), "--force"]
+    reindex = [sys.executable, "-m", "strata.memory.reindex", str(folder)]  # a process that never held them
+    reindex += [] if since is None else ["--since", repr(since)]
     hold_folder(folder)
     try:
-        done = subprocess.run([command, "vacuum", "--path", str(folder), "--force"], capture_output=True,
-                              text=True, timeout=VACUUM_SECONDS, check=False)
+        for step in (vacuum, reindex, vacuum):  # the copy reads a file without their pages, then drops its own
+            done = subprocess.run(step, capture_output=True, text=True, timeout=VACUUM_SECONDS, check=False,
+                                  env={**os.environ, "ANONYMIZED_TELEMETRY": "False"})
+            if done.returncode != 0:
+                return False
     except (OSError, subprocess.TimeoutExpired):
         return False
     finally:
         release_folder(folder)
-    return done.returncode == 0
+    return True

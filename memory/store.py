@@ -46,6 +46,7 @@ from strata.memory.records import (
     Record,
     Status,
 )
+from strata.memory.reindex import remove_orphan_indexes
 from strata.memory.settings import StoreSettings
 from strata.memory.staging import FLUSH_TURNS, StagedWrites, merge_nearest
 from strata.memory.timeline import Timeline
@@ -1136,6 +1137,8 @@ class MemoryStore:
                 name = collection_name(self.namespace, kind)
                 if name in existing:
                     self._client.delete_collection(name)
+            if not self.settings.chroma_host:  # Chroma leaves a deleted collection's index folder, vectors and all
+                remove_orphan_indexes(self.settings.chroma_path)
             self.ledger.drop_namespace(self.namespace)
             snapshots.remove(self.settings.ledger_path.parent, [collection_name(self.namespace, k) for k in KINDS])
             self._saved.clear()

@@ -23,8 +23,9 @@ gets a 4xx with one line (`{"error": ...}`), never a traceback, and changes noth
 
 An erase on a server also deletes the server's own threads whose saved states hold an
 erased record (the in-process SDK client: `langgraph_sdk.get_client()`), as `Memory.erase`
-does for the threads file of a data folder. Chroma's file keeps the erased rows' bytes in
-free pages until it is rebuilt with the server stopped (`strata erase` or `chroma vacuum`).
+does for the threads file of a data folder. An embedded Chroma folder keeps the erased rows'
+bytes in free pages, and their vectors in its indexes, until it is rebuilt with the server
+stopped (`strata erase`, or `compact_chroma` in memory/erasure.py).
 """
 
 # No `from __future__ import annotations`: the server loads this file by its path, under a module name of

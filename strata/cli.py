@@ -13,6 +13,7 @@ import json
 import os
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -400,17 +401,19 @@ def _erase(args: argparse.Namespace) -> int:
             print(f"and delete {len(threads)} saved threads that hold them: {shown_ids(threads)}")
         print("nothing was erased: run again with --yes to erase them")
         return 1
+    began = time.time()
     report = memory.erase(args.ids, args.about)
     settings = memory.context("ask").store_settings()
     close_all()  # the embedded Chroma file can be rebuilt only with no client open on it
-    compacted = None if settings.chroma_host else compact_chroma(settings.chroma_path)
+    compacted = None if settings.chroma_host else compact_chroma(settings.chroma_path, since=began)
     if args.json:
         print(json.dumps({**report.model_dump(mode="json"), "chroma_compacted": compacted}, indent=2))
         return 0
     print(report.summary())
     if compacted is not None:
-        print("Chroma's database rebuilt without the erased records' bytes" if compacted else
-              "Chroma's database was not rebuilt: run `chroma vacuum --path <data_dir>/chroma` with the memory closed")
+        print("Chroma's database and indexes rebuilt without the erased records' bytes and vectors" if compacted
+              else "Chroma's files were not rebuilt: run `strata erase` again, or "
+              "strata.memory.erasure.compact_chroma(Path(data_dir) / 'chroma') with the memory closed")
     return 0
 
 

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
+import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -87,3 +88,21 @@ def _close_stores() -> Iterator[None]:
     from strata.memory.registry import close_all
 
     close_all()
+
+
+def files_holding_vector(folder: Path, vector: np.ndarray) -> list[str]:
+    """Every file under `folder` that holds `vector` as float32 (to within the rounding of Chroma's index,
+    which stores it normalised again), at any byte alignment."""
+    found = []
+    for path in (p for p in folder.rglob("*") if p.is_file()):
+        data = path.read_bytes()
+        for shift in range(4):
+            floats = np.frombuffer(data[shift : shift + (len(data) - shift) // 4 * 4], dtype=np.float32)
+            if len(floats) < len(vector):
+                continue
+            with np.errstate(invalid="ignore"):
+                starts = np.flatnonzero(np.abs(floats[: len(floats) - len(vector) + 1] - vector[0]) < 1e-6)
+                if any(np.max(np.abs(floats[i : i + len(vector)] - vector)) < 1e-6 for i in starts):
+                    found.append(str(path.relative_to(folder)))
+                    break
+    return sorted(found)

@@ -16,9 +16,12 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
+from conftest import files_holding_vector
 from strata.graph import build_graph
 from strata.graph.context import Context
+from strata.memory.chroma import get_collection, open_client
 from strata.memory.episodes import OPEN_SEGMENT, OpenSegment, narrate, title_of
 from strata.memory.erasure import compact_chroma, told_again
 from strata.memory.errors import ConfigError, InputError
@@ -52,6 +55,9 @@ def memory(locomo_dir: Path, data_dir: Path, embedder: Any) -> Memory:
     return _memory(locomo_dir, data_dir)
 
 
+ASKED = "What did Melanie paint for her art class?"
+
+
 def test_an_erased_turn_is_gone_from_every_read_and_every_file(memory: Memory, data_dir: Path) -> None:
     turn = memory.get(["raw:D1:3"])[0]  # "I went to a LGBTQ support group yesterday and it was so powerful."
     facts = [r.id for r in memory.store.all("fact") if "D1:3" in r.source_ids]
@@ -62,6 +68,10 @@ def test_an_erased_turn_is_gone_from_every_read_and_every_file(memory: Memory, d
     assert any(text.rstrip(".") in episode.text for text in fact_texts)  # the episode tells what D1:3 said
 
     memory.store.embedder.embed([turn.text])
+    settings = memory.context("ask").store_settings()
+    stored = get_collection(open_client(settings), "conv-26", "raw", True).get(ids=[turn.id], include=["embeddings"])
+    vector = np.asarray(stored["embeddings"][0], dtype=np.float32)
+    assert files_holding_vector(data_dir, vector)  # in the raw kind's index
     report = memory.erase([turn.id])
 
     assert set(report.erased) >= {turn.id, *facts}
@@ -78,16 +88,18 @@ def test_an_erased_turn_is_gone_from_every_read_and_every_file(memory: Memory, d
     assert not any(text.rstrip(".") in retold.text for text in fact_texts) and not memory.history(episode.id)
     # the ledger holds it no more; Chroma's file, in free pages, until rebuilt with the memory closed
     assert _files_holding(data_dir, turn.text) == ["chroma/chroma.sqlite3"]
-    settings = memory.context("ask").store_settings()
+    assert files_holding_vector(data_dir, vector)  # a deleted vector is only marked so in Chroma's index
     with pytest.raises(ConfigError, match="close it first"):
         compact_chroma(settings.chroma_path)  # rebuilding under an open client would corrupt the file
     assert {r.id for kind in ("raw", "fact") for r in memory.store.all(kind)} == others
+    found = memory.retrieve(ASKED).evidence_ids()
     close_all()
     assert compact_chroma(settings.chroma_path)
-    assert _files_holding(data_dir, turn.text) == []
+    assert _files_holding(data_dir, turn.text) == [] and files_holding_vector(data_dir, vector) == []
     # the rest of the memory is untouched, and a reopened memory agrees
     reopened = Memory("conv-26", data_dir=str(data_dir))
     assert reopened.get([turn.id]) == [] and len(reopened.get(sorted(others))) == len(others)
+    assert reopened.retrieve(ASKED).evidence_ids() == found  # the rebuilt indexes find what the old ones did
     reopened.add([{"speaker": "Melanie", "text": "We adopted a cat called Pepper.", "dia_id": "D9:1",
                    "time": "2023-06-01T10:00"}])  # the rebuilt file takes writes
     assert reopened.get(["raw:D9:1"])

@@ -1,0 +1,143 @@
+"""Rebuild an embedded Chroma folder's vector indexes from what they hold, so an erased record leaves them.
+
+Chroma removes a record from a collection's HNSW index by marking it deleted: its vector stays in the
+index file (`data_level0.bin`) until the slot is reused. And the index library writes buffers it never
+cleared: capacity past the last element holds whatever the writing process had freed, erased text
+included (chroma-core/chroma#7688; seen here in `data_level0.bin` after an erase). So after an erase,
+`rebuild_folder` copies every collection into a fresh one (ids, vectors, documents and metadata as
+stored: nothing is embedded again) and swaps it in under the collection's name. It runs in a process of
+its own (`python -m strata.memory.reindex <folder>`), started after the erasing one has closed the
+folder, whose memory never held an erased record: the files it writes hold kept records only.
+
+A copy is built beside its collection (`<name>-rebuilt`), then the collection is deleted and the copy
+renamed. Stopped at any point, nothing is lost: `recover`, which every opener of an embedded collection
+runs first (`memory/chroma.py: get_collection`), deletes a copy whose collection still exists (it may
+be unfinished) and renames a copy whose collection is gone (it was finished: the delete comes last).
+"""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+import sys
+import uuid
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+CHROMA_DB = "chroma.sqlite3"
+REBUILT_SUFFIX = "-rebuilt"  # no collection of ours ends so: their names end with a kind
+PAGE = 1_000  # records read and written at a time
+MTIME_SLACK = 2.0  # seconds: some file systems keep a file's write time coarsely
+
+
+def recover(client: Any, name: str) -> None:
+    """Finish or undo an interrupted swap of the collection `name` (see the module's docstring)."""
+    copy = name + REBUILT_SUFFIX
+    try:
+        rebuilt = client.get_collection(copy)
+    except Exception:  # Chroma raises its own NotFoundError (a ValueError in older versions): no copy
+        return
+    try:
+        client.get_collection(name)
+    except Exception:
+        rebuilt.modify(name=name)  # the collection was deleted after its copy was complete
+        return
+    client.delete_collection(copy)  # the copy may be unfinished; its collection is whole
+
+
+def rebuild(client: Any, name: str) -> int:
+    """Copy the collection `name` into a new one and swap it in; the number of records copied."""
+    recover(client, name)
+    source = client.get_collection(name)
+    hnsw = dict((source.configuration_json or {}).get("hnsw") or {})
+    copy = client.create_collection(name + REBUILT_SUFFIX, metadata=source.metadata, embedding_function=None,
+                                    configuration={"hnsw": hnsw} if hnsw else None)
+    copied = 0
+    while True:
+        page = source.get(include=["embeddings", "documents", "metadatas"], limit=PAGE, offset=copied)
+        if not page["ids"]:
+            break
+        copy.add(ids=page["ids"], embeddings=page["embeddings"], documents=page["documents"],
+                 metadatas=page["metadatas"])
+        copied += len(page["ids"])
+    if copy.count() != source.count():
+        client.delete_collection(copy.name)
+        raise RuntimeError(f"the copy of {name} holds {copy.count()} records, not {source.count()}: kept as it was")
+    client.delete_collection(name)
+    copy.modify(name=name)
+    return copied
+
+
+def remove_orphan_indexes(chroma_path: Path) -> int:
+    """Delete the index folders of deleted collections, which Chroma leaves on disk (vectors and all);
+    the number deleted. A folder is an index's when named by a segment id; it is kept while the
+    database names it. Folders are listed before the database is read: a collection created meanwhile
+    has its segment named before its folder is written, so a live folder is never taken for an orphan."""
+    database = chroma_path / CHROMA_DB
+    if not database.is_file():
+        return 0
+    folders = [p for p in chroma_path.iterdir() if p.is_dir() and _is_segment_id(p.name)]
+    try:
+        with closing(sqlite3.connect(f"{database.resolve().as_uri()}?mode=ro", uri=True, timeout=30)) as conn:
+            live = {row[0] for row in conn.execute("SELECT id FROM segments")}
+    except sqlite3.Error:
+        return 0  # a database laid out otherwise: nothing is taken for an orphan
+    orphans = [p for p in folders if p.name not in live]
+    for folder in orphans:
+        shutil.rmtree(folder, ignore_errors=True)
+    return len(orphans)
+
+
+def _is_segment_id(name: str) -> bool:
+    try:
+        return str(uuid.UUID(name)) == name
+    except ValueError:
+        return False
+
+
+def rebuild_folder(chroma_path: Path, since: float | None = None) -> dict[str, int]:
+    """Rebuild the collections of an embedded Chroma folder (none may be open in another process): every
+    one, or those whose index was written at or after `since` (epoch seconds: when an erase began; an
+    index written before it cannot hold what the erasing process read). Then delete the folders of the
+    indexes it replaced."""
+    import chromadb
+    from chromadb.config import Settings
+
+    client = chromadb.PersistentClient(path=str(chroma_path), settings=Settings(anonymized_telemetry=False))
+    names = sorted(c.name for c in client.list_collections())
+    for name in [n for n in names if n.endswith(REBUILT_SUFFIX)]:
+        recover(client, name.removesuffix(REBUILT_SUFFIX))
+    collections = sorted(client.list_collections(), key=lambda c: c.name)
+    if since is not None:
+        written = _written_since(chroma_path, since)
+        collections = [c for c in collections if written is None or str(c.id) in written]
+    copied = {c.name: rebuild(client, c.name) for c in collections}
+    remove_orphan_indexes(chroma_path)
+    return copied
+
+
+def _written_since(chroma_path: Path, since: float) -> set[str] | None:
+    """The ids of the collections whose index folder holds a file written at or after `since`; None when
+    the database cannot say which folder is whose (then every collection counts)."""
+    try:
+        database = chroma_path / CHROMA_DB
+        with closing(sqlite3.connect(f"{database.resolve().as_uri()}?mode=ro", uri=True, timeout=30)) as conn:
+            folders = dict(conn.execute("SELECT id, collection FROM segments WHERE scope = 'VECTOR'").fetchall())
+    except sqlite3.Error:
+        return None
+    return {collection for folder, collection in folders.items() if any(
+        f.stat().st_mtime >= since - MTIME_SLACK for f in (chroma_path / folder).glob("*") if f.is_file())}
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) not in (1, 3) or (len(argv) == 3 and argv[1] != "--since"):
+        print("usage: python -m strata.memory.reindex <chroma folder> [--since EPOCH_SECONDS]", file=sys.stderr)
+        return 2
+    copied = rebuild_folder(Path(argv[0]), float(argv[2]) if len(argv) == 3 else None)
+    print(f"rebuilt {len(copied)} collections, {sum(copied.values())} records")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,122 @@
+"""Rebuilding an embedded folder's vector indexes (memory/reindex.py), on real LoCoMo turns and real Chroma.
+
+A rebuild keeps every record, vector, document, metadata and index setting; a swap
+stopped halfway is finished or undone by the next opener, losing nothing; a dropped
+namespace leaves no index folder (Chroma keeps a deleted collection's, vectors and all).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import files_holding_vector
+from strata.memory.chroma import collection_name, get_collection, open_client
+from strata.memory.registry import close_all
+from strata.memory.reindex import MTIME_SLACK, REBUILT_SUFFIX, rebuild_folder
+
+from strata import Memory
+from strata.conversations import load_turns
+
+TURNS = 40
+
+
+@pytest.fixture
+def memory(locomo_dir: Path, data_dir: Path, embedder: Any) -> Memory:
+    memory = Memory("conv-26", data_dir=str(data_dir))
+    memory.add([t for s in load_turns(locomo_dir / "conv-26.json").sessions for t in s.turns][:TURNS])
+    return memory
+
+
+def _contents(memory: Memory) -> dict[str, Any]:
+    """Each collection's records as Chroma holds them, and its index settings."""
+    client = open_client(memory.context("ask").store_settings())
+    held = {}
+    for kind in ("raw", "fact"):
+        collection = get_collection(client, "conv-26", kind, True)
+        got = collection.get(include=["embeddings", "documents", "metadatas"])
+        rows = sorted(zip(got["ids"], got["documents"], got["metadatas"], got["embeddings"], strict=True),
+                      key=lambda row: row[0])
+        held[kind] = ([(i, d, m) for i, d, m, _ in rows], np.asarray([e for *_, e in rows]),
+                      collection.configuration_json["hnsw"], collection.metadata)
+    return held
+
+
+def _folders(data_dir: Path) -> set[str]:
+    return {p.name for p in (data_dir / "chroma").iterdir() if p.is_dir()}
+
+
+def test_a_rebuild_keeps_every_record_and_drops_the_old_index_folders(memory: Memory, data_dir: Path) -> None:
+    before = _contents(memory)
+    asked = memory.retrieve("What did Caroline research?").evidence_ids()
+    close_all()
+    old = _folders(data_dir)
+
+    copied = rebuild_folder(data_dir / "chroma")
+
+    assert copied[collection_name("conv-26", "raw")] == TURNS
+    assert not old & _folders(data_dir)  # every index was written anew, and the old folders are gone
+    reopened = Memory("conv-26", data_dir=str(data_dir))
+    after = _contents(reopened)
+    for kind, (rows, vectors, hnsw, metadata) in before.items():
+        assert after[kind][0] == rows and after[kind][2] == hnsw and after[kind][3] == metadata
+        assert np.allclose(after[kind][1], vectors, atol=1e-6)
+    assert reopened.retrieve("What did Caroline research?").evidence_ids() == asked
+
+
+def test_after_an_erase_only_the_indexes_written_since_are_rebuilt(memory: Memory, data_dir: Path) -> None:
+    Memory("other", data_dir=str(data_dir)).add([{"speaker": "Ann", "text": "I play the cello.", "dia_id": "D1:1"}])
+    time.sleep(MTIME_SLACK + 0.5)
+    untouched = _folders(data_dir)
+    began = time.time()
+    memory.erase(["raw:D1:3"])  # writes conv-26's raw and fact indexes, not the other namespace's
+    close_all()
+
+    copied = rebuild_folder(data_dir / "chroma", since=began)
+
+    assert collection_name("conv-26", "raw") in copied and collection_name("other", "raw") not in copied
+    assert untouched & _folders(data_dir)  # the other namespace's index folders are the same folders
+
+
+@pytest.mark.parametrize("stopped", ["before the delete", "after the delete"])
+def test_a_swap_stopped_halfway_loses_nothing(memory: Memory, data_dir: Path, stopped: str) -> None:
+    ids = sorted(r.id for r in memory.store.all("raw"))
+    close_all()
+    client = open_client(memory.context("ask").store_settings())
+    name = collection_name("conv-26", "raw")
+    source = client.get_collection(name)
+    copy = client.create_collection(name + REBUILT_SUFFIX, metadata=source.metadata, embedding_function=None)
+    got = source.get(include=["embeddings", "documents", "metadatas"], limit=TURNS // 2)  # a copy cut short ...
+    copy.add(ids=got["ids"], embeddings=got["embeddings"], documents=got["documents"], metadatas=got["metadatas"])
+    if stopped == "after the delete":  # ... or finished, and the original already deleted
+        rest = source.get(include=["embeddings", "documents", "metadatas"], offset=TURNS // 2)
+        copy.add(ids=rest["ids"], embeddings=rest["embeddings"], documents=rest["documents"],
+                 metadatas=rest["metadatas"])
+        client.delete_collection(name)
+    close_all()
+
+    reopened = Memory("conv-26", data_dir=str(data_dir))
+
+    assert sorted(r.id for r in reopened.store.all("raw")) == ids
+    names = {c.name for c in open_client(reopened.context("ask").store_settings()).list_collections()}
+    assert name in names and name + REBUILT_SUFFIX not in names
+    assert reopened.retrieve("When did Caroline go to the LGBTQ support group?").evidence
+
+
+def test_a_dropped_namespace_leaves_no_index_folder(memory: Memory, data_dir: Path) -> None:
+    other = Memory("other", data_dir=str(data_dir))
+    other.add([{"speaker": "Ann", "text": "I play the cello on Sundays.", "dia_id": "D1:1"}])
+    raw = get_collection(open_client(memory.context("ask").store_settings()), "conv-26", "raw", True)
+    vector = np.asarray(raw.get(limit=1, include=["embeddings"])["embeddings"][0], dtype=np.float32)
+    assert files_holding_vector(data_dir, vector)
+    kept = _folders(data_dir)
+
+    memory.drop()
+
+    assert files_holding_vector(data_dir, vector) == []  # its index folders went with its collections
+    assert _folders(data_dir) < kept  # and only theirs
+    texts = [r.text for r in Memory("other", data_dir=str(data_dir)).store.all("raw")]
+    assert texts == ["I play the cello on Sundays."]
