@@ -7,6 +7,9 @@ namespace leaves no index folder (Chroma keeps a deleted collection's, vectors a
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -120,3 +123,56 @@ def test_a_dropped_namespace_leaves_no_index_folder(memory: Memory, data_dir: Pa
     assert _folders(data_dir) < kept  # and only theirs
     texts = [r.text for r in Memory("other", data_dir=str(data_dir)).store.all("raw")]
     assert texts == ["I play the cello on Sundays."]
+
+
+# The rebuild killed with SIGKILL at the n-th call of a Chroma step (each collection is copied, its original
+# deleted, the copy renamed): deterministic kill points, no sleeps.
+KILLING = """
+import os, signal, sys
+from pathlib import Path
+from chromadb.api.client import Client
+from chromadb.api.models.Collection import Collection
+from strata.memory.reindex import rebuild_folder
+
+step, nth = sys.argv[2], int(sys.argv[3])
+calls = 0
+
+
+def killing(original, name):
+    def call(*args, **kwargs):
+        global calls
+        if name == step:
+            calls += 1
+            if calls == nth:
+                os.kill(os.getpid(), signal.SIGKILL)
+        return original(*args, **kwargs)
+    return call
+
+
+Collection.add = killing(Collection.add, "add")
+Client.delete_collection = killing(Client.delete_collection, "delete")
+Collection.modify = killing(Collection.modify, "rename")
+rebuild_folder(Path(sys.argv[1]))
+"""
+KILL_POINTS = [("add", 1), ("add", 2), ("delete", 1), ("rename", 1), ("delete", 2), ("rename", 2)]
+
+
+def test_a_rebuild_killed_at_any_step_loses_nothing(
+    memory: Memory, data_dir: Path, offline_env: dict[str, str]
+) -> None:
+    held = {kind: sorted((r.id, r.text) for r in memory.store.all(kind)) for kind in ("raw", "fact")}
+    asked = memory.retrieve("What did Caroline research?").evidence_ids()
+    close_all()
+    for step, nth in KILL_POINTS:
+        killed = subprocess.run([sys.executable, "-c", KILLING, str(data_dir / "chroma"), step, str(nth)],
+                                env=offline_env, capture_output=True, text=True, timeout=300)
+        assert killed.returncode == -signal.SIGKILL, (step, nth, killed.stderr[-1000:])
+        reopened = Memory("conv-26", data_dir=str(data_dir))  # its opener finishes or undoes the swap
+        assert {kind: sorted((r.id, r.text) for r in reopened.store.all(kind)) for kind in held} == held, (step, nth)
+        assert reopened.retrieve("What did Caroline research?").evidence_ids() == asked
+        names = {c.name for c in open_client(reopened.context("ask").store_settings()).list_collections()}
+        assert not [n for n in names if n.endswith(REBUILT_SUFFIX) and n.startswith("strata-conv-26")]
+        close_all()
+    assert rebuild_folder(data_dir / "chroma")  # and a whole run after them all
+    assert sorted((r.id, r.text) for r in Memory("conv-26", data_dir=str(data_dir)).store.all("raw")) == held["raw"]
+
