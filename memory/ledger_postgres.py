@@ -19,7 +19,7 @@ from functools import lru_cache
 from typing import Any
 
 from strata.memory.errors import ConfigError, UnavailableError
-from strata.memory.ledger_sql import lock_key, migrate
+from strata.memory.ledger_sql import check_open, lock_key, migrate
 
 # Connections one process keeps open at most: one per concurrent writer holding its namespace
 # lock, plus short reads; a LangGraph worker runs a handful of runs at once.
@@ -88,6 +88,7 @@ class PostgresBackend:
         from psycopg.conninfo import conninfo_to_dict
         from psycopg_pool import ConnectionPool
 
+        self.closed = False
         self._psycopg = psycopg
         if not is_postgres_url(url):
             raise ConfigError(
@@ -140,6 +141,7 @@ class PostgresBackend:
     @contextmanager
     def transaction(self) -> Iterator[_PostgresSession]:
         """BEGIN ... COMMIT on one connection; a transaction opened inside another joins it."""
+        check_open(self)
         open_session = getattr(self._local, "session", None)
         if open_session is not None:
             yield open_session
@@ -153,6 +155,7 @@ class PostgresBackend:
 
     @contextmanager
     def read(self) -> Iterator[_PostgresSession]:
+        check_open(self)
         open_session = getattr(self._local, "session", None)
         if open_session is not None:
             yield open_session
@@ -190,4 +193,5 @@ class PostgresBackend:
         return False
 
     def close(self) -> None:
+        self.closed = True
         self._pool.close()

@@ -84,6 +84,7 @@ class Backend(Protocol):
 
     dialect: str
     where: str
+    closed: bool
 
     def transaction(self) -> Any: ...
 
@@ -168,6 +169,7 @@ class SqliteBackend:
 
     def __init__(self, path: Path) -> None:
         self.where = str(path)
+        self.closed = False
         self._lock = threading.RLock()
         self._local = threading.local()
         self._read_lock = threading.Lock()
@@ -191,6 +193,7 @@ class SqliteBackend:
         """BEGIN IMMEDIATE ... COMMIT; a transaction opened inside another joins it."""
         if self.read_only:
             raise ConfigError(read_only_message(Path(self.where).parent))
+        check_open(self)
         with self._lock:
             if getattr(self._local, "depth", 0):
                 self._local.depth += 1
@@ -208,6 +211,7 @@ class SqliteBackend:
 
     @contextmanager
     def read(self) -> Iterator[Session]:
+        check_open(self)
         if getattr(self._local, "depth", 0):
             with self._lock:
                 yield _SqliteSession(self._conn)
@@ -228,8 +232,16 @@ class SqliteBackend:
 
     def close(self) -> None:
         with self._lock, self._read_lock:
+            self.closed = True
             self._conn.close()
             self._reader.close()
+
+
+def check_open(backend: Backend) -> None:
+    """A ledger used after `close_all()` (a store handle kept from before it) says so in one line."""
+    if backend.closed:
+        raise ConfigError("this memory was closed (close_all): use the Memory again, or take memory.store anew, "
+                          "to reopen it")
 
 
 def vacuum(conn: sqlite3.Connection) -> bool:

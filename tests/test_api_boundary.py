@@ -102,6 +102,19 @@ def test_wrong_arguments_are_one_line_errors_and_change_nothing(memory: Memory, 
     assert snapshot(memory) == before
 
 
+def test_a_store_handle_kept_past_close_all_says_so_and_the_memory_reopens(tmp_path: Path) -> None:
+    from strata.memory.registry import close_all
+
+    memory = Memory("ann", data_dir=str(tmp_path / "mem"))
+    memory.add("I live in Boston.", speaker="Ann")
+    store = memory.store
+    close_all()
+    with pytest.raises(ConfigError) as error:
+        store.stats()
+    assert "close_all" in one_line(error)
+    assert memory.stats()["raw"]["active"] == 1  # the Memory itself reopens
+
+
 def test_bytes_are_decoded_never_stored_as_their_repr(memory: Memory) -> None:
     report = memory.add(b"I bought a blue bicycle.", speaker="Ann")
     stored = memory.get([i for i in report.stored_ids if i.startswith("raw:")])[0]
