@@ -14,7 +14,7 @@ from typing import Literal
 from langgraph.runtime import Runtime
 from strata.agents.wire import WIRE_PROBLEMS
 from strata.graph.context import Context
-from strata.graph.state import Evidence, RoleNote, State
+from strata.graph.state import Evidence, RoleNote, State, validate_turns
 from strata.memory.errors import InputError
 from strata.memory.facts import without_small_talk
 from strata.memory.records import Record
@@ -176,6 +176,8 @@ def input_of(state: State, context: Context) -> tuple[str, str, set[str]]:
     if context.mode in ("ingest", "chat") and state.turns and state.cursor < len(state.turns):
         turn = state.turns[state.cursor]
         return turn.text, turn.speaker, {f"raw:{turn.dia_id}"} if turn.dia_id else set()
+    if not isinstance(state.question, str):  # the server's JSON input is not checked against the state's types
+        raise InputError(f"the question must be text, not {type(state.question).__name__}: pass {{'question': '...'}}")
     if state.question.strip():
         if len(state.question) > context.max_question_chars:
             raise InputError(
@@ -185,5 +187,6 @@ def input_of(state: State, context: Context) -> tuple[str, str, set[str]]:
             )
         return state.question.strip(), "", set()
     if state.turns:
-        return state.turns[-1].text, state.turns[-1].speaker, set()
-    raise InputError("ask needs a question: pass {'question': '...'}")
+        last = validate_turns(state.turns)[-1]  # as the server sent them: checked as the Memory role checks them
+        return last.text, last.speaker, set()
+    raise InputError(f"{context.mode} needs a question: pass {{'question': '...'}}")

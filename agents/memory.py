@@ -61,11 +61,10 @@ from strata.memory.moments import utc_now
 from strata.memory.persona import aspect_of, persona_id
 from strata.memory.records import Link, LinkType, Record, Turn, raw_record
 from strata.memory.store import MemoryStore
-from strata.memory.turn_ids import check_turn_ids
+from strata.memory.turn_ids import TURN_COUNTER, check_turn_ids
 from strata.prompts import graph as graph_prompts
 from strata.prompts import memory as prompts
 
-TURN_COUNTER = "turn_counter"
 RELATED_FROM_MODEL = 3  # at most this many earlier turns the Constructor names as related are linked
 
 
@@ -127,7 +126,7 @@ def _intake(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
         )
     new_question(runtime.context)  # each turn stored gets a full model-call budget
     store = store_of(runtime)
-    turns = [*state.turns]
+    turns = state.turns
     if cursor == 0:
         checked = validate_turns(turns, max_chars=runtime.context.max_turn_chars)  # all, before any write
         store.flush()  # what an earlier run derived but did not write (it stopped mid-batch)

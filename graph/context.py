@@ -13,6 +13,7 @@ import os
 import reprlib
 from dataclasses import dataclass, field, fields
 from functools import lru_cache
+from pathlib import Path
 from typing import Any, Literal, get_args, get_type_hints
 
 from pydantic import TypeAdapter, ValidationError
@@ -201,6 +202,7 @@ class Context:
             if env is not None and env != "" and value == spec.default:
                 value = _setting(spec.name, env, types[spec.name], f"STRATA_{spec.name.upper()}")
             setattr(self, spec.name, value)
+        self._check_pinned()
         if self.chat_model is not None and not callable(getattr(self.chat_model, "invoke", None)):
             raise InputError("chat_model must be a LangChain chat model object: from Studio or the server, set model")
         check_folder(self.data_dir)
@@ -214,6 +216,26 @@ class Context:
         unknown = set(self.kinds()) - {"raw", "fact", "episode", "summary"}
         if unknown or not self.kinds():
             raise InputError(f"granularities {self.granularities!r}: list some of raw, fact, episode, summary")
+
+    def _check_pinned(self) -> None:
+        """With STRATA_PIN_STORAGE (the shipped langgraph.json sets it), where the memory lives is the
+        server's to say: a run's context naming another folder, Chroma server or ledger is refused, so a
+        caller of the run API cannot write a memory anywhere the server can reach."""
+        flag = os.environ.get(f"{ENV_PREFIX}PIN_STORAGE") or "false"
+        if not _setting("pin_storage", flag, bool, f"{ENV_PREFIX}PIN_STORAGE"):
+            return
+        defaults = {spec.name: spec.default for spec in fields(self)}
+        types = _field_types()
+        for name in STORAGE_SETTINGS:
+            variable = f"{ENV_PREFIX}{name.upper()}"
+            env = os.environ.get(variable)
+            server = _setting(name, env, types[name], variable) if env else defaults[name]
+            value = getattr(self, name)
+            same = (Path(str(value)).expanduser().resolve() == Path(str(server)).expanduser().resolve()
+                    if name == "data_dir" else value == server)
+            if not same:
+                raise ConfigError(f"setting {name} is the server's to choose (STRATA_PIN_STORAGE): leave it out of "
+                                  f"the run's context")
 
     def _check_wire(self) -> None:
         """The model-call settings: one line naming the setting and what it takes."""
@@ -252,6 +274,9 @@ class Context:
 
 
 _NO_LIMIT = LARGEST_INTEGER  # what the ledger can store
+ENV_PREFIX = "STRATA_"
+# Where the memory lives: what STRATA_PIN_STORAGE keeps a run's context from choosing.
+STORAGE_SETTINGS = ("data_dir", "chroma_host", "chroma_port", "chroma_ssl", "chroma_auth_header", "ledger_url")
 # Retry rounds a question may take: each costs a Judge and a sub-question call with a model, and a few
 # graph steps (thousands would pass LangGraph's step limit mid-question). AMA uses 2.
 MAX_RETRY_ROUNDS = 20

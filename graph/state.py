@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 from strata.memory.errors import InputError
@@ -160,9 +160,14 @@ def fresh_run() -> dict[str, object]:
     }
 
 
-def validate_turns(items: list[Any], default_speaker: str = "user", max_chars: int | None = None) -> list[Turn]:
-    """Turns from Turn objects, dicts (server/Studio JSON) or strings, with one-line errors; with `max_chars`,
-    a turn longer than that is refused (the runtime context's `max_turn_chars`)."""
+def validate_turns(items: object, default_speaker: str = "user", max_chars: int | None = None) -> list[Turn]:
+    """Turns from Turn objects, dicts (server/Studio JSON) or strings, with one-line errors; one of them alone
+    is one turn. With `max_chars`, a turn longer than that is refused (the runtime context's `max_turn_chars`)."""
+    if isinstance(items, str | dict | Turn):
+        items = [items]  # "hello" is one turn, never the turns "h", "e", "l", "l", "o"
+    if not isinstance(items, list | tuple):
+        raise InputError(f"turns must be a list of turns, not {type(items).__name__}: pass "
+                         "{'turns': [{'speaker': 'Ann', 'text': '...'}]}")
     turns: list[Turn] = []
     for n, item in enumerate(items, start=1):
         try:

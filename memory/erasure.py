@@ -63,6 +63,7 @@ DERIVED_KINDS = ("fact", "persona", "episode", "summary")  # kinds that cite the
 CHROMA_DB = "chroma.sqlite3"
 LOG_WAIT_SECONDS = 2.0  # how long an erase waits for Chroma to drop the records from its log before reporting
 VACUUM_SECONDS = 600  # a large folder's database takes a while to rebuild
+REINDEX_SECONDS = 3_600  # copying a collection's index: 85 s at 100,000 records (README, "Erase for good")
 _DELETE = 3  # Chroma's code for a delete in its write-ahead log (the rows that still hold text are the others)
 
 
@@ -326,15 +327,15 @@ def _in_chroma_log(store: MemoryStore, ids: Iterable[str]) -> int | None:
         conn.close()
 
 
-def compact_chroma(chroma_path: Path, since: float | None = None) -> bool:
+def compact_chroma(chroma_path: Path, since: float | None = None, collections: Sequence[str] = ()) -> bool:
     """Rebuild an embedded Chroma folder without what its deletes left behind, so that erased records leave
     its files too: the database's freed pages (Chroma's own `chroma vacuum`), and the vectors and stray
     bytes its indexes keep (memory/reindex.py rebuilds them). Each runs in a process of its own while this
     one holds the folder's lock (no other process opens the folder meanwhile). Only with every memory of
     the folder closed here (`close_all()`): rebuilding the files under an open Chroma client corrupts
     them, so an open one is refused. With `since` (epoch seconds, when the erase began), only the indexes
-    written since are rebuilt: no other can hold what the erase read. False when a step did not finish
-    (what it did not reach is kept)."""
+    of `collections` (the erased namespace's) and those written since are rebuilt: no other can hold
+    what the erase removed or read. False when a step did not finish (what it did not reach is kept)."""
     folder = chroma_path.resolve()
     if any(not s.chroma_host and s.chroma_path.resolve() == folder for s in open_clients()):
         raise ConfigError(f"the memory folder {folder.parent} is open in this process: close it first "
@@ -347,11 +348,12 @@ def compact_chroma(chroma_path: Path, since: float | None = None) -> bool:
         return False
     vacuum = [command, "vacuum", "--path", str(folder), "--force"]
     reindex = [sys.executable, "-m", "strata.memory.reindex", str(folder)]  # a process that never held them
-    reindex += [] if since is None else ["--since", repr(since)]
+    reindex += [] if since is None else ["--since", repr(since), *(f"--collection={c}" for c in collections)]
     hold_folder(folder)
     try:
         for step in (vacuum, reindex, vacuum):  # the copy reads a file without their pages, then drops its own
-            done = subprocess.run(step, capture_output=True, text=True, timeout=VACUUM_SECONDS, check=False,
+            done = subprocess.run(step, capture_output=True, text=True, check=False,
+                                  timeout=REINDEX_SECONDS if step is reindex else VACUUM_SECONDS,
                                   env={**os.environ, "ANONYMIZED_TELEMETRY": "False"})
             if done.returncode != 0:
                 return False

@@ -27,14 +27,18 @@ from collections import Counter
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 from strata.memory import store_items
+from strata.memory.episodes import OPEN_SEGMENT, OpenSegment
 from strata.memory.errors import InputError
-from strata.memory.journal import EDIT_JOURNAL
+from strata.memory.graph.consolidation import DIGESTS, DONE
+from strata.memory.graph.links import CATALOGUE, LAST_TURN
+from strata.memory.journal import EDIT_JOURNAL, PENDING
 from strata.memory.moments import utc_now
 from strata.memory.records import KINDS, Change, Link, Record
 from strata.memory.store import MemoryStore
 from strata.memory.store_items import ItemVersion
+from strata.memory.turn_ids import TURN_COUNTER
 
 FORMAT = "strata-memory"
 VERSION = 1
@@ -51,6 +55,18 @@ class WorkingRow(BaseModel):
     text: str
     time: str | None = None
     arrival: int | None = None
+
+
+# The graph's state values, by key, as the modules that own them write them.
+_STATE_SHAPES: dict[str, TypeAdapter[Any]] = {
+    CATALOGUE: TypeAdapter(dict[str, list[str]]),  # memory/graph/links.py: {key: [label, type]}
+    LAST_TURN: TypeAdapter(str | None),
+    DONE: TypeAdapter(list[str]),  # memory/graph/consolidation.py
+    DIGESTS: TypeAdapter(dict[str, str]),
+    PENDING: TypeAdapter(list[str]),  # memory/journal.py
+    OPEN_SEGMENT: TypeAdapter(OpenSegment),  # memory/episodes.py
+    TURN_COUNTER: TypeAdapter(int),  # memory/turn_ids.py
+}
 
 
 class MemoryDocument(BaseModel):
@@ -86,6 +102,20 @@ class MemoryDocument(BaseModel):
             if wrong:
                 raise ValueError(f"the {what} {wrong[0]!r} is not a {wrong[1]} id (ids of its kind start "
                                  f"with '{wrong[1]}:')")
+        for record in self.records:  # what the embedder and Chroma take: UTF-8 text (no lone surrogate)
+            try:
+                "".join((record.id, record.text, record.speaker, record.dialogue_id)).encode("utf-8")
+            except UnicodeEncodeError:
+                raise ValueError(f"the record {record.id!r} holds a character that is not text "
+                                 "(a lone surrogate)") from None
+        for key, value in self.state.items():  # what the graph reads back: a wrong shape breaks every write
+            shape = _STATE_SHAPES.get(key)
+            if shape is not None:
+                try:
+                    shape.validate_python(value)
+                except ValidationError as error:
+                    raise ValueError(f"the state {key!r} is not what the memory wrote there "
+                                     f"({error.errors()[0].get('msg', 'wrong shape')})") from None
         return self
 
 

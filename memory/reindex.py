@@ -17,10 +17,12 @@ be unfinished) and renames a copy whose collection is gone (it was finished: the
 
 from __future__ import annotations
 
+import argparse
 import shutil
 import sqlite3
 import sys
 import uuid
+from collections.abc import Sequence
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -96,22 +98,23 @@ def _is_segment_id(name: str) -> bool:
         return False
 
 
-def rebuild_folder(chroma_path: Path, since: float | None = None) -> dict[str, int]:
+def rebuild_folder(chroma_path: Path, since: float | None = None, names: Sequence[str] = ()) -> dict[str, int]:
     """Rebuild the collections of an embedded Chroma folder (none may be open in another process): every
-    one, or those whose index was written at or after `since` (epoch seconds: when an erase began; an
-    index written before it cannot hold what the erasing process read). Then delete the folders of the
-    indexes it replaced."""
+    one, or, given `since` (epoch seconds: when an erase began), the collections `names` (the erased
+    namespace's: their indexes hold the erased vectors, written or still in Chroma's log) and those whose
+    index was written at or after `since` (the erasing process may have written freed bytes of erased
+    text into any index it wrote; one written before it began cannot hold them). Then delete the folders
+    of the indexes it replaced."""
     import chromadb
     from chromadb.config import Settings
 
+    written = None if since is None else _written_since(chroma_path, since)  # before Chroma opens the folder
     client = chromadb.PersistentClient(path=str(chroma_path), settings=Settings(anonymized_telemetry=False))
-    names = sorted(c.name for c in client.list_collections())
-    for name in [n for n in names if n.endswith(REBUILT_SUFFIX)]:
+    for name in [c.name for c in client.list_collections() if c.name.endswith(REBUILT_SUFFIX)]:
         recover(client, name.removesuffix(REBUILT_SUFFIX))
     collections = sorted(client.list_collections(), key=lambda c: c.name)
-    if since is not None:
-        written = _written_since(chroma_path, since)
-        collections = [c for c in collections if written is None or str(c.id) in written]
+    if since is not None and written is not None:
+        collections = [c for c in collections if c.name in names or str(c.id) in written]
     copied = {c.name: rebuild(client, c.name) for c in collections}
     remove_orphan_indexes(chroma_path)
     return copied
@@ -131,10 +134,14 @@ def _written_since(chroma_path: Path, since: float) -> set[str] | None:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) not in (1, 3) or (len(argv) == 3 and argv[1] != "--since"):
-        print("usage: python -m strata.memory.reindex <chroma folder> [--since EPOCH_SECONDS]", file=sys.stderr)
-        return 2
-    copied = rebuild_folder(Path(argv[0]), float(argv[2]) if len(argv) == 3 else None)
+    """`compact_chroma` runs this while it holds the folder's lock; run by hand, close every process
+    that has the folder open first."""
+    parser = argparse.ArgumentParser(prog="python -m strata.memory.reindex", description=__doc__.split("\n")[0])
+    parser.add_argument("folder", type=Path, help="an embedded Chroma folder (<data_dir>/chroma)")
+    parser.add_argument("--since", type=float, help="only what was written since (epoch seconds) ...")
+    parser.add_argument("--collection", action="append", default=[], help="... and these collections")
+    args = parser.parse_args(argv)
+    copied = rebuild_folder(args.folder, args.since, args.collection)
     print(f"rebuilt {len(copied)} collections, {sum(copied.values())} records")
     return 0
 

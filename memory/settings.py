@@ -23,10 +23,10 @@ def check_folder(value: str, name: str = "data_dir") -> str:
     if not value.strip():
         raise ConfigError(f"setting {name} is empty: name the memory folder (e.g. {name}='.strata')")
     try:
-        os.fsencode(value)
+        value.encode("utf-8")  # Chroma's engine takes UTF-8 paths only (undecodable bytes come as surrogates)
     except UnicodeError:
-        raise ConfigError(f"setting {name} {value!r} holds characters no file name can: name another folder"
-                          ) from None
+        raise ConfigError(f"setting {name} {value!r} is not UTF-8 text (undecodable bytes?), which Chroma needs "
+                          "in a path: name another folder") from None
     if "\x00" in value:
         raise ConfigError(f"setting {name} {value!r} holds a NUL character: name another folder")
     return value
@@ -55,10 +55,19 @@ class StoreSettings(BaseModel):
         """A `Path` names the folder as well as a string does (`Memory` takes either)."""
         return os.fspath(value) if isinstance(value, os.PathLike) else value
 
+    @field_validator("chroma_host", "chroma_auth_header", "ledger_url")
+    @classmethod
+    def _empty_is_none(cls, value: str | None) -> str | None:
+        """An empty value (an unset environment variable passed on) means the default, as `None` does:
+        "" as the Chroma host is embedded Chroma to every reader, not a server named ""."""
+        return value if value and value.strip() else None
+
     @field_validator("data_dir")
     @classmethod
     def _usable_folder(cls, value: str) -> str:
-        return check_folder(value)
+        """The folder's one real path: the same folder named two ways (relative, through `..` or a link)
+        must open one Chroma client and one ledger, never two over the same files."""
+        return str(Path(check_folder(value)).expanduser().resolve())
 
     @property
     def ledger_path(self) -> Path:

@@ -46,7 +46,7 @@ from strata.memory.records import (
     Record,
     Status,
 )
-from strata.memory.reindex import remove_orphan_indexes
+from strata.memory.reindex import REBUILT_SUFFIX, remove_orphan_indexes
 from strata.memory.settings import StoreSettings
 from strata.memory.staging import FLUSH_TURNS, StagedWrites, merge_nearest
 from strata.memory.timeline import Timeline
@@ -1135,8 +1135,9 @@ class MemoryStore:
             existing = {c.name for c in self._client.list_collections()}
             for kind in KINDS:
                 name = collection_name(self.namespace, kind)
-                if name in existing:
-                    self._client.delete_collection(name)
+                for held in (name, name + REBUILT_SUFFIX):  # a rebuild's copy too: the next opener would keep it
+                    if held in existing:
+                        self._client.delete_collection(held)
             if not self.settings.chroma_host:  # Chroma leaves a deleted collection's index folder, vectors and all
                 remove_orphan_indexes(self.settings.chroma_path)
             self.ledger.drop_namespace(self.namespace)

@@ -16,6 +16,8 @@ from strata.memory.errors import InputError
 from strata.memory.records import Turn
 from strata.memory.store import MemoryStore
 
+TURN_COUNTER = "turn_counter"  # ledger state: the last number given to a turn without an id (T1, T2, ...)
+
 
 def check_turn_ids(store: MemoryStore, turns: Sequence[Turn]) -> dict[str, str]:
     """Refuse, in one line, turns that share an id, or whose id holds other words in this memory; else the

@@ -424,9 +424,11 @@ def _text(value: object, what: str) -> str:
 
 
 def _flag(value: object, name: str) -> None:
-    """A switch is True or False: "yes" or 1 must not pass for one (which way would it go?)."""
-    if not isinstance(value, bool):
-        raise InputError(f"{name} must be True or False, not {shown_value(value)}")
+    """A switch is True or False (numpy's too, and 0 or 1): "yes" must not pass for one (which way?)."""
+    numpy_bool = type(value).__module__ == "numpy" and type(value).__name__ in ("bool", "bool_")
+    if isinstance(value, bool) or numpy_bool or (isinstance(value, int) and value in (0, 1)):
+        return
+    raise InputError(f"{name} must be True or False, not {shown_value(value)}")
 
 
 def _utf8(value: str, what: str) -> str:

@@ -31,6 +31,7 @@ from strata.conversations import (
 )
 from strata.demo import SAMPLE_CONVERSATION, run_demo
 from strata.ingestion import ingest_conversation, select_sessions
+from strata.memory.chroma import collection_name
 from strata.memory.erasure import compact_chroma
 from strata.memory.errors import ConfigError, InputError, StrataError
 from strata.memory.forgetting import shown_ids
@@ -405,15 +406,17 @@ def _erase(args: argparse.Namespace) -> int:
     report = memory.erase(args.ids, args.about)
     settings = memory.context("ask").store_settings()
     close_all()  # the embedded Chroma file can be rebuilt only with no client open on it
-    compacted = None if settings.chroma_host else compact_chroma(settings.chroma_path, since=began)
+    erased = [collection_name(memory.namespace, kind) for kind in KINDS]  # their indexes hold erased vectors
+    compacted = None if settings.chroma_host else compact_chroma(settings.chroma_path, since=began,
+                                                                 collections=erased)
     if args.json:
         print(json.dumps({**report.model_dump(mode="json"), "chroma_compacted": compacted}, indent=2))
         return 0
     print(report.summary())
     if compacted is not None:
         print("Chroma's database and indexes rebuilt without the erased records' bytes and vectors" if compacted
-              else "Chroma's files were not rebuilt: run `strata erase` again, or "
-              "strata.memory.erasure.compact_chroma(Path(data_dir) / 'chroma') with the memory closed")
+              else "Chroma's files were not rebuilt: with the memory closed, run "
+              "strata.memory.erasure.compact_chroma(Path(data_dir) / 'chroma') from Python")
     return 0
 
 
@@ -422,11 +425,14 @@ def _outside_memory(out: Path, memory: Memory) -> Path:
     folder and lock, the saved threads, or their journals): then one line, before anything is written."""
     context = memory.context("ask")
     settings = context.store_settings()
-    own = [settings.ledger_path, settings.chroma_path, checkpoint_path(context.data_dir)]
+    databases = [settings.ledger_path, checkpoint_path(context.data_dir)]
+    own = [*databases, *(p.with_name(p.name + end) for p in databases for end in ("-wal", "-shm", "-journal")),
+           settings.chroma_path.with_name("chroma.lock")]
     target = out.resolve()
-    for path in (p.resolve() for p in own):
-        if target.is_relative_to(path) or (target.parent == path.parent and target.name.startswith(path.name)):
-            raise InputError(f"--out {out} would replace the memory's own {path.name}: write it somewhere else")
+    chroma = settings.chroma_path.resolve()
+    if target.is_relative_to(chroma) or target in {p.resolve() for p in own}:
+        name = "chroma" if target.is_relative_to(chroma) else target.name
+        raise InputError(f"--out {out} would replace the memory's own {name}: write it somewhere else")
     return out
 
 

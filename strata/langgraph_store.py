@@ -55,6 +55,7 @@ from strata.memory.errors import InputError, NotFoundError
 from strata.memory.ledger import Ledger
 from strata.memory.records import KINDS, Record, Status
 from strata.memory.registry import ledger_for, open_store
+from strata.memory.reindex import REBUILT_SUFFIX
 from strata.memory.settings import StoreSettings
 from strata.memory.store import MemoryStore, kind_of
 from strata.memory.store_items import ITEM_PREFIX, ItemVersion
@@ -323,6 +324,8 @@ class StrataStore(BaseStore):
         names: set[str] = set()
         for collection in open_client(self.settings).list_collections():
             metadata = getattr(collection, "metadata", None) or {}
+            if collection.name.endswith(REBUILT_SUFFIX):
+                continue  # a rebuild's copy (memory/reindex.py), not a namespace of its own
             if metadata.get("kind") in KINDS and isinstance(metadata.get("namespace"), str):
                 names.add(metadata["namespace"])
         return names

@@ -115,6 +115,69 @@ def test_a_store_handle_kept_past_close_all_says_so_and_the_memory_reopens(tmp_p
     assert memory.stats()["raw"]["active"] == 1  # the Memory itself reopens
 
 
+def test_switches_take_numpy_bools_and_0_or_1(tmp_path: Path) -> None:
+    import numpy as np
+
+    memory = Memory("ann", data_dir=str(tmp_path / "mem"))
+    memory.add("I live in Boston.", speaker="Ann", end_session=np.True_)
+    memory.add("I adopted a cat.", speaker="Ann", end_session=1)
+    assert memory.ask("Where does Ann live?", refresh=np.False_).answer
+
+
+def test_one_folder_named_two_ways_is_one_memory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A relative path, `..` or a link to the same folder must not open a second Chroma over its files."""
+    (tmp_path / "data").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "data")
+    monkeypatch.chdir(tmp_path / "data")
+    names = [str(tmp_path / "data"), "../data", ".", str(tmp_path / "link")]
+    for n, name in enumerate(names):
+        Memory("alias", data_dir=name).add([{"speaker": "Ann", "text": f"Fact number {n} about Ann."}])
+    memory = Memory("alias", data_dir=names[0])
+    assert memory.stats()["raw"]["active"] == len(names)
+    assert memory.retrieve("Fact number 2 about Ann?").evidence
+
+
+def test_an_empty_chroma_host_is_embedded_chroma(tmp_path: Path) -> None:
+    from strata.memory.settings import StoreSettings
+
+    settings = StoreSettings(data_dir=str(tmp_path), chroma_host="", ledger_url="  ")
+    assert settings.chroma_host is None and settings.ledger_url is None
+
+
+def test_a_server_pins_where_the_memory_lives(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STRATA_PIN_STORAGE", "true")
+    monkeypatch.setenv("STRATA_DATA_DIR", str(tmp_path / "server"))
+    assert Context(namespace="ann", data_dir=str(tmp_path / "server") + "/").data_dir  # the same folder
+    for setting in ({"data_dir": str(tmp_path / "elsewhere")}, {"ledger_url": "postgresql://me@db.example/x"},
+                    {"chroma_host": "chroma.example"}):
+        with pytest.raises(ConfigError) as error:
+            Context(namespace="ann", **setting)
+        assert "STRATA_PIN_STORAGE" in one_line(error)
+    assert not (tmp_path / "elsewhere").exists()
+
+
+@pytest.mark.parametrize(("payload", "mode", "says"), [
+    ({"turns": 5}, "ingest", "turns must be a list of turns, not int"),
+    ({"turns": True}, "chat", "turns must be a list of turns, not bool"),
+    ({"question": 5}, "ask", "the question must be text, not int"),
+    ({"question": None}, "retrieve", "the question must be text, not NoneType"),
+])
+def test_server_shaped_input_of_the_wrong_type_is_one_line(
+    tmp_path: Path, payload: dict[str, Any], mode: str, says: str
+) -> None:
+    """The server hands the graph its JSON input unchecked against the state's types."""
+    with pytest.raises(InputError) as error:
+        build_graph().invoke(payload, context=Context(namespace="ann", mode=mode, data_dir=str(tmp_path)))
+    assert says in one_line(error)
+
+
+def test_a_text_or_a_dict_as_turns_is_one_turn(tmp_path: Path) -> None:
+    for turns in ("I moved to Denver last week.", {"speaker": "Ann", "text": "I adopted a cat called Miso."}):
+        build_graph().invoke({"turns": turns}, context=Context(namespace="ann", mode="ingest", data_dir=str(tmp_path)))
+    texts = sorted(r.text for r in Memory("ann", data_dir=str(tmp_path)).store.all("raw"))
+    assert texts == ["I adopted a cat called Miso.", "I moved to Denver last week."]  # not "I", " ", "m", ...
+
+
 def test_bytes_are_decoded_never_stored_as_their_repr(memory: Memory) -> None:
     report = memory.add(b"I bought a blue bicycle.", speaker="Ann")
     stored = memory.get([i for i in report.stored_ids if i.startswith("raw:")])[0]
@@ -135,7 +198,7 @@ def test_bytes_are_decoded_never_stored_as_their_repr(memory: Memory) -> None:
         ({"token_budget": 10**20}, ConfigError, "token_budget must be at most 9223372036854775807"),
         ({"model_timeout": float("nan")}, InputError, "model_timeout must be a positive number"),
         ({"data_dir": "a\x00b"}, ConfigError, "NUL character"),
-        ({"data_dir": "\ud800"}, ConfigError, "no file name can"),
+        ({"data_dir": "\ud800"}, ConfigError, "is not UTF-8 text"),
         ({"token_budget": None}, ConfigError, "token_budget must be a whole number"),
         ({"chroma_port": "abc"}, ConfigError, "chroma_port must be a whole number"),
         ({"chroma_port": 99999}, ConfigError, "chroma_port must be from 1 to 65535"),

@@ -314,6 +314,43 @@ def test_config_configurable_works_like_context(served: Served) -> None:
 
 
 @pytest.mark.slow
+def test_a_run_cannot_move_the_memory_nor_store_junk(served: Served, tmp_path: Path) -> None:
+    """langgraph.json pins storage (STRATA_PIN_STORAGE): a run naming another folder is refused, and creates
+    nothing there; wrong input types are one line, and nothing is stored."""
+    served.ensure_ingested()
+    elsewhere = tmp_path / "elsewhere"
+
+    async def runs() -> list[dict[str, Any]]:
+        client = served.client()
+        results = []
+        for payload, context in (({"question": QUESTION}, {"data_dir": str(elsewhere)}),
+                                 ({"turns": 5}, {"mode": "ingest"}),
+                                 ({"question": 5}, {"mode": "ask"})):
+            thread = await client.threads.create()
+            results.append(dict(await client.runs.wait(thread["thread_id"], "strata", input=payload,
+                                                       context={"namespace": NAMESPACE, **context})))
+        return results
+
+    before = served.run(_stats(served))
+    moved, junk, number = served.run(runs())
+    assert "STRATA_PIN_STORAGE" in str(moved) and not elsewhere.exists()
+    assert "turns must be a list of turns, not int" in str(junk)
+    assert "the question must be text, not int" in str(number)
+    assert served.run(_stats(served)) == before
+
+
+async def _stats(served: Served) -> dict[str, Any]:
+    """The namespace's counts, as the operator's route gives them."""
+    import httpx
+
+    async with httpx.AsyncClient(timeout=RUN_TIMEOUT) as http:
+        reply = await http.get(f"{served.server.url}/strata/stats?namespace={NAMESPACE}",  # type: ignore[union-attr]
+                               headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+    assert reply.status_code == 200, reply.text
+    return dict(reply.json())
+
+
+@pytest.mark.slow
 def test_an_operator_erases_through_the_server_and_its_threads_go_too(served: Served) -> None:
     """The admin routes langgraph.json mounts: an erase lists, then removes, the records and the server's
     threads whose states hold the erased text (the ingest run's and an ask's), and keeps the others."""

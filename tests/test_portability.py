@@ -141,6 +141,9 @@ def test_export_and_import_from_the_command_line(memory: Memory, tmp_path: Path,
         assert refused.returncode == 2 and "would replace the memory's own" in refused.stderr, refused.stderr
         assert len(refused.stderr.strip().splitlines()) == 1
     assert sqlite3.connect(ledger).execute("SELECT COUNT(*) FROM links").fetchone()[0] > 0
+    beside = tmp_path / "source" / "chroma-backup.json"  # a name that only begins like one of its files
+    assert subprocess.run([*source, "export", "--out", str(beside)], capture_output=True, text=True,
+                          env=offline_env, timeout=300).returncode == 0 and beside.is_file()
     done = subprocess.run([*target, "import", str(file)], capture_output=True, text=True, env=offline_env, timeout=300)
     assert done.returncode == 0 and done.stdout.startswith("imported "), done.stderr
     twice = subprocess.run([*target, "import", str(file)], capture_output=True, text=True, env=offline_env,

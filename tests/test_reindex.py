@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 import pytest
 from conftest import files_holding_vector
-from strata.memory.chroma import collection_name, get_collection, open_client
+from strata.memory.chroma import collection_name, get_collection, grown_large, open_client
+from strata.memory.erasure import compact_chroma
 from strata.memory.registry import close_all
 from strata.memory.reindex import MTIME_SLACK, REBUILT_SUFFIX, rebuild_folder
 
@@ -82,6 +83,38 @@ def test_after_an_erase_only_the_indexes_written_since_are_rebuilt(memory: Memor
 
     assert collection_name("conv-26", "raw") in copied and collection_name("other", "raw") not in copied
     assert untouched & _folders(data_dir)  # the other namespace's index folders are the same folders
+
+
+def test_an_erased_vector_still_in_chromas_log_is_rebuilt_away(memory: Memory, data_dir: Path) -> None:
+    """A large collection saves its index every 1,000 writes: a delete waits in Chroma's log and the index
+    file, written before the erase, still holds the vector. The erased namespace's collections are rebuilt
+    whenever they were written."""
+    raw = get_collection(open_client(memory.context("ask").store_settings()), "conv-26", "raw", True)
+    vector = np.asarray(raw.get(ids=["raw:D1:3"], include=["embeddings"])["embeddings"][0], dtype=np.float32)
+    grown_large(raw)  # as past EXACT_LIMIT records
+    time.sleep(MTIME_SLACK + 0.5)
+    began = time.time()
+    memory.erase(["raw:D1:3"])
+    close_all()
+    assert files_holding_vector(data_dir, vector)  # the index file was not written since
+    assert compact_chroma(data_dir / "chroma", since=began, collections=[collection_name("conv-26", "raw")])
+    assert files_holding_vector(data_dir, vector) == []
+
+
+def test_a_namespace_dropped_after_a_stopped_rebuild_stays_dropped(memory: Memory, data_dir: Path) -> None:
+    close_all()
+    client = open_client(memory.context("ask").store_settings())
+    name = collection_name("conv-26", "raw")
+    source = client.get_collection(name)
+    got = source.get(include=["embeddings", "documents", "metadatas"])
+    copy = client.create_collection(name + REBUILT_SUFFIX, metadata=source.metadata, embedding_function=None)
+    copy.add(ids=got["ids"], embeddings=got["embeddings"], documents=got["documents"], metadatas=got["metadatas"])
+    close_all()  # a rebuild stopped before it deleted the original, and nothing opened the folder since
+
+    Memory("conv-26", data_dir=str(data_dir)).drop()
+
+    again = Memory("conv-26", data_dir=str(data_dir))
+    assert again.store.all("raw") == [] and not again.retrieve("What did Caroline research?").evidence
 
 
 @pytest.mark.parametrize("stopped", ["before the delete", "after the delete"])
