@@ -36,7 +36,8 @@ ADMIN_TOKEN = "operator-token-for-this-test"
 
 def test_langgraph_json_serves_the_graph_without_edits() -> None:
     """What `langgraph dev` and a Platform deployment read: the package, the graph, an env that
-    does not override the user's own settings (STRATA_*, LANGSMITH_*)."""
+    does not override the user's own settings (STRATA_*, LANGSMITH_*) but one: a served memory's storage
+    is the server's to choose, never a run's (STRATA_PIN_STORAGE)."""
     from langgraph_cli.config import validate_config_file
 
     config = validate_config_file(REPO / "langgraph.json")
@@ -49,7 +50,8 @@ def test_langgraph_json_serves_the_graph_without_edits() -> None:
     env = config.get("env") or {}
     assert isinstance(env, dict), "an env file would override what the user exports (langgraph dev lets it win)"
     check_admin_app_loads_by_path(REPO / config["http"]["app"].partition(":")[0])
-    assert not [key for key in env if key.startswith(("STRATA_", "LANGSMITH_", "LANGCHAIN_"))]
+    assert [key for key in env if key.startswith(("STRATA_", "LANGSMITH_", "LANGCHAIN_"))] == ["STRATA_PIN_STORAGE"]
+    assert env["STRATA_PIN_STORAGE"] == "true"
 
 
 def check_admin_app_loads_by_path(path: Path) -> None:
@@ -328,7 +330,8 @@ def test_a_run_cannot_move_the_memory_nor_store_junk(served: Served, tmp_path: P
                                  ({"question": 5}, {"mode": "ask"})):
             thread = await client.threads.create()
             results.append(dict(await client.runs.wait(thread["thread_id"], "strata", input=payload,
-                                                       context={"namespace": NAMESPACE, **context})))
+                                                       context={"namespace": NAMESPACE, **context},
+                                                       raise_error=False)))  # the run's error, as a reply
         return results
 
     before = served.run(_stats(served))
