@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, fields, replace
 from typing import Any, TypeVar
 
@@ -385,7 +385,7 @@ class _Ids(BaseModel):
 
 def _id_list(ids: object, call: str) -> list[object]:
     """Record ids as a list: a single string (or anything not iterable) is an `InputError`, not its letters."""
-    if isinstance(ids, str | bytes) or not isinstance(ids, Iterable):
+    if isinstance(ids, str | bytes | Mapping) or not isinstance(ids, Iterable):  # a dict's keys are no list
         raise InputError(f"{call} takes a list of record ids, not {type(ids).__name__}: e.g. ['raw:D1:3']")
     return list(ids)
 

@@ -74,6 +74,7 @@ def one_line(error: pytest.ExceptionInfo[StrataError]) -> str:
         (lambda m: m.undo(10**6), "change"),
         (lambda m: m.get("raw:D1:1"), "list of record ids"),
         (lambda m: m.get([1]), "ids"),
+        (lambda m: m.erase({"raw:D1:1": False}), "takes a list of record ids, not dict"),  # not its keys
         (lambda m: m.ask("Where\ud800 does Ann live?"), "the question holds '\\ud800' at character 6"),
         (lambda m: m.retrieve("x\udcff"), "not text (undecodable bytes?)"),  # bytes of a command line
         (lambda m: m.history("\ud800"), "record_id holds"),

@@ -102,6 +102,7 @@ def test_a_wrong_import_writes_nothing_and_says_so_in_one_line(memory: Memory, t
     wrong: list[Any] = [
         memory.export(about="Caroline"),  # a person's copy, not a backup
         {**json.loads(document.model_dump_json()), "version": 9},
+        {**json.loads(document.model_dump_json()), "version": "1"},
         {"format": "something-else"},
         damaged,
         twice,
