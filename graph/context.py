@@ -202,10 +202,10 @@ class Context:
             if env is not None and env != "" and value == spec.default:
                 value = _setting(spec.name, env, types[spec.name], f"STRATA_{spec.name.upper()}")
             setattr(self, spec.name, value)
-        self._check_pinned()
         if self.chat_model is not None and not callable(getattr(self.chat_model, "invoke", None)):
             raise InputError("chat_model must be a LangChain chat model object: from Studio or the server, set model")
         check_folder(self.data_dir)
+        self._check_pinned()  # after the folder's own checks: a NUL or an unencodable name is said as such
         for name, (least, most) in _RANGES.items():
             number = getattr(self, name)
             if not least <= number <= most:
@@ -221,8 +221,10 @@ class Context:
         """With STRATA_PIN_STORAGE (the shipped langgraph.json sets it), where the memory lives is the
         server's to say: a run's context naming another folder, Chroma server or ledger is refused, so a
         caller of the run API cannot write a memory anywhere the server can reach."""
-        flag = os.environ.get(f"{ENV_PREFIX}PIN_STORAGE") or "false"
-        if not _setting("pin_storage", flag, bool, f"{ENV_PREFIX}PIN_STORAGE"):
+        flag = (os.environ.get(f"{ENV_PREFIX}PIN_STORAGE") or "").strip().lower()
+        if flag not in _TRUE | _FALSE:
+            raise ConfigError(f"{ENV_PREFIX}PIN_STORAGE={flag!r}: set it to true or false")
+        if flag in _FALSE:
             return
         defaults = {spec.name: spec.default for spec in fields(self)}
         types = _field_types()
@@ -231,11 +233,10 @@ class Context:
             env = os.environ.get(variable)
             server = _setting(name, env, types[name], variable) if env else defaults[name]
             value = getattr(self, name)
-            same = (Path(str(value)).expanduser().resolve() == Path(str(server)).expanduser().resolve()
-                    if name == "data_dir" else value == server)
+            same = (_real_folder(str(value)) == _real_folder(str(server)) if name == "data_dir" else value == server)
             if not same:
-                raise ConfigError(f"setting {name} is the server's to choose (STRATA_PIN_STORAGE): leave it out of "
-                                  f"the run's context")
+                raise ConfigError(f"setting {name} is pinned by {ENV_PREFIX}PIN_STORAGE to {variable} (a server's "
+                                  "runs cannot choose where the memory lives): leave it out, or unset the pin")
 
     def _check_wire(self) -> None:
         """The model-call settings: one line naming the setting and what it takes."""
@@ -275,6 +276,7 @@ class Context:
 
 _NO_LIMIT = LARGEST_INTEGER  # what the ledger can store
 ENV_PREFIX = "STRATA_"
+_TRUE, _FALSE = {"1", "true", "yes", "on"}, {"", "0", "false", "no", "off"}
 # Where the memory lives: what STRATA_PIN_STORAGE keeps a run's context from choosing.
 STORAGE_SETTINGS = ("data_dir", "chroma_host", "chroma_port", "chroma_ssl", "chroma_auth_header", "ledger_url")
 # Retry rounds a question may take: each costs a Judge and a sub-question call with a model, and a few
@@ -327,3 +329,11 @@ def shown_value(value: object, width: int = 60) -> str:
         text = f"a {type(value).__name__}"
     text = " ".join(text.split())
     return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _real_folder(name: str) -> str:
+    """A folder's one real path, as the store settings resolve it (memory/settings.py)."""
+    try:
+        return str(Path(name).expanduser().resolve())
+    except (OSError, RuntimeError, ValueError):  # a link loop, a NUL: compared as written
+        return name

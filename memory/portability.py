@@ -104,7 +104,7 @@ class MemoryDocument(BaseModel):
                                  f"with '{wrong[1]}:')")
         for record in self.records:  # what the embedder and Chroma take: UTF-8 text (no lone surrogate)
             try:
-                "".join((record.id, record.text, record.speaker, record.dialogue_id)).encode("utf-8")
+                json.dumps(record.model_dump(mode="json"), ensure_ascii=False).encode("utf-8")
             except UnicodeEncodeError:
                 raise ValueError(f"the record {record.id!r} holds a character that is not text "
                                  "(a lone surrogate)") from None

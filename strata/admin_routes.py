@@ -36,6 +36,7 @@ import json
 import logging
 import os
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -193,23 +194,25 @@ async def import_document(request: Request, memory: Memory) -> Any:
 async def erase(request: Request, memory: Memory) -> Any:
     """List what an erase would remove, server threads included; with "confirm": true, remove it."""
     body = await _body(request, _EraseBody)
+    listed_at = datetime.now(UTC).isoformat(timespec="seconds")
     plan = await asyncio.to_thread(memory.erasure_plan, body.ids, body.about)
     threads = await server_threads_holding(set(plan.said))
     if not body.confirm:
         return {"erased": False, "would_erase": plan.targets, "would_delete_threads": threads,
                 "hint": 'nothing was erased: send "confirm": true to erase them'}
     await asyncio.to_thread(memory.store.ledger.check_writable)  # a read-only memory: no thread is deleted
-    deleted = await _delete_threads(threads)  # then the threads: one that cannot go stops the erase
+    deleted: list[str] = []
+    await _delete_threads(threads, deleted)  # then the threads: one that cannot go stops the erase
     # planned again under the namespace's lock: a thread saved since the listing (a question shown a listed
     # record, a turn stored meanwhile) is looked for once more, now that nothing can add one
     report, erased = await asyncio.to_thread(memory.erase_as_planned, body.ids, body.about)
     try:
-        deleted += await _delete_threads(await server_threads_holding(set(erased.said)))
-    except Exception as error:  # the records are gone: say what is left instead of failing the whole call
+        await _delete_threads(await server_threads_holding(set(erased.said)), deleted)
+    except Exception as error:  # the records are gone: say what may be left instead of failing the whole call
         report.threads = [*report.threads, *deleted]
-        return {**report.model_dump(mode="json"), "threads_unchecked": f"{type(error).__name__}: the records are "
-                "erased, but threads saved since the listing were not all searched: send the erase again with "
-                "the ids it printed to look again"}
+        return {**report.model_dump(mode="json"), "threads_unchecked": (
+            f"{type(error).__name__}: the records are erased, but the server's threads were not all searched "
+            f"again: threads updated since {listed_at} may still hold them; delete those (LangGraph's threads API)")}
     report.threads = [*report.threads, *deleted]
     return report
 
@@ -234,11 +237,16 @@ async def server_threads_holding(said: set[Said]) -> list[str]:
 
 
 async def _holds(client: Any, thread: dict[str, Any], said: set[Said]) -> bool:
+    from langgraph_sdk.errors import NotFoundError
+
     if not said.isdisjoint(said_in(thread.get("values"))):
         return True
     before: Any = None
     while True:
-        states = await client.threads.get_history(thread["thread_id"], limit=HISTORY_PAGE, before=before)
+        try:
+            states = await client.threads.get_history(thread["thread_id"], limit=HISTORY_PAGE, before=before)
+        except NotFoundError:  # deleted meanwhile (another erase): it holds nothing now
+            return False
         if any(not said.isdisjoint(said_in(state.get("values"))) for state in states):
             return True
         if len(states) < HISTORY_PAGE:
@@ -246,20 +254,19 @@ async def _holds(client: Any, thread: dict[str, Any], said: set[Said]) -> bool:
         before = {"configurable": states[-1]["checkpoint"]}  # the server reads `before` as a run's config
 
 
-async def _delete_threads(threads: list[str]) -> list[str]:
-    """The threads deleted; one already gone (another erase took it meanwhile) is not an error."""
+async def _delete_threads(threads: list[str], deleted: list[str]) -> None:
+    """Delete the threads, adding each to `deleted` as it goes (so a failure midway leaves a true count);
+    one already gone (another erase took it meanwhile) is not an error."""
     from langgraph_sdk import get_client
     from langgraph_sdk.errors import NotFoundError
 
     client = get_client()
-    deleted = []
     for thread_id in threads:
         try:
             await client.threads.delete(thread_id)
         except NotFoundError:
             continue
         deleted.append(thread_id)
-    return deleted
 
 
 app = Starlette(routes=[

@@ -155,6 +155,10 @@ def test_a_server_pins_where_the_memory_lives(tmp_path: Path, monkeypatch: pytes
             Context(namespace="ann", **setting)
         assert "STRATA_PIN_STORAGE" in one_line(error)
     assert not (tmp_path / "elsewhere").exists()
+    monkeypatch.setenv("STRATA_PIN_STORAGE", "maybe")
+    with pytest.raises(ConfigError) as error:
+        Context(namespace="ann")
+    assert "STRATA_PIN_STORAGE='maybe': set it to true or false" in one_line(error)
 
 
 @pytest.mark.parametrize(("payload", "mode", "says"), [

@@ -99,6 +99,10 @@ def test_a_wrong_import_writes_nothing_and_says_so_in_one_line(memory: Memory, t
     renamed["records"][0]["id"] = "bogus"  # no kind: no collection holds it, and every later write stumbled on it
     rekinded = json.loads(document.model_dump_json())
     rekinded["records"][0]["kind"] = "fact"  # raw:... stored among the facts
+    surrogate = json.loads(document.model_dump_json())
+    next(r for r in surrogate["records"] if r["kind"] == "fact")["value"] = "\ud800"  # Chroma's metadata refuses it
+    bad_state = json.loads(document.model_dump_json())
+    bad_state["state"]["entity_catalogue"] = "x"  # every later ingest read it as a dict
     wrong: list[Any] = [
         memory.export(about="Caroline"),  # a person's copy, not a backup
         {**json.loads(document.model_dump_json()), "version": 9},
@@ -109,6 +113,8 @@ def test_a_wrong_import_writes_nothing_and_says_so_in_one_line(memory: Memory, t
         working_twice,
         renamed,
         rekinded,
+        surrogate,
+        bad_state,
         [1, 2],
         tmp_path / "missing.json",
         tmp_path / "not-json.json",
