@@ -61,6 +61,7 @@ from strata.memory.store import MemoryStore
 
 DERIVED_KINDS = ("fact", "persona", "episode", "summary")  # kinds that cite the turns they came from
 CHROMA_DB = "chroma.sqlite3"
+ERASING = "erasure_in_progress"  # ledger state: the ids of an erase under way (`finish_erasure`)
 LOG_WAIT_SECONDS = 2.0  # how long an erase waits for Chroma to drop the records from its log before reporting
 VACUUM_SECONDS = 600  # a large folder's database takes a while to rebuild
 REINDEX_SECONDS = 3_600  # copying a collection's index: 85 s at 100,000 records (README, "Erase for good")
@@ -124,7 +125,7 @@ def plan_erasure(store: MemoryStore, ids: Sequence[str] = (), about: str = "") -
     targets = erasure_targets(store, ids, about)
     records = store.get(targets)
     turns = erased_turns(records)
-    episodes = retold(store, turns)
+    episodes = retold(store, turns, set(targets))
     said_records = [*records, *store.get([e.id for e in episodes])]
     texts: dict[str, set[str]] = {record.id: {record.text} for record in said_records}
     for change in store.histories(list(texts)):
@@ -176,15 +177,17 @@ def _retellable(record: Record, turns: set[str]) -> bool:
     return record.kind == "episode" and bool(set(record.source_ids) - turns)
 
 
-def retold(store: MemoryStore, turns: set[str]) -> list[Record]:
-    """The episodes citing an erased turn and others, told again from the facts of the turns that stay
-    (the offline narrative, memory/episodes.py): what the erased turns said leaves the episode's text."""
+def retold(store: MemoryStore, turns: set[str], gone: set[str] = frozenset()) -> list[Record]:
+    """The episodes that tell of an erased turn, or of an erased fact (one about the person, from a turn
+    that stays), and of turns that stay, told again from the facts that stay (the offline narrative,
+    memory/episodes.py): what was erased leaves the episode's text. `gone`: every erased record's id."""
+    told_from = turns | _fact_turns(store, gone)
     found = []
     for episode in store.all("episode", include_inactive=True):
-        if not (turns & set(episode.source_ids)) or not _retellable(episode, turns):
+        if not (told_from & set(episode.source_ids)) or not _retellable(episode, turns) or episode.id in gone:
             continue
         kept = [t for t in episode.source_ids if t not in turns]
-        segment = told_again(store, episode.session, kept, turns)
+        segment = told_again(store, episode.session, kept, turns, gone)
         title = title_of(segment.facts, segment.speakers)
         found.append(episode.model_copy(update={
             "text": narrate(segment, title), "title": title, "source_ids": kept, "dialogue_id": kept[0],
@@ -194,42 +197,93 @@ def retold(store: MemoryStore, turns: set[str]) -> list[Record]:
     return found
 
 
-def told_again(store: MemoryStore, session: str, kept: Sequence[str], erased: set[str]) -> OpenSegment:
+def _fact_turns(store: MemoryStore, gone: set[str]) -> set[str]:
+    """The turns the erased facts were derived from: read from those still stored, and from the ids
+    (`fact:<turn>:<n>`), which an erase finished after a stop still has when the records are gone."""
+    facts = sorted(i for i in gone if i.startswith("fact:"))
+    from_ids = {":".join(i.split(":")[1:-1]) for i in facts if i.count(":") >= 2}
+    return from_ids | {t for fact in store.get(facts) for t in fact.source_ids}
+
+
+def told_again(
+    store: MemoryStore, session: str, kept: Sequence[str], erased: set[str], gone: set[str] = frozenset()
+) -> OpenSegment:
     """An episode's segment as the turns that stay make it: their speakers, facts (`_told_facts`) and span."""
     records = store.get(f"raw:{t}" for t in kept)
     times = [r.time for r in records if r.time is not None]
     return OpenSegment(session=session, turn_ids=list(kept),
                        speakers=list(dict.fromkeys(r.speaker for r in records if r.speaker)),
-                       facts=_told_facts(store, records, erased), start=min(times, default=None),
+                       facts=_told_facts(store, records, erased, gone), start=min(times, default=None),
                        end=max(times, default=None))
+
+
+class _Unfinished(BaseModel):
+    """What an erase writes down before it removes anything (ids only, never text): all that it needs to
+    finish once the records it reads are gone, should it be stopped midway (`finish_erasure`)."""
+
+    targets: list[str]
+    turns: list[str]
+    rejoined: list[tuple[str, str]]
 
 
 def apply_erasure(store: MemoryStore, plan: ErasurePlan) -> ErasureReport:
     """Carry out a plan (`plan_erasure`, made on this store just before, under its write lock), and
-    report what went and what may remain on disk; `Memory.erase` also deletes the saved threads first."""
-    _out_of_open_episode(store, plan.turns)
+    report what went and what may remain on disk; `Memory.erase` also deletes the saved threads first.
+    The plan's ids go to the ledger first (`ERASING`): stopped at any point after, the erase is finished
+    by the next opener of the namespace from them, since a second erase could no longer find its records."""
     rejoined = _rejoined(store, set(plan.targets))
-    removed = store.erase(plan.targets, sorted(plan.turns), plan.retold)
-    store.link(rejoined)
-    _out_of_graph_state(store, set(plan.targets))
+    unfinished = _Unfinished(targets=plan.targets, turns=sorted(plan.turns),
+                             rejoined=[(link.src, link.dst) for link in rejoined])
+    store.ledger.set_state(store.namespace, ERASING, unfinished.model_dump(mode="json"))
+    removed = _carry_out(store, unfinished, plan.retold)
     store.embedder.forget(plan.texts)
-    report = ErasureReport(erased=plan.targets, **removed)
+    return _finished(store, plan.targets, removed)
+
+
+def finish_erasure(store: MemoryStore) -> ErasureReport | None:
+    """Carry an erase that was stopped midway (its process killed) to its end, from the ids it wrote down
+    first; None when there is none. The records it had already removed are not needed: what is left of
+    them is found by id, and the episodes are told again from the facts that stay."""
+    value = store.state(ERASING)
+    if not value:
+        return None
+    unfinished = _Unfinished.model_validate(value)
+    removed = _carry_out(store, unfinished, retold(store, set(unfinished.turns), set(unfinished.targets)))
+    return _finished(store, unfinished.targets, removed)
+
+
+def _carry_out(store: MemoryStore, unfinished: _Unfinished, retold_episodes: Sequence[Record]) -> dict[str, int]:
+    """Every step of an erase, each one harmless to repeat; the mark goes last."""
+    turns = set(unfinished.turns)
+    _out_of_open_episode(store, turns, set(unfinished.targets))
+    removed = store.erase(unfinished.targets, sorted(turns), retold_episodes)
+    store.link([Link(namespace=store.namespace, src=src, dst=dst, type=LinkType.TEMPORAL)
+                for src, dst in unfinished.rejoined])
+    _out_of_graph_state(store, set(unfinished.targets))
+    store.ledger.clear_state(store.namespace, ERASING)
+    return removed
+
+
+def _finished(store: MemoryStore, targets: list[str], removed: dict[str, int]) -> ErasureReport:
+    report = ErasureReport(erased=targets, **removed)
     report.ledger_compacted = store.ledger.compact()
     if not store.settings.chroma_host:
-        report.in_chroma_log = _in_chroma_log(store, plan.targets)
+        report.in_chroma_log = _in_chroma_log(store, targets)
         deadline = time.monotonic() + LOG_WAIT_SECONDS
         while report.in_chroma_log and time.monotonic() < deadline:  # a small collection's log empties at once
             time.sleep(0.1)
-            report.in_chroma_log = _in_chroma_log(store, plan.targets)
+            report.in_chroma_log = _in_chroma_log(store, targets)
     return report
 
 
-def _told_facts(store: MemoryStore, turns: Sequence[Record], erased: set[str]) -> list[str]:
+def _told_facts(store: MemoryStore, turns: Sequence[Record], erased: set[str], gone: set[str]) -> list[str]:
     """What an episode tells of the turns that stay, gathered as ingest gathers it (agents/memory.py):
-    each turn's facts in turn order, or its photo when it gave no fact; none derived from an erased turn."""
+    each turn's facts in turn order, or its photo when it gave no fact; none derived from an erased turn,
+    none erased itself (`gone`: a fact about the person from another's turn)."""
     told: list[str] = []
     for turn in turns:
-        facts = [f.text for f in store.facts_from([turn.dialogue_id]) if not erased & set(f.source_ids)]
+        facts = [f.text for f in store.facts_from([turn.dialogue_id])
+                 if not erased & set(f.source_ids) and f.id not in gone]
         told += facts or ([photo_line(turn.speaker, turn.image_caption)] if turn.image_caption else [])
     return told
 
@@ -288,14 +342,14 @@ def _out_of_graph_state(store: MemoryStore, erased: set[str]) -> None:
         store.ledger.set_state(ns, LAST_TURN, turns[-1].id if turns else None)
 
 
-def _out_of_open_episode(store: MemoryStore, turns: set[str]) -> None:
-    """The episode being written forgets erased turns: it is made again from the turns that stay (their
-    ids, speakers, facts and span), so an erased speaker's name is not in the next episode."""
+def _out_of_open_episode(store: MemoryStore, turns: set[str], gone: set[str]) -> None:
+    """The episode being written forgets erased turns and facts: it is made again from the turns that stay
+    (their ids, speakers, facts and span), so an erased speaker's name is not in the next episode."""
     segment = OpenSegment.model_validate(store.state(OPEN_SEGMENT, {}))
     kept = [t for t in segment.turn_ids if t not in turns]
-    if kept == segment.turn_ids:
+    if kept == segment.turn_ids and not _fact_turns(store, gone) & set(kept):
         return
-    segment = told_again(store, segment.session, kept, turns)
+    segment = told_again(store, segment.session, kept, turns, gone)
     store.ledger.set_state(store.namespace, OPEN_SEGMENT, segment.model_dump(mode="json"))
 
 

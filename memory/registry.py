@@ -17,6 +17,7 @@ import threading
 from collections import OrderedDict
 
 from strata.memory.chroma import forget_client
+from strata.memory.erasure import ERASING, finish_erasure
 from strata.memory.ledger import Ledger, open_ledger
 from strata.memory.locks import location_of
 from strata.memory.namespaces import check_namespace
@@ -40,6 +41,9 @@ def open_store(settings: StoreSettings, namespace: str) -> MemoryStore:
             return store
         store = _open(settings, namespace, key)
     store.recover()  # edits a killed writer left half done (memory/journal.py), outside the registry's lock
+    if not store.read_only and store.state(ERASING):
+        with store.writing():  # an erase stopped midway is finished before anything reads what it erased
+            finish_erasure(store)
     return store
 
 

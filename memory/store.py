@@ -876,9 +876,9 @@ class MemoryStore:
 
         The notes these records evolved (A-MEM) get back the tags and context they had before the
         first such evolution, and their evolution rows from then on go too (those rows hold what the
-        erased note added). Chroma first, then the ledger: a crash in between leaves rows that a
-        second erase of the same ids removes. Saved mirrors of the namespace are dropped (they are
-        caches, written again on a later open)."""
+        erased note added). Chroma first, then the ledger; every step is harmless to repeat, which is
+        how an erase killed in between is finished (memory/erasure.py: `finish_erasure`). Saved mirrors
+        of the namespace are dropped (they are caches, written again on a later open)."""
         wanted = list(dict.fromkeys(ids))
         with self.edits():  # which refuses a read-only folder first
             self.flush()

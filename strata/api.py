@@ -22,7 +22,7 @@ from strata.graph.context import Context, shown_value
 from strata.graph.graph import graph
 from strata.graph.state import ChangeNote, Evidence, RoleNote, Verdict, validate_turns
 from strata.graph.tracing import run_config
-from strata.memory.erasure import ErasurePlan, ErasureReport, apply_erasure, plan_erasure
+from strata.memory.erasure import ErasurePlan, ErasureReport, apply_erasure, finish_erasure, plan_erasure
 from strata.memory.errors import InputError
 from strata.memory.graph.consolidation import ConsolidationReport
 from strata.memory.graph.export import MemoryGraph, build_graph, namespace_graph, person_graph
@@ -227,6 +227,7 @@ class Memory:
         routes), which may hold a record stored after it last listed what would go."""
         store = self.store
         with store.writing():  # no writer of this namespace between the plan and the erase
+            finish_erasure(store)  # one another process began and did not finish comes first
             plan = self.erasure_plan(ids, about)
             store.ledger.check_writable()  # a read-only folder refuses before any thread is deleted
             threads, rebuilt = erase_threads(self.context("ask").data_dir, plan.said)  # first: it may fail to open

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
+import signal
 import subprocess
 import sys
 from functools import partial
@@ -23,10 +25,10 @@ from strata.graph import build_graph
 from strata.graph.context import Context
 from strata.memory.chroma import get_collection, open_client
 from strata.memory.episodes import OPEN_SEGMENT, OpenSegment, narrate, title_of
-from strata.memory.erasure import compact_chroma, told_again
+from strata.memory.erasure import ERASING, compact_chroma, told_again
 from strata.memory.errors import ConfigError, InputError
 from strata.memory.graph.links import CATALOGUE, LAST_TURN, still_mentioned
-from strata.memory.records import Link, LinkType
+from strata.memory.records import KINDS, Link, LinkType
 from strata.memory.registry import close_all
 
 from strata import Memory
@@ -111,6 +113,9 @@ def test_erasing_a_participant_takes_everything_said_by_or_about_them(memory: Me
     assert said and melanie
 
     assert "Caroline" in OpenSegment.model_validate(memory.store.state(OPEN_SEGMENT, {})).speakers
+    about_her = [f.text for f in memory.store.all("fact") if f.subject == "Caroline" and f.speaker != "Caroline"]
+    told = " ".join(e.text for e in memory.store.all("episode"))
+    assert [text for text in about_her if text.rstrip(".") in told]  # Melanie's turns tell of her too
     report = memory.erase(about="Caroline")
 
     open_episode = OpenSegment.model_validate(memory.store.state(OPEN_SEGMENT, {}))
@@ -123,6 +128,8 @@ def test_erasing_a_participant_takes_everything_said_by_or_about_them(memory: Me
     assert set(report.erased) >= {r.id for r in said}
     longest = max(said, key=lambda r: len(r.text))
     assert "ledger.sqlite3" not in " ".join(_files_holding(data_dir, longest.text))
+    told = " ".join(e.text for e in memory.store.all("episode")) + " ".join(open_episode.facts)
+    assert not [text for text in about_her if text.rstrip(".") in told]  # episodes are told again without them
 
 
 def test_the_notes_an_erased_note_evolved_get_back_what_they_had(memory: Memory) -> None:
@@ -313,3 +320,66 @@ def test_erasing_turns_whose_temporal_links_form_a_cycle_ends(data_dir: Path, em
     assert {"raw:D1:1", "raw:D1:2"} <= set(report.erased)
     links = memory.store.edges(["raw:D1:3"], [LinkType.TEMPORAL])
     assert all(link.src != link.dst for link in links)
+
+
+# An erase killed with SIGKILL at the n-th call of a step: deterministic kill points, no sleeps. The window
+# that matters opens at the first Chroma delete (a second erase could no longer find those records) and
+# closes when the ledger's state is clean.
+KILLED_ERASE = """
+import os, signal, sys
+from chromadb.api.models.Collection import Collection
+from strata.memory import erasure
+from strata.memory.ledger import Ledger
+from strata.memory.store import MemoryStore
+from strata import Memory
+
+owner, step, nth = {"delete": Collection, "ledger": Ledger, "link": MemoryStore,
+                    "state": erasure}[sys.argv[2]], sys.argv[2], int(sys.argv[3])
+name = {"delete": "delete", "ledger": "erase", "link": "link", "state": "_out_of_graph_state"}[step]
+original, calls = getattr(owner, name), 0
+
+
+def killing(*args, **kwargs):
+    global calls
+    calls += 1
+    if calls == nth:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return original(*args, **kwargs)
+
+
+setattr(owner, name, killing)
+Memory("conv-26", data_dir=sys.argv[1]).erase(about="Caroline")
+"""
+
+
+def _state(memory: Memory) -> tuple[Any, ...]:
+    store = memory.store
+    records = sorted((r.id, r.text, tuple(r.tags), r.context) for k in KINDS for r in store.all(k, True))
+    return (records, store.ledger.count_links("conv-26"), memory.stats()["history"], len(store.working()),
+            sorted((store.state(CATALOGUE, {}) or {}).items()), store.state(LAST_TURN))
+
+
+@pytest.mark.parametrize(("step", "nth"), [("delete", 1), ("delete", 3), ("ledger", 1), ("link", 1), ("state", 1)])
+def test_an_erase_killed_midway_is_finished_by_the_next_opener(
+    locomo_dir: Path, tmp_path: Path, offline_env: dict[str, str], embedder: Any, step: str, nth: int
+) -> None:
+    """A second erase could not finish it (the records it reads are gone): the ids written down first let
+    the next opener finish it, as an uninterrupted erase ends, and leave no erased sentence on disk."""
+    whole, killed = tmp_path / "whole", tmp_path / "killed"
+    said = [r.text for r in _memory(locomo_dir, whole).store.all("raw") if r.speaker == "Caroline"]
+    close_all()
+    shutil.copytree(whole, killed)
+    Memory("conv-26", data_dir=str(whole)).erase(about="Caroline")
+    expected = _state(Memory("conv-26", data_dir=str(whole)))
+    close_all()
+
+    run = subprocess.run([sys.executable, "-c", KILLED_ERASE, str(killed), step, str(nth)], env=offline_env,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == -signal.SIGKILL, run.stderr[-1000:]
+
+    reopened = Memory("conv-26", data_dir=str(killed))
+    assert _state(reopened) == expected
+    assert reopened.store.state(ERASING) is None
+    close_all()
+    assert compact_chroma(killed / "chroma")
+    assert not [text for text in said if _files_holding(killed, text)]
