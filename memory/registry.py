@@ -13,6 +13,7 @@ from Chroma and the ledger.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import OrderedDict
 
@@ -24,6 +25,7 @@ from strata.memory.namespaces import check_namespace
 from strata.memory.settings import StoreSettings, max_open_stores
 from strata.memory.store import MemoryStore
 
+LOG = logging.getLogger(__name__)
 _LEDGERS: dict[str, Ledger] = {}
 _STORES: OrderedDict[tuple[StoreSettings, str], MemoryStore] = OrderedDict()
 _LOCK = threading.Lock()
@@ -42,8 +44,16 @@ def open_store(settings: StoreSettings, namespace: str) -> MemoryStore:
         store = _open(settings, namespace, key)
     store.recover()  # edits a killed writer left half done (memory/journal.py), outside the registry's lock
     if not store.read_only and store.state(ERASING):
-        with store.writing():  # an erase stopped midway is finished before anything reads what it erased
-            finish_erasure(store)
+        try:
+            with store.writing():  # an erase stopped midway is finished before anything reads what it erased
+                store.finished_erasure = finish_erasure(store)
+        except BaseException:
+            with _LOCK:  # not left open half erased: the next open tries again
+                if _STORES.get(key) is store:
+                    del _STORES[key]
+            raise
+        LOG.warning("an erase of %d records in namespace %r, stopped midway, was finished on opening it",
+                    len(store.finished_erasure.erased) if store.finished_erasure else 0, namespace)
     return store
 
 

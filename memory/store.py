@@ -130,6 +130,7 @@ class MemoryStore:
         self._lexical: dict[Kind, BM25Index] = {}
         self._seen = 0  # the change sequence the mirrors reflect
         self._saved: dict[Kind, int] = {}  # the sequence each mirror was last saved at (memory/snapshots.py)
+        self.finished_erasure: Any = None  # the report of an erase stopped midway, finished on opening (registry)
         self._timeline = Timeline()  # the active raw turns in order, kept with the raw mirror
         self._turn_list: list[Record] | None = None  # `timeline()` as a list, until the next raw change
         self._facts_of: dict[str, set[str]] = {}  # dialogue id -> ids of the facts derived from it

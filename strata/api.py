@@ -227,8 +227,15 @@ class Memory:
         routes), which may hold a record stored after it last listed what would go."""
         store = self.store
         with store.writing():  # no writer of this namespace between the plan and the erase
-            finish_erasure(store)  # one another process began and did not finish comes first
-            plan = self.erasure_plan(ids, about)
+            resumed = finish_erasure(store) or store.finished_erasure  # one stopped midway comes first
+            store.finished_erasure = None
+            try:
+                plan = self.erasure_plan(ids, about)
+            except InputError as error:
+                if resumed is None:
+                    raise
+                raise InputError(f"{error}; an erase stopped midway was finished when this memory was opened "
+                                 f"({resumed.summary()})") from None
             store.ledger.check_writable()  # a read-only folder refuses before any thread is deleted
             threads, rebuilt = erase_threads(self.context("ask").data_dir, plan.said)  # first: it may fail to open
             report = apply_erasure(store, plan)
