@@ -13,7 +13,6 @@ import os
 import reprlib
 from dataclasses import dataclass, field, fields
 from functools import lru_cache
-from pathlib import Path
 from typing import Any, Literal, get_args, get_type_hints
 
 from pydantic import TypeAdapter, ValidationError
@@ -21,7 +20,7 @@ from strata.memory.embeddings import DEFAULT_EMBEDDER
 from strata.memory.errors import ConfigError, InputError
 from strata.memory.ledger_sql import LARGEST_INTEGER
 from strata.memory.namespaces import check_namespace
-from strata.memory.settings import DEFAULT_DATA_DIR, StoreSettings, check_folder
+from strata.memory.settings import DEFAULT_DATA_DIR, StoreSettings, check_folder, real_folder
 
 Mode = Literal["ingest", "ask", "chat", "retrieve"]
 MODES: tuple[str, ...] = get_args(Mode)
@@ -332,8 +331,8 @@ def shown_value(value: object, width: int = 60) -> str:
 
 
 def _real_folder(name: str) -> str:
-    """A folder's one real path, as the store settings resolve it (memory/settings.py)."""
+    """A folder's one real path, as the store settings resolve it (`real_folder`)."""
     try:
-        return str(Path(name).expanduser().resolve())
+        return real_folder(name)
     except (OSError, RuntimeError, ValueError):  # a link loop, a NUL: compared as written
         return name

@@ -54,13 +54,12 @@ from strata.memory.forgetting import shown_ids
 from strata.memory.graph.consolidation import DIGESTS, DONE
 from strata.memory.graph.links import CATALOGUE, LAST_TURN, still_mentioned
 from strata.memory.journal import PENDING
-from strata.memory.ledger_sql import sqlite_uri
 from strata.memory.locks import hold_folder, release_folder
 from strata.memory.records import KINDS, Link, LinkType, Record
+from strata.memory.reindex import CHROMA_DB, open_chroma_db
 from strata.memory.store import MemoryStore
 
 DERIVED_KINDS = ("fact", "persona", "episode", "summary")  # kinds that cite the turns they came from
-CHROMA_DB = "chroma.sqlite3"
 ERASING = "erasure_in_progress"  # ledger state: the ids of an erase under way (`finish_erasure`)
 LOG_WAIT_SECONDS = 2.0  # how long an erase waits for Chroma to drop the records from its log before reporting
 VACUUM_SECONDS = 600  # a large folder's database takes a while to rebuild
@@ -353,17 +352,10 @@ def _out_of_open_episode(store: MemoryStore, turns: set[str], gone: set[str]) ->
     store.ledger.set_state(store.namespace, OPEN_SEGMENT, segment.model_dump(mode="json"))
 
 
-def _chroma_db(store: MemoryStore) -> sqlite3.Connection | None:
-    path = store.settings.chroma_path / CHROMA_DB
-    if not path.is_file():
-        return None
-    return sqlite3.connect(sqlite_uri(path, "mode=ro"), uri=True, timeout=30, isolation_level=None)
-
-
 def _in_chroma_log(store: MemoryStore, ids: Iterable[str]) -> int | None:
     """Erased ids still in Chroma's write-ahead log (its `embeddings_queue` table); None when the table
     cannot be read (a Chroma whose file is laid out otherwise), which is not the same as none left."""
-    conn = _chroma_db(store)
+    conn = open_chroma_db(store.settings.chroma_path)
     if conn is None:
         return 0
     try:

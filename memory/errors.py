@@ -21,3 +21,15 @@ class NotFoundError(StrataError):
 
 class UnavailableError(StrataError):
     """A server the memory relies on (the shared ledger database) stopped answering mid-run."""
+
+
+def check_utf8(value: str, what: str) -> str:
+    """Text that can be stored and embedded, or an `InputError` naming where it is not: a lone surrogate
+    (what undecodable bytes of a command line become) cannot be written as UTF-8, and the tokenizer
+    refuses it."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise InputError(f"{what} holds {value[error.start]!r} at character {error.start + 1}, which is not text "
+                         "(undecodable bytes?): a lone surrogate; give it as UTF-8") from None
+    return value

@@ -27,6 +27,8 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any
 
+from strata.memory.ledger_sql import sqlite_uri
+
 CHROMA_DB = "chroma.sqlite3"
 REBUILT_SUFFIX = "-rebuilt"  # no collection of ours ends so: their names end with a kind
 PAGE = 1_000  # records read and written at a time
@@ -71,17 +73,28 @@ def rebuild(client: Any, name: str) -> int:
     return copied
 
 
+def open_chroma_db(chroma_path: Path) -> sqlite3.Connection | None:
+    """An embedded Chroma folder's database, read-only (None when there is none): what it says of its
+    segments and its write-ahead log."""
+    database = chroma_path / CHROMA_DB
+    if not database.is_file():
+        return None
+    return sqlite3.connect(sqlite_uri(database, "mode=ro"), uri=True, timeout=30, isolation_level=None)
+
+
 def remove_orphan_indexes(chroma_path: Path) -> int:
     """Delete the index folders of deleted collections, which Chroma leaves on disk (vectors and all);
     the number deleted. A folder is an index's when named by a segment id; it is kept while the
     database names it. Folders are listed before the database is read: a collection created meanwhile
     has its segment named before its folder is written, so a live folder is never taken for an orphan."""
-    database = chroma_path / CHROMA_DB
-    if not database.is_file():
+    if not (chroma_path / CHROMA_DB).is_file():
         return 0
     folders = [p for p in chroma_path.iterdir() if p.is_dir() and _is_segment_id(p.name)]
+    conn = open_chroma_db(chroma_path)
+    if conn is None:
+        return 0
     try:
-        with closing(sqlite3.connect(f"{database.resolve().as_uri()}?mode=ro", uri=True, timeout=30)) as conn:
+        with closing(conn):
             live = {row[0] for row in conn.execute("SELECT id FROM segments")}
     except sqlite3.Error:
         return 0  # a database laid out otherwise: nothing is taken for an orphan
@@ -123,9 +136,11 @@ def rebuild_folder(chroma_path: Path, since: float | None = None, names: Sequenc
 def _written_since(chroma_path: Path, since: float) -> set[str] | None:
     """The ids of the collections whose index folder holds a file written at or after `since`; None when
     the database cannot say which folder is whose (then every collection counts)."""
+    conn = open_chroma_db(chroma_path)
+    if conn is None:
+        return None
     try:
-        database = chroma_path / CHROMA_DB
-        with closing(sqlite3.connect(f"{database.resolve().as_uri()}?mode=ro", uri=True, timeout=30)) as conn:
+        with closing(conn):
             folders = dict(conn.execute("SELECT id, collection FROM segments WHERE scope = 'VECTOR'").fetchall())
     except sqlite3.Error:
         return None

@@ -32,6 +32,12 @@ def check_folder(value: str, name: str = "data_dir") -> str:
     return value
 
 
+def real_folder(name: str) -> str:
+    """A folder's one real path (`~` expanded, relative and `..` parts and links resolved): the same folder
+    named two ways must open one Chroma client and one ledger, never two over the same files."""
+    return str(Path(name).expanduser().resolve())
+
+
 class StoreSettings(BaseModel):
     """Everything needed to open the stores of one data folder or server."""
 
@@ -65,9 +71,7 @@ class StoreSettings(BaseModel):
     @field_validator("data_dir")
     @classmethod
     def _usable_folder(cls, value: str) -> str:
-        """The folder's one real path: the same folder named two ways (relative, through `..` or a link)
-        must open one Chroma client and one ledger, never two over the same files."""
-        return str(Path(check_folder(value)).expanduser().resolve())
+        return real_folder(check_folder(value))
 
     @property
     def ledger_path(self) -> Path:

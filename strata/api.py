@@ -23,7 +23,7 @@ from strata.graph.graph import graph
 from strata.graph.state import ChangeNote, Evidence, RoleNote, Verdict, validate_turns
 from strata.graph.tracing import run_config
 from strata.memory.erasure import ErasurePlan, ErasureReport, apply_erasure, finish_erasure, plan_erasure
-from strata.memory.errors import InputError
+from strata.memory.errors import InputError, check_utf8
 from strata.memory.graph.consolidation import ConsolidationReport
 from strata.memory.graph.export import MemoryGraph, build_graph, namespace_graph, person_graph
 from strata.memory.ledger_sql import LARGEST_INTEGER
@@ -403,7 +403,7 @@ def checked(model: type[_Arguments], /, **arguments: object) -> _Arguments:
     for name, value in arguments.items():
         for text in value if isinstance(value, list | tuple) else [value]:
             if isinstance(text, str):
-                _utf8(text, name)
+                check_utf8(text, name)
     try:
         return model.model_validate(arguments)
     except ValidationError as error:
@@ -428,7 +428,7 @@ def _text(value: object, what: str) -> str:
             raise InputError(f"{what} is bytes that are not UTF-8: decode it to text first") from None
     if not isinstance(value, str):
         raise InputError(f"{what} must be text, not {type(value).__name__}")
-    return _utf8(value, what)
+    return check_utf8(value, what)
 
 
 def _flag(value: object, name: str) -> None:
@@ -437,17 +437,6 @@ def _flag(value: object, name: str) -> None:
     if isinstance(value, bool) or numpy_bool or (isinstance(value, int) and value in (0, 1)):
         return
     raise InputError(f"{name} must be True or False, not {shown_value(value)}")
-
-
-def _utf8(value: str, what: str) -> str:
-    """Text that can be stored and embedded: a lone surrogate (what undecodable bytes of a command line
-    become) cannot be written as UTF-8, and the tokenizer refuses it."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as error:
-        raise InputError(f"{what} holds {value[error.start]!r} at character {error.start + 1}, which is not text "
-                         "(undecodable bytes?): give it as UTF-8") from None
-    return value
 
 
 def _as_turns(turns: TurnLike | Sequence[TurnLike], speaker: str) -> list[Turn]:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import reprlib
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -51,7 +50,7 @@ from pydantic import ValidationError
 
 from strata.memory import store_items
 from strata.memory.chroma import open_client
-from strata.memory.errors import InputError, NotFoundError
+from strata.memory.errors import InputError, NotFoundError, check_utf8
 from strata.memory.ledger import Ledger
 from strata.memory.records import KINDS, Record, Status
 from strata.memory.registry import ledger_for, open_store
@@ -429,11 +428,11 @@ def _check_op(op: Op) -> None:
         if not isinstance(path, tuple) or not all(isinstance(label, str) for label in path):
             raise InputError(f"a store namespace is a tuple of text labels, e.g. ('users', 'ann'), not {path!r}")
         for label in path:
-            _text(label, "a namespace label")
+            check_utf8(label, "a namespace label")
     if isinstance(op, GetOp | PutOp):
         if not isinstance(op.key, str):
             raise InputError(f"a store key is text, not {type(op.key).__name__} ({op.key!r}): use str(key)")
-        _text(op.key, "a store key")
+        check_utf8(op.key, "a store key")
     if isinstance(op, PutOp) and not (op.index is None or op.index is False or (
             isinstance(op.index, list) and all(isinstance(f, str) for f in op.index))):
         raise InputError(f"index is False, None or a list of field paths, not {op.index!r}")
@@ -441,7 +440,7 @@ def _check_op(op: Op) -> None:
         if op.query is not None and not isinstance(op.query, str):
             raise InputError(f"a search query is text, not {type(op.query).__name__}")
         if op.query is not None:
-            _text(op.query, "a search query")
+            check_utf8(op.query, "a search query")
         if op.filter is not None and not (isinstance(op.filter, dict) and all(isinstance(k, str) for k in op.filter)):
             raise InputError(f"a search filter is a dict of field names, e.g. {{'type': 'note'}}, not {op.filter!r}")
     for name in ("limit", "offset", "max_depth"):
@@ -450,21 +449,12 @@ def _check_op(op: Op) -> None:
             raise InputError(f"{name} must be a whole number of at least 0, not {value!r}")
 
 
-def _text(value: str, what: str) -> None:
-    """Text the ledger and Chroma can store (UTF-8: a lone surrogate such as '\\ud800' cannot be)."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise InputError(f"{what} {reprlib.repr(value)} holds a character that is not text (a lone surrogate): "
-                         "decode it properly first") from None
-
-
 def _json_value(value: Any) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise InputError(f"a store value must be a dict, got {type(value).__name__}: wrap it, e.g. {{'text': ...}}")
     try:
         text = json.dumps(value, ensure_ascii=False)
-        _text(text, "a store value")
+        check_utf8(text, "a store value")
         return json.loads(text)
     except InputError:
         raise
