@@ -215,6 +215,15 @@ class Ledger:
         found = self._changes("SELECT * FROM history WHERE namespace = ? AND id = ?", [namespace, change_id])
         return found[0] if found else None
 
+    def latest_edit(self, namespace: str) -> Change | None:
+        """The newest content edit (an update or delete made on its own) not yet undone: what a plain
+        undo reverses, however many evolutions and no-ops were written after it."""
+        found = self._changes(
+            "SELECT * FROM history WHERE namespace = ? AND undone = 0 AND action IN ('update', 'delete') "
+            "AND follows IS NULL ORDER BY id DESC LIMIT 1", [namespace],
+        )
+        return found[0] if found else None
+
     def followers(self, namespace: str, change_id: int) -> list[Change]:
         """The changes made together with this one (undone with it), not yet undone."""
         return self._changes(

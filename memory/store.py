@@ -769,7 +769,8 @@ class MemoryStore:
             raise
 
     def undo(self, change_id: int | None = None) -> Change:
-        """Reverse one change (the latest not yet undone when no id is given), and the changes that
+        """Reverse one change (the latest update or delete not yet undone when no id is given; an
+        evolution or other change by its id), and the changes that
         came with it (a persona trait retired with its fact).
 
         Changes to one record are undone newest first: undoing an older one while a newer one
@@ -840,10 +841,13 @@ class MemoryStore:
             if change.undone or change.action in (Action.UNDO, Action.NOOP):
                 raise NotFoundError(f"change {change_id} cannot be undone (already undone, or itself an undo or no-op)")
             return change
-        for change in self.ledger.history(self.namespace, limit=1000):
-            if not change.undone and change.action in (Action.UPDATE, Action.DELETE) and change.follows is None:
-                return change
-        raise NotFoundError(f"nothing to undo in namespace {self.namespace!r}")
+        change = self.ledger.latest_edit(self.namespace)
+        if change is not None:
+            return change
+        raise NotFoundError(
+            f"nothing to undo in namespace {self.namespace!r}: no update or delete is in force "
+            "(an evolution is undone by its id: see `strata history`, then `strata undo N`)"
+        )
 
     def record_noop(self, record_id: str, kind: Kind, reason: str, policy: str) -> Change:
         """Note that the refresher looked at a conflict and chose to leave it."""

@@ -204,7 +204,8 @@ class Memory:
         return self.store.history(query.record_id, query.limit)
 
     def undo(self, change_id: int | None = None) -> Change:
-        """Reverse a change (the latest when no id is given)."""
+        """Reverse a change and the changes made with it: the latest update or delete when no id is
+        given (evolutions are many and small, so they are undone by id; see `history()`)."""
         return self.store.undo(checked(_UndoRequest, change_id=change_id).change_id)
 
     def get(self, ids: Iterable[str]) -> list[Record]:

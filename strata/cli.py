@@ -129,7 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
     history.add_argument("--record", metavar="ID", help="only the changes of this record (e.g. fact:D1:3:0)")
     history.add_argument("--limit", type=int, default=20, metavar="N", help="at most N changes (default 20)")
 
-    undo = command("undo", _undo, "reverse a change (the latest when no id is given)")
+    undo = command("undo", _undo, "reverse a change (the latest update or delete when no id is given)")
     undo.add_argument("change_id", nargs="?", type=int, metavar="CHANGE_ID")
 
     erase_cmd = command(

@@ -118,6 +118,22 @@ def test_undoing_newest_first_walks_back_the_path_the_record_took(
         store.undo()  # nothing left to undo: a one-line error, not a traceback
 
 
+def test_a_plain_undo_finds_the_latest_edit_behind_many_later_changes(
+    moved_twice: tuple[MemoryStore, int, int],
+) -> None:
+    """Ingest writes an evolution or a no-op for nearly every turn: a plain undo must still reach the
+    latest update however far back it is (it once looked at the newest 1,000 history rows only)."""
+    store, first, second = moved_twice
+    for n in range(1_050):
+        store.record_noop("fact:D1:4:0", "fact", f"looked again {n}", "offline")
+    assert store.undo().undoes == second
+    assert store.undo().undoes == first
+    with pytest.raises(StrataError) as nothing:
+        store.undo()
+    message = str(nothing.value)
+    assert "\n" not in message and "no update or delete is in force" in message and "strata undo N" in message
+
+
 # ----------------------------------------------------------------------------- reuse after drop
 
 
