@@ -58,7 +58,8 @@ NEW = "new"  # the incoming turn inside a conflict group (the Refresher's name f
 MIN_COVERAGE = 0.5  # share of the question's content words an item must hold to count as relevant
 MAX_GROUPS = 6
 # The filter never drops the better-scored share of the context: the search's own ranking stands for it.
-# Chosen leave-conversations-out from 0.5, 0.7 and 0.9 (README): a lower share saves tokens but costs recall.
+# Chosen leave-conversations-out from 0.5, 0.7 and 0.9 (docs/evaluation.md): a lower share saves tokens
+# but costs recall.
 KEEP_SHARE = 0.9
 
 _CHANGE_CUE = re.compile(

@@ -15,7 +15,7 @@ Participant names in a question dominate a MiniLM embedding (every turn that
 addresses "Caroline" looks alike), so the dense query is the question with the
 participants' names taken out (`strip_names`); the names act through the
 speaker boost and the BM25 list instead. Every constant below was checked
-leave-conversations-out (README, "Recall against the context budget").
+leave-conversations-out (docs/evaluation.md).
 """
 
 from __future__ import annotations

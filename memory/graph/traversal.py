@@ -30,7 +30,7 @@ from strata.memory.records import Link, natural_order
 Focus = Literal["why", "when", "who", "what", "list", "other"]
 
 # MAGMA walks a few hops. Offline, one hop reaches more gold evidence than two at every budget measured
-# (the second hop's far neighbours crowd the walk's ranked list; README, leave-conversations-out).
+# (the second hop's far neighbours crowd the walk's ranked list; docs/evaluation.md, leave-conversations-out).
 HOPS = 1
 BEAM = 8  # records per hop whose edges are followed further (a walk of one hop expands none)
 MAX_REACHED = 400  # the walk's budget: the best scored records it keeps
@@ -40,7 +40,7 @@ DECAY = 0.8
 # How much of a reached record's score is its own similarity to the question; the rest is its parent's
 # score passed on (AdaMem's score propagation: the neighbour of a strong anchor inherits its strength).
 # 1.0 ranks neighbours by similarity alone (MAGMA), 0.0 by where they were reached from alone.
-SIMILARITY_SHARE = 0.0  # chosen leave-conversations-out (README: 0 over 0.5 and 1.0)
+SIMILARITY_SHARE = 0.0  # chosen leave-conversations-out (docs/evaluation.md: 0 over 0.5 and 1.0)
 
 # How far each edge type is trusted when it is not the question's favoured kind of edge.
 BASE_WEIGHTS: dict[str, float] = {
