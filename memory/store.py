@@ -467,26 +467,28 @@ class MemoryStore:
         once Chroma holds the records, so no reader can see the number before the data."""
         for kind in by_kind:
             self._load(kind)
-        with self.ledger.transaction():
+        # One order for the two locks everywhere: the store's, then the ledger's (`flush` holds the
+        # store's while it opens ledger transactions; the other order here deadlocked a writer thread
+        # against another thread's write, e.g. a consolidation beside an ingest).
+        with self._lock, self.ledger.transaction():
             seq = self.ledger.log_changes(self.namespace, (r.id for r in records))
-            with self._lock:
-                for kind, positions in by_kind.items():
-                    self._collection(kind).upsert(
-                        ids=[records[i].id for i in positions],
-                        documents=[records[i].text for i in positions],
-                        embeddings=[vectors[i].tolist() for i in positions],
-                        metadatas=[to_metadata(records[i]) for i in positions],
-                    )
-                    for i in positions:
-                        self._remember(records[i])
-                        self._vectors.pop(records[i].id, None)  # read back again if a traversal needs it
-                    exact = self._exact.get(kind)
-                    if exact is not None:
-                        exact.put((records[i].id for i in positions), vectors[positions])
-                        if len(exact) > EXACT_LIMIT:  # grown past the limit: Chroma searches it from now on
-                            self._exact[kind] = None
-                            grown_large(self._collection(kind))
-                self._advance(seq)
+            for kind, positions in by_kind.items():
+                self._collection(kind).upsert(
+                    ids=[records[i].id for i in positions],
+                    documents=[records[i].text for i in positions],
+                    embeddings=[vectors[i].tolist() for i in positions],
+                    metadatas=[to_metadata(records[i]) for i in positions],
+                )
+                for i in positions:
+                    self._remember(records[i])
+                    self._vectors.pop(records[i].id, None)  # read back again if a traversal needs it
+                exact = self._exact.get(kind)
+                if exact is not None:
+                    exact.put((records[i].id for i in positions), vectors[positions])
+                    if len(exact) > EXACT_LIMIT:  # grown past the limit: Chroma searches it from now on
+                        self._exact[kind] = None
+                        grown_large(self._collection(kind))
+            self._advance(seq)
 
     def stage(
         self, records: Sequence[Record], links: Iterable[Link] = (), state: dict[str, object] | None = None
@@ -667,17 +669,17 @@ class MemoryStore:
         vectors = self.embedder.embed([record.text for record in records])
         for kind in {record.kind for record in records}:
             self._load(kind)
-        with self._lock:
+        with self._lock:  # held to the write: no batch is staged between the check and the write
             if self._staged:
                 for record, vector in zip(records, vectors, strict=True):
                     self._staged.records[record.id] = record
                     self._staged.vectors[record.id] = vector
                     self._remember(record)
                 return
-        by_kind: dict[Kind, list[int]] = {}
-        for i, record in enumerate(records):
-            by_kind.setdefault(record.kind, []).append(i)
-        self._write(records, vectors, by_kind)
+            by_kind: dict[Kind, list[int]] = {}
+            for i, record in enumerate(records):
+                by_kind.setdefault(record.kind, []).append(i)
+            self._write(records, vectors, by_kind)
 
     def update(
         self, record_id: str, new_text: str, reason: str, policy: str = "offline",
@@ -928,13 +930,12 @@ class MemoryStore:
     def _remove(self, kind: Kind, ids: list[str]) -> None:
         """Delete records from Chroma and the mirror, stamped with a new sequence (purge, a batch taken back)."""
         self._load(kind)
-        with self.ledger.transaction():
+        with self._lock, self.ledger.transaction():  # the store's lock first, as in `_write`
             seq = self.ledger.log_changes(self.namespace, ids)
-            with self._lock:
-                self._collection(kind).delete(ids=ids)
-                for record_id in ids:
-                    self._forget(kind, record_id)
-                self._advance(seq)
+            self._collection(kind).delete(ids=ids)
+            for record_id in ids:
+                self._forget(kind, record_id)
+            self._advance(seq)
 
     def history(self, record_id: str | None = None, limit: int = 100) -> list[Change]:
         return self.ledger.history(self.namespace, record_id, limit)

@@ -7,7 +7,10 @@ Real Chroma and MiniLM in a temporary folder, offline policies, the public API.
 from __future__ import annotations
 
 import itertools
+import subprocess
+import sys
 import threading
+import time
 from datetime import datetime
 from pathlib import Path
 
@@ -20,6 +23,7 @@ from strata.memory.settings import StoreSettings
 from strata.memory.store import MemoryStore
 
 from strata.api import Memory
+from strata.conversations import load_turns
 
 THREADS = 3
 TURNS_PER_THREAD = 15
@@ -69,6 +73,68 @@ def test_three_threads_adding_turns_without_ids_lose_nothing(data_dir: Path, emb
     for raw in memory.store.all("raw"):  # derived: the turn's facts exist and point back to it
         facts = [f for f in memory.store.all("fact") if f.source_ids == [raw.dialogue_id]]
         assert facts, raw.text
+
+
+def test_a_write_and_a_flush_in_two_threads_take_the_locks_in_one_order(data_dir: Path, embedder: object) -> None:
+    """The interleaving that hung a consolidation beside an ingest, forced (tests/lock_order.py):
+    both threads finish and both records are stored."""
+    script = Path(__file__).with_name("lock_order.py")
+    done = subprocess.run([sys.executable, str(script), str(data_dir)], capture_output=True, text=True,
+                          timeout=240, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr[-2000:]
+    assert done.stdout.split() == ["fact:D1:1:0", "fact:D1:2:0"]
+
+
+def test_a_consolidation_beside_an_ingest_finishes_and_loses_no_turn(
+    data_dir: Path, embedder: object, locomo_dir: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The slow path runs beside ingest (a thread of the app, a scheduled job). Its writes took the
+    ledger's lock and then the store's while a turn's flush took them the other way round: the two
+    threads waited on each other for ever. The ledger's step is slowed in the consolidating thread
+    so that the two writes meet on every run; the threads are daemons, so a deadlock fails the test
+    instead of hanging it."""
+    from strata.memory.ledger import Ledger
+
+    real = Ledger.log_changes
+
+    def slowed(self: Ledger, *args: object, **kwargs: object) -> object:
+        if threading.current_thread().name == "consolidate":
+            time.sleep(0.2)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Ledger, "log_changes", slowed)
+    memory = Memory(NAMESPACE, data_dir=str(data_dir))
+    conversation = load_turns(locomo_dir / "conv-26.json")
+    turns = [turn for session in conversation.sessions for turn in session.turns][:60]
+    stored = threading.Event()
+    failures: list[BaseException] = []
+
+    def ingest() -> None:
+        try:
+            for start in range(0, len(turns), 3):
+                memory.add(turns[start : start + 3])
+        except BaseException as exc:
+            failures.append(exc)
+        finally:
+            stored.set()
+
+    def consolidate() -> None:
+        try:
+            while not stored.is_set():
+                memory.consolidate()
+        except BaseException as exc:
+            failures.append(exc)
+
+    threads = [threading.Thread(target=ingest, name="ingest", daemon=True),
+               threading.Thread(target=consolidate, name="consolidate", daemon=True)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert not any(thread.is_alive() for thread in threads), "ingest and consolidation wait on each other"
+    assert failures == []
+    memory.end_session()
+    assert_every_turn_once_and_derived(memory, [turn.text for turn in turns])
 
 
 # ----------------------------------------------------------------------------- undo order
