@@ -111,6 +111,13 @@ def _is_segment_id(name: str) -> bool:
         return False
 
 
+def not_chroma(folder: Path) -> str:
+    """The one-line refusal of a folder that holds no Chroma database."""
+    inside = " (it holds chroma/: name that folder)" if (folder / "chroma" / CHROMA_DB).is_file() else ""
+    return (f"{folder} holds no Chroma database ({CHROMA_DB}){inside}: name an embedded Chroma folder, "
+            "<data_dir>/chroma or a stopped server's --path")
+
+
 def rebuild_folder(chroma_path: Path, since: float | None = None, names: Sequence[str] = ()) -> dict[str, int]:
     """Rebuild the collections of an embedded Chroma folder (none may be open in another process): every
     one, or, given `since` (epoch seconds: when an erase began), the collections `names` (the erased
@@ -156,6 +163,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--since", type=float, help="only what was written since (epoch seconds) ...")
     parser.add_argument("--collection", action="append", default=[], help="... and these collections")
     args = parser.parse_args(argv)
+    if not (args.folder / CHROMA_DB).is_file():  # Chroma would create an empty database there
+        parser.exit(2, f"{parser.prog}: error: {not_chroma(args.folder)}\n")
     copied = rebuild_folder(args.folder, args.since, args.collection)
     print(f"rebuilt {len(copied)} collections, {sum(copied.values())} records")
     return 0

@@ -149,6 +149,14 @@ def build_parser() -> argparse.ArgumentParser:
     import_cmd = command("import", _import, "write an export into this namespace, which must be empty")
     import_cmd.add_argument("file", metavar="FILE", help="a file `strata export` wrote")
 
+    reindex = command(
+        "reindex", _reindex,
+        "rebuild an embedded Chroma folder's vector indexes from what they hold (a stopped server's folder "
+        "after an erase; `erase` does it itself for an embedded memory)",
+    )
+    reindex.add_argument("folder", type=Path, metavar="FOLDER",
+                         help="the Chroma folder: <data_dir>/chroma, or a stopped `chroma run --path` folder")
+
     demo = command("demo", _demo, "ingest a conversation and answer some of its gold questions, offline")
     demo.add_argument(
         "--file", type=Path, help="a LoCoMo conversation with 'qa' (default: the shipped sample conversation)"
@@ -461,6 +469,23 @@ def _import(args: argparse.Namespace) -> int:
     memory = _memory(args)
     report = memory.import_from(args.file)
     print(f"{report.summary()} into {_where(memory)}")
+    return 0
+
+
+def _reindex(args: argparse.Namespace) -> int:
+    from strata.memory.locks import hold_folder, release_folder
+    from strata.memory.reindex import CHROMA_DB, not_chroma, rebuild_folder
+
+    folder = args.folder.expanduser().resolve()
+    if not (folder / CHROMA_DB).is_file():
+        raise InputError(not_chroma(folder))
+    hold_folder(folder)  # no strata process of this machine may have it open meanwhile
+    try:
+        copied = rebuild_folder(folder)
+    finally:
+        release_folder(folder)
+    print(f"rebuilt {len(copied)} collections ({sum(copied.values())} records) in {folder}; "
+          f"then run `chroma vacuum --path {folder}` to drop the database's freed pages")
     return 0
 
 

@@ -214,3 +214,25 @@ def _derived_turns(ledger: Path) -> int:
     except sqlite3.Error:
         return 0
     return int(row[0]) if row else 0
+
+
+def test_reindex_rebuilds_a_closed_folder_and_refuses_one_without_chroma(
+    tmp_path: Path, data_dir: Path, offline_env: dict[str, str],
+) -> None:
+    """`strata reindex` is the operator's rebuild of a stopped server's folder (README, "Erase for good"):
+    every record and answer stay; a folder without Chroma's database is refused and nothing is created."""
+    conversation = write_turns(tmp_path / "t.json", ["I adopted a dog named Rex.", "Rex loves the beach."], 1)
+    assert strata("ingest", str(conversation), "--data-dir", str(data_dir), env=offline_env).returncode == 0
+    before = strata("ask", "What is the dog called?", "--retrieve-only", "--json", "--data-dir", str(data_dir),
+                    env=offline_env)
+    rebuilt = strata("reindex", str(data_dir / "chroma"), env=offline_env)
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert "rebuilt 5 collections" in rebuilt.stdout and "chroma vacuum" in rebuilt.stdout
+    after = strata("ask", "What is the dog called?", "--retrieve-only", "--json", "--data-dir", str(data_dir),
+                   env=offline_env)
+    assert after.returncode == 0 and json.loads(after.stdout) == json.loads(before.stdout)
+
+    assert_user_error(strata("reindex", str(data_dir), env=offline_env), "holds no Chroma database", "chroma/")
+    missing = tmp_path / "typo"
+    assert_user_error(strata("reindex", str(missing), env=offline_env), "holds no Chroma database")
+    assert not missing.exists()
