@@ -823,11 +823,14 @@ class MemoryStore:
         return undo.model_copy(update={"id": entry.change})
 
     def _refuse_if_overtaken(self, change: Change, together: set[int]) -> None:
-        """Raise when a newer change to the same record is still in force (and is not undone with this one)."""
+        """Raise when a newer change to the same record is still in force (and is not undone with this one)
+        and the undo would overwrite it: any newer update or delete, and a newer evolution when this is an
+        evolution too (both set the note's tags and context)."""
+        overtaking = {Action.UPDATE, Action.DELETE} | ({Action.EVOLVE} if change.action == Action.EVOLVE else set())
         for newer in self.ledger.history(self.namespace, change.record_id, limit=1_000_000):
             if int(newer.id or 0) <= int(change.id or 0):
                 break
-            if newer.undone or newer.action not in (Action.UPDATE, Action.DELETE) or newer.id in together:
+            if newer.undone or newer.action not in overtaking or newer.id in together:
                 continue
             first = newer.follows or newer.id
             raise InputError(

@@ -27,11 +27,12 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import Field
 from strata.graph.context import Context
 from strata.memory.entities import CHAT_WORDS
+from strata.memory.errors import InputError
 from strata.memory.graph import notes
 from strata.memory.graph.consolidation import DONE
 from strata.memory.graph.entities import find_mentions
 from strata.memory.graph.links import CATALOGUE
-from strata.memory.records import Action, LinkType, entity_node_id
+from strata.memory.records import Action, Change, LinkType, entity_node_id
 from strata.memory.registry import close_all
 from strata.memory.store import MemoryStore
 from strata.prompts import graph as graph_prompts
@@ -137,6 +138,24 @@ def test_memory_evolution_is_recorded_and_undone(ingested: Ingested) -> None:
     assert store.ledger.get_change(NAMESPACE, int(change.id or 0)).undone  # type: ignore[union-attr]
     # a plain undo() still means the latest content edit, never a background refinement
     assert all(c.action != Action.EVOLVE for c in store.history(limit=5) if c.undoes is None and c.action == "undo")
+
+
+def test_an_older_evolution_is_not_undone_over_a_newer_one(ingested: Ingested) -> None:
+    """Two evolutions of one note: undoing the older first would wipe the tags the newer one gave,
+    which still stands in history. It is refused, naming the newer, and nothing changes."""
+    store = ingested.store
+    by_note: dict[str, list[Change]] = {}
+    for change in store.history(limit=100_000):  # newest first
+        if change.action == Action.EVOLVE and not change.undone:
+            by_note.setdefault(change.record_id, []).append(change)
+    note, (newer, *_, older) = next((k, v) for k, v in by_note.items() if len(v) >= 2)
+    before = store.get_one(note)
+    with pytest.raises(InputError) as refused:
+        ingested.memory.undo(older.id)
+    assert "\n" not in str(refused.value) and f"undo change {newer.id} first" in str(refused.value)
+    after = store.get_one(note)
+    assert (after.tags, after.context, after.version) == (before.tags, before.context, before.version)
+    assert not store.ledger.get_change(NAMESPACE, int(older.id or 0)).undone  # type: ignore[union-attr]
 
 
 def test_causal_link_from_a_real_because(ingested: Ingested) -> None:
