@@ -864,6 +864,19 @@ class MemoryStore:
             self._journal(entry, session)
         return change.model_copy(update={"id": entry.change})
 
+    def discard(self, kind: Kind, ids: Sequence[str]) -> int:
+        """Remove derived records their sources no longer make (a summary whose group dissolved), with
+        their links; returns how many. No history row: such a record is written from its sources again,
+        never edited. The links go first, so a crash in between leaves the record, found again next time."""
+        self.ledger.check_writable()
+        wanted = [record.id for record in self.get(ids) if record.kind == kind]
+        if not wanted:
+            return 0
+        self.flush()
+        self.ledger.remove_links(self.ledger.neighbours(self.namespace, wanted))
+        self._remove(kind, wanted)
+        return len(wanted)
+
     def purge(self) -> int:
         """Remove tombstoned records for good (on purpose only)."""
         self.ledger.check_writable()

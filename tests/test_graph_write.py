@@ -351,3 +351,36 @@ def test_each_mechanism_switches_off_for_ablation(data_dir: Path, embedder: Any,
     links = memory.stats()["links"]
     assert not {"mentions", "entity", "semantic", "causal"} & set(links), links
     assert report.causal == 0 and report.summaries == 0 and memory.store.all("summary") == []
+
+
+def test_a_summary_whose_group_dissolved_does_not_outlive_it(
+    tmp_path: Path, locomo_dir: Path, embedder: Any, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Consolidating after seven sessions and again after three more ends with the summaries one
+    consolidation of all ten writes: a topic whose turns the new sessions moved to another group
+    (conv-26's "path" turns join "voice") is removed with its links, not kept frozen beside it."""
+    monkeypatch.delenv("STRATA_MODEL", raising=False)
+    sessions = load_turns(locomo_dir / "conv-26.json").sessions[:10]
+    step = Memory(NAMESPACE, data_dir=str(tmp_path / "step"), model="offline")
+    for session in sessions[:7]:
+        step.add(session.turns, end_session=True)
+    step.consolidate()
+    early = {s.id for s in step.store.all("summary")}
+    for session in sessions[7:]:
+        step.add(session.turns, end_session=True)
+    step.consolidate()
+    once = Memory(NAMESPACE, data_dir=str(tmp_path / "once"), model="offline")
+    for session in sessions:
+        once.add(session.turns, end_session=True)
+    once.consolidate()
+
+    def summaries_of(memory: Memory) -> dict[str, list[str]]:
+        return {s.id: s.source_ids for s in memory.store.all("summary", include_inactive=True)}
+
+    final = summaries_of(once)
+    assert early - set(final), "no group dissolved: the test no longer covers what it is for"
+    assert summaries_of(step) == final
+    for memory in (step, once):
+        derived = memory.store.ledger.neighbours(NAMESPACE, list(final), [LinkType.DERIVED_FROM])
+        cited = {(x.src, x.dst) for x in derived}
+        assert cited == {(sid, f"raw:{d}") for sid, turns in final.items() for d in turns}

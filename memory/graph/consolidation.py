@@ -5,7 +5,8 @@ order and in batches, and for each batch infers causal links and densifies the
 entity links of the entities the batch mentions (every pair of turns sharing a
 specific entity, weighted by its specificity at that time). Then it regroups
 topics and persona aspects into summary records (memory/graph/summaries.py),
-rewriting only the groups whose turns changed.
+rewriting only the groups whose turns changed (with the citations of the turns
+they no longer hold taken back) and removing those that new turns dissolved.
 
 Safe to stop at any moment: links are written with INSERT OR REPLACE and
 summaries under fixed ids, so redoing a batch writes the same rows again; the
@@ -172,8 +173,20 @@ def _summarise(
                 title, text, used = drafted[0], drafted[1], policy
         record = summaries.summary_record(group, text, title, ns, raw, used)
         store.add([record])
-        store.link(summaries.summary_links(ns, record))
+        cites = summaries.summary_links(ns, record)
+        kept = {(link.src, link.dst) for link in cites}
+        store.ledger.remove_links(  # turns the group no longer holds are no longer cited
+            old for old in store.ledger.neighbours(ns, [record.id], [LinkType.DERIVED_FROM])
+            if old.src == record.id and (old.src, old.dst) not in kept
+        )
+        store.link(cites)
         digests[group.id] = digest
         store.ledger.set_state(ns, DIGESTS, digests)
         written += 1
+    # A group the new turns dissolved (its turns now belong to another topic) leaves no frozen summary
+    # behind: it would repeat, out of date, what the group that took its turns says.
+    dissolved = sorted(set(store.active("summary")) - {group.id for group in groups})
+    if dissolved:
+        store.discard("summary", dissolved)
+        store.ledger.set_state(ns, DIGESTS, {i: d for i, d in digests.items() if i not in dissolved})
     return written, unchanged
