@@ -385,10 +385,10 @@ class Ledger:
 _CHUNK = 400  # ids per statement: SQLite binds at most 999 variables and a link query binds each id twice
 
 
-def chunked(values: Sequence[Any]) -> Iterator[list[Any]]:
-    """`values` in lists of at most `_CHUNK`, each bound in one statement."""
-    for start in range(0, len(values), _CHUNK):
-        yield list(values[start : start + _CHUNK])
+def chunked(values: Sequence[Any], size: int = _CHUNK) -> Iterator[list[Any]]:
+    """`values` in lists of at most `size` (`_CHUNK`: each bound in one statement)."""
+    for start in range(0, len(values), size):
+        yield list(values[start : start + size])
 
 
 def delete_each(session: Session, sql: str, namespace: str, values: Sequence[Any]) -> int:

@@ -32,7 +32,7 @@ from strata.memory.chroma import collection_name, get_collection, grown_large, o
 from strata.memory.embeddings import CachedEmbedder, get_embedder
 from strata.memory.errors import InputError, NotFoundError
 from strata.memory.journal import JournalEntry
-from strata.memory.ledger import Ledger
+from strata.memory.ledger import Ledger, chunked
 from strata.memory.locks import namespace_lock
 from strata.memory.moments import epoch_seconds
 from strata.memory.records import (
@@ -54,6 +54,7 @@ from strata.memory.vector_index import EXACT_LIMIT, ExactIndex
 
 _LIST_FIELDS = ("source_ids", "entities", "keywords", "tags")
 READ_PAGE = 5_000  # records per Chroma read when a collection is mirrored (see read_collection)
+FALLBACK_WRITE_BATCH = 5_000  # records per Chroma write when the client cannot say its limit (`_write_batch`)
 WINDOW_IDS = 5_000
 """A time-windowed dense search names the window's records to Chroma (found in the mirror's time
 index) when there are at most this many: Chroma's own time filter reads every record's metadata
@@ -143,6 +144,7 @@ class MemoryStore:
         # each small kind's vectors, searched exactly in memory (memory/vector_index.py); None: too many
         self._exact: dict[Kind, ExactIndex | None] = {}
         self._lock = threading.RLock()
+        self._max_batch: int | None = None  # `_write_batch`
         self._write_lock = _WriterLock(namespace_lock(settings, namespace), ledger, namespace)
         self._group_depth = 0  # how deep the holder of the write lock is in `edits()` groups
         self._journaled = False  # this process wrote journal entries that a flush or a group's end clears
@@ -473,12 +475,13 @@ class MemoryStore:
         with self._lock, self.ledger.transaction():
             seq = self.ledger.log_changes(self.namespace, (r.id for r in records))
             for kind, positions in by_kind.items():
-                self._collection(kind).upsert(
-                    ids=[records[i].id for i in positions],
-                    documents=[records[i].text for i in positions],
-                    embeddings=[vectors[i].tolist() for i in positions],
-                    metadatas=[to_metadata(records[i]) for i in positions],
-                )
+                for part in chunked(positions, self._write_batch()):  # Chroma refuses larger writes
+                    self._collection(kind).upsert(
+                        ids=[records[i].id for i in part],
+                        documents=[records[i].text for i in part],
+                        embeddings=[vectors[i].tolist() for i in part],
+                        metadatas=[to_metadata(records[i]) for i in part],
+                    )
                 for i in positions:
                     self._remember(records[i])
                     self._vectors.pop(records[i].id, None)  # read back again if a traversal needs it
@@ -489,6 +492,16 @@ class MemoryStore:
                         self._exact[kind] = None
                         grown_large(self._collection(kind))
             self._advance(seq)
+
+    def _write_batch(self) -> int:
+        """The most records one Chroma write takes (5,461 embedded: SQLite's limit on a statement's
+        parameters); asked once, as a server may set its own."""
+        if self._max_batch is None:
+            try:
+                self._max_batch = max(1, int(self._client.get_max_batch_size()))
+            except Exception:  # a client that cannot say: the embedded figure, rounded down
+                self._max_batch = FALLBACK_WRITE_BATCH
+        return self._max_batch
 
     def stage(
         self, records: Sequence[Record], links: Iterable[Link] = (), state: dict[str, object] | None = None
@@ -949,7 +962,8 @@ class MemoryStore:
         self._load(kind)
         with self._lock, self.ledger.transaction():  # the store's lock first, as in `_write`
             seq = self.ledger.log_changes(self.namespace, ids)
-            self._collection(kind).delete(ids=ids)
+            for part in chunked(ids, self._write_batch()):
+                self._collection(kind).delete(ids=part)
             for record_id in ids:
                 self._forget(kind, record_id)
             self._advance(seq)

@@ -14,6 +14,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+import numpy as np
 import pytest
 from strata.agents.memory import PENDING, open_segment
 from strata.memory.errors import InputError, StrataError
@@ -198,6 +199,23 @@ def test_a_plain_undo_finds_the_latest_edit_behind_many_later_changes(
         store.undo()
     message = str(nothing.value)
     assert "\n" not in message and "no update or delete is in force" in message and "strata undo N" in message
+
+
+def test_writes_larger_than_one_chroma_batch_are_split(data_dir: Path, embedder: object) -> None:
+    """Chroma takes at most 5,461 records a write (embedded): a larger write (a long import, a model
+    that returns thousands of facts for one turn) once failed whole, and a staged batch that failed so
+    blocked every later write of the namespace."""
+    store = open_store(StoreSettings(data_dir=str(data_dir)), NAMESPACE)
+    limit = store._write_batch()
+    count = limit + 100
+    records = [Record(id=f"fact:D1:1:{n}", kind="fact", text=f"Caroline owns book number {n}.",
+                      namespace=NAMESPACE, dialogue_id="D1:1", speaker="Caroline", source_ids=["D1:1"])
+               for n in range(count)]
+    vectors = np.random.default_rng(7).normal(size=(count, 384)).astype(np.float32)
+    store.add(records, vectors / np.linalg.norm(vectors, axis=1, keepdims=True))
+    assert store.count("fact") == count
+    assert store.discard("fact", [r.id for r in records]) == count
+    assert store.count("fact") == 0
 
 
 # ----------------------------------------------------------------------------- reuse after drop
