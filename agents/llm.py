@@ -21,6 +21,7 @@ import re
 import threading
 import time
 import weakref
+from collections.abc import Iterator
 from typing import Any, TypeVar
 
 from langchain_core.language_models import BaseChatModel
@@ -198,10 +199,9 @@ def _read(outcome: Any, schema: type[Schema], method: str) -> tuple[Schema | Non
     if isinstance(structured, BaseModel):
         structured = structured.model_dump()
     if isinstance(structured, dict):
-        try:
-            return schema.model_validate(structured), "", method
-        except ValidationError as exc:
-            problem = _validation_problem(exc)
+        parsed, problem = validated(structured, schema)
+        if parsed is not None:
+            return parsed, "", method
     if not isinstance(raw, BaseMessage):
         return None, problem or "no reply", TEXT
     for text in _raw_texts(raw):
@@ -227,25 +227,59 @@ def _text_of(message: BaseMessage) -> str:
 
 
 def parse_json(text: str, schema: type[Schema]) -> tuple[Schema | None, str]:
-    """Find the JSON object in a reply (fences, prose around it) and validate it."""
+    """Find the JSON object in a reply (fences, prose around it, braces in the prose) and validate it:
+    each object the reply holds is tried in turn, and the first problem is reported when none fits."""
     if not text or not text.strip():
         return None, "empty reply"
-    candidate = _extract_object(text)
-    if candidate is None:
-        return None, "no JSON object in the reply"
-    try:
-        data = json.loads(candidate)
-    except json.JSONDecodeError:
+    first_problem = ""
+    for candidate in _objects(text):
         try:
-            data = json.loads(_repair(candidate))
-        except json.JSONDecodeError as exc:
-            return None, f"unreadable JSON ({exc.msg})"
-    if not isinstance(data, dict):
-        return None, "the reply is JSON but not an object"
+            data = json.loads(candidate)
+        except json.JSONDecodeError:
+            try:
+                data = json.loads(_repair(candidate))
+            except json.JSONDecodeError as exc:
+                first_problem = first_problem or f"unreadable JSON ({exc.msg})"
+                continue
+        if not isinstance(data, dict):
+            first_problem = first_problem or "the reply is JSON but not an object"
+            continue
+        parsed, problem = validated(data, schema)
+        if parsed is not None:
+            return parsed, ""
+        first_problem = first_problem or problem
+    return None, first_problem or "no JSON object in the reply"
+
+
+def validated(data: dict[str, Any], schema: type[Schema]) -> tuple[Schema | None, str]:
+    """The reply's object as the schema, its text cleaned first (`_clean_text`); else why not."""
     try:
-        return schema.model_validate(data), ""
+        return schema.model_validate(_clean_text(data)), ""
+    except _UnusableText as exc:
+        return None, str(exc)
     except ValidationError as exc:
         return None, _validation_problem(exc)
+
+
+class _UnusableText(ValueError):
+    """A reply's text that no store can hold."""
+
+
+def _clean_text(value: Any) -> Any:
+    """Every text of a reply, checked and tidied before validation: text that is not valid Unicode (a lone
+    surrogate, which JSON can escape) makes the reply unusable, as it cannot be stored; text of nothing but
+    spaces counts as empty, so a required field refuses it ("   " is no fact, title or summary)."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise _UnusableText("the reply holds text that is not valid Unicode (a lone surrogate)") from None
+        return value if value.strip() else ""
+    if isinstance(value, dict):
+        return {key: _clean_text(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_clean_text(item) for item in value]
+    return value
 
 
 def _validation_problem(exc: ValidationError) -> str:
@@ -262,10 +296,11 @@ def one_of(value: object, choices: dict[str, str]) -> object:
     return choices.get(re.sub(r"[^a-z]", "", value.lower()), value)
 
 
-def _extract_object(text: str) -> str | None:
+def _objects(text: str) -> Iterator[str]:
+    """The reply's JSON-looking objects, best first: a fenced one, then each balanced `{...}` in order."""
     fenced = re.search(r"```(?:json)?\s*(\{.*?\})\s*```", text, flags=re.DOTALL)
     if fenced:
-        return fenced.group(1)
+        yield fenced.group(1)
     start = text.find("{")
     while start != -1:
         depth, in_string, escaped = 0, False, False
@@ -285,9 +320,11 @@ def _extract_object(text: str) -> str | None:
             elif char == "}":
                 depth -= 1
                 if depth == 0:
-                    return text[start : i + 1]
-        start = text.find("{", start + 1)
-    return None
+                    yield text[start : i + 1]
+                    start = text.find("{", i + 1)  # the next object after it, not one nested in it
+                    break
+        else:  # never closed (a truncated reply): an object may start inside it
+            start = text.find("{", start + 1)
 
 
 def _repair(candidate: str) -> str:

@@ -299,26 +299,50 @@ WRONG_TYPES: dict[str, dict[str, Any]] = {
     "note": {"context": "Ann moved", "links": "raw:D1:1"},
 }
 ROLES = tuple(GOOD)
+# Where a reply's text is spoilt: a required text field (blank), and any text field (a lone surrogate,
+# which JSON can escape as \ud800 and no store can hold).
+REQUIRED_TEXT: dict[str, tuple[str | int, ...]] = {
+    "facts": ("facts", 0, "content"), "boundary": ("T_t",), "episode": ("title",), "plan": ("rewrite_query",),
+    "judge": ("Action",), "refresh": ("Action",), "answer": ("answer",), "note": ("context",),
+}
+ANY_TEXT: dict[str, tuple[str | int, ...]] = {
+    **REQUIRED_TEXT, "boundary": ("reason",), "judge": ("reason",), "refresh": ("dataList", 0, "new_content"),
+}
+
+
+def spoilt(role: str, path: tuple[str | int, ...], value: str) -> str:
+    """The good reply of a role with the text at `path` replaced."""
+    reply = json.loads(json.dumps(GOOD[role]))
+    holder = reply
+    for step in path[:-1]:
+        holder = holder[step]
+    holder[path[-1]] = value
+    return json.dumps(reply)
 
 
 def malformed(kind: str, role: str) -> str:
     good = json.dumps(GOOD[role])
     return {
         "prose": f"Sure! Here is my decision:\n{good}\nLet me know if you need anything else.",
+        "braces_in_prose": f"My reply to {{your question}}, as {{JSON}}:\n{good}",
         "fenced": f"```json\n{json.dumps(GOOD[role], indent=2)}\n```",
         "missing_field": json.dumps(MISSING_FIELD[role]),
         "wrong_types": json.dumps(WRONG_TYPES[role]),
+        "blank_text": spoilt(role, REQUIRED_TEXT[role], "   "),
+        "lone_surrogate": spoilt(role, ANY_TEXT[role], "Ann \ud800 moved"),
         "empty": "",
         "not_json": "I think Ann lives in Denver now, but I am not sure what you want me to do.",
     }[kind]
 
 
-USABLE = ("prose", "fenced")
+USABLE = ("prose", "braces_in_prose", "fenced")
 PROBLEM = {
     "empty": "empty reply",
     "not_json": "no JSON object in the reply",
     "missing_field": "field ",
     "wrong_types": "field ",
+    "blank_text": "field ",
+    "lone_surrogate": "the reply holds text that is not valid Unicode",
 }
 
 
@@ -349,7 +373,7 @@ def labels(result: dict[str, Any], data_dir: Path) -> dict[str, str]:
     }
 
 
-@pytest.mark.parametrize("kind", ["prose", "fenced", "missing_field", "wrong_types", "empty", "not_json"])
+@pytest.mark.parametrize("kind", [*USABLE, *PROBLEM])
 def test_every_role_survives_a_malformed_reply(boston: Path, kind: str) -> None:
     result, model = run_all_roles(boston, {role: malformed(kind, role) for role in ROLES})
     assert {role for role, _ in model.prompts} == set(ROLES)  # every role asked the model
