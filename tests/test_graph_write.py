@@ -384,3 +384,20 @@ def test_a_summary_whose_group_dissolved_does_not_outlive_it(
         derived = memory.store.ledger.neighbours(NAMESPACE, list(final), [LinkType.DERIVED_FROM])
         cited = {(x.src, x.dst) for x in derived}
         assert cited == {(sid, f"raw:{d}") for sid, turns in final.items() for d in turns}
+
+
+def test_an_evolution_that_leaves_out_the_tags_keeps_them(data_dir: Path, embedder: Any) -> None:
+    """A model's evolution that only rewrites a neighbour's context ("tags" left out of the reply) keeps
+    the neighbour's tags: what the evolution does not name stays as it was."""
+    from strata.memory.graph.evolution import Evolution, apply
+    from strata.memory.records import Record
+    from strata.memory.registry import open_store
+    from strata.memory.settings import StoreSettings
+
+    store = open_store(StoreSettings(data_dir=str(data_dir)), "ann")
+    store.add([Record(id="raw:D2:9", kind="raw", text="We found a flat near the river in Lisbon.", namespace="ann",
+                      dialogue_id="D2:9", speaker="Ann", tags=["lisbon"], context="Ann on the flat she found")])
+    changes = apply(store, [Evolution(target="raw:D2:9", context="Part of Ann's move to Lisbon.")], "model:stub")
+    record = store.get_one("raw:D2:9")
+    assert (record.tags, record.context) == (["lisbon"], "Part of Ann's move to Lisbon.")
+    assert [c.action for c in changes] == [Action.EVOLVE]

@@ -56,7 +56,8 @@ def apply(store: MemoryStore, evolutions: Sequence[Evolution], policy: str) -> l
         if not store.has(evolution.target):
             continue
         record = store.get_one(evolution.target)
-        tags = list(dict.fromkeys(t.strip().lower() for t in evolution.tags if t.strip()))[:MAX_TAGS]
+        # what an evolution leaves out stays as it was: a model that only rewrites the context keeps the tags
+        tags = list(dict.fromkeys(t.strip().lower() for t in evolution.tags if t.strip()))[:MAX_TAGS] or record.tags
         context = evolution.context.strip() or record.context
         if tags == record.tags and context == record.context:
             continue
