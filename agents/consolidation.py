@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from strata.agents.common import OFFLINE, model_policy_name
 from strata.agents.llm import ask_json, chat_model
+from strata.agents.wire import new_unit
 from strata.graph.context import Context
 from strata.memory.graph import causal
 from strata.memory.graph.consolidation import CausalPolicy, ConsolidationReport, SummaryPolicy, consolidate
@@ -56,6 +57,7 @@ def model_causal_policy(store: MemoryStore, context: Context, failures: list[str
             return []  # MAGMA infers causes where the events call for it; a turn with no cue word is left alone
         shown = [*earlier[-NEIGHBOURHOOD:], record]
         lines = "\n".join(f"[{r.id}] {r.speaker}: {r.text}" for r in shown)
+        new_unit(context)  # `max_model_calls` per turn, not per run
         parsed, problem, _ = ask_json(model, prompts.CAUSAL_SYSTEM, prompts.CAUSAL_USER.format(turns=lines),
                                       ModelCausal, context)
         if parsed is None:
@@ -85,6 +87,7 @@ def model_summary_policy(context: Context, failures: list[str]) -> SummaryPolicy
             f"[{r.dialogue_id}] {r.time.strftime('%Y-%m-%d') if r.time else 'undated'} {r.speaker}: {r.text}"
             for r in members
         )
+        new_unit(context)  # `max_model_calls` per group, not per run
         parsed, problem, _ = ask_json(
             model, prompts.SUMMARY_SYSTEM, prompts.SUMMARY_USER.format(heading=group.heading, turns=lines),
             ModelSummary, context,

@@ -62,6 +62,15 @@ def new_question(context: Context) -> None:
     object.__setattr__(context, "_call_budget", CallBudget(limit=context.max_model_calls))
 
 
+def new_unit(context: Context) -> None:
+    """The next unit of a long job (a turn or a group the slow path consolidates): a full call budget, as a
+    question gets, but a model that gave out earlier in the job stays out (each unit would wait through
+    its retries again)."""
+    down = budget_of(context).down
+    new_question(context)
+    budget_of(context).down = down
+
+
 def status_of(exc: BaseException) -> int | None:
     """The HTTP status of a provider error, whichever client raised it."""
     for candidate in _chain(exc):

@@ -320,6 +320,20 @@ def test_model_causal_policy_and_its_fallback(data_dir: Path, embedder: Any) -> 
     assert fallback.causal >= 1  # the cue rule wrote what the model could not
 
 
+def test_the_slow_path_gives_each_turn_its_own_model_call_budget(data_dir: Path, embedder: Any) -> None:
+    """`max_model_calls` bounds one question or one stored turn; a consolidation asks once per turn with a
+    cue (and once per group), so one budget for the whole run sent every prompt past it to the offline rule,
+    reported as unusable replies."""
+    turns = [{"speaker": "Ann", "text": f"I stayed in on day {n} because it rained.", "dia_id": f"D1:{n}",
+              "time": f"2023-05-0{n}T10:00"} for n in range(1, 6)]
+    memory, model = model_memory(data_dir, {"note": [note([])], "causal": ['{"links": []}']},
+                                 max_model_calls=2, summaries=False)
+    memory.add(turns)
+    report = memory.consolidate()
+    assert model.calls.count("causal") == 5
+    assert report.policy.startswith("model:") and "offline" not in report.policy, report.policy
+
+
 def test_model_summary_policy_and_its_fallback(data_dir: Path, embedder: Any) -> None:
     from strata.agents.consolidation import model_summary_policy
     from strata.memory.graph.summaries import Group
