@@ -31,7 +31,6 @@ from strata.agents.common import (
     QuestionType,
     classify,
     current_turn_text,
-    fallback_policy,
     format_evidence,
     traced,
 )
@@ -217,10 +216,10 @@ def _answer_with_model(
     assert model is not None
     user = prompts.ANSWER_USER.format(evidence=format_evidence(evidence), question=question)
     parsed, _, policy = ask_json(model, prompts.ANSWER_SYSTEM, user, ModelAnswer, runtime.context)
-    answer = " ".join(parsed.answer.split()) if parsed is not None else ""
+    answer = " ".join(parsed.answer.split()) if parsed is not None else ""  # a blank answer is refused earlier
     if not answer:
         offline_answer, cited = answer_offline(question, evidence)
-        return offline_answer, cited, policy if parsed is None else fallback_policy("empty answer")
+        return offline_answer, cited, policy
     if _abstains(answer):
         return NOT_IN_MEMORY, [], policy
     cited = citations(parsed.cited_ids if parsed else [], evidence) or supporting(answer, evidence)

@@ -431,7 +431,7 @@ def test_model_abstention_is_normalised(support_group: list[Evidence], data_dir:
         ('{"cited_ids": ["D1:3"]}', "field answer"),
         ('{"answer": 7, "cited_ids": ["D1:3"]}', "field answer"),
         ('{"answer": "7 May", "cited_ids": 3}', "field cited_ids"),
-        ('{"answer": "   ", "cited_ids": []}', "empty answer"),
+        ('{"answer": "   ", "cited_ids": []}', "field answer"),  # only spaces: no answer
     ],
 )
 def test_malformed_model_output_falls_back_to_the_offline_reader(
