@@ -84,7 +84,13 @@ def forget_client(settings: StoreSettings) -> None:
     with _LOCK:
         client = _CLIENTS.pop(settings, None)
         if client is not None and not settings.chroma_host:
-            release_folder(settings.chroma_path)
+            # Chroma keeps one system per folder for the whole process, with its files and indexes open;
+            # reopened after another process wrote the folder, a kept one served stale indexes ("Error
+            # finding id" on every later read and write). Closing it stops the system.
+            try:
+                client.close()
+            finally:
+                release_folder(settings.chroma_path)
 
 
 def _connect(settings: StoreSettings) -> Any:

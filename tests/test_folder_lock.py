@@ -85,3 +85,26 @@ def test_a_process_that_cannot_wait_for_a_busy_folder_gets_one_line(
     )
     assert again.returncode == 0, again.stderr
     assert Memory(NAMESPACE, data_dir=str(data_dir)).stats()["raw"]["active"] == 2
+
+
+def test_a_folder_handed_to_another_process_and_back_serves_what_it_wrote(
+    tmp_path: Path, data_dir: Path, offline_env: dict[str, str], embedder: object
+) -> None:
+    """`close_all()` hands the folder over: another process writes, and this one opens it again. Chroma
+    kept the folder's system open in this process, and the reopened memory served its stale indexes:
+    every read and write then failed ("Error finding id"), in later processes too."""
+    memory = Memory(NAMESPACE, data_dir=str(data_dir))
+    memory.add({"speaker": "Ann", "text": "I keep bees in my garden.", "dia_id": "D1:1"})
+    assert memory.retrieve("Who keeps bees?").evidence
+    close_all()
+    turns = tmp_path / "turns.json"
+    turns.write_text(json.dumps([{"speaker": "Bob", "text": "My violin teacher lives in Vienna.", "dia_id": "D1:2"}]))
+    other = subprocess.run(
+        [sys.executable, "-m", "strata", "ingest", str(turns), "--data-dir", str(data_dir), "--namespace", NAMESPACE],
+        cwd=REPO, env=offline_env, capture_output=True, text=True, timeout=PROCESS_TIMEOUT,
+    )
+    assert other.returncode == 0, other.stderr
+    again = Memory(NAMESPACE, data_dir=str(data_dir))
+    assert "raw:D1:2" in [e.id for e in again.retrieve("Where does the violin teacher live?").evidence]
+    assert again.add({"speaker": "Ann", "text": "I also grow tomatoes.", "dia_id": "D1:3"}).stored_ids
+    assert sorted(r.dialogue_id for r in again.store.all("raw")) == ["D1:1", "D1:2", "D1:3"]
