@@ -415,3 +415,38 @@ def test_an_evolution_that_leaves_out_the_tags_keeps_them(data_dir: Path, embedd
     record = store.get_one("raw:D2:9")
     assert (record.tags, record.context) == (["lisbon"], "Part of Ann's move to Lisbon.")
     assert [c.action for c in changes] == [Action.EVOLVE]
+
+
+def test_an_erase_during_a_consolidation_leaves_no_summary_of_what_it_erased(
+    tmp_path: Path, locomo_dir: Path, embedder: Any, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The slow path runs on a schedule, so an erase can land while it works: here it lands after the
+    groups are made and before the first summary is written. Nothing written afterwards may cite or
+    link an erased turn, and no summary may tell an erased fact."""
+    from strata.memory.graph import summaries
+
+    monkeypatch.delenv("STRATA_MODEL", raising=False)
+    memory = Memory(NAMESPACE, data_dir=str(tmp_path / "mem"), model="offline")
+    for session in load_turns(locomo_dir / "conv-26.json").sessions[:4]:
+        memory.add(session.turns, end_session=True)
+    erased: dict[str, Any] = {}
+    narrate = summaries.narrate
+
+    def erase_first(*args: Any, **kwargs: Any) -> str:
+        if not erased:
+            erased["report"] = memory.erase(about="Caroline")  # the write lock is free between two groups
+        return narrate(*args, **kwargs)
+
+    monkeypatch.setattr(summaries, "narrate", erase_first)
+    memory.consolidate()
+    gone = set(erased["report"].erased)
+    turns = {i.removeprefix("raw:") for i in gone if i.startswith("raw:")}
+    assert turns, "the erase removed no turn: the test no longer covers what it is for"
+    store = memory.store
+    for summary in store.all("summary", include_inactive=True):
+        assert not set(summary.source_ids) & turns, summary.id
+    linked = {end for link in store.ledger.neighbours(NAMESPACE, sorted(gone)) for end in (link.src, link.dst)}
+    assert not linked & gone
+    told = memory.export().model_dump_json()
+    for record_id in sorted(gone)[:50]:
+        assert f'"{record_id}"' not in told, record_id

@@ -94,9 +94,10 @@ def consolidate(
         causal_count = len(links)
         if entities_on:
             links += _densify(store, [timeline[i] for i in batch], order)
-        store.link(links)
-        done.update(timeline[i].id for i in batch)
-        store.ledger.set_state(ns, DONE, sorted(done))
+        with store.writing():  # an erase meanwhile has removed turns these links would point at
+            store.link(_between_kept(store, links))
+            done.update(timeline[i].id for i in batch)
+            store.ledger.set_state(ns, DONE, sorted(done))
         report.turns += len(batch)
         report.causal += causal_count
         report.entity += len(links) - causal_count
@@ -155,9 +156,7 @@ def _summarise(
             activities[raw[rid].speaker].setdefault(key, []).append(rid)
     facts = store.all("fact")
     groups = [*summaries.topic_groups(mentions, types, raw), *summaries.persona_groups(activities, facts, raw)]
-    facts_by_turn: dict[str, list[Record]] = defaultdict(list)
-    for fact in facts:
-        facts_by_turn[fact.dialogue_id].append(fact)
+    facts_by_turn = _facts_by_turn(facts)
     digests: dict[str, str] = dict(store.ledger.get_state(ns, DIGESTS, {}) or {})  # type: ignore[arg-type]
     written = unchanged = 0
     for group in groups:
@@ -171,22 +170,45 @@ def _summarise(
             drafted = policy_fn(group, members, summaries.narrate(group, raw, facts_by_turn))
             if drafted is not None:
                 title, text, used = drafted[0], drafted[1], policy
-        record = summaries.summary_record(group, text, title, ns, raw, used)
-        store.add([record])
-        cites = summaries.summary_links(ns, record)
-        kept = {(link.src, link.dst) for link in cites}
-        store.ledger.remove_links(  # turns the group no longer holds are no longer cited
-            old for old in store.ledger.neighbours(ns, [record.id], [LinkType.DERIVED_FROM])
-            if old.src == record.id and (old.src, old.dst) not in kept
-        )
-        store.link(cites)
-        digests[group.id] = digest
-        store.ledger.set_state(ns, DIGESTS, digests)
+        # Written under the namespace's write lock, checked first: an erase that ran since the groups
+        # were made (it holds the same lock) removed turns or facts this summary would tell again.
+        with store.writing():
+            if not all(store.has(i) for i in group.turn_ids):
+                continue  # the next run regroups what stays
+            if used == "offline":
+                text = summaries.narrate(group, raw, _facts_by_turn(store.facts_from(
+                    raw[i].dialogue_id for i in group.turn_ids)))
+            record = summaries.summary_record(group, text, title, ns, raw, used)
+            store.add([record])
+            cites = summaries.summary_links(ns, record)
+            kept = {(link.src, link.dst) for link in cites}
+            store.ledger.remove_links(  # turns the group no longer holds are no longer cited
+                old for old in store.ledger.neighbours(ns, [record.id], [LinkType.DERIVED_FROM])
+                if old.src == record.id and (old.src, old.dst) not in kept
+            )
+            store.link(cites)
+            digests[group.id] = digest
+            store.ledger.set_state(ns, DIGESTS, digests)
         written += 1
     # A group the new turns dissolved (its turns now belong to another topic) leaves no frozen summary
     # behind: it would repeat, out of date, what the group that took its turns says.
-    dissolved = sorted(set(store.active("summary")) - {group.id for group in groups})
-    if dissolved:
-        store.discard("summary", dissolved)
-        store.ledger.set_state(ns, DIGESTS, {i: d for i, d in digests.items() if i not in dissolved})
+    with store.writing():
+        dissolved = sorted(set(store.active("summary")) - {group.id for group in groups})
+        if dissolved:
+            store.discard("summary", dissolved)
+            store.ledger.set_state(ns, DIGESTS, {i: d for i, d in digests.items() if i not in dissolved})
     return written, unchanged
+
+
+def _facts_by_turn(facts: Sequence[Record]) -> dict[str, list[Record]]:
+    by_turn: dict[str, list[Record]] = defaultdict(list)
+    for fact in facts:
+        by_turn[fact.dialogue_id].append(fact)
+    return by_turn
+
+
+def _between_kept(store: MemoryStore, links: Sequence[Link]) -> list[Link]:
+    """The links whose records are all still stored (an entity node is not a record)."""
+    ends = {end for link in links for end in (link.src, link.dst) if not end.startswith(ENTITY_NODE)}
+    gone = {end for end in ends if not store.has(end)}
+    return [link for link in links if link.src not in gone and link.dst not in gone]
