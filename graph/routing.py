@@ -6,9 +6,10 @@ ask:      research -> judge -> [Retry: research, at most K_r times] -> [refreshe
 chat:     memory(raw) -> research -> judge -> [retry] -> [refresher] -> memory(derive) -> working -> END
 retrieve: research -> judge -> [retry] -> [refresher] -> END (the evidence, no answer)
 ```
-The raw turn is written before anything else (write-ahead), so no later
-failure can lose it; AMA's order (Retriever, Judge, Refresher, Constructor)
-follows.
+Every run with new input enters through `start_run` (graph/state.py), which resets the per-run
+fields, then `route_start` picks its first role. The raw turn is written before anything else
+(write-ahead), so no later failure can lose it; AMA's order (Retriever, Judge, Refresher,
+Constructor) follows.
 """
 
 from __future__ import annotations

@@ -160,6 +160,13 @@ def fresh_run() -> dict[str, object]:
     }
 
 
+def start_run(state: State) -> dict[str, object]:
+    """The graph's entry: every run with new input starts from fresh per-run fields, however the thread's
+    last run ended. One stopped by a crash or by an interrupt never resumed left its cursor and stage
+    mid-way, and the next run read them against its own input (a resumed run does not pass here)."""
+    return {**fresh_run(), "stage": "done"}
+
+
 def validate_turns(items: object, default_speaker: str = "user", max_chars: int | None = None) -> list[Turn]:
     """Turns from Turn objects, dicts (server/Studio JSON) or strings, with one-line errors; one of them alone
     is one turn. With `max_chars`, a turn longer than that is refused (the runtime context's `max_turn_chars`)."""

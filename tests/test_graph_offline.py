@@ -278,6 +278,27 @@ def test_a_second_ingest_on_a_thread_starts_at_its_first_turn(threaded: tuple[An
     assert app.get_state(config).values["cursor"] == 1
 
 
+def test_a_run_stopped_and_never_resumed_does_not_leak_into_the_next(
+    threaded: tuple[Any, dict[str, Any], str],
+) -> None:
+    """A run stopped mid-way (a crash of the server, an interrupt the app dropped) left its cursor, stage
+    and rounds on the thread: the next run with new input read them against its own turns (an
+    IndexError, or an AttributeError on every later call) or carried on the old question's rounds."""
+    app, config, data_dir = threaded
+    two = [turn("I work as a nurse.", "D1:3", "2023-05-08T10:02"), turn("I have two cats.", "D1:4", "2023-05-08T10:03")]
+    app.invoke({"turns": two}, config, context=context(data_dir, "ingest", "ann"), interrupt_after=["memory"])
+    assert app.get_state(config).next  # stopped inside the run
+    cello = turn("I play the cello.", "D1:5", "2023-05-08T10:04")
+    stored = app.invoke({"turns": [cello]}, config, context=context(data_dir, "ingest", "ann"))
+    assert stored["stored_ids"][0] == "raw:D1:5" and not {"raw:D1:3", "raw:D1:4"} & set(stored["stored_ids"])
+    assert roles(stored["trace"]) == ["memory", "research", "judge", "memory"]
+    app.invoke({"question": "What is the name of Ann's dog?"}, config, context=context(data_dir, "ask", "ann"),
+               interrupt_before=["judge"])
+    asked = app.invoke({"question": "Where does Ann live?"}, config, context=context(data_dir, "ask", "ann"))
+    assert roles(asked["trace"]) == ["research", "judge", "working"] and asked["rounds"] == 1
+    assert asked["answer"] == "Boston"
+
+
 def test_retrieve_then_ask_on_a_thread(threaded: tuple[Any, dict[str, Any], str]) -> None:
     app, config, data_dir = threaded
     found = app.invoke({"question": "Where does Ann live?"}, config, context=context(data_dir, "retrieve", "ann"))
