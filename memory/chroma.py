@@ -53,6 +53,7 @@ DEFAULT_SYNC = 1000
 
 _CLIENTS: dict[StoreSettings, Any] = {}
 _LOCK = threading.Lock()
+INHERITED: list[object] = []  # what a forked child took over from its parent and must never close
 
 
 def collection_name(namespace: str, kind: Kind) -> str:
@@ -206,3 +207,15 @@ def _sync_threshold(collection: Any) -> int:
     config = getattr(collection, "configuration_json", None) or {}
     return int((config.get("hnsw") or {}).get("sync_threshold", DEFAULT_SYNC))
 
+
+def forget_after_fork() -> None:
+    """In a forked child: the parent's Chroma clients and systems have no threads here, and a first read
+    hung. They are dropped, not closed (the parent still uses the same files), and kept referenced so
+    that no finaliser runs in the child."""
+    global _LOCK
+    from chromadb.api.shared_system_client import SharedSystemClient
+
+    _LOCK = threading.Lock()
+    INHERITED.append((dict(_CLIENTS), dict(SharedSystemClient._identifier_to_system)))
+    _CLIENTS.clear()
+    SharedSystemClient.clear_system_cache()

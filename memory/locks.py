@@ -119,3 +119,16 @@ def _holder(path: Path) -> str:
     except OSError:
         return ""
     return f" (pid {pid})" if pid.isdigit() else ""
+
+
+def forget_after_fork() -> None:
+    """In a forked child: the folders the parent holds are not the child's. Their descriptors share the
+    parent's lock, so the child would take a folder as its own; they are closed here (the parent keeps
+    its lock), and the child waits for a folder like any other process."""
+    global _GUARD
+    _GUARD = threading.Lock()  # another thread may have held it at the fork
+    for descriptor, _ in _FOLDERS.values():
+        if descriptor is not None:
+            os.close(descriptor)
+    _FOLDERS.clear()
+    _NAMESPACE_LOCKS.clear()

@@ -14,9 +14,11 @@ from Chroma and the ledger.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections import OrderedDict
 
+from strata.memory import chroma, locks
 from strata.memory.chroma import forget_client
 from strata.memory.erasure import ERASING, finish_erasure
 from strata.memory.ledger import Ledger, open_ledger
@@ -116,3 +118,20 @@ def close_all() -> None:
             forget_client(settings)
         _LEDGERS.clear()
         _STORES.clear()
+
+
+def _forget_after_fork() -> None:
+    """A forked child (gunicorn --preload, multiprocessing's fork) inherits the parent's open stores,
+    ledgers, Chroma systems and folder locks, none of which works in it: the child hung at its first
+    read. All are forgotten without being closed (the parent still uses them, and a SQLite connection
+    closed in the child could end the parent's journal); the child opens the memory afresh."""
+    global _LOCK, _LEDGERS_LOCK
+    _LOCK, _LEDGERS_LOCK = threading.Lock(), threading.Lock()
+    chroma.INHERITED.append((dict(_STORES), dict(_LEDGERS)))
+    _STORES.clear()
+    _LEDGERS.clear()
+    chroma.forget_after_fork()
+    locks.forget_after_fork()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)

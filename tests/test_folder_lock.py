@@ -108,3 +108,39 @@ def test_a_folder_handed_to_another_process_and_back_serves_what_it_wrote(
     assert "raw:D1:2" in [e.id for e in again.retrieve("Where does the violin teacher live?").evidence]
     assert again.add({"speaker": "Ann", "text": "I also grow tomatoes.", "dia_id": "D1:3"}).stored_ids
     assert sorted(r.dialogue_id for r in again.store.all("raw")) == ["D1:1", "D1:2", "D1:3"]
+
+
+def test_a_forked_child_waits_for_the_folder_and_says_so_in_one_line(data_dir: Path, embedder: object) -> None:
+    """A process that opened the memory forks (gunicorn --preload, multiprocessing's fork): the child
+    inherited the parent's Chroma system without its threads and hung at its first read. It now opens
+    the memory afresh, waits for the folder its parent holds, and gets the busy folder's one line."""
+    import signal
+    import time
+
+    memory = Memory(NAMESPACE, data_dir=str(data_dir))
+    memory.add({"speaker": "Ann", "text": "I keep bees in my garden.", "dia_id": "D1:1"})
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report what happened through the pipe, and leave without running pytest's exit
+        os.close(read)
+        os.environ["STRATA_LOCK_WAIT"] = "0.5"
+        try:
+            Memory(NAMESPACE, data_dir=str(data_dir)).stats()
+            said = "opened"
+        except BaseException as error:  # reported to the parent, which asserts on it
+            said = f"{type(error).__name__}: {error}"
+        os.write(write, said.encode())
+        os._exit(0)
+    os.close(write)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and os.waitpid(pid, os.WNOHANG) == (0, 0):
+        time.sleep(0.05)
+    else:
+        if time.monotonic() >= deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+    said = os.read(read, 4096).decode()
+    os.close(read)
+    assert said.startswith("ConfigError: ") and "in use by another process" in said and "\n" not in said, said
+    assert f"pid {os.getpid()}" in said
+    assert memory.add({"speaker": "Ann", "text": "I also grow tomatoes.", "dia_id": "D1:2"}).stored_ids
