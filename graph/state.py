@@ -10,7 +10,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Annotated, Literal
 
+from langgraph.runtime import Runtime
 from pydantic import BaseModel, Field, ValidationError
+from strata.graph.context import Context
 from strata.memory.errors import InputError
 from strata.memory.moments import MaybeUtcTime, UtcTime
 from strata.memory.records import Kind, Turn
@@ -146,6 +148,7 @@ class OutputState:
 class State(InputState, OutputState):
     """Everything the roles share during a run."""
 
+    namespace: str = ""  # whose memory this run reads and writes (an erase finds the threads that hold it)
     cursor: int = 0  # index of the turn being processed (ingest, chat)
     # "done" between runs; the first role of a run sees it and starts afresh (a thread keeps its state)
     stage: Literal["done", "intake", "stored", "asking"] = "done"
@@ -160,11 +163,12 @@ def fresh_run() -> dict[str, object]:
     }
 
 
-def start_run(state: State) -> dict[str, object]:
+def start_run(state: State, runtime: Runtime[Context]) -> dict[str, object]:
     """The graph's entry: every run with new input starts from fresh per-run fields, however the thread's
     last run ended. One stopped by a crash or by an interrupt never resumed left its cursor and stage
-    mid-way, and the next run read them against its own input (a resumed run does not pass here)."""
-    return {**fresh_run(), "stage": "done"}
+    mid-way, and the next run read them against its own input (a resumed run does not pass here). The
+    run's namespace is kept on the thread: an erase deletes only the threads of its own namespace."""
+    return {**fresh_run(), "stage": "done", "namespace": runtime.context.namespace}
 
 
 def validate_turns(items: object, default_speaker: str = "user", max_chars: int | None = None) -> list[Turn]:

@@ -46,7 +46,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from strata.api import Memory, checked
-from strata.checkpoint import said_in
+from strata.checkpoint import namespaces_in, said_in
 from strata.memory.erasure import Said
 from strata.memory.errors import InputError, NotFoundError, StrataError
 from strata.memory.portability import read_document
@@ -196,7 +196,7 @@ async def erase(request: Request, memory: Memory) -> Any:
     body = await _body(request, _EraseBody)
     listed_at = datetime.now(UTC).isoformat(timespec="seconds")
     plan = await asyncio.to_thread(memory.erasure_plan, body.ids, body.about)
-    threads = await server_threads_holding(set(plan.said))
+    threads = await server_threads_holding(set(plan.said), memory.store.namespace)
     if not body.confirm:
         return {"erased": False, "would_erase": plan.targets, "would_delete_threads": threads,
                 "hint": 'nothing was erased: send "confirm": true to erase them'}
@@ -207,7 +207,7 @@ async def erase(request: Request, memory: Memory) -> Any:
     # record, a turn stored meanwhile) is looked for once more, now that nothing can add one
     report, erased = await asyncio.to_thread(memory.erase_as_planned, body.ids, body.about)
     try:
-        await _delete_threads(await server_threads_holding(set(erased.said)), deleted)
+        await _delete_threads(await server_threads_holding(set(erased.said), memory.store.namespace), deleted)
     except Exception as error:  # the records are gone: say what may be left instead of failing the whole call
         report.threads = [*report.threads, *deleted]
         return {**report.model_dump(mode="json"), "threads_unchecked": (
@@ -217,7 +217,7 @@ async def erase(request: Request, memory: Memory) -> Any:
     return report
 
 
-async def server_threads_holding(said: set[Said]) -> list[str]:
+async def server_threads_holding(said: set[Said], namespace: str) -> list[str]:
     """The server's threads any of whose saved states holds one of the (id, text) pairs `said` (as
     `strata.checkpoint.threads_holding` reads a data folder's threads file)."""
     from langgraph_sdk import get_client
@@ -228,7 +228,7 @@ async def server_threads_holding(said: set[Said]) -> list[str]:
     while said:
         page = await client.threads.search(limit=THREADS_PAGE, offset=offset)
         for thread in page:
-            if await _holds(client, thread, said):
+            if await _holds(client, thread, said, namespace):
                 found.append(thread["thread_id"])
         if len(page) < THREADS_PAGE:
             break
@@ -236,22 +236,28 @@ async def server_threads_holding(said: set[Said]) -> list[str]:
     return found
 
 
-async def _holds(client: Any, thread: dict[str, Any], said: set[Said]) -> bool:
+async def _holds(client: Any, thread: dict[str, Any], said: set[Said], namespace: str) -> bool:
+    """Whether a thread's states hold one of `said` and were run on `namespace` (a thread saved before runs
+    recorded their namespace counts as any namespace's: `strata.checkpoint._holding`)."""
     from langgraph_sdk.errors import NotFoundError
 
-    if not said.isdisjoint(said_in(thread.get("values"))):
-        return True
+    values = [thread.get("values")]
+    if not said.isdisjoint(said_in(values[0])) and namespace in namespaces_in("", {"channel_values": values[0]}):
+        return True  # its latest state, run on this namespace, holds one: no need to read its history
     before: Any = None
     while True:
         try:
             states = await client.threads.get_history(thread["thread_id"], limit=HISTORY_PAGE, before=before)
         except NotFoundError:  # deleted meanwhile (another erase): it holds nothing now
             return False
-        if any(not said.isdisjoint(said_in(state.get("values"))) for state in states):
-            return True
+        values += [state.get("values") for state in states]
         if len(states) < HISTORY_PAGE:
-            return False
+            break
         before = {"configurable": states[-1]["checkpoint"]}  # the server reads `before` as a run's config
+    if all(said.isdisjoint(said_in(value)) for value in values):
+        return False
+    spaces = {found for value in values for found in namespaces_in("", {"channel_values": value})}
+    return not spaces or namespace in spaces
 
 
 async def _delete_threads(threads: list[str], deleted: list[str]) -> None:

@@ -238,7 +238,7 @@ class Memory:
                 raise InputError(f"{error}; an erase stopped midway was finished when this memory was opened "
                                  f"({resumed.summary()})") from None
             store.ledger.check_writable()  # a read-only folder refuses before any thread is deleted
-            threads, rebuilt = erase_threads(self.context("ask").data_dir, plan.said)  # first: it may fail to open
+            threads, rebuilt = erase_threads(self.context("ask").data_dir, plan.said, store.namespace)  # may fail
             report = apply_erasure(store, plan)
         report.threads, report.threads_compacted = threads, rebuilt
         return report, plan

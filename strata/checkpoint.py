@@ -140,15 +140,16 @@ _BLOBS = (("checkpoints", "type", "checkpoint"), ("checkpoints", "'json'", "meta
 _ID_FIELDS = ("id", "dia_id", "dialogue_id")
 
 
-def threads_holding(data_dir: str | Path, said: Iterable[Said]) -> list[str]:
+def threads_holding(data_dir: str | Path, said: Iterable[Said], namespace: str | None = None) -> list[str]:
     """The threads of a data folder whose saved state holds one of the (id, text) pairs `said`: a
-    record (a turn, an evidence item) with that id and that text, in any checkpoint or pending write."""
+    record (a turn, an evidence item) with that id and that text, in any checkpoint or pending write;
+    with `namespace`, only threads run on it (`_holding`)."""
     wanted = set(said)
     with _threads_file(data_dir, wanted) as conn:
-        return sorted(_holding(conn, wanted)) if conn is not None else []
+        return sorted(_holding(conn, wanted, namespace)) if conn is not None else []
 
 
-def erase_threads(data_dir: str | Path, said: Iterable[Said]) -> tuple[list[str], bool]:
+def erase_threads(data_dir: str | Path, said: Iterable[Said], namespace: str | None = None) -> tuple[list[str], bool]:
     """Delete the threads that hold one of `said` (`threads_holding`), their bytes included: deletes
     overwrite what they free, and the file is rebuilt. Returns the threads deleted and whether the file
     was rebuilt (not while another connection is writing to it: the deleted rows' bytes are then
@@ -158,7 +159,7 @@ def erase_threads(data_dir: str | Path, said: Iterable[Said]) -> tuple[list[str]
         if conn is None:
             return [], False
         conn.execute("PRAGMA secure_delete=ON")
-        threads = sorted(_holding(conn, wanted))
+        threads = sorted(_holding(conn, wanted, namespace))
         with conn:
             for table in ("checkpoints", "writes"):
                 conn.executemany(f"DELETE FROM {table} WHERE thread_id = ?", [(t,) for t in threads])
@@ -198,16 +199,37 @@ def _vacuumed(data_dir: str | Path) -> bool:
         conn.close()
 
 
-def _holding(conn: sqlite3.Connection, wanted: set[Said]) -> set[str]:
+def _holding(conn: sqlite3.Connection, wanted: set[Said], namespace: str | None) -> set[str]:
+    """The threads holding one of `wanted`, and, given a namespace, run on it: a thread records the
+    namespace of each run (`start_run`), and two namespaces may hold the same id and text ("hi" as
+    `raw:T1`). A thread saved before runs recorded it counts as any namespace's."""
     found: set[str] = set()
+    spaces: dict[str, set[str]] = {}
     tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     for table, kind, column in _BLOBS:
         if table not in tables:
             continue
-        for thread, serialised, blob in conn.execute(f"SELECT thread_id, {kind}, {column} FROM {table}"):
-            if thread not in found and not wanted.isdisjoint(said_in(_read(serialised, blob))):
+        channel = "channel" if table == "writes" else "''"
+        for thread, name, serialised, blob in conn.execute(f"SELECT thread_id, {channel}, {kind}, {column} "
+                                                           f"FROM {table}"):
+            value = _read(serialised, blob)
+            spaces.setdefault(thread, set()).update(namespaces_in(name, value))
+            if thread not in found and not wanted.isdisjoint(said_in(value)):
                 found.add(thread)
-    return found
+    if namespace is None:
+        return found
+    return {thread for thread in found if not spaces.get(thread) or namespace in spaces[thread]}
+
+
+def namespaces_in(channel: str, value: object) -> set[str]:
+    """The run namespaces a saved value records: a checkpoint's `namespace` channel, or a pending write
+    to it."""
+    if channel == "namespace":
+        return {value} if isinstance(value, str) and value else set()
+    if isinstance(value, dict) and isinstance(value.get("channel_values"), dict):
+        found = value["channel_values"].get("namespace")
+        return {found} if isinstance(found, str) and found else set()
+    return set()
 
 
 def _read(serialised: str, blob: bytes | str | None) -> object:

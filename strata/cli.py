@@ -405,7 +405,7 @@ def _erase(args: argparse.Namespace) -> int:
         plan = memory.erasure_plan(args.ids, args.about)
         print(f"would erase {len(plan.targets)} records for good (with their links and history): "
               f"{', '.join(plan.targets)}")
-        threads = threads_holding(memory.context("ask").data_dir, plan.said)
+        threads = threads_holding(memory.context("ask").data_dir, plan.said, memory.store.namespace)
         if threads:
             print(f"and delete {len(threads)} saved threads that hold them: {shown_ids(threads)}")
         print("nothing was erased: run again with --yes to erase them")

@@ -206,6 +206,31 @@ def test_aerase_erases_as_erase_does(memory: Memory) -> None:
     assert "raw:D1:4" in report.erased and memory.get(report.erased) == []
 
 
+def test_an_erase_leaves_the_threads_of_another_namespace_that_holds_the_same_words(data_dir: Path) -> None:
+    """Two users of one folder both said "hi" first, so both memories hold `raw:T1` with that text, and
+    each has a chat thread. Erasing it from alice's memory deletes alice's thread only: bob's thread holds
+    bob's turn, which stays (a thread records the namespace of its runs)."""
+    said = {}
+    with sqlite_checkpointer(data_dir) as saver:
+        app = build_graph(checkpointer=saver)
+        for user in ("alice", "bob"):
+            context = Context(namespace=user, mode="chat", data_dir=str(data_dir))
+            app.invoke({"turns": [{"speaker": user.title(), "text": "hi"}]},
+                       {"configurable": {"thread_id": f"{user}-chat"}}, context=context)
+            said[user] = Memory(user, data_dir=str(data_dir)).get(["raw:T1"])[0]
+    assert said["alice"].text == said["bob"].text == "hi"
+    wanted = Memory("alice", data_dir=str(data_dir)).erasure_plan(["raw:T1"]).said
+    assert threads_holding(data_dir, wanted) == ["alice-chat", "bob-chat"]  # the words alone match both
+    assert threads_holding(data_dir, wanted, "alice") == ["alice-chat"]
+
+    report = Memory("alice", data_dir=str(data_dir)).erase(["raw:T1"])
+
+    assert report.threads == ["alice-chat"]
+    assert Memory("bob", data_dir=str(data_dir)).get(["raw:T1"])[0].text == "hi"
+    with sqlite_checkpointer(data_dir) as saver:
+        assert build_graph(checkpointer=saver).get_state({"configurable": {"thread_id": "bob-chat"}}).values
+
+
 def test_threads_that_saved_an_erased_turn_go_and_the_others_stay(memory: Memory, data_dir: Path) -> None:
     """A thread checkpointed in the folder holds the turns and evidence it was shown: erasing a turn
     deletes the threads that hold its text, leaves a thread of another namespace that never saw it, and
