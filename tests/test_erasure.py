@@ -251,7 +251,9 @@ def test_threads_that_saved_an_erased_turn_go_and_the_others_stay(memory: Memory
     report = memory.erase([turn.id])
 
     assert report.threads == ["conv-26"] and report.threads_compacted and "1 threads deleted" in report.summary()
-    assert _files_holding(data_dir, turn.text) == ["chroma/chroma.sqlite3"]  # until Chroma's file is rebuilt
+    # only Chroma's own files still hold it, until `strata erase` rebuilds them in a fresh process (an index
+    # file may also hold freed bytes of this process's earlier work, chroma-core/chroma#7688)
+    assert [f for f in _files_holding(data_dir, turn.text) if not f.startswith("chroma/")] == []
     with sqlite_checkpointer(data_dir) as saver:
         app = build_graph(checkpointer=saver)
         assert not app.get_state({"configurable": {"thread_id": "conv-26"}}).values
