@@ -316,3 +316,14 @@ def _build(spec: str) -> Embedder:
     raise ConfigError(
         f"unknown embedder {spec!r}: use {DEFAULT_EMBEDDER!r} or 'openai:<model>'"
     )
+
+
+def forget_after_fork() -> list[CachedEmbedder]:
+    """In a forked child: the parent's embedders have no background thread here, and a batch queued for it
+    would be waited on for ever. They are dropped (returned, for the caller to keep referenced); the
+    child builds its own on first use."""
+    global _EMBEDDERS_LOCK
+    _EMBEDDERS_LOCK = threading.Lock()
+    inherited = list(_EMBEDDERS.values())
+    _EMBEDDERS.clear()
+    return inherited

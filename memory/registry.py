@@ -18,7 +18,7 @@ import os
 import threading
 from collections import OrderedDict
 
-from strata.memory import chroma, locks
+from strata.memory import chroma, embeddings, locks
 from strata.memory.chroma import forget_client
 from strata.memory.erasure import ERASING, finish_erasure
 from strata.memory.ledger import Ledger, open_ledger
@@ -122,12 +122,12 @@ def close_all() -> None:
 
 def _forget_after_fork() -> None:
     """A forked child (gunicorn --preload, multiprocessing's fork) inherits the parent's open stores,
-    ledgers, Chroma systems and folder locks, none of which works in it: the child hung at its first
+    ledgers, Chroma systems, embedders and folder locks, none of which works in it: the child hung at its first
     read. All are forgotten without being closed (the parent still uses them, and a SQLite connection
     closed in the child could end the parent's journal); the child opens the memory afresh."""
     global _LOCK, _LEDGERS_LOCK
     _LOCK, _LEDGERS_LOCK = threading.Lock(), threading.Lock()
-    chroma.INHERITED.append((dict(_STORES), dict(_LEDGERS)))
+    chroma.INHERITED.append((dict(_STORES), dict(_LEDGERS), embeddings.forget_after_fork()))
     _STORES.clear()
     _LEDGERS.clear()
     chroma.forget_after_fork()

@@ -125,6 +125,11 @@ def test_a_forked_child_waits_for_the_folder_and_says_so_in_one_line(data_dir: P
         os.close(read)
         os.environ["STRATA_LOCK_WAIT"] = "0.5"
         try:
+            from strata.memory.embeddings import get_embedder
+
+            embedder = get_embedder()  # the parent's had a background thread, which the child has not
+            embedder.prefetch(["Do bees sleep?"], background=True)
+            assert embedder.embed(["Do bees sleep?"]).shape == (1, 384)
             Memory(NAMESPACE, data_dir=str(data_dir)).stats()
             said = "opened"
         except BaseException as error:  # reported to the parent, which asserts on it
