@@ -215,6 +215,13 @@ class Ledger:
         found = self._changes("SELECT * FROM history WHERE namespace = ? AND id = ?", [namespace, change_id])
         return found[0] if found else None
 
+    def remove_history(self, namespace: str, record_ids: Sequence[str]) -> int:
+        """Delete the history rows of records that are gone for good (derived records their sources no
+        longer make): an undo could only fail on them. Returns how many rows went."""
+        with self.transaction() as session:
+            return delete_each(session, "DELETE FROM history WHERE namespace = ? AND record_id IN ({ids})",
+                               namespace, record_ids)
+
     def latest_edit(self, namespace: str) -> Change | None:
         """The newest content edit (an update or delete made on its own) not yet undone: what a plain
         undo reverses, however many evolutions and no-ops were written after it."""

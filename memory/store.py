@@ -879,8 +879,9 @@ class MemoryStore:
 
     def discard(self, kind: Kind, ids: Sequence[str]) -> int:
         """Remove derived records their sources no longer make (a summary whose group dissolved), with
-        their links; returns how many. No history row: such a record is written from its sources again,
-        never edited. The links go first, so a crash in between leaves the record, found again next time.
+        their links and history (a Refresher may have edited one; an undo of that edit could only fail
+        now); returns how many. The links and rows go first, so a crash in between leaves the record,
+        found again next time.
         Nothing staged is flushed: derived records of this sort are written directly, never staged, and a
         flush from here could end another thread's unit of work early (memory/journal.py)."""
         self.ledger.check_writable()
@@ -888,6 +889,7 @@ class MemoryStore:
         if not wanted:
             return 0
         self.ledger.remove_links(self.ledger.neighbours(self.namespace, wanted))
+        self.ledger.remove_history(self.namespace, wanted)
         self._remove(kind, wanted)
         return len(wanted)
 

@@ -201,6 +201,18 @@ def test_a_plain_undo_finds_the_latest_edit_behind_many_later_changes(
     assert "\n" not in message and "no update or delete is in force" in message and "strata undo N" in message
 
 
+def test_a_discarded_summary_takes_its_history_along(moved_twice: tuple[MemoryStore, int, int]) -> None:
+    """A summary a Refresher edited, then discarded by a consolidation (its topic dissolved): the edit's
+    history row went on naming a record that is gone, and every plain undo failed on it."""
+    store, _, second = moved_twice
+    store.add([Record(id="summary:topic:home", kind="summary", text="Caroline's homes: Boston.", namespace=NAMESPACE,
+                      dialogue_id="D1:4", source_ids=["D1:4"])])
+    store.update("summary:topic:home", "Caroline's homes: Boston, then Boulder.", "moved")
+    assert store.discard("summary", ["summary:topic:home"]) == 1
+    assert store.history("summary:topic:home") == []
+    assert store.undo().undoes == second  # the latest edit still in force, of a record that is still there
+
+
 def test_writes_larger_than_one_chroma_batch_are_split(data_dir: Path, embedder: object) -> None:
     """Chroma takes at most 5,461 records a write (embedded): a larger write (a long import, a model
     that returns thousands of facts for one turn) once failed whole, and a staged batch that failed so

@@ -194,9 +194,9 @@ def _summarise(
     # behind: it would repeat, out of date, what the group that took its turns says.
     with store.writing():
         dissolved = sorted(set(store.active("summary")) - {group.id for group in groups})
-        if dissolved:
-            store.discard("summary", dissolved)
+        if dissolved:  # the digest first: a crash in between must not leave one for a summary that is gone
             store.ledger.set_state(ns, DIGESTS, {i: d for i, d in digests.items() if i not in dissolved})
+            store.discard("summary", dissolved)
     return written, unchanged
 
 
