@@ -252,7 +252,7 @@ def parse_json(text: str, schema: type[Schema]) -> tuple[Schema | None, str]:
 
 
 def validated(data: dict[str, Any], schema: type[Schema]) -> tuple[Schema | None, str]:
-    """The reply's object as the schema, its text cleaned first (`_clean_text`); else why not."""
+    """The reply's object as the schema, its text checked first (`_clean_text`); else why not."""
     try:
         return schema.model_validate(_clean_text(data)), ""
     except _UnusableText as exc:
@@ -266,15 +266,15 @@ class _UnusableText(ValueError):
 
 
 def _clean_text(value: Any) -> Any:
-    """Every text of a reply, checked and tidied before validation: text that is not valid Unicode (a lone
-    surrogate, which JSON can escape) makes the reply unusable, as it cannot be stored; text of nothing but
-    spaces counts as empty, so a required field refuses it ("   " is no fact, title or summary)."""
+    """Every text of a reply, checked before validation: text that is not valid Unicode (a lone surrogate,
+    which JSON can escape) makes the reply unusable, as no store can hold it. Blank text is each field's
+    own concern (`memory.graph.replies.Text`): some fields fall back one by one."""
     if isinstance(value, str):
         try:
             value.encode("utf-8")
         except UnicodeEncodeError:
             raise _UnusableText("the reply holds text that is not valid Unicode (a lone surrogate)") from None
-        return value if value.strip() else ""
+        return value
     if isinstance(value, dict):
         return {key: _clean_text(item) for key, item in value.items()}
     if isinstance(value, list):

@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 from langgraph.runtime import Runtime
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 from strata.agents.common import (
     OFFLINE,
     format_evidence,
@@ -55,7 +55,7 @@ from strata.memory.graph.entities import Mention, normalise
 from strata.memory.graph.evolution import Evolution
 from strata.memory.graph.links import LAST_TURN
 from strata.memory.graph.notes import Candidate, LinkDecision, Note, note_of
-from strata.memory.graph.replies import ModelNote
+from strata.memory.graph.replies import ModelNote, Text
 from strata.memory.journal import PENDING
 from strata.memory.moments import utc_now
 from strata.memory.persona import aspect_of, persona_id
@@ -69,7 +69,7 @@ RELATED_FROM_MODEL = 3  # at most this many earlier turns the Constructor names 
 
 
 class ModelFact(BaseModel):
-    content: str = Field(..., min_length=1)
+    content: Text
     subject: str = ""
     attribute: str = ""
     value: str = ""
@@ -81,6 +81,18 @@ class ModelFacts(BaseModel):
     facts: list[ModelFact] = Field(default_factory=list)
     related_id: list[str] = Field(default_factory=list)
     timestamp: str = "empty"
+
+    @field_validator("facts", mode="before")
+    @classmethod
+    def _without_blank_facts(cls, value: object) -> object:
+        """A fact of nothing but spaces is left out; a reply whose every fact is blank is refused."""
+        if not isinstance(value, list):
+            return value
+        kept = [f for f in value if not (isinstance(f, dict) and isinstance(f.get("content"), str)
+                                          and not f["content"].strip())]
+        if value and not kept:
+            raise ValueError("every fact is blank")
+        return kept
 
 
 class ModelBoundary(BaseModel):
@@ -95,8 +107,8 @@ class ModelBoundary(BaseModel):
 class ModelEpisode(BaseModel):
     """AMA's episode writer output."""
 
-    title: str = Field(..., min_length=1)
-    content: str = Field(..., min_length=1)
+    title: Text
+    content: Text
     timestamp: str = ""
 
 

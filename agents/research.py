@@ -39,6 +39,7 @@ from strata.graph.state import Evidence, PathStep, Plan, RoleNote, State, fresh_
 from strata.memory import search
 from strata.memory.dates import time_window
 from strata.memory.entities import wordset
+from strata.memory.graph.replies import Text
 from strata.memory.graph.traversal import edge_weights, focus_of
 from strata.memory.moments import utc_now
 from strata.memory.records import Kind, LinkType, Record, Status
@@ -241,9 +242,7 @@ class ModelPlan(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    rewrite_query: str = Field(
-        ..., min_length=1, validation_alias=AliasChoices("rewrite_query", "rewritten_query", "query")
-    )
+    rewrite_query: Text = Field(..., validation_alias=AliasChoices("rewrite_query", "rewritten_query", "query"))
     intent_vector: IntentFlags = Field(..., validation_alias=AliasChoices("intent_vector", "intent"))
     memory_type: Literal["raw", "fact", "episode"] | None = None
     K_dyn: int = Field(5, validation_alias=AliasChoices("K_dyn", "k_dyn", "K"))

@@ -49,6 +49,7 @@ from strata.memory.entities import (
     wordset,
 )
 from strata.memory.facts import single_valued
+from strata.memory.graph.replies import Text
 from strata.memory.lemmas import plural_noun, text_forms
 from strata.memory.moments import utc_now
 from strata.prompts import working as prompts
@@ -175,7 +176,7 @@ _LEADING_FILLER = re.compile(
 class ModelAnswer(BaseModel):
     """A brief answer and the dialogue ids it rests on."""
 
-    answer: str = Field(..., min_length=1)
+    answer: Text
     cited_ids: list[str] = Field(default_factory=list)
 
     @field_validator("cited_ids", mode="before")

@@ -7,8 +7,14 @@ model tends to omit have defaults, and a reply that does not fit is refused
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field, field_validator
+from typing import Annotated
+
+from pydantic import BaseModel, Field, StringConstraints, field_validator
 from strata.memory.graph.entities import ENTITY_TYPES
+
+# Text a record or an answer is made of: spaces around it go, and nothing but spaces is refused ("   " is no
+# fact, title, summary or answer; the offline policy stands in).
+Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
 
 
 class ModelEntity(BaseModel):
@@ -61,5 +67,5 @@ class ModelCausal(BaseModel):
 class ModelSummary(BaseModel):
     """AdaMem's merge prompt output for one topic or persona group."""
 
-    title: str = Field(..., min_length=1)
-    content: str = Field(..., min_length=1)
+    title: Text
+    content: Text
