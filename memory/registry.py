@@ -19,7 +19,7 @@ import threading
 from collections import OrderedDict
 
 from strata.memory import chroma, embeddings, locks
-from strata.memory.chroma import forget_client
+from strata.memory.chroma import forget_client, open_clients
 from strata.memory.erasure import ERASING, finish_erasure
 from strata.memory.ledger import Ledger, open_ledger
 from strata.memory.locks import location_of
@@ -114,7 +114,9 @@ def close_all() -> None:
             store.close()
         for ledger in _LEDGERS.values():
             ledger.close()
-        for settings, _ in _STORES:
+        # every client, not only those of the stores still open: one whose stores were closed as idle or
+        # dropped holds the folder too, and the folder is handed over only once all are gone
+        for settings in dict.fromkeys([*(key[0] for key in _STORES), *open_clients()]):
             forget_client(settings)
         _LEDGERS.clear()
         _STORES.clear()

@@ -149,3 +149,21 @@ def test_a_forked_child_waits_for_the_folder_and_says_so_in_one_line(data_dir: P
     assert said.startswith("ConfigError: ") and "in use by another process" in said and "\n" not in said, said
     assert f"pid {os.getpid()}" in said
     assert memory.add({"speaker": "Ann", "text": "I also grow tomatoes.", "dia_id": "D1:2"}).stored_ids
+
+
+def test_close_all_hands_over_a_folder_whose_stores_were_closed_as_idle(data_dir: Path, embedder: object) -> None:
+    """A store closed as idle (past `STRATA_MAX_OPEN_STORES`) leaves its Chroma client open; close_all()
+    forgot only the clients of the stores still open, so the folder stayed held by this process."""
+    from strata.memory.chroma import open_client, open_clients
+    from strata.memory.settings import StoreSettings
+
+    settings = StoreSettings(data_dir=str(data_dir))
+    open_client(settings)  # as a store closed as idle leaves it: a client, and no store
+    assert settings in open_clients()
+    close_all()
+    assert open_clients() == []
+    lock = settings.chroma_path.with_name(f"{settings.chroma_path.name}.lock")
+    taken = subprocess.run([sys.executable, "-c", (
+        "import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDWR); fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)"
+    ), str(lock)], capture_output=True, text=True, timeout=60)
+    assert taken.returncode == 0, taken.stderr  # another process can take the folder now
