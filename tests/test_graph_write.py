@@ -430,14 +430,14 @@ def test_an_erase_during_a_consolidation_leaves_no_summary_of_what_it_erased(
     for session in load_turns(locomo_dir / "conv-26.json").sessions[:4]:
         memory.add(session.turns, end_session=True)
     erased: dict[str, Any] = {}
-    narrate = summaries.narrate
+    digest_of = summaries.group_digest
 
     def erase_first(*args: Any, **kwargs: Any) -> str:
         if not erased:
             erased["report"] = memory.erase(about="Caroline")  # the write lock is free between two groups
-        return narrate(*args, **kwargs)
+        return digest_of(*args, **kwargs)
 
-    monkeypatch.setattr(summaries, "narrate", erase_first)
+    monkeypatch.setattr(summaries, "group_digest", erase_first)
     memory.consolidate()
     gone = set(erased["report"].erased)
     turns = {i.removeprefix("raw:") for i in gone if i.startswith("raw:")}

@@ -165,7 +165,7 @@ def _summarise(
             unchanged += 1
             continue
         members = [raw[i] for i in group.turn_ids]
-        title, text, used = group.heading, summaries.narrate(group, raw, facts_by_turn), "offline"
+        title, text, used = group.heading, "", "offline"  # the offline text is told under the lock below
         if policy_fn is not None:
             drafted = policy_fn(group, members, summaries.narrate(group, raw, facts_by_turn))
             if drafted is not None:
@@ -175,7 +175,7 @@ def _summarise(
         with store.writing():
             if not all(store.has(i) for i in group.turn_ids):
                 continue  # the next run regroups what stays
-            if used == "offline":
+            if used == "offline":  # from the facts stored now
                 text = summaries.narrate(group, raw, _facts_by_turn(store.facts_from(
                     raw[i].dialogue_id for i in group.turn_ids)))
             record = summaries.summary_record(group, text, title, ns, raw, used)
