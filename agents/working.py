@@ -217,13 +217,13 @@ def _answer_with_model(
     assert model is not None
     user = prompts.ANSWER_USER.format(evidence=format_evidence(evidence), question=question)
     parsed, _, policy = ask_json(model, prompts.ANSWER_SYSTEM, user, ModelAnswer, runtime.context)
-    answer = " ".join(parsed.answer.split()) if parsed is not None else ""  # a blank answer is refused earlier
-    if not answer:
+    if parsed is None:  # no usable reply (a blank answer is one: `Text`)
         offline_answer, cited = answer_offline(question, evidence)
         return offline_answer, cited, policy
+    answer = " ".join(parsed.answer.split())
     if _abstains(answer):
         return NOT_IN_MEMORY, [], policy
-    cited = citations(parsed.cited_ids if parsed else [], evidence) or supporting(answer, evidence)
+    cited = citations(parsed.cited_ids, evidence) or supporting(answer, evidence)
     return answer, cited, policy
 
 
