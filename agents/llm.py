@@ -252,9 +252,10 @@ def parse_json(text: str, schema: type[Schema]) -> tuple[Schema | None, str]:
 
 
 def validated(data: dict[str, Any], schema: type[Schema]) -> tuple[Schema | None, str]:
-    """The reply's object as the schema, its text checked first (`_clean_text`); else why not."""
+    """The reply's object as the schema, its text checked first (`_check_unicode`); else why not."""
     try:
-        return schema.model_validate(_clean_text(data)), ""
+        _check_unicode(data)
+        return schema.model_validate(data), ""
     except _UnusableText as exc:
         return None, str(exc)
     except ValidationError as exc:
@@ -265,7 +266,7 @@ class _UnusableText(ValueError):
     """A reply's text that no store can hold."""
 
 
-def _clean_text(value: Any) -> Any:
+def _check_unicode(value: Any) -> None:
     """Every text of a reply, checked before validation: text that is not valid Unicode (a lone surrogate,
     which JSON can escape) makes the reply unusable, as no store can hold it. Blank text is each field's
     own concern (`memory.graph.replies.Text`): some fields fall back one by one."""
@@ -274,12 +275,12 @@ def _clean_text(value: Any) -> Any:
             value.encode("utf-8")
         except UnicodeEncodeError:
             raise _UnusableText("the reply holds text that is not valid Unicode (a lone surrogate)") from None
-        return value
-    if isinstance(value, dict):
-        return {key: _clean_text(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_clean_text(item) for item in value]
-    return value
+    elif isinstance(value, dict):
+        for item in value.values():
+            _check_unicode(item)
+    elif isinstance(value, list):
+        for item in value:
+            _check_unicode(item)
 
 
 def _validation_problem(exc: ValidationError) -> str:
