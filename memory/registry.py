@@ -114,9 +114,9 @@ def close_all() -> None:
             store.close()
         for ledger in _LEDGERS.values():
             ledger.close()
-        # every client, not only those of the stores still open: one whose stores were closed as idle or
-        # dropped holds the folder too, and the folder is handed over only once all are gone
-        for settings in dict.fromkeys([*(key[0] for key in _STORES), *open_clients()]):
+        # every client (each store opened one), not only those of the stores still open: one whose stores
+        # were closed as idle or dropped holds the folder too, which is handed over only once all are gone
+        for settings in open_clients():
             forget_client(settings)
         _LEDGERS.clear()
         _STORES.clear()
