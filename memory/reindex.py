@@ -27,6 +27,7 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any
 
+from strata.memory.errors import InputError
 from strata.memory.ledger_sql import sqlite_uri
 
 CHROMA_DB = "chroma.sqlite3"
@@ -111,11 +112,13 @@ def _is_segment_id(name: str) -> bool:
         return False
 
 
-def not_chroma(folder: Path) -> str:
-    """The one-line refusal of a folder that holds no Chroma database."""
+def require_chroma(folder: Path) -> None:
+    """Refuse, in one line, a folder that holds no Chroma database: Chroma would create an empty one there."""
+    if (folder / CHROMA_DB).is_file():
+        return
     inside = " (it holds chroma/: name that folder)" if (folder / "chroma" / CHROMA_DB).is_file() else ""
-    return (f"{folder} holds no Chroma database ({CHROMA_DB}){inside}: name an embedded Chroma folder, "
-            "<data_dir>/chroma or a stopped server's --path")
+    raise InputError(f"{folder} holds no Chroma database ({CHROMA_DB}){inside}: name an embedded Chroma "
+                     "folder, <data_dir>/chroma or a stopped server's --path")
 
 
 def rebuild_folder(chroma_path: Path, since: float | None = None, names: Sequence[str] = ()) -> dict[str, int]:
@@ -163,8 +166,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--since", type=float, help="only what was written since (epoch seconds) ...")
     parser.add_argument("--collection", action="append", default=[], help="... and these collections")
     args = parser.parse_args(argv)
-    if not (args.folder / CHROMA_DB).is_file():  # Chroma would create an empty database there
-        parser.exit(2, f"{parser.prog}: error: {not_chroma(args.folder)}\n")
+    try:
+        require_chroma(args.folder)
+    except InputError as error:
+        parser.exit(2, f"{parser.prog}: error: {error}\n")
     copied = rebuild_folder(args.folder, args.since, args.collection)
     print(f"rebuilt {len(copied)} collections, {sum(copied.values())} records")
     return 0

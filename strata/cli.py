@@ -474,11 +474,10 @@ def _import(args: argparse.Namespace) -> int:
 
 def _reindex(args: argparse.Namespace) -> int:
     from strata.memory.locks import hold_folder, release_folder
-    from strata.memory.reindex import CHROMA_DB, not_chroma, rebuild_folder
+    from strata.memory.reindex import rebuild_folder, require_chroma
 
     folder = args.folder.expanduser().resolve()
-    if not (folder / CHROMA_DB).is_file():
-        raise InputError(not_chroma(folder))
+    require_chroma(folder)
     hold_folder(folder)  # no strata process of this machine may have it open meanwhile
     try:
         copied = rebuild_folder(folder)
