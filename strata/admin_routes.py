@@ -46,7 +46,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from strata.api import Memory, checked
-from strata.checkpoint import namespaces_in, said_in
+from strata.checkpoint import run_namespaces, said_in
 from strata.memory.erasure import Said
 from strata.memory.errors import InputError, NotFoundError, StrataError
 from strata.memory.portability import read_document
@@ -242,7 +242,7 @@ async def _holds(client: Any, thread: dict[str, Any], said: set[Said], namespace
     from langgraph_sdk.errors import NotFoundError
 
     values = [thread.get("values")]
-    if not said.isdisjoint(said_in(values[0])) and namespace in namespaces_in("", {"channel_values": values[0]}):
+    if not said.isdisjoint(said_in(values[0])) and namespace in run_namespaces(values[0]):
         return True  # its latest state, run on this namespace, holds one: no need to read its history
     before: Any = None
     while True:
@@ -256,7 +256,7 @@ async def _holds(client: Any, thread: dict[str, Any], said: set[Said], namespace
         before = {"configurable": states[-1]["checkpoint"]}  # the server reads `before` as a run's config
     if all(said.isdisjoint(said_in(value)) for value in values):
         return False
-    spaces = {found for value in values for found in namespaces_in("", {"channel_values": value})}
+    spaces = {found for value in values for found in run_namespaces(value)}
     return not spaces or namespace in spaces
 
 

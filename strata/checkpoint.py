@@ -222,14 +222,17 @@ def _holding(conn: sqlite3.Connection, wanted: set[Said], namespace: str | None)
 
 
 def namespaces_in(channel: str, value: object) -> set[str]:
-    """The run namespaces a saved value records: a checkpoint's `namespace` channel, or a pending write
-    to it."""
+    """The run namespaces a saved row records: a pending write to the `namespace` channel, or a
+    checkpoint's channel values."""
     if channel == "namespace":
         return {value} if isinstance(value, str) and value else set()
-    if isinstance(value, dict) and isinstance(value.get("channel_values"), dict):
-        found = value["channel_values"].get("namespace")
-        return {found} if isinstance(found, str) and found else set()
-    return set()
+    return run_namespaces(value.get("channel_values") if isinstance(value, dict) else None)
+
+
+def run_namespaces(values: object) -> set[str]:
+    """The namespace a state's values record (`start_run` writes it), as a set: empty when none."""
+    found = values.get("namespace") if isinstance(values, dict) else None
+    return {found} if isinstance(found, str) and found else set()
 
 
 def _read(serialised: str, blob: bytes | str | None) -> object:
