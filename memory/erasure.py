@@ -373,15 +373,14 @@ def _in_chroma_log(store: MemoryStore, ids: Iterable[str]) -> int | None:
         conn.close()
 
 
-def compact_chroma(chroma_path: Path, since: float | None = None, collections: Sequence[str] = ()) -> bool:
+def compact_chroma(chroma_path: Path) -> bool:
     """Rebuild an embedded Chroma folder without what its deletes left behind, so that erased records leave
     its files too: the database's freed pages (Chroma's own `chroma vacuum`), and the vectors and stray
     bytes its indexes keep (memory/reindex.py rebuilds them). Each runs in a process of its own while this
     one holds the folder's lock (no other process opens the folder meanwhile). Only with every memory of
     the folder closed here (`close_all()`): rebuilding the files under an open Chroma client corrupts
-    them, so an open one is refused. With `since` (epoch seconds, when the erase began), only the indexes
-    of `collections` (the erased namespace's) and those written since are rebuilt: no other can hold
-    what the erase removed or read. False when a step did not finish (what it did not reach is kept)."""
+    them, so an open one is refused. Every index of the folder is rebuilt (reindex.rebuild_folder says
+    why). False when a step did not finish (what it did not reach is kept)."""
     folder = chroma_path.resolve()
     if any(not s.chroma_host and s.chroma_path.resolve() == folder for s in open_clients()):
         raise ConfigError(f"the memory folder {folder.parent} is open in this process: close it first "
@@ -394,7 +393,6 @@ def compact_chroma(chroma_path: Path, since: float | None = None, collections: S
         return False
     vacuum = [command, "vacuum", "--path", str(folder), "--force"]
     reindex = [sys.executable, "-m", "strata.memory.reindex", str(folder)]  # a process that never held them
-    reindex += [] if since is None else ["--since", repr(since), *(f"--collection={c}" for c in collections)]
     hold_folder(folder)
     try:
         for step in (vacuum, reindex, vacuum):  # the copy reads a file without their pages, then drops its own

@@ -22,7 +22,6 @@ import shutil
 import sqlite3
 import sys
 import uuid
-from collections.abc import Sequence
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -33,7 +32,6 @@ from strata.memory.ledger_sql import sqlite_uri
 CHROMA_DB = "chroma.sqlite3"
 REBUILT_SUFFIX = "-rebuilt"  # no collection of ours ends so: their names end with a kind
 PAGE = 1_000  # records read and written at a time
-MTIME_SLACK = 2.0  # seconds: some file systems keep a file's write time coarsely
 
 
 def recover(client: Any, name: str) -> None:
@@ -121,41 +119,20 @@ def require_chroma(folder: Path) -> None:
                      "folder, <data_dir>/chroma or a stopped server's --path")
 
 
-def rebuild_folder(chroma_path: Path, since: float | None = None, names: Sequence[str] = ()) -> dict[str, int]:
-    """Rebuild the collections of an embedded Chroma folder (none may be open in another process): every
-    one, or, given `since` (epoch seconds: when an erase began), the collections `names` (the erased
-    namespace's: their indexes hold the erased vectors, written or still in Chroma's log) and those whose
-    index was written at or after `since` (the erasing process may have written freed bytes of erased
-    text into any index it wrote; one written before it began cannot hold them). Then delete the folders
-    of the indexes it replaced."""
+def rebuild_folder(chroma_path: Path) -> dict[str, int]:
+    """Rebuild every collection of an embedded Chroma folder (none may be open in another process), then
+    delete the folders of the indexes it replaced. Every one, not only the erased namespace's: any process
+    that ever held an erased text (the one that ingested it, any that read it) may have written its freed
+    bytes into whatever index it wrote next, another namespace's included, and no file says which did."""
     import chromadb
     from chromadb.config import Settings
 
-    written = None if since is None else _written_since(chroma_path, since)  # before Chroma opens the folder
     client = chromadb.PersistentClient(path=str(chroma_path), settings=Settings(anonymized_telemetry=False))
     for name in [c.name for c in client.list_collections() if c.name.endswith(REBUILT_SUFFIX)]:
         recover(client, name.removesuffix(REBUILT_SUFFIX))
-    collections = sorted(client.list_collections(), key=lambda c: c.name)
-    if since is not None and written is not None:
-        collections = [c for c in collections if c.name in names or str(c.id) in written]
-    copied = {c.name: rebuild(client, c.name) for c in collections}
+    copied = {c.name: rebuild(client, c.name) for c in sorted(client.list_collections(), key=lambda c: c.name)}
     remove_orphan_indexes(chroma_path)
     return copied
-
-
-def _written_since(chroma_path: Path, since: float) -> set[str] | None:
-    """The ids of the collections whose index folder holds a file written at or after `since`; None when
-    the database cannot say which folder is whose (then every collection counts)."""
-    conn = open_chroma_db(chroma_path)
-    if conn is None:
-        return None
-    try:
-        with closing(conn):
-            folders = dict(conn.execute("SELECT id, collection FROM segments WHERE scope = 'VECTOR'").fetchall())
-    except sqlite3.Error:
-        return None
-    return {collection for folder, collection in folders.items() if any(
-        f.stat().st_mtime >= since - MTIME_SLACK for f in (chroma_path / folder).glob("*") if f.is_file())}
 
 
 def main(argv: list[str]) -> int:
@@ -163,14 +140,12 @@ def main(argv: list[str]) -> int:
     that has the folder open first."""
     parser = argparse.ArgumentParser(prog="python -m strata.memory.reindex", description=__doc__.split("\n")[0])
     parser.add_argument("folder", type=Path, help="an embedded Chroma folder (<data_dir>/chroma)")
-    parser.add_argument("--since", type=float, help="only what was written since (epoch seconds) ...")
-    parser.add_argument("--collection", action="append", default=[], help="... and these collections")
     args = parser.parse_args(argv)
     try:
         require_chroma(args.folder)
     except InputError as error:
         parser.exit(2, f"{parser.prog}: error: {error}\n")
-    copied = rebuild_folder(args.folder, args.since, args.collection)
+    copied = rebuild_folder(args.folder)
     print(f"rebuilt {len(copied)} collections, {sum(copied.values())} records")
     return 0
 

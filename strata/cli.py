@@ -13,7 +13,6 @@ import json
 import os
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -31,7 +30,6 @@ from strata.conversations import (
 )
 from strata.demo import SAMPLE_CONVERSATION, run_demo
 from strata.ingestion import ingest_conversation, select_sessions
-from strata.memory.chroma import collection_name
 from strata.memory.erasure import compact_chroma
 from strata.memory.errors import ConfigError, InputError, StrataError
 from strata.memory.forgetting import shown_ids
@@ -410,13 +408,10 @@ def _erase(args: argparse.Namespace) -> int:
             print(f"and delete {len(threads)} saved threads that hold them: {shown_ids(threads)}")
         print("nothing was erased: run again with --yes to erase them")
         return 1
-    began = time.time()
     report = memory.erase(args.ids, args.about)
     settings = memory.context("ask").store_settings()
     close_all()  # the embedded Chroma file can be rebuilt only with no client open on it
-    erased = [collection_name(memory.namespace, kind) for kind in KINDS]  # their indexes hold erased vectors
-    compacted = None if settings.chroma_host else compact_chroma(settings.chroma_path, since=began,
-                                                                 collections=erased)
+    compacted = None if settings.chroma_host else compact_chroma(settings.chroma_path)
     if args.json:
         print(json.dumps({**report.model_dump(mode="json"), "chroma_compacted": compacted}, indent=2))
         return 0

@@ -106,3 +106,17 @@ def files_holding_vector(folder: Path, vector: np.ndarray) -> list[str]:
                     found.append(str(path.relative_to(folder)))
                     break
     return sorted(found)
+
+
+def index_folders(data_dir: Path) -> dict[str, str]:
+    """Each Chroma collection's name and the folder of its vector index (named by its segment id), from the
+    folder's own database."""
+    from contextlib import closing
+
+    from strata.memory.reindex import open_chroma_db
+
+    conn = open_chroma_db(data_dir / "chroma")
+    assert conn is not None
+    with closing(conn):
+        return dict(conn.execute("SELECT c.name, s.id FROM segments s JOIN collections c ON s.collection = c.id "
+                                 "WHERE s.scope = 'VECTOR'").fetchall())
