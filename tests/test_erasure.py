@@ -307,8 +307,8 @@ def test_an_erased_store_item_loses_every_version(memory: Memory, data_dir: Path
     assert store.get(("conv-26",), "locker") is None
     assert "locker" not in {i.key for i in store.search(("conv-26",), query="locker code")}
     assert store.get(("conv-26",), "bike") is not None
-    for text in (first, second):
-        assert _files_holding(data_dir, text) in ([], ["chroma/chroma.sqlite3"])
+    for text in (first, second):  # only Chroma's files, until rebuilt (see the first test)
+        assert all(path.startswith("chroma/") for path in _files_holding(data_dir, text))
 
 
 def test_an_episode_told_again_with_nothing_erased_reads_as_ingest_wrote_it(memory: Memory) -> None:
