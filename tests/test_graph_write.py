@@ -417,6 +417,32 @@ def test_an_evolution_that_leaves_out_the_tags_keeps_them(data_dir: Path, embedd
     assert [c.action for c in changes] == [Action.EVOLVE]
 
 
+def test_a_summary_is_embedded_before_the_write_lock_is_taken(
+    tmp_path: Path, locomo_dir: Path, embedder: Any, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A remote embedder may take seconds: a summary's vector is asked for before the namespace's write
+    lock is taken, so an ingest of the same namespace never waits on it (the write finds it cached)."""
+    monkeypatch.delenv("STRATA_MODEL", raising=False)
+    memory = Memory(NAMESPACE, data_dir=str(tmp_path / "mem"), model="offline")
+    for session in load_turns(locomo_dir / "conv-26.json").sessions[:3]:
+        memory.add(session.turns, end_session=True)
+    store = memory.store
+    calls: list[tuple[list[str], bool]] = []
+    inner = store.embedder.inner
+    embed = inner.embed
+
+    def recording(texts: Any) -> Any:
+        calls.append((list(texts), bool(getattr(store._write_lock._held, "stack", []))))
+        return embed(texts)
+
+    monkeypatch.setattr(inner, "embed", recording)
+    memory.consolidate()
+    told = {r.text for r in store.all("summary")}
+    assert told
+    assert told <= {t for texts, held in calls if not held for t in texts}
+    assert not told & {t for texts, held in calls if held for t in texts}
+
+
 def test_an_erase_during_a_consolidation_leaves_no_summary_of_what_it_erased(
     tmp_path: Path, locomo_dir: Path, embedder: Any, monkeypatch: pytest.MonkeyPatch,
 ) -> None:

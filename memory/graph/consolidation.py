@@ -165,19 +165,22 @@ def _summarise(
             unchanged += 1
             continue
         members = [raw[i] for i in group.turn_ids]
-        title, text, used = group.heading, "", "offline"  # the offline text is told under the lock below
+        title, text, used = group.heading, "", "offline"  # the offline text is told below
         if policy_fn is not None:
             drafted = policy_fn(group, members, summaries.narrate(group, raw, facts_by_turn))
             if drafted is not None:
                 title, text, used = drafted[0], drafted[1], policy
-        # Written under the namespace's write lock, checked first: an erase that ran since the groups
-        # were made (it holds the same lock) removed turns or facts this summary would tell again.
+        # Embedded first, so a remote embedder's wait holds up no writer (the write finds the vector
+        # cached). Then written under the namespace's write lock, checked first: an erase that ran since
+        # the groups were made (it holds the same lock) removed turns or facts this summary would tell.
+        if used == "offline":
+            text = _told_offline(store, group, raw)
+        store.embedder.embed([text])
         with store.writing():
             if not all(store.has(i) for i in group.turn_ids):
                 continue  # the next run regroups what stays
-            if used == "offline":  # from the facts stored now
-                text = summaries.narrate(group, raw, _facts_by_turn(store.facts_from(
-                    raw[i].dialogue_id for i in group.turn_ids)))
+            if used == "offline":  # from the facts stored now (the same text unless an erase came between)
+                text = _told_offline(store, group, raw)
             record = summaries.summary_record(group, text, title, ns, raw, used)
             store.add([record])
             cites = summaries.summary_links(ns, record)
@@ -198,6 +201,11 @@ def _summarise(
             store.ledger.set_state(ns, DIGESTS, {i: d for i, d in digests.items() if i not in dissolved})
             store.discard("summary", dissolved)
     return written, unchanged
+
+
+def _told_offline(store: MemoryStore, group: summaries.Group, raw: dict[str, Record]) -> str:
+    """A group's summary told by the offline rule from the facts its turns have now."""
+    return summaries.narrate(group, raw, _facts_by_turn(store.facts_from(raw[i].dialogue_id for i in group.turn_ids)))
 
 
 def _facts_by_turn(facts: Sequence[Record]) -> dict[str, list[Record]]:
