@@ -427,20 +427,22 @@ def test_a_summary_is_embedded_before_the_write_lock_is_taken(
     for session in load_turns(locomo_dir / "conv-26.json").sessions[:3]:
         memory.add(session.turns, end_session=True)
     store = memory.store
-    calls: list[tuple[list[str], bool]] = []
-    inner = store.embedder.inner
-    embed = inner.embed
+    asked: list[tuple[list[str], bool]] = []  # of the cached embedder
+    embedded: list[tuple[list[str], bool]] = []  # of the model behind it
 
-    def recording(texts: Any) -> Any:
-        calls.append((list(texts), bool(getattr(store._write_lock._held, "stack", []))))
-        return embed(texts)
+    def recording(calls: list[tuple[list[str], bool]], embed: Any) -> Any:
+        def call(texts: Any) -> Any:
+            calls.append((list(texts), bool(getattr(store._write_lock._held, "stack", []))))
+            return embed(texts)
+        return call
 
-    monkeypatch.setattr(inner, "embed", recording)
+    monkeypatch.setattr(store.embedder, "embed", recording(asked, store.embedder.embed))
+    monkeypatch.setattr(store.embedder.inner, "embed", recording(embedded, store.embedder.inner.embed))
     memory.consolidate()
     told = {r.text for r in store.all("summary")}
     assert told
-    assert told <= {t for texts, held in calls if not held for t in texts}
-    assert not told & {t for texts, held in calls if held for t in texts}
+    assert told <= {t for texts, held in asked if not held for t in texts}
+    assert not told & {t for texts, held in embedded if held for t in texts}
 
 
 def test_an_erase_during_a_consolidation_leaves_no_summary_of_what_it_erased(
