@@ -25,9 +25,11 @@ OFFLINE = "offline"
 
 
 def store_of(runtime: Runtime[Context]) -> MemoryStore:
-    """The namespace's memory for this run."""
+    """The namespace's memory for this run (refused in one line while an import has not finished)."""
     context = runtime.context
-    return open_store(context.store_settings(), context.namespace.strip())
+    store = open_store(context.store_settings(), context.namespace.strip())
+    store.check_whole()
+    return store
 
 
 def model_policy_name(context: Context) -> str:

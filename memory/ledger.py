@@ -246,14 +246,17 @@ class Ledger:
             rows = cursor.fetchall()
         return [_change_from_row(dict(zip(names, row, strict=True))) for row in rows]
 
-    def mark_undone(self, change_id: int, conn: Session | None = None, undone: bool = True) -> None:
+    def mark_undone(self, namespace: str, change_id: int, conn: Session | None = None, undone: bool = True) -> None:
+        """Mark a change of this namespace undone (or not); another namespace's change of that id is untouched."""
         with self.transaction() as session:
-            session.execute("UPDATE history SET undone = ? WHERE id = ?", (int(undone), change_id))
+            session.execute("UPDATE history SET undone = ? WHERE id = ? AND namespace = ?",
+                            (int(undone), change_id, namespace))
 
-    def remove_change(self, change_id: int, conn: Session | None = None) -> None:
-        """Take back a history row whose edit never finished (memory/journal.py); joins the open transaction."""
+    def remove_change(self, namespace: str, change_id: int, conn: Session | None = None) -> None:
+        """Take back a history row of this namespace whose edit never finished (memory/journal.py); joins the
+        open transaction."""
         with self.transaction() as session:
-            session.execute("DELETE FROM history WHERE id = ?", (change_id,))
+            session.execute("DELETE FROM history WHERE id = ? AND namespace = ?", (change_id, namespace))
 
     # erasure (memory/erasure.py) ----------------------------------------
     def evolutions_by(self, namespace: str, sources: Iterable[str]) -> list[Change]:

@@ -13,7 +13,9 @@ History ids are the target ledger's own (other namespaces share its counter), so
 links between changes (`undoes`, `follows`) are renumbered with them. The records go to
 Chroma first, then the rest in one ledger transaction; a mark in the ledger's state says
 an import is under way, so an import stopped halfway (the process killed) is not taken
-for a memory: the next import of the namespace drops what it wrote and writes it all.
+for a memory: nothing reads or writes the namespace until an import finishes
+(`MemoryStore.check_whole`), and the next import drops what the stopped one wrote and
+writes it all.
 
 With `about`, the document holds what `erase(about=...)` would remove for that
 person, and their history: the copy of their data a person may ask for. It is not a
@@ -23,6 +25,7 @@ backup of the memory and cannot be imported.
 from __future__ import annotations
 
 import json
+import threading
 from collections import Counter
 from datetime import datetime
 from typing import Any, Literal
@@ -33,17 +36,16 @@ from strata.memory.episodes import OPEN_SEGMENT, OpenSegment
 from strata.memory.errors import InputError
 from strata.memory.graph.consolidation import DIGESTS, DONE
 from strata.memory.graph.links import CATALOGUE, LAST_TURN
-from strata.memory.journal import EDIT_JOURNAL, PENDING
+from strata.memory.journal import PENDING
 from strata.memory.moments import utc_now
 from strata.memory.records import KINDS, Change, Link, Record
-from strata.memory.store import MemoryStore
+from strata.memory.store import IMPORTING, MemoryStore
 from strata.memory.store_items import ItemVersion
 from strata.memory.turn_ids import TURN_COUNTER
 
 FORMAT = "strata-memory"
 VERSION = 1
 EMBED_BATCH = 512  # records embedded and written per step of an import
-IMPORTING = "import_in_progress"  # ledger state while an import writes: one stopped halfway is started again
 
 
 class WorkingRow(BaseModel):
@@ -57,7 +59,9 @@ class WorkingRow(BaseModel):
     arrival: int | None = None
 
 
-# The graph's state values, by key, as the modules that own them write them.
+# The graph's state values, by key, as the modules that own them write them: the state an export carries
+# and an import accepts. Not carried: the journals of an unfinished edit (memory/journal.py), erase
+# (memory/erasure.py) or import (IMPORTING), which the next opener of the namespace acts on.
 _STATE_SHAPES: dict[str, TypeAdapter[Any]] = {
     CATALOGUE: TypeAdapter(dict[str, list[str]]),  # memory/graph/links.py: {key: [label, type]}
     LAST_TURN: TypeAdapter(str | None),
@@ -110,12 +114,14 @@ class MemoryDocument(BaseModel):
                                  "(a lone surrogate)") from None
         for key, value in self.state.items():  # what the graph reads back: a wrong shape breaks every write
             shape = _STATE_SHAPES.get(key)
-            if shape is not None:
-                try:
-                    shape.validate_python(value)
-                except ValidationError as error:
-                    raise ValueError(f"the state {key!r} is not what the memory wrote there "
-                                     f"({error.errors()[0].get('msg', 'wrong shape')})") from None
+            if shape is None:  # an unfinished edit's or erase's journal would be acted on at the next open
+                raise ValueError(f"the state {key!r} is not one an export carries (those are "
+                                 f"{', '.join(sorted(_STATE_SHAPES))})")
+            try:
+                shape.validate_python(value)
+            except ValidationError as error:
+                raise ValueError(f"the state {key!r} is not what the memory wrote there "
+                                 f"({error.errors()[0].get('msg', 'wrong shape')})") from None
         return self
 
 
@@ -156,9 +162,9 @@ def export_memory(store: MemoryStore, about: str = "") -> MemoryDocument:
                                   arrival=None if r[5] is None else int(r[5])) for r in session.execute(
                 "SELECT participant, seq, dia_id, text, time, arrival FROM working WHERE namespace = ? "
                 "ORDER BY participant, seq", (ns,))]
-            state = {key: json.loads(value) for key, value in session.execute(
-                "SELECT key, value FROM state WHERE namespace = ? ORDER BY key", (ns,))
-                if key not in (EDIT_JOURNAL, IMPORTING)}
+            state = {key: json.loads(value) for key, value in session.execute(  # the graph's own: not the
+                "SELECT key, value FROM state WHERE namespace = ? ORDER BY key", (ns,))  # journals of an edit,
+                if key in _STATE_SHAPES}  # an erase or an import left unfinished, acted on at the next open
         items = store_items.versions(store.ledger, ns)
         return MemoryDocument(namespace=ns, records=records, links=links, history=_history(store),
                               working=working, state=state, items=items)
@@ -191,19 +197,23 @@ def import_memory(store: MemoryStore, document: MemoryDocument) -> ImportReport:
                          "import a whole export (`strata export` without --about)")
     ns = store.namespace
     records = [r.model_copy(update={"namespace": ns}) for r in document.records]
-    with store.edits():  # which refuses a read-only folder first
-        if store.state(IMPORTING) is not None:
-            store.drop()  # what an import stopped halfway wrote: this one writes it all again
-        held = sum(store.count(kind) for kind in KINDS) + store.ledger.count_history(ns)
-        if held:
-            raise InputError(f"the namespace {ns!r} is not empty ({held} records and changes): import into a new "
-                             "namespace, or drop this one first; nothing was imported")
-        store.ledger.set_state(ns, IMPORTING, document.exported_at.isoformat())
-        try:
-            _write(store, document, records)
-        except BaseException:
-            store.drop()  # the namespace was empty: it is again (a killed process leaves the mark instead)
-            raise
+    store.importer = threading.get_ident()
+    try:
+        with store.edits():  # which refuses a read-only folder first
+            if store.state(IMPORTING) is not None:  # an import stopped halfway: nothing else has written since
+                store.drop()  # (MemoryStore.check_whole), so what is there is what it wrote; this one writes it all
+            held = sum(store.count(kind) for kind in KINDS) + store.ledger.count_history(ns)
+            if held:
+                raise InputError(f"the namespace {ns!r} is not empty ({held} records and changes): import into a "
+                                 "new namespace, or drop this one first; nothing was imported")
+            store.ledger.set_state(ns, IMPORTING, document.exported_at.isoformat())
+            try:
+                _write(store, document, records)
+            except BaseException:
+                store.drop()  # the namespace was empty: it is again (a killed process leaves the mark instead)
+                raise
+    finally:
+        store.importer = None
     return ImportReport(records=len(records), links=len(document.links), history=len(document.history),
                         working=len(document.working), state=len(document.state), items=len(document.items))
 

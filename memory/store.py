@@ -53,6 +53,7 @@ from strata.memory.timeline import Timeline
 from strata.memory.vector_index import EXACT_LIMIT, ExactIndex
 
 _LIST_FIELDS = ("source_ids", "entities", "keywords", "tags")
+IMPORTING = "import_in_progress"  # ledger state while an import writes (memory/portability.py)
 READ_PAGE = 5_000  # records per Chroma read when a collection is mirrored (see read_collection)
 FALLBACK_WRITE_BATCH = 5_000  # records per Chroma write when the client cannot say its limit (`_write_batch`)
 WINDOW_IDS = 5_000
@@ -148,6 +149,7 @@ class MemoryStore:
         self._write_lock = _WriterLock(namespace_lock(settings, namespace), ledger, namespace)
         self._group_depth = 0  # how deep the holder of the write lock is in `edits()` groups
         self._journaled = False  # this process wrote journal entries that a flush or a group's end clears
+        self.importer: int | None = None  # the thread whose import writes the namespace (`check_whole` lets it)
         self._until_flush = False  # the entries belong to a turn being stored: only its batch's flush clears them
 
     @contextmanager
@@ -160,8 +162,21 @@ class MemoryStore:
         """
         with self._write_lock:
             if not self._group_depth:
+                self.check_whole()
                 self.recover()
             yield
+
+    def check_whole(self) -> None:
+        """One line, before anything reads or writes a namespace an import has not finished (a killed one
+        leaves it half written): its answers would come from part of the memory, and what a write added
+        would go with the next import, which starts again from nothing. Not for the import itself."""
+        if self.importer == threading.get_ident():
+            return
+        began = self.state(IMPORTING)
+        if began is not None:
+            raise InputError(f"an import into the namespace {self.namespace!r} has not finished (begun with an "
+                             f"export of {began}; a stopped import leaves it half written): run the import again "
+                             "to finish it, or drop the namespace (Memory.drop()); nothing else reads or writes it")
 
     @contextmanager
     def edits(self, until_flush: bool = False) -> Iterator[None]:
@@ -228,10 +243,12 @@ class MemoryStore:
         with self.ledger.transaction() as session:
             for entry in entries:
                 if entry.change:
-                    self.ledger.remove_change(entry.change, session)
-                self.ledger.remove_links(entry.links, session)
+                    self.ledger.remove_change(self.namespace, entry.change, session)
+                # this namespace's only, whatever an entry says (the journal is state an import could bring)
+                self.ledger.remove_links((link.model_copy(update={"namespace": self.namespace})
+                                          for link in entry.links), session)
                 if entry.undid is not None:
-                    self.ledger.mark_undone(entry.undid, session, undone=False)
+                    self.ledger.mark_undone(self.namespace, entry.undid, session, undone=False)
             left = [e for e in journal.entries(self.ledger, self.namespace) if e not in entries]
             journal.keep(self.ledger, self.namespace, left, session)
         if not left:
@@ -830,7 +847,7 @@ class MemoryStore:
         entry = JournalEntry(records=[record], undid=change.id)
         with self.ledger.transaction() as session:
             entry.change = self.ledger.record_change(undo, session)
-            self.ledger.mark_undone(int(change.id or 0), session)
+            self.ledger.mark_undone(self.namespace, int(change.id or 0), session)
             self._journal(entry, session)
         self._write_or_take_back(restored, entry)
         return undo.model_copy(update={"id": entry.change})

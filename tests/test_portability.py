@@ -103,6 +103,10 @@ def test_a_wrong_import_writes_nothing_and_says_so_in_one_line(memory: Memory, t
     next(r for r in surrogate["records"] if r["kind"] == "fact")["value"] = "\ud800"  # Chroma's metadata refuses it
     bad_state = json.loads(document.model_dump_json())
     bad_state["state"]["entity_catalogue"] = "x"  # every later ingest read it as a dict
+    journal = json.loads(document.model_dump_json())  # an unfinished edit's journal, acted on at the next open:
+    journal["state"]["edit_journal"] = [{"change": 1, "undid": 2, "records": [], "created": [], "links": []}]
+    erasing = json.loads(document.model_dump_json())  # an unfinished erase's, likewise
+    erasing["state"]["erasure_in_progress"] = {"ids": ["raw:D1:1"]}
     wrong: list[Any] = [
         memory.export(about="Caroline"),  # a person's copy, not a backup
         {**json.loads(document.model_dump_json()), "version": 9},
@@ -115,6 +119,8 @@ def test_a_wrong_import_writes_nothing_and_says_so_in_one_line(memory: Memory, t
         rekinded,
         surrogate,
         bad_state,
+        journal,
+        erasing,
         [1, 2],
         tmp_path / "missing.json",
         tmp_path / "not-json.json",
@@ -191,3 +197,30 @@ def test_an_import_that_fails_halfway_leaves_the_namespace_empty(
 
     assert report.records == len(document.records)
     assert _contents(target.export()) == _contents(document)
+
+
+def test_a_namespace_an_import_has_not_finished_is_neither_read_nor_written_until_it_is(
+    memory: Memory, tmp_path: Path
+) -> None:
+    """A killed import leaves its mark: whatever is read there is part of a memory, and what is written would
+    go with the next import, which starts again from nothing. So both are refused, in one line, until an
+    import finishes (tests/test_crash_safety.py kills a real one)."""
+    from strata.memory.store import IMPORTING
+
+    document = memory.export()
+    target = Memory("moved", data_dir=str(tmp_path / "target"))
+    target.add([{"speaker": "Bob", "text": "Placeholder.", "dia_id": "Z1:1"}])
+    target.drop()
+    target.store.ledger.set_state("moved", IMPORTING, document.exported_at.isoformat())  # as a killed import left it
+    for call in (lambda: target.add([{"speaker": "Bob", "text": "I adopted a cat.", "dia_id": "B1:1"}]),
+                 lambda: target.ask("What did Bob adopt?"), lambda: target.retrieve("What did Bob adopt?"),
+                 lambda: target.chat("I adopted a cat.", speaker="Bob"), target.undo, target.consolidate):
+        with pytest.raises(InputError, match="has not finished") as error:
+            call()
+        assert "\n" not in str(error.value) and "import again" in str(error.value)
+    assert target.get(["raw:B1:1"]) == []
+
+    report = target.import_from(document)  # the next import writes it all
+
+    assert report.records == len(document.records) and _contents(target.export()) == _contents(document)
+    assert target.retrieve(QUESTIONS[0]).evidence

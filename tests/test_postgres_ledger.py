@@ -158,7 +158,7 @@ def exercise(ledger: Ledger) -> dict[str, Any]:
     ledger.record_change(Change(
         namespace="ns", record_id="persona:x", kind="persona", action=Action.DELETE, old_text="t", new_text="t",
         new_status=Status.DELETED, reason="with the fact", policy="offline", time=when, follows=first))
-    ledger.mark_undone(first)
+    ledger.mark_undone("ns", first)
     for n, (who, text) in enumerate([("Ann", "one"), ("Bo", "two"), ("Ann", "three"), ("Ann", "four"), ("Bo", "five")]):
         ledger.push_working("ns", who, f"D1:{n}", text, when if n != 4 else None, 2)
     ledger.push_working("ns", "Ann", "D1:3", "four again", when, 2)  # already in the window
