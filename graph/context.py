@@ -20,7 +20,7 @@ from strata.memory.embeddings import DEFAULT_EMBEDDER
 from strata.memory.errors import ConfigError, InputError
 from strata.memory.ledger_sql import LARGEST_INTEGER
 from strata.memory.namespaces import check_namespace
-from strata.memory.settings import DEFAULT_DATA_DIR, StoreSettings, check_folder, real_folder
+from strata.memory.settings import DEFAULT_DATA_DIR, StoreSettings, check_folder, outside_chroma, real_folder
 
 Mode = Literal["ingest", "ask", "chat", "retrieve"]
 MODES: tuple[str, ...] = get_args(Mode)
@@ -203,7 +203,7 @@ class Context:
             setattr(self, spec.name, value)
         if self.chat_model is not None and not callable(getattr(self.chat_model, "invoke", None)):
             raise InputError("chat_model must be a LangChain chat model object: from Studio or the server, set model")
-        check_folder(self.data_dir)
+        outside_chroma(real_folder(check_folder(self.data_dir)))
         self._check_pinned()  # after the folder's own checks: a NUL or an unencodable name is said as such
         for name, (least, most) in _RANGES.items():
             number = getattr(self, name)

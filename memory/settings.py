@@ -32,6 +32,20 @@ def check_folder(value: str, name: str = "data_dir") -> str:
     return value
 
 
+def outside_chroma(folder: str) -> str:
+    """The folder, or a one-line `ConfigError` when it is (or lies inside) an embedded Chroma folder: a
+    rebuild of that folder deletes every folder in it that no collection names, a memory's included."""
+    for place in (Path(folder), *Path(folder).parents):
+        try:
+            inside = (place / "chroma.sqlite3").is_file()
+        except OSError:  # a name too long, or a folder this process may not look into
+            inside = False
+        if inside:
+            raise ConfigError(f"the memory folder {folder} is or lies inside the Chroma folder {place} of another "
+                              "memory, whose rebuilds delete what they do not know: name a folder outside it")
+    return folder
+
+
 def real_folder(name: str) -> str:
     """A folder's one real path (`~` expanded, relative and `..` parts and links resolved): the same folder
     named two ways must open one Chroma client and one ledger, never two over the same files."""
@@ -71,7 +85,7 @@ class StoreSettings(BaseModel):
     @field_validator("data_dir")
     @classmethod
     def _usable_folder(cls, value: str) -> str:
-        return real_folder(check_folder(value))
+        return outside_chroma(real_folder(check_folder(value)))
 
     @property
     def ledger_path(self) -> Path:

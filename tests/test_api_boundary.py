@@ -333,3 +333,18 @@ def test_a_read_only_folder_is_read_and_refuses_writes_in_one_line(
     for name in ("add", "undo", "erase"):
         assert "read-only" in out[name] and "\n" not in out[name], out[name]
     assert sorted(p.name for p in folder.rglob("*")) == before
+
+
+def test_a_memory_folder_inside_another_memorys_chroma_folder_is_refused(tmp_path: Path) -> None:
+    """A rebuild of a Chroma folder (after an erase) deletes every folder in it that no collection names: a
+    memory kept in there would go with it."""
+    outer = Memory("a", data_dir=str(tmp_path / "outer"))
+    outer.add([{"speaker": "Ann", "text": "I play the cello.", "dia_id": "D1:1"}])
+    index = next(p for p in (tmp_path / "outer" / "chroma").iterdir() if p.is_dir())
+    for inside in (tmp_path / "outer" / "chroma", index, tmp_path / "outer" / "chroma" / "new" / "deeper"):
+        with pytest.raises(ConfigError, match="inside the Chroma folder") as error:
+            Memory("b", data_dir=str(inside)).stats()
+        assert "\n" not in str(error.value)
+    assert not (tmp_path / "outer" / "chroma" / "new").exists()  # refused before anything was made there
+    assert [r.text for r in outer.store.all("raw")] == ["I play the cello."]
+    assert Memory("b", data_dir=str(tmp_path / "outer" / "beside")).stats()["raw"]["active"] == 0
