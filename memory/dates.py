@@ -671,7 +671,10 @@ def _find(text: str, anchor: date | None) -> list[ResolvedDate]:
     candidates: list[ResolvedDate] = []
     for pattern, resolve in _RULES:
         for match in pattern.finditer(text):
-            period = resolve(match, anchor, text)
+            try:
+                period = resolve(match, anchor, text)
+            except OverflowError:  # "tomorrow" on 31 December 9999: no date to give
+                continue
             if period is None:
                 continue
             start, end = period.span or match.span()

@@ -45,6 +45,7 @@ from strata.memory.turn_ids import TURN_COUNTER
 
 FORMAT = "strata-memory"
 VERSION = 1
+SQL_INT = (-(2**63), 2**63 - 1)  # the whole numbers a ledger column holds
 EMBED_BATCH = 512  # records embedded and written per step of an import
 
 
@@ -52,11 +53,11 @@ class WorkingRow(BaseModel):
     """One turn of a participant's working memory (AdaMem's FIFO), as the ledger keeps it."""
 
     participant: str
-    seq: int
+    seq: int = Field(..., ge=SQL_INT[0], le=SQL_INT[1])
     dia_id: str
     text: str
     time: str | None = None
-    arrival: int | None = None
+    arrival: int | None = Field(None, ge=SQL_INT[0], le=SQL_INT[1])
 
 
 # The graph's state values, by key, as the modules that own them write them: the state an export carries

@@ -158,7 +158,7 @@ class Link(BaseModel):
     src: str
     dst: str
     type: LinkType
-    weight: float = 1.0
+    weight: float = Field(1.0, allow_inf_nan=False)  # a NaN would be stored as NULL, which the ledger refuses
 
 
 class Action(StrEnum):

@@ -6,6 +6,7 @@ variables, so Studio, the server, the CLI and an embedding app can all set it.
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
@@ -118,7 +119,7 @@ def env_number(name: str, default: float, minimum: float, *, whole: bool = False
         value = int(raw) if whole else float(raw)
     except ValueError:
         value = None
-    if value is None or value < minimum:
+    if value is None or not math.isfinite(value) or value < minimum:  # nan compares false: a wait without end
         kind = "a whole number" if whole else "a number"
         suffix = f" {unit}" if unit else ""
         raise ConfigError(

@@ -124,7 +124,7 @@ async def _json(request: Request) -> object:
     raw = await request.body()
     try:
         return json.loads(raw) if raw.strip() else {}
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than any body of ours
         raise InputError("the body is not JSON: send a JSON object, e.g. {\"ids\": [\"raw:D1:3\"]}") from None
 
 

@@ -417,7 +417,9 @@ def _parsed(text: str) -> object:
     try:
         return json.loads(text)
     except ValueError as error:
-        raise InputError(f"the export is not JSON ({error}): give what `export` wrote") from None
+        raise InputError(f"the export is not JSON ({str(error)[:80]}): give what `export` wrote") from None
+    except RecursionError:
+        raise InputError("the export nests too deeply to be one: give what `export` wrote") from None
 
 
 def _text(value: object, what: str) -> str:

@@ -147,6 +147,9 @@ def read_json_file(path: str | Path, what: str = "conversation") -> tuple[str, s
         raise ConversationFileError(f"{name}: no such file: check the path")
     if file.is_dir():
         raise ConversationFileError(f"{name}: is a folder, not a file: give the path of a .json {what} file")
+    if not file.is_file():  # a pipe waits for a writer for ever, a device never ends
+        raise ConversationFileError(f"{name}: is not a regular file (a pipe or a device?): save the {what} to a "
+                                    "file and give its path")
     try:
         text = file.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError:
@@ -163,6 +166,9 @@ def read_json_file(path: str | Path, what: str = "conversation") -> tuple[str, s
         ) from None
     except RecursionError:
         raise ConversationFileError(f"{name}: nests too deeply to be a {what}: export it again") from None
+    except ValueError as error:  # a number of more digits than Python converts (4,300)
+        raise ConversationFileError(f"{name}: holds a value JSON readers refuse ({str(error)[:80]}): "
+                                    f"export the {what} again") from None
     return name, file.stem, data
 
 

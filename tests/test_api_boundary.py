@@ -348,3 +348,11 @@ def test_a_memory_folder_inside_another_memorys_chroma_folder_is_refused(tmp_pat
     assert not (tmp_path / "outer" / "chroma" / "new").exists()  # refused before anything was made there
     assert [r.text for r in outer.store.all("raw")] == ["I play the cello."]
     assert Memory("b", data_dir=str(tmp_path / "outer" / "beside")).stats()["raw"]["active"] == 0
+
+
+def test_a_date_past_the_calendar_resolves_to_nothing(tmp_path: Path) -> None:
+    """"tomorrow" said on 31 December 9999 has no date: the turn is stored, and asked about, all the same."""
+    memory = Memory("end", data_dir=str(tmp_path / "mem"))
+    memory.add([{"speaker": "Ann", "text": "See you tomorrow at the lake.", "time": "9999-12-31T10:00",
+                 "dia_id": "D1:1"}])
+    assert memory.get(["raw:D1:1"]) and "D1:1" in memory.retrieve("When will Ann be at the lake?").evidence_ids()

@@ -9,6 +9,7 @@ stored before stays as it was.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sqlite3
 import subprocess
@@ -66,6 +67,22 @@ def test_malformed_json(tmp_path: Path, data_dir: Path, offline_env: dict[str, s
     bad.write_text('[{"speaker": "Ann", "text": "hello"},', encoding="utf-8")
     result = strata("ingest", str(bad), "--data-dir", str(data_dir), env=offline_env)
     assert_user_error(result, "broken.json", "not valid JSON", "line 1")
+
+
+def test_a_pipe_a_device_and_a_number_too_long_to_read_are_one_line(
+    tmp_path: Path, data_dir: Path, offline_env: dict[str, str]
+) -> None:
+    """A pipe waited for a writer for ever and /dev/zero was read until memory ran out; a number of more
+    than 4,300 digits stopped the JSON reader with a traceback."""
+    pipe = tmp_path / "turns.fifo"
+    os.mkfifo(pipe)
+    huge = tmp_path / "huge.json"
+    huge.write_text('[{"speaker": "Ann", "text": "hi", "time": ' + "9" * 5_000 + "}]", encoding="utf-8")
+    for command, path, words in (("ingest", str(pipe), "not a regular file"),
+                                 ("import", "/dev/zero", "not a regular file"),
+                                 ("ingest", str(huge), "JSON readers refuse")):
+        result = strata(command, path, "--data-dir", str(data_dir), env=offline_env)
+        assert_user_error(result, words)
 
 
 def test_unknown_subcommand_is_a_usage_error(offline_env: dict[str, str]) -> None:

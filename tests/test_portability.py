@@ -107,6 +107,10 @@ def test_a_wrong_import_writes_nothing_and_says_so_in_one_line(memory: Memory, t
     journal["state"]["edit_journal"] = [{"change": 1, "undid": 2, "records": [], "created": [], "links": []}]
     erasing = json.loads(document.model_dump_json())  # an unfinished erase's, likewise
     erasing["state"]["erasure_in_progress"] = {"ids": ["raw:D1:1"]}
+    nan_weight = json.loads(document.model_dump_json())  # valid to Python's json; the ledger refused it mid-write
+    nan_weight["links"][0]["weight"] = float("nan")
+    huge_seq = json.loads(document.model_dump_json())  # more than a ledger column holds
+    huge_seq["working"][0]["seq"] = 2**63
     wrong: list[Any] = [
         memory.export(about="Caroline"),  # a person's copy, not a backup
         {**json.loads(document.model_dump_json()), "version": 9},
@@ -121,6 +125,9 @@ def test_a_wrong_import_writes_nothing_and_says_so_in_one_line(memory: Memory, t
         bad_state,
         journal,
         erasing,
+        nan_weight,
+        huge_seq,
+        "[" * 100_000 + "]" * 100_000,  # nested deeper than Python's reader goes
         [1, 2],
         tmp_path / "missing.json",
         tmp_path / "not-json.json",

@@ -43,6 +43,12 @@ def test_a_bad_bound_is_one_clear_error(monkeypatch: pytest.MonkeyPatch) -> None
         max_open_stores()
     monkeypatch.delenv("STRATA_MAX_OPEN_STORES")
     assert max_open_stores() == 64
+    from strata.memory.locks import lock_wait_seconds
+
+    for endless in ("nan", "inf"):  # nan is never below a bound: a busy folder was waited on for ever
+        monkeypatch.setenv("STRATA_LOCK_WAIT", endless)
+        with pytest.raises(ConfigError, match=f"STRATA_LOCK_WAIT='{endless}': give a number"):
+            lock_wait_seconds()
 
 
 def test_a_collection_is_mirrored_page_by_page(data_dir: Path, embedder: Any, monkeypatch: pytest.MonkeyPatch) -> None:
