@@ -2,8 +2,9 @@
 
 Everything a run may vary (whose memory, which model, which embedder, retry and
 token budgets, the mode) travels here rather than in globals, so Studio, the
-server and an embedding app can each set it per run. Unset fields fall back to
-`STRATA_<FIELD>` environment variables, then to the defaults below.
+server and an embedding app can each set it per run. Fields not given fall back to
+`STRATA_<FIELD>` environment variables, then to the defaults below (see
+`_init_noting_what_is_given` for what counts as given).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import math
 import os
 import reprlib
 from dataclasses import dataclass, field, fields
-from functools import lru_cache
+from functools import lru_cache, wraps
 from typing import Any, Literal, get_args, get_type_hints
 
 from pydantic import TypeAdapter, ValidationError
@@ -198,7 +199,7 @@ class Context:
                 continue
             value = _setting(spec.name, getattr(self, spec.name), types[spec.name], f"setting {spec.name}")
             env = os.environ.get(f"STRATA_{spec.name.upper()}")
-            if env is not None and env != "" and value == spec.default:
+            if env is not None and env != "" and spec.name not in self._given:
                 value = _setting(spec.name, env, types[spec.name], f"STRATA_{spec.name.upper()}")
             setattr(self, spec.name, value)
         if self.chat_model is not None and not callable(getattr(self.chat_model, "invoke", None)):
@@ -272,6 +273,24 @@ class Context:
     def offline(self) -> bool:
         return self.chat_model is None and self.model.strip().lower() in ("", "offline")
 
+
+_GENERATED_INIT = Context.__init__
+
+
+@wraps(_GENERATED_INIT)
+def _init_noting_what_is_given(self: Context, *args: Any, _given: frozenset[str] | None = None, **kwargs: Any) -> None:
+    """The dataclass's own __init__, after noting which fields count as given: only the others fall back to
+    STRATA_<FIELD>. A run's context (Studio, the server, a dict) names them by value: one equal to its
+    default counts as not given, since a form sends every field. The Python API (`Memory`) names them
+    itself (`_given`), so `data_dir='.strata'` there is that folder, whatever STRATA_DATA_DIR says."""
+    if _given is None:
+        defaults = {spec.name: spec.default for spec in fields(Context)}
+        _given = frozenset(name for name, value in kwargs.items() if name not in defaults or value != defaults[name])
+    self._given = _given
+    _GENERATED_INIT(self, *args, **kwargs)
+
+
+Context.__init__ = _init_noting_what_is_given  # type: ignore[method-assign]
 
 _NO_LIMIT = LARGEST_INTEGER  # what the ledger can store
 ENV_PREFIX = "STRATA_"

@@ -11,7 +11,7 @@ import asyncio
 import json
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, fields, replace
+from dataclasses import asdict, fields
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -82,18 +82,23 @@ class IngestReport(BaseModel):
 class Memory:
     """Long-term memory for one namespace (a user, an agent, a conversation)."""
 
-    def __init__(self, namespace: str = "default", **settings: Any) -> None:
+    def __init__(self, namespace: str | None = None, **settings: Any) -> None:
         known = {f.name for f in fields(Context)} - {"namespace", "mode"}
         unknown = set(settings) - known
         if unknown:
             raise InputError(f"unknown setting(s) {', '.join(sorted(unknown))}: use some of {', '.join(sorted(known))}")
         self._settings = settings
-        self.namespace = namespace
-        # validate settings now, not at the first call; STRATA_NAMESPACE fills in for the default namespace
-        self.namespace = self.context("ask").namespace
+        # validate settings now, not at the first call; with no namespace, STRATA_NAMESPACE, then 'default'
+        named = {} if namespace is None else {"namespace": namespace}
+        self.namespace: str = Context(mode="ask", **named, **settings,  # type: ignore[call-arg]
+                                      _given=frozenset({*named, *settings})).namespace
 
-    def context(self, mode: str) -> Context:
-        return Context(namespace=self.namespace, mode=mode, **self._settings)  # type: ignore[arg-type]
+    def context(self, mode: str, **overrides: Any) -> Context:
+        """The runtime context of a call: the settings given here are kept even when one equals its default
+        (only the others fall back to STRATA_<FIELD>)."""
+        given = {**self._settings, **overrides}
+        return Context(namespace=self.namespace, mode=mode, **given,  # type: ignore[arg-type, call-arg]
+                       _given=frozenset({"namespace", "mode", *given}))
 
     @property
     def store(self) -> MemoryStore:
@@ -317,9 +322,7 @@ class Memory:
         self, mode: str, payload: dict[str, Any], on_turn: Callable[[int], None] | None = None,
         overrides: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
-        context = self.context(mode)
-        if overrides:
-            context = replace(context, **overrides)
+        context = self.context(mode, **(overrides or {}))
         if on_turn is None:
             return _plain(graph.invoke(payload, context=context, config=run_config(context)))
         final: dict[str, Any] = {}

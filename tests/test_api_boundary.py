@@ -356,3 +356,24 @@ def test_a_date_past_the_calendar_resolves_to_nothing(tmp_path: Path) -> None:
     memory.add([{"speaker": "Ann", "text": "See you tomorrow at the lake.", "time": "9999-12-31T10:00",
                  "dia_id": "D1:1"}])
     assert memory.get(["raw:D1:1"]) and "D1:1" in memory.retrieve("When will Ann be at the lake?").evidence_ids()
+
+
+def test_a_setting_given_to_memory_is_kept_even_when_it_is_the_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """STRATA_<FIELD> fills in what the Python API was not given; `data_dir='.strata'` given is that folder,
+    and `owner=''` given clears the owner. A run's context from a form (every field sent) keeps the rule by
+    value: a default there counts as not given."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("STRATA_DATA_DIR", str(tmp_path / "env-folder"))
+    monkeypatch.setenv("STRATA_K_R", "5")
+    monkeypatch.setenv("STRATA_OWNER", "Mallory")
+    given = Memory("ann", data_dir=".strata", k_r=2, owner="")
+    for context in (given.context("ask"), given.context("chat", token_budget=900)):
+        assert (Path(context.data_dir).resolve(), context.k_r, context.owner) == ((tmp_path / ".strata"), 2, "")
+    given.add([{"speaker": "Ann", "text": "I play the cello.", "dia_id": "D1:1"}])
+    assert (tmp_path / ".strata").is_dir() and not (tmp_path / "env-folder").exists()
+    unset = Memory("ann").context("ask")
+    assert (unset.data_dir, unset.k_r, unset.owner) == (str(tmp_path / "env-folder"), 5, "Mallory")
+    form = Context(namespace="ann", data_dir=".strata", k_r=2, owner="")
+    assert (form.data_dir, form.k_r, form.owner) == (str(tmp_path / "env-folder"), 5, "Mallory")
