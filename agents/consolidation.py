@@ -39,6 +39,7 @@ def run(store: MemoryStore, context: Context, limit: int | None = None) -> Conso
     report = consolidate(
         store, causal_on=context.causal_links, entities_on=context.entity_graph, summaries_on=context.summaries,
         causal_policy=causal_policy, summary_policy=summary_policy, policy=policy, limit=limit,
+        semantic_on=context.semantic_links,
     )
     if failures:
         report.policy = f"{policy}; offline for {len(failures)} unusable replies (first: {failures[0]})"

@@ -370,6 +370,8 @@ def _consolidate(args: argparse.Namespace) -> int:
     )
     print(f"links written: causal {report.causal}, entity {report.entity}; "
           f"summaries written {report.summaries}, unchanged {report.summaries_unchanged}")
+    if report.filed:
+        print(f"first filed as notes: {report.filed} turns an earlier version stored without one")
     return 0
 
 

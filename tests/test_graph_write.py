@@ -16,6 +16,7 @@ the end, with LangChain's fake chat model.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -415,6 +416,29 @@ def test_an_evolution_that_leaves_out_the_tags_keeps_them(data_dir: Path, embedd
     record = store.get_one("raw:D2:9")
     assert (record.tags, record.context) == (["lisbon"], "Part of Ann's move to Lisbon.")
     assert [c.action for c in changes] == [Action.EVOLVE]
+
+
+def test_turns_stored_without_notes_are_filed_by_the_next_consolidation(
+    tmp_path: Path, locomo_dir: Path, embedder: Any, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A folder an earlier version wrote holds turns with no note (no keywords, tags or context line):
+    here, stored with the graph switched off. The slow path reads notes, so it consolidated none of them
+    and wrote no summary; it now files them first, as the fast path would have."""
+    monkeypatch.delenv("STRATA_MODEL", raising=False)
+    turns = [t for s in load_turns(locomo_dir / "conv-26.json").sessions[:3] for t in s.turns]
+    old = Memory(NAMESPACE, data_dir=str(tmp_path / "mem"), model="offline", entity_graph=False, semantic_links=False)
+    old.add(turns, end_session=True)
+    assert not [r for r in old.store.timeline() if r.context]
+
+    report = Memory(NAMESPACE, data_dir=str(tmp_path / "mem"), model="offline").consolidate()
+
+    store = old.store
+    assert report.filed == len(turns) and report.turns == len(turns) and report.summaries > 0
+    filed = store.timeline()
+    assert all(r.context for r in filed) and sum(bool(r.keywords) for r in filed) > len(turns) // 2
+    kinds = Counter(link.type for link in store.ledger.neighbours(NAMESPACE, [r.id for r in store.timeline()]))
+    assert kinds[LinkType.MENTIONS] and kinds[LinkType.SEMANTIC] and kinds[LinkType.ENTITY]
+    assert Memory(NAMESPACE, data_dir=str(tmp_path / "mem"), model="offline").consolidate().filed == 0
 
 
 def test_a_summary_is_embedded_before_the_write_lock_is_taken(

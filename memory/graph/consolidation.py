@@ -24,7 +24,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 
 from pydantic import BaseModel, Field
-from strata.memory.graph import causal, summaries
+from strata.memory.graph import causal, fast_path, summaries
 from strata.memory.graph import links as entity_graph
 from strata.memory.records import ENTITY_NODE, Link, LinkType, Record, entity_node_id
 from strata.memory.store import MemoryStore
@@ -42,6 +42,7 @@ class ConsolidationReport(BaseModel):
     """What one slow-path run did, and what it cost."""
 
     turns: int = Field(0, description="Turns consolidated by this run.")
+    filed: int = Field(0, description="Turns an earlier version stored without a note, filed by this run first.")
     causal: int = 0
     entity: int = 0
     summaries: int = 0
@@ -71,13 +72,15 @@ def offline_causal(store: MemoryStore) -> CausalPolicy:
 def consolidate(
     store: MemoryStore, causal_on: bool = True, entities_on: bool = True, summaries_on: bool = True,
     causal_policy: CausalPolicy | None = None, summary_policy: SummaryPolicy | None = None, policy: str = "offline",
-    limit: int | None = None,
+    limit: int | None = None, semantic_on: bool = True,
 ) -> ConsolidationReport:
     """Run the slow path over every filed turn not consolidated yet (at most `limit` of them)."""
     started = time.perf_counter()
     report = ConsolidationReport(policy=policy)
     ns = store.namespace
     infer = causal_policy or offline_causal(store)
+    if entities_on or semantic_on:  # (with both off, ingest files no note: an ablation, left as it is)
+        report.filed = file_unfiled_turns(store, entities_on, semantic_on)
     timeline = [r for r in store.timeline() if r.context]  # filed as notes by the fast path
     order = {r.id: i for i, r in enumerate(timeline)}
     done = set(store.ledger.get_state(ns, DONE, []) or [])  # type: ignore[arg-type]
@@ -206,6 +209,25 @@ def _summarise(
 def _told_offline(store: MemoryStore, group: summaries.Group, raw: dict[str, Record]) -> str:
     """A group's summary told by the offline rule from the facts its turns have now."""
     return summaries.narrate(group, raw, _facts_by_turn(store.facts_from(raw[i].dialogue_id for i in group.turn_ids)))
+
+
+def file_unfiled_turns(store: MemoryStore, entities_on: bool = True, semantic_on: bool = True) -> int:
+    """File, offline and oldest first, the turns an earlier version stored before notes existed: their
+    entities, note and semantic links, as the fast path files a new turn (memory/graph/fast_path.py). The
+    slow path reads notes, and would pass such turns by for ever. The number filed."""
+    filed = 0
+    for raw in [r for r in store.timeline() if not r.context]:
+        with store.edits():  # a turn's evolutions stand with its note, or neither does
+            current = store.get([raw.id])
+            if not current or current[0].context:
+                continue  # erased, or filed by an ingest meanwhile
+            plan = fast_path.plan_offline(store, raw, "", semantic_on)
+            graph = fast_path.write_turn(store, raw, store.facts_from([raw.dialogue_id]), plan.mentions, plan.note,
+                                         plan.decisions, plan.evolutions, "offline", entities_on, semantic_on)
+            store.stage(graph.records, graph.links, graph.state)
+            store.flush()
+        filed += 1
+    return filed
 
 
 def _facts_by_turn(facts: Sequence[Record]) -> dict[str, list[Record]]:
