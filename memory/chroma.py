@@ -121,8 +121,13 @@ def _connect(settings: StoreSettings) -> Any:
     if folder_is_read_only(path.parent):
         path = _private_copy(path)
     try:
+        bound = VECTOR_INDEXES_PER_STORE * max_open_stores()
+    except ConfigError:  # a wrong STRATA_MAX_OPEN_STORES says so itself
+        release_folder(path)
+        raise
+    try:
         path.mkdir(parents=True, exist_ok=True)
-        with _index_cache_bound(VECTOR_INDEXES_PER_STORE * max_open_stores()):
+        with _index_cache_bound(bound):
             return chromadb.PersistentClient(path=str(path), settings=chroma_settings)
     except Exception as exc:
         release_folder(path)

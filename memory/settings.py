@@ -146,7 +146,11 @@ def folder_is_read_only(folder: Path) -> bool:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         reason = "a file is in the way" if isinstance(exc, FileExistsError | NotADirectoryError) else exc.strerror
-        if not folder.is_dir():
+        try:
+            there = folder.is_dir()
+        except OSError:  # a name too long for the file system
+            there = False
+        if not there:
             raise ConfigError(
                 f"cannot use {folder} as the memory folder ({reason}): point data_dir (STRATA_DATA_DIR) at a folder"
             ) from None

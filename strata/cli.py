@@ -9,6 +9,7 @@ ingest keeps what it stored and the same command resumes it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -453,7 +454,8 @@ def _export(args: argparse.Namespace) -> int:
         partial.write_text(document.model_dump_json(), encoding="utf-8")
         os.replace(partial, out)
     except OSError as error:
-        partial.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # on a read-only disk the cleanup fails as the write did
+            partial.unlink(missing_ok=True)
         raise ConfigError(f"cannot write {out} ({error.strerror or type(error).__name__}): choose a writable path"
                           ) from None
     whose = f"{args.about}'s records" if args.about else "the memory"
@@ -475,6 +477,8 @@ def _reindex(args: argparse.Namespace) -> int:
 
     folder = args.folder.expanduser().resolve()
     require_chroma(folder)
+    if not os.access(folder, os.W_OK) or not os.access(folder / "chroma.sqlite3", os.W_OK):
+        raise ConfigError(f"{folder} is read-only here: a rebuild rewrites it; run it where the folder is writable")
     hold_folder(folder)  # no strata process of this machine may have it open meanwhile
     try:
         copied = rebuild_folder(folder)

@@ -436,7 +436,13 @@ def _conversations(data: Any, name: str, stem: str) -> list[LoadedConversation]:
 def load_conversations(path: str | Path) -> list[LoadedConversation]:
     """Every conversation in a file: one for a conversation or a turn list, N for a benchmark file."""
     name, stem, data = read_json_file(path)
-    return _conversations(data, name, stem)
+    conversations = _conversations(data, name, stem)
+    ids = [c.conversation_id for c in conversations]
+    twice = next((i for i in ids if ids.count(i) > 1), None)
+    if twice is not None:  # both would go to one namespace, the second over the first
+        raise ConversationFileError(f"{name}: holds two conversations with the sample_id {twice!r}: give each "
+                                    "its own sample_id; nothing was stored")
+    return conversations
 
 
 def load_turns(path: str | Path) -> LoadedConversation:

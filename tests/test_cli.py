@@ -85,6 +85,30 @@ def test_a_pipe_a_device_and_a_number_too_long_to_read_are_one_line(
         assert_user_error(result, words)
 
 
+def test_a_file_or_setting_that_cannot_work_says_why_and_stores_nothing(
+    tmp_path: Path, data_dir: Path, offline_env: dict[str, str]
+) -> None:
+    """Two samples of one benchmark file with one sample_id went to one namespace, the second refused after
+    the first was stored; a wrong STRATA_MAX_OPEN_STORES was told as an unwritable folder; a folder name
+    too long for the file system was an errno."""
+    def sample(text: str) -> dict[str, object]:
+        return {"sample_id": "s1", "conversation": {"speaker_a": "Ann", "speaker_b": "Bo",
+                "session_1_date_time": "1:56 pm on 8 May, 2023",
+                "session_1": [{"speaker": "Ann", "text": text, "dia_id": "D1:1"}]}}
+    two = tmp_path / "two.json"
+    two.write_text(json.dumps([sample("I love hiking."), sample("I hate hiking.")]), encoding="utf-8")
+    assert_user_error(strata("ingest", str(two), "--data-dir", str(data_dir), env=offline_env),
+                      "two conversations with the sample_id 's1'", "nothing was stored")
+    assert not data_dir.exists()
+    turns = tmp_path / "turns.json"
+    turns.write_text(json.dumps([{"speaker": "Ann", "text": "I moved to Denver."}]), encoding="utf-8")
+    assert_user_error(strata("ingest", str(turns), "--data-dir", str(data_dir),
+                             env={**offline_env, "STRATA_MAX_OPEN_STORES": "0"}),
+                      "STRATA_MAX_OPEN_STORES='0': give a whole number of at least 1")
+    assert_user_error(strata("stats", "--data-dir", str(tmp_path / ("a" * 300)), env=offline_env),
+                      "File name too long", "point data_dir")
+
+
 def test_unknown_subcommand_is_a_usage_error(offline_env: dict[str, str]) -> None:
     result = strata("remember", "this", env=offline_env)
     assert_user_error(result, "invalid choice", "remember")
