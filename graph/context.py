@@ -283,8 +283,12 @@ def _init_noting_what_is_given(self: Context, *args: Any, _given: frozenset[str]
     STRATA_<FIELD>. A run's context (Studio, the server, a dict) names them by value: one equal to its
     default counts as not given, since a form sends every field. The Python API (`Memory`) names them
     itself (`_given`), so `data_dir='.strata'` there is that folder, whatever STRATA_DATA_DIR says."""
+    defaults = {spec.name: spec.default for spec in fields(Context)}
+    unknown = sorted(set(kwargs) - set(defaults))
+    if unknown:  # a run's context from a form or a dict: said in one line, as Memory(...) says it
+        raise InputError(f"unknown setting(s) {', '.join(map(shown_value, unknown))}: use some of "
+                         f"{', '.join(sorted(defaults))}")
     if _given is None:
-        defaults = {spec.name: spec.default for spec in fields(Context)}
         _given = frozenset(name for name, value in kwargs.items() if name not in defaults or value != defaults[name])
     self._given = _given
     _GENERATED_INIT(self, *args, **kwargs)

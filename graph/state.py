@@ -168,6 +168,9 @@ def start_run(state: State, runtime: Runtime[Context]) -> dict[str, object]:
     last run ended. One stopped by a crash or by an interrupt never resumed left its cursor and stage
     mid-way, and the next run read them against its own input (a resumed run does not pass here). The
     run's namespace is kept on the thread: an erase deletes only the threads of its own namespace."""
+    if not isinstance(runtime.context, Context):  # None, or a value LangGraph passed on as it came
+        raise InputError(f"a run needs its context, a strata Context, not {type(runtime.context).__name__}: "
+                         "invoke(..., context=Context(namespace='ann'))")
     return {**fresh_run(), "stage": "done", "namespace": runtime.context.namespace}
 
 

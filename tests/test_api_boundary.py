@@ -176,6 +176,25 @@ def test_server_shaped_input_of_the_wrong_type_is_one_line(
     assert says in one_line(error)
 
 
+def test_a_graph_run_with_a_context_or_question_it_cannot_use_is_one_line(tmp_path: Path) -> None:
+    """The compiled graph in an app: a missing or wrong context, a misspelt setting in a context dict, a
+    question that is not text (a lone surrogate from undecodable bytes) reached an AttributeError, a
+    TypeError or the tokenizer's TypeError."""
+    memory = Memory("ann", data_dir=str(tmp_path))
+    memory.add([{"speaker": "Ann", "text": "I moved to Denver last week.", "dia_id": "D1:1"}])
+    runs = [({"question": "Where?"}, None, "a run needs its context, a strata Context, not NoneType"),
+            ({"question": "Where?"}, "ann", "not str"),
+            ({"question": "Where?"}, {"namespace": "ann", "data_dir": str(tmp_path), "k_rr": 3},
+             "unknown setting(s) 'k_rr'"),
+            ({"question": "Where does Ann live \ud800?"}, Context(namespace="ann", data_dir=str(tmp_path)),
+             "the question holds '\\ud800' at character 21")]
+    for payload, context, says in runs:
+        with pytest.raises(InputError) as error:
+            build_graph().invoke(payload, context=context)
+        assert says in one_line(error)
+    assert [r.text for r in memory.store.all("raw")] == ["I moved to Denver last week."]
+
+
 def test_a_text_or_a_dict_as_turns_is_one_turn(tmp_path: Path) -> None:
     for turns in ("I moved to Denver last week.", {"speaker": "Ann", "text": "I adopted a cat called Miso."}):
         build_graph().invoke({"turns": turns}, context=Context(namespace="ann", mode="ingest", data_dir=str(tmp_path)))
