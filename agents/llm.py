@@ -39,7 +39,7 @@ from strata.agents.wire import (
     status_of,
 )
 from strata.graph.context import Context
-from strata.memory.errors import ConfigError
+from strata.memory.errors import ConfigError, shown_value
 
 Schema = TypeVar("Schema", bound=BaseModel)
 
@@ -70,7 +70,8 @@ def _init(spec: str, base_url: str, temperature: float, timeout: float) -> BaseC
 
     provider, sep, name = spec.partition(":")
     if not sep or not provider or not name:
-        raise ConfigError(f"model {spec!r} is not provider:model: set model (STRATA_MODEL) like 'openai:gpt-4o-mini'")
+        raise ConfigError(f"model {shown_value(spec)} is not provider:model: set model (STRATA_MODEL) like "
+                          "'openai:gpt-4o-mini'")
     kwargs: dict[str, Any] = {"temperature": temperature}
     if provider in _CLIENT_SETTINGS:
         kwargs.update(timeout=timeout, max_retries=0)

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import math
 import os
-import reprlib
 from dataclasses import dataclass, field, fields
 from functools import lru_cache, wraps
 from typing import Any, Literal, get_args, get_type_hints
 
 from pydantic import TypeAdapter, ValidationError
 from strata.memory.embeddings import DEFAULT_EMBEDDER
-from strata.memory.errors import ConfigError, InputError
+from strata.memory.errors import ConfigError, InputError, shown_value
 from strata.memory.ledger_sql import LARGEST_INTEGER
 from strata.memory.namespaces import check_namespace
 from strata.memory.settings import DEFAULT_DATA_DIR, StoreSettings, check_folder, outside_chroma, real_folder
@@ -341,16 +340,6 @@ def _setting(name: str, value: object, kind: Any, source: str) -> object:
     default = next(f.default for f in fields(Context) if f.name == name)
     what = _KIND_WORDS.get(kind, f"one of {', '.join(map(str, get_args(kind)))}" if get_args(kind) else str(kind))
     raise ConfigError(f"{source} must be {what}, got {shown_value(value)}: e.g. {name}={default!r}")
-
-
-def shown_value(value: object, width: int = 60) -> str:
-    """A value as one short line, for error messages (never fails, never spans lines)."""
-    try:
-        text = reprlib.repr(value)
-    except Exception:
-        text = f"a {type(value).__name__}"
-    text = " ".join(text.split())
-    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 def _real_folder(name: str) -> str:

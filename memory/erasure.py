@@ -49,7 +49,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 from strata.memory.chroma import open_clients
 from strata.memory.episodes import OPEN_SEGMENT, OpenSegment, narrate, photo_line, title_of
-from strata.memory.errors import ConfigError, InputError
+from strata.memory.errors import ConfigError, InputError, shown_value
 from strata.memory.forgetting import shown_ids
 from strata.memory.graph.consolidation import DIGESTS, DONE
 from strata.memory.graph.links import CATALOGUE, LAST_TURN, still_mentioned
@@ -157,7 +157,7 @@ def erasure_targets(store: MemoryStore, ids: Sequence[str] = (), about: str = ""
                 if person in (record.speaker.lower(), record.subject.lower(), record.participant.lower()):
                     chosen[record.id] = record
         if not chosen:
-            raise InputError(f"nothing in this memory was said by or about {about!r}: check the name "
+            raise InputError(f"nothing in this memory was said by or about {shown_value(about)}: check the name "
                              f"(participants: {', '.join(store.participants()) or 'none'}); nothing was {done}")
     turns = erased_turns(chosen.values())
     for kind in DERIVED_KINDS:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import reprlib
+
 
 class StrataError(ValueError):
     """Base of every error the project raises for a user to fix."""
@@ -33,3 +35,13 @@ def check_utf8(value: str, what: str) -> str:
         raise InputError(f"{what} holds {value[error.start]!r} at character {error.start + 1}, which is not text "
                          "(undecodable bytes?): a lone surrogate; give it as UTF-8") from None
     return value
+
+
+def shown_value(value: object, width: int = 60) -> str:
+    """A value as one short line, for error messages (never fails, never spans lines)."""
+    try:
+        text = reprlib.repr(value)
+    except Exception:
+        text = f"a {type(value).__name__}"
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 3] + "..."

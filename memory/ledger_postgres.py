@@ -50,7 +50,8 @@ def describe(url: str) -> str:
         parts = conninfo_to_dict(url)
     except Exception:
         return "an unreadable URL"
-    return f"{parts.get('host') or 'localhost'}:{parts.get('port') or 5432}/{parts.get('dbname') or ''}"
+    where = f"{parts.get('host') or 'localhost'}:{parts.get('port') or 5432}/{parts.get('dbname') or ''}"
+    return " ".join(where.split())  # a message is one line, whatever the URL holds
 
 
 def _first_line(error: BaseException) -> str:

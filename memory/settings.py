@@ -12,7 +12,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from strata.memory.embeddings import DEFAULT_EMBEDDER
-from strata.memory.errors import ConfigError
+from strata.memory.errors import ConfigError, shown_value
 
 DEFAULT_DATA_DIR = ".strata"
 LEDGER_NAME = "ledger.sqlite3"
@@ -151,10 +151,10 @@ def folder_is_read_only(folder: Path) -> bool:
         except OSError:  # a name too long for the file system
             there = False
         if not there:
-            raise ConfigError(
-                f"cannot use {folder} as the memory folder ({reason}): point data_dir (STRATA_DATA_DIR) at a folder"
-            ) from None
+            raise ConfigError(f"cannot use {shown_value(str(folder), 200)} as the memory folder ({reason}): point "
+                              "data_dir (STRATA_DATA_DIR) at a folder") from None
     if not folder.is_dir():
-        raise ConfigError(f"the memory folder {folder} is a file: point data_dir (STRATA_DATA_DIR) at a folder")
+        raise ConfigError(f"the memory folder {shown_value(str(folder), 200)} is a file: point data_dir "
+                          "(STRATA_DATA_DIR) at a folder")
     ledger = folder / LEDGER_NAME
     return not os.access(folder, os.W_OK) or (ledger.exists() and not os.access(ledger, os.W_OK))

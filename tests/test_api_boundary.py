@@ -396,3 +396,20 @@ def test_a_setting_given_to_memory_is_kept_even_when_it_is_the_default(
     assert (unset.data_dir, unset.k_r, unset.owner) == (str(tmp_path / "env-folder"), 5, "Mallory")
     form = Context(namespace="ann", data_dir=".strata", k_r=2, owner="")
     assert (form.data_dir, form.k_r, form.owner) == (str(tmp_path / "env-folder"), 5, "Mallory")
+
+
+def test_a_long_or_multiline_value_is_shown_short_in_one_line(tmp_path: Path) -> None:
+    """An error quotes what it was given: a 100,000-character name came back whole (100 KB bodies from the
+    admin routes), and a newline in a folder's name split the message."""
+    memory = Memory("ann", data_dir=str(tmp_path / "mem"))
+    memory.add([{"speaker": "Ann", "text": "I moved to Denver last week.", "dia_id": "D1:1"}])
+    long = "Q" * 100_000
+    (tmp_path / "file").write_text("not a folder")
+    calls = [lambda: memory.erase(about=long), lambda: memory.export(about=long), lambda: memory.graph(person=long),
+             lambda: Memory("ann", data_dir=str(tmp_path / "mem"), model="x" * 100_000).ask("Where?"),
+             lambda: Memory("ann", data_dir=str(tmp_path / "file" / "a\nb")).stats()]
+    for call in calls:
+        with pytest.raises(StrataError) as error:
+            call()
+        assert len(one_line(error)) < 400 and "\n" not in str(error.value)
+    assert [r.text for r in memory.store.all("raw")] == ["I moved to Denver last week."]

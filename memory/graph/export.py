@@ -17,7 +17,7 @@ from pathlib import Path
 
 import networkx as nx
 from pydantic import BaseModel, Field
-from strata.memory.errors import InputError
+from strata.memory.errors import InputError, shown_value
 from strata.memory.records import Record, Status
 from strata.memory.store import MemoryStore
 
@@ -119,7 +119,8 @@ def person_graph(store: MemoryStore, person: str) -> MemoryGraph:
     wanted = person.strip().lower()
     people = store.participants()
     if wanted not in {p.lower() for p in people}:
-        raise InputError(f"no participant {person!r} in this memory: choose one of {', '.join(people) or '(none)'}")
+        raise InputError(f"no participant {shown_value(person)} in this memory: choose one of "
+                         f"{', '.join(people) or '(none)'}")
     traits = [r for r in store.all("persona") if (r.subject or r.speaker).lower() == wanted]
     facts = sorted((r for r in store.all("fact") if (r.subject or "").lower() == wanted),
                    key=lambda r: (r.time.timestamp() if r.time else 0.0, r.id), reverse=True)[:PERSON_FACTS]
