@@ -179,9 +179,12 @@ def read_document(data: object) -> MemoryDocument:
     if data.get("format") != FORMAT:
         raise InputError(f"this is not a memory export (its format is {str(data.get('format'))[:40]!r}, "
                          f"expected {FORMAT!r}): export one with `strata export`")
-    if data.get("version") != VERSION or type(data.get("version")) is not int:  # "1" and true are not 1
-        raise InputError(f"this export has version {json.dumps(data.get('version'))[:20]}; this strata reads version "
-                         f"{VERSION}: export it again with this version")
+    version = data.get("version")
+    if version != VERSION or type(version) is not int:  # "1" and true are not 1
+        advice = ("a newer strata wrote it: upgrade strata to import it" if type(version) is int and version > VERSION
+                  else "export it again with this version")
+        raise InputError(f"this export has version {json.dumps(version)[:20]}; this strata reads version "
+                         f"{VERSION}: {advice}")
     try:
         return MemoryDocument.model_validate(data)
     except ValidationError as error:

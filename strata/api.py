@@ -12,9 +12,9 @@ import json
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, fields
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from strata.checkpoint import erase_threads
 from strata.conversations import read_json_file
@@ -351,14 +351,23 @@ class _HistoryQuery(BaseModel):
     limit: int = Field(50, ge=1, le=LARGEST_INTEGER, description="At most this many changes.")
 
 
+def _names_someone(value: str | None) -> str | None:
+    if value is not None and not value.strip():
+        raise ValueError("names nobody: give a participant's name, e.g. about='Caroline'")
+    return value
+
+
+_Participant = Annotated[str | None, AfterValidator(_names_someone)]
+
+
 class _EraseRequest(BaseModel):
     """Arguments of `Memory.erase`."""
 
     model_config = ConfigDict(strict=True)
 
     ids: list[str] = Field(default_factory=list, description="Records to erase, e.g. raw:D1:3.")
-    about: str | None = Field(
-        None, min_length=1, description="Erase every turn this participant said and every fact about them."
+    about: _Participant = Field(
+        None, description="Erase every turn this participant said and every fact about them."
     )
 
 
@@ -375,7 +384,7 @@ class _ExportRequest(BaseModel):
 
     model_config = ConfigDict(strict=True)
 
-    about: str | None = Field(None, min_length=1, description="Only what is said by or about this participant.")
+    about: _Participant = Field(None, description="Only what is said by or about this participant.")
 
 
 class _UndoRequest(BaseModel):
@@ -413,7 +422,8 @@ def checked(model: type[_Arguments], /, **arguments: object) -> _Arguments:
     except ValidationError as error:
         first = error.errors()[0]
         where = ".".join(str(p) for p in first.get("loc", ())) or "argument"
-        raise InputError(f"{where}: {first.get('msg', 'invalid')} (got {shown_value(first.get('input'))})") from None
+        problem = str(first.get("msg", "invalid")).removeprefix("Value error, ")
+        raise InputError(f"{where}: {problem} (got {shown_value(first.get('input'))})") from None
 
 
 def _parsed(text: str) -> object:

@@ -81,6 +81,8 @@ def one_line(error: pytest.ExceptionInfo[StrataError]) -> str:
         (lambda m: m.history(limit=2**63), "less than or equal to 9223372036854775807"),
         (lambda m: m.undo(2**63), "less than or equal to 9223372036854775807"),
         (lambda m: m.graph(person=5), "the person must be text"),
+        (lambda m: m.export(about=" "), "about: names nobody: give a participant's name"),
+        (lambda m: m.erase(about=""), "about: names nobody"),
         (lambda m: m.add("hi", on_turn=5), "on_turn must be a function"),
         (lambda m: m.add("hi", end_session="x"), "end_session must be True or False"),
         (lambda m: m.ask("Where does Ann live?", refresh="yes"), "refresh must be True or False"),

@@ -139,6 +139,8 @@ def test_a_wrong_import_writes_nothing_and_says_so_in_one_line(memory: Memory, t
             target.import_from(bad)
         assert "\n" not in str(error.value) and str(error.value)
     assert target.stats()["raw"]["active"] == 0 and target.stats()["history"] == 0
+    with pytest.raises(InputError, match="a newer strata wrote it: upgrade strata"):
+        target.import_from({**json.loads(document.model_dump_json()), "version": 2})
     with pytest.raises(InputError, match="not empty"):
         memory.import_from(document)  # into a namespace that holds a memory already
     assert len(memory.export().records) == len(document.records)
