@@ -197,7 +197,14 @@ class MemoryStore:
             except BaseException:
                 self._group_depth -= 1
                 if not self._group_depth and not self._staged and self._journaled:
-                    self._take_back(journal.entries(self.ledger, self.namespace))
+                    try:
+                        self._take_back(journal.entries(self.ledger, self.namespace))
+                    except BaseException:
+                        # Chroma (or the ledger) is down: the unit's journal stays in the ledger, and this
+                        # process no longer owns it, so the next write here, or the next opener, takes it
+                        # back before anything else (`recover`); a later unit must not clear it as its own
+                        self._journaled = self._until_flush = False
+                        raise
                 raise
             self._group_depth -= 1
             if until_flush and self._journaled and not self._shared:

@@ -201,6 +201,31 @@ def test_a_plain_undo_finds_the_latest_edit_behind_many_later_changes(
     assert "\n" not in message and "no update or delete is in force" in message and "strata undo N" in message
 
 
+def test_an_undo_that_chroma_failed_midway_is_taken_back_by_the_next_write(
+    moved_twice: tuple[MemoryStore, int, int], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A Chroma server that dies inside an undo fails its taking back too. The unit's journal stayed, but
+    the process still counted it as its own, so the next unit of work cleared it as done: the ledger said
+    undone, Chroma held the record as before, and nothing could mend it. Now the next write takes it back."""
+    store, _, second = moved_twice
+
+    def down(*args: object, **kwargs: object) -> None:
+        raise ConnectionError("Chroma is down")
+
+    monkeypatch.setattr(store, "_rewrite", down)
+    monkeypatch.setattr(store, "_rewrite_all", down)
+    with pytest.raises(ConnectionError):
+        store.undo()
+    monkeypatch.undo()  # Chroma is back; the same process goes on
+
+    store.update("fact:D1:4:0", home("Aspen"), "moved a third time", fields={"value": "Aspen"})
+
+    changes = {c.id: c for c in store.history("fact:D1:4:0")}
+    assert not changes[second].undone and [c.action.value for c in changes.values()].count("undo") == 0
+    assert store.get(["fact:D1:4:0"])[0].text == home("Aspen")
+    assert store.undo().new_text == home("Boulder")  # the history is the path the record took
+
+
 def test_a_discarded_summary_takes_its_history_along(moved_twice: tuple[MemoryStore, int, int]) -> None:
     """A summary a Refresher edited, then discarded by a consolidation (its topic dissolved): the edit's
     history row went on naming a record that is gone, and every plain undo failed on it."""
