@@ -195,6 +195,14 @@ def _derive(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     context = runtime.context
     store = store_of(runtime)
     turn = state.turns[state.cursor]
+    if not _still_pending(store, f"raw:{turn.dia_id}"):  # another run derived it while this one researched
+        cursor = state.cursor + 1
+        more = cursor < len(state.turns)
+        if not more:
+            store.flush()
+        return {"cursor": cursor, "stage": "stored" if (more or context.mode == "chat") else "done",
+                "notes": [*state.notes, f"{turn.dia_id} was derived by another run meanwhile: skipped"],
+                "trace": traced(state, "memory", OFFLINE, f"{turn.dia_id} derived by another run meanwhile")}
     raw = store.get_one(f"raw:{turn.dia_id}")
     drafts, policy, related = _facts(turn, state, runtime, store)
     facts = [
@@ -498,6 +506,14 @@ def _with_ids(store: MemoryStore, turns: list[Turn]) -> list[Turn]:
             turn = turn.model_copy(update={"dia_id": f"T{number}", "time": turn.time or now})
         named.append(turn)
     return named
+
+
+def _still_pending(store: MemoryStore, raw_id: str) -> bool:
+    """Whether the turn still waits for its derive, as this run sees it (its own batch staged) and as the
+    ledger says (another process, or another run of the same input retried meanwhile, may have derived it
+    between this run's intake and its derive: research and judging run without the write lock)."""
+    stored = store.ledger.get_state(store.namespace, PENDING, [])
+    return raw_id in _pending(store) and isinstance(stored, list) and raw_id in stored
 
 
 def _pending(store: MemoryStore) -> list[str]:

@@ -290,6 +290,33 @@ def test_four_processes_writing_250_turns_each_into_one_namespace(
     assert {tid.split(":")[1][:2] for tid in derived_turns} == {"D1", "D2", "D3", "D4"}
 
 
+def test_an_input_sent_twice_at_once_beside_another_is_derived_once(
+    locomo_dir: Path, tmp_path: Path, replica_env: dict[str, str], replicas: list[Replica], ledger_url: str
+) -> None:
+    """A client's retry while its first run still works, beside another writer: both runs of the input
+    take each turn in, and research and judging run without the lock, so both derived it (two temporal
+    successors for a turn, its facts twice). The derive checks first that the turn still waits for it."""
+    first = conversation(locomo_dir, "conv-26.json", 40)
+    other = conversation(locomo_dir, "conv-30.json", 30, offset=100)
+    replicas += [Replica("retried", tmp_path / f"w{n}", replica_env) for n in range(3)]
+    for replica, batch in zip(replicas, [first, first, other], strict=True):
+        replica.send("add", turns=batch)
+    for replica in replicas:
+        replica.result(timeout=900)
+
+    memory = Memory("retried", data_dir=tmp_path / "check", chroma_host=LOOPBACK,
+                    chroma_port=int(replica_env["STRATA_CHROMA_PORT"]), ledger_url=ledger_url)
+    store = memory.store
+    assert len(store.all("raw")) == 70 and store.ledger.get_state("retried", "pending_derive") == []
+    with store.ledger.transaction() as session:
+        temporal = session.execute(
+            "SELECT src, dst FROM links WHERE namespace = 'retried' AND type = 'temporal'").fetchall()
+    assert len(temporal) == 69 and len({src for src, _ in temporal}) == 69  # one chain: no turn has two successors
+    facts = store.all("fact", include_inactive=True)
+    texts = [(f.dialogue_id, f.text) for f in facts]
+    assert facts and len(texts) == len(set(texts))  # no turn's facts twice
+
+
 def pending_count(url: str, namespace: str) -> int | None:
     import psycopg
 
