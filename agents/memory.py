@@ -419,7 +419,8 @@ def _links(
         links.append(Link(namespace=ns, src=previous, dst=raw.id, type=LinkType.TEMPORAL))
     named = [f"raw:{i}" if not i.startswith("raw:") else i for i in related_ids]
     named = [r.id for r in store.get(n for n in named if n != raw.id)][:RELATED_FROM_MODEL]
-    found = [e.id for e in state.evidence if e.kind == "raw" and e.id != raw.id and len(e.found_by) > 1][:3]
+    found = [e.id for e in state.evidence if e.kind == "raw" and e.id != raw.id and len(e.found_by) > 1
+             and store.has(e.id)][:3]  # found before the lock: an erase may have removed it since
     related = list(dict.fromkeys([*named, *found]))
     links += [Link(namespace=ns, src=raw.id, dst=r, type=LinkType.RELATED) for r in related]
     if episode is not None:

@@ -426,3 +426,30 @@ def test_an_erase_killed_midway_is_finished_by_the_next_opener(
     close_all()
     assert compact_chroma(killed / "chroma")
     assert not [text for text in said if _files_holding(killed, text)]
+
+
+def test_an_erase_between_a_turns_research_and_its_derive_leaves_no_link_to_what_it_erased(
+    memory: Memory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Research and judging run without the write lock, so another thread's (or replica's) erase can land
+    before the turn's derive: the derive linked the turn to the erased records research had found."""
+    from strata.memory.store import MemoryStore
+
+    edits = MemoryStore.edits
+    erased: list[str] = []
+    fired: list[bool] = []
+
+    def erase_first(self: MemoryStore, *args: Any, **kwargs: Any) -> Any:
+        if not fired:  # the derive's unit of work: the erase lands just before it takes the lock
+            fired.append(True)
+            erased.extend(memory.erase(about="Melanie").erased)
+        return edits(self, *args, **kwargs)
+
+    monkeypatch.setattr(MemoryStore, "edits", erase_first)
+    memory.add([{"speaker": "Caroline", "text": "Melanie, your painting of the sunset by the lake was lovely, "
+                 "I loved the colors.", "dia_id": "X1:1", "time": "2023-05-25T10:00"}])
+    monkeypatch.undo()
+
+    assert erased and memory.get(["raw:X1:1"])
+    ends = {end for link in memory.store.edges(["raw:X1:1"]) for end in (link.src, link.dst)}
+    assert not ends & set(erased)
