@@ -39,7 +39,7 @@ from strata.memory.errors import ConfigError
 from strata.memory.locks import hold_folder, release_folder
 from strata.memory.records import KINDS, Kind
 from strata.memory.reindex import recover
-from strata.memory.settings import StoreSettings, folder_is_read_only, max_open_stores
+from strata.memory.settings import StoreSettings, env_number, folder_is_read_only, max_open_stores
 from strata.memory.vector_index import EXACT_LIMIT
 
 VECTOR_INDEXES_PER_STORE = len(KINDS)
@@ -48,6 +48,10 @@ FILES_PER_INDEX = 5
 an index)."""
 SMALL_SYNC = {"sync_threshold": 1, "batch_size": 1}
 """HNSW settings of a small embedded collection: its index is written to disk at every write."""
+SERVER_TIMEOUT = 120.0
+"""Seconds a Chroma server may take over one request: the largest write (5,461 records) takes a few."""
+CONNECT_TIMEOUT = 10.0
+"""Seconds to open a connection to a Chroma server."""
 DEFAULT_SYNC = 1000
 """Chroma's own `sync_threshold`, restored once a collection is searched by Chroma."""
 
@@ -101,6 +105,7 @@ def _connect(settings: StoreSettings) -> Any:
     chroma_settings = ChromaSettings(anonymized_telemetry=False, allow_reset=False)
     if settings.chroma_host:
         try:
+            _answers_at_all(settings)  # Chroma's client waits on a silent server for ever
             client = chromadb.HttpClient(
                 host=settings.chroma_host,
                 port=settings.chroma_port,
@@ -108,12 +113,18 @@ def _connect(settings: StoreSettings) -> Any:
                 headers=settings.headers(),
                 settings=chroma_settings,
             )
+            _bounded(client)
             client.heartbeat()
         except Exception as exc:
+            said = " ".join(str(exc).split())[:100]
+            where = f"the Chroma server at {settings.chroma_host}:{settings.chroma_port}"
+            if any(word in said for word in ("401", "403", "Unauthorized", "Forbidden")):
+                raise ConfigError(f"{where} refused this client ({said}): set chroma_auth_header "
+                                  "(STRATA_CHROMA_AUTH_HEADER) to the header it expects, 'Name: value'") from exc
             raise ConfigError(
-                f"cannot reach the Chroma server at {settings.chroma_host}:{settings.chroma_port} "
-                f"({type(exc).__name__}): start it with `chroma run --port {settings.chroma_port}` "
-                "or fix chroma_host / chroma_port (STRATA_CHROMA_HOST, STRATA_CHROMA_PORT)"
+                f"cannot reach {where} ({type(exc).__name__}{': ' + said if said else ''}): start it with "
+                f"`chroma run --port {settings.chroma_port}` or fix chroma_host / chroma_port "
+                "(STRATA_CHROMA_HOST, STRATA_CHROMA_PORT)"
             ) from exc
         return client
     path = settings.chroma_path
@@ -183,6 +194,33 @@ def _index_cache_bound(indexes: int) -> Iterator[None]:
         engine.resource = real
 
 
+def server_timeout() -> float:
+    """How long a Chroma server may take to answer one request (STRATA_CHROMA_TIMEOUT, seconds): past it the
+    call fails in one line (`server_stopped`) instead of holding the namespace's lock for ever."""
+    return env_number("chroma_timeout", SERVER_TIMEOUT, 1, unit="seconds")
+
+
+def _answers_at_all(settings: StoreSettings) -> None:
+    """Raise when the server does not answer its heartbeat within the timeout (a frozen process, a port that
+    accepts and never replies): Chroma's client would wait for ever in its constructor."""
+    import httpx
+
+    scheme = "https" if settings.chroma_ssl else "http"
+    httpx.get(f"{scheme}://{settings.chroma_host}:{settings.chroma_port}/api/v2/heartbeat",
+              headers=settings.headers(), timeout=server_timeout()).raise_for_status()
+
+
+def _bounded(client: Any) -> None:
+    """Give the client's HTTP session a timeout (Chroma builds it with none); left as it is if this version
+    of Chroma keeps its session elsewhere."""
+    import httpx
+
+    session = getattr(getattr(client, "_server", None), "_session", None)
+    if isinstance(session, httpx.Client):
+        wait = server_timeout()
+        session.timeout = httpx.Timeout(wait, connect=min(wait, CONNECT_TIMEOUT))
+
+
 def get_collection(client: Any, namespace: str, kind: Kind, embedded: bool) -> Any:
     """Create on first use; cosine space, vectors supplied by our embedder. An `embedded` collection (not
     on a Chroma server) of at most EXACT_LIMIT records writes its index at every write (see the module's
@@ -224,3 +262,16 @@ def forget_after_fork() -> None:
     INHERITED.append((dict(_CLIENTS), dict(SharedSystemClient._identifier_to_system)))
     _CLIENTS.clear()
     SharedSystemClient.clear_system_cache()
+
+
+def server_stopped(error: BaseException) -> bool:
+    """Whether `error` is a Chroma server that stopped answering mid-call (connection refused or reset, a
+    timeout): what a caller can act on, unlike a bug."""
+    import httpx
+
+    return isinstance(error, httpx.TransportError)
+
+
+def server_stopped_message(error: BaseException) -> str:
+    return (f"the Chroma server stopped answering ({type(error).__name__}): start it again and repeat the call; "
+            "what the call wrote is kept, and what it left half done is finished or taken back by the next one")

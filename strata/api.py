@@ -8,6 +8,7 @@ exactly what Studio and the server do.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -22,8 +23,9 @@ from strata.graph.context import Context
 from strata.graph.graph import graph
 from strata.graph.state import ChangeNote, Evidence, RoleNote, Verdict, validate_turns
 from strata.graph.tracing import run_config
+from strata.memory.chroma import server_stopped, server_stopped_message
 from strata.memory.erasure import ErasurePlan, ErasureReport, apply_erasure, finish_erasure, plan_erasure
-from strata.memory.errors import InputError, check_utf8, shown_value
+from strata.memory.errors import InputError, UnavailableError, check_utf8, shown_value
 from strata.memory.graph.consolidation import ConsolidationReport
 from strata.memory.graph.export import MemoryGraph, build_graph, namespace_graph, person_graph
 from strata.memory.ledger_sql import LARGEST_INTEGER
@@ -34,6 +36,7 @@ from strata.memory.store import MemoryStore
 
 TurnLike = Turn | dict[str, Any] | str
 _Arguments = TypeVar("_Arguments", bound=BaseModel)
+_Method = TypeVar("_Method", bound=Callable[..., Any])
 
 
 class Answer(BaseModel):
@@ -77,6 +80,20 @@ class IngestReport(BaseModel):
     stored_ids: list[str]
     changes: list[ChangeNote] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
+
+
+def _said_in_one_line(method: _Method) -> _Method:
+    """A Chroma server that stops answering mid-call is an `UnavailableError` of one line (httpx's own
+    error, with its traceback, said nothing of what to do)."""
+    @functools.wraps(method)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(*args, **kwargs)
+        except Exception as error:
+            if server_stopped(error):
+                raise UnavailableError(server_stopped_message(error)) from error
+            raise
+    return call  # type: ignore[return-value]
 
 
 class Memory:
@@ -334,6 +351,11 @@ class Memory:
             elif kind == "values":
                 final = data
         return _plain(final)
+
+
+for _name in ("add", "end_session", "consolidate", "ask", "retrieve", "chat", "explain", "graph", "history", "undo",
+              "get", "stats", "erase", "erase_as_planned", "erasure_plan", "export", "import_from", "drop"):
+    setattr(Memory, _name, _said_in_one_line(getattr(Memory, _name)))
 
 
 def _plain(result: Any) -> dict[str, Any]:

@@ -30,7 +30,7 @@ from servers import (
     postgres_run,
 )
 from strata.memory.chroma import collection_name
-from strata.memory.errors import ConfigError
+from strata.memory.errors import ConfigError, UnavailableError
 
 from strata.api import Memory
 
@@ -154,3 +154,62 @@ def test_unreachable_chroma_server_is_a_one_line_config_error(tmp_path: Path,
     with pytest.raises(ConfigError, match="STRATA_CHROMA_HOST"):
         Memory("ns", data_dir=tmp_path / "mem").ask("Where do I live?")
     assert not (tmp_path / "mem" / "chroma").exists()  # never fell back to an embedded store
+
+
+def test_a_silent_or_refusing_chroma_server_is_one_line_within_the_timeout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A port that accepts connections and never answers (a frozen server) was waited on for ever, in
+    Chroma's client; a server that refuses the credentials was told as unreachable, with no word of the
+    auth header."""
+    import http.server
+    import socket
+    import threading
+    import time
+
+    silent = socket.socket()
+    silent.bind((LOOPBACK, 0))
+    silent.listen(8)
+
+    class Refusing(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(401)
+            self.end_headers()
+            self.wfile.write(b'{"error": "Unauthorized"}')
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    refusing = http.server.HTTPServer((LOOPBACK, 0), Refusing)
+    threading.Thread(target=refusing.serve_forever, daemon=True).start()
+    monkeypatch.setenv("STRATA_CHROMA_TIMEOUT", "2")
+    try:
+        started = time.monotonic()
+        with pytest.raises(ConfigError) as raised:
+            Memory("ns", chroma_host=LOOPBACK, chroma_port=silent.getsockname()[1], data_dir=tmp_path / "a").stats()
+        assert time.monotonic() - started < 60 and "ReadTimeout" in str(raised.value) and "\n" not in str(raised.value)
+        with pytest.raises(ConfigError, match=r"refused this client .*set chroma_auth_header"):
+            Memory("ns", chroma_host=LOOPBACK, chroma_port=refusing.server_port, data_dir=tmp_path / "b").stats()
+    finally:
+        refusing.shutdown()
+        silent.close()
+
+
+@pytest.mark.slow
+def test_a_chroma_server_that_stops_mid_run_is_one_line_and_the_retry_finishes(
+    tmp_path: Path, turns: list[dict[str, Any]]
+) -> None:
+    """httpx's ConnectError came out of every call, traceback and all; the command line printed 113 lines."""
+    with chroma_run(tmp_path / "data", tmp_path / "chroma.log") as server:
+        memory = Memory("stops", chroma_host=LOOPBACK, chroma_port=server.port, data_dir=tmp_path / "ledger")
+        memory.add(turns[:10])
+        server.stop()
+        with pytest.raises(UnavailableError) as error:
+            memory.add(turns[10:20])
+        message = str(error.value)
+        assert "\n" not in message and "Chroma server stopped answering" in message and "repeat the call" in message
+        server.start(60)
+        memory.add(turns[10:20])  # the retry: what the failed call wrote ahead is derived, nothing twice
+        raw = memory.store.all("raw")
+        assert sorted(r.dialogue_id for r in raw) == sorted(t["dia_id"] for t in turns[:20])
+        assert memory.store.ledger.get_state("stops", "pending_derive") == []
