@@ -96,6 +96,15 @@ def _close_idle(bound: int) -> None:
         store.close()
 
 
+def set_aside(store: MemoryStore) -> None:
+    """Forget a store an erase failed inside (its Chroma server stopped answering, say): its mirrors may
+    still hold what the erase had begun to remove. The next call opens the namespace afresh, and opening
+    finishes the erase (or fails in one line) before anything reads it."""
+    with _LOCK:
+        for key in [k for k, open_ in _STORES.items() if open_ is store]:
+            del _STORES[key]
+
+
 def drop_namespace(settings: StoreSettings, namespace: str) -> None:
     """Delete a namespace, and forget every store of it opened here under other settings
     (another embedder, say), which would still point at the deleted collections."""

@@ -31,7 +31,7 @@ from strata.memory.graph.export import MemoryGraph, build_graph, namespace_graph
 from strata.memory.ledger_sql import LARGEST_INTEGER
 from strata.memory.portability import ImportReport, MemoryDocument, export_memory, import_memory, read_document
 from strata.memory.records import Change, Record, Turn
-from strata.memory.registry import drop_namespace, open_store
+from strata.memory.registry import drop_namespace, open_store, set_aside
 from strata.memory.store import MemoryStore
 
 TurnLike = Turn | dict[str, Any] | str
@@ -261,7 +261,11 @@ class Memory:
                                  f"({resumed.summary()})") from None
             store.ledger.check_writable()  # a read-only folder refuses before any thread is deleted
             threads, rebuilt = erase_threads(self.context("ask").data_dir, plan.said, store.namespace)  # may fail
-            report = apply_erasure(store, plan)
+            try:
+                report = apply_erasure(store, plan)
+            except BaseException:
+                set_aside(store)  # not served half erased: the next call finishes it first
+                raise
         report.threads, report.threads_compacted = threads, rebuilt
         return report, plan
 

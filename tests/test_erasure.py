@@ -453,3 +453,31 @@ def test_an_erase_between_a_turns_research_and_its_derive_leaves_no_link_to_what
     assert erased and memory.get(["raw:X1:1"])
     ends = {end for link in memory.store.edges(["raw:X1:1"]) for end in (link.src, link.dst)}
     assert not ends & set(erased)
+
+
+def test_an_erase_that_fails_midway_is_finished_by_the_same_processs_next_call(
+    memory: Memory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Chroma server that dies inside an erase: the process lives on (a server app) and went on serving
+    what the erase had begun to remove, until it was restarted. The next call now finishes the erase."""
+    from strata.memory.store import MemoryStore
+
+    said = [r.id for r in memory.store.all("raw") if r.speaker == "Melanie"]
+    remove = MemoryStore._remove
+    calls: list[int] = []
+
+    def dies_on_the_second(self: MemoryStore, *args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 2:
+            raise ConnectionError("Chroma stopped answering")
+        return remove(self, *args, **kwargs)
+
+    monkeypatch.setattr(MemoryStore, "_remove", dies_on_the_second)
+    with pytest.raises(ConnectionError):
+        memory.erase(about="Melanie")
+    monkeypatch.undo()
+
+    evidence = memory.retrieve("What did Melanie paint for her art class?").evidence_ids()
+
+    assert said and not set(said) & {f"raw:{i}" for i in evidence} and memory.get(said) == []
+    assert memory.store.state(ERASING) is None
