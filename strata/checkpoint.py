@@ -19,6 +19,7 @@ with sqlite_checkpointer(".strata") as saver:
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 from collections.abc import AsyncIterator, Iterable, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -36,7 +37,7 @@ import strata.memory.records
 from strata.memory.erasure import Said
 from strata.memory.errors import ConfigError
 from strata.memory.ledger_sql import BUSY_SECONDS, sqlite_uri, vacuum
-from strata.memory.settings import DEFAULT_DATA_DIR
+from strata.memory.settings import DEFAULT_DATA_DIR, check_folder
 
 THREADS_FILE = "threads.sqlite3"
 TypeName = tuple[str, str]
@@ -64,7 +65,16 @@ def serializer(extra_types: Iterable[type | TypeName] = ()) -> JsonPlusSerialize
 
 def checkpoint_path(data_dir: str | Path = DEFAULT_DATA_DIR) -> Path:
     """Where the thread checkpoints of a data folder live."""
-    return Path(data_dir).expanduser() / THREADS_FILE
+    if not isinstance(data_dir, str | os.PathLike):
+        raise ConfigError(f"data_dir must be a folder's path, not {type(data_dir).__name__}: e.g. '.strata'")
+    return Path(check_folder(os.fspath(data_dir))).expanduser() / THREADS_FILE
+
+
+def _unusable(path: Path, exc: BaseException) -> ConfigError:
+    """The one line for a threads file that cannot be opened or is not a database."""
+    what = "is not a SQLite database" if isinstance(exc, sqlite3.DatabaseError) else f"cannot be opened ({exc})"
+    return ConfigError(f"the thread checkpoints at {path} {what}: point data_dir at a writable memory folder, "
+                       f"or move that file aside")
 
 
 def open_checkpointer(
@@ -86,7 +96,11 @@ def open_checkpointer(
             "check data_dir points to a writable folder"
         ) from exc
     saver = SqliteSaver(conn, serde=serializer(extra_types))
-    saver.setup()
+    try:
+        saver.setup()
+    except sqlite3.Error as exc:
+        conn.close()
+        raise _unusable(path, exc) from None
     return saver
 
 
@@ -115,15 +129,23 @@ async def async_sqlite_checkpointer(
     import aiosqlite
 
     path = checkpoint_path(data_dir)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _unusable(path, exc) from None
     async with aiosqlite.connect(str(path)) as conn:
         saver = AsyncSqliteSaver(conn, serde=serializer(extra_types))
-        await saver.setup()
+        try:
+            await saver.setup()
+        except sqlite3.Error as exc:
+            raise _unusable(path, exc) from None
         yield saver
 
 
 def checkpointer_for(memory: object) -> SqliteSaver:
     """An open SqliteSaver in the data folder of a `strata.Memory` (embedded case)."""
+    if not callable(getattr(memory, "context", None)):
+        raise ConfigError(f"checkpointer_for takes a strata.Memory, not {type(memory).__name__}")
     context = memory.context("chat")  # type: ignore[attr-defined]
     return open_checkpointer(context.data_dir)
 

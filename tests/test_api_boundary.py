@@ -415,3 +415,28 @@ def test_a_long_or_multiline_value_is_shown_short_in_one_line(tmp_path: Path) ->
             call()
         assert len(one_line(error)) < 400 and "\n" not in str(error.value)
     assert [r.text for r in memory.store.all("raw")] == ["I moved to Denver last week."]
+
+
+def test_the_checkpoint_helpers_say_what_is_wrong_in_one_line(tmp_path: Path) -> None:
+    """A threads file that is not a database, a folder's name that is not one, or no Memory at all came
+    back as sqlite3, TypeError or AttributeError tracebacks."""
+    import asyncio
+
+    from strata.checkpoint import async_sqlite_checkpointer, checkpoint_path, checkpointer_for, open_checkpointer
+
+    (tmp_path / "garbage").mkdir()
+    (tmp_path / "garbage" / "threads.sqlite3").write_bytes(b"not a database at all" * 100)
+
+    async def opened() -> None:
+        async with async_sqlite_checkpointer(tmp_path / "garbage"):
+            pass
+
+    for call, says in ((lambda: open_checkpointer(tmp_path / "garbage"), "is not a SQLite database"),
+                       (lambda: asyncio.run(opened()), "is not a SQLite database"),
+                       (lambda: checkpoint_path(None), "must be a folder's path, not NoneType"),
+                       (lambda: open_checkpointer("a\x00b"), "holds a NUL character"),
+                       (lambda: checkpointer_for("ann"), "takes a strata.Memory, not str")):
+        with pytest.raises(ConfigError) as error:
+            call()
+        assert says in one_line(error)
+    assert (tmp_path / "garbage" / "threads.sqlite3").read_bytes().startswith(b"not a database")  # left as it was
