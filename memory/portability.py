@@ -17,9 +17,11 @@ for a memory: nothing reads or writes the namespace until an import finishes
 (`MemoryStore.check_whole`), and the next import drops what the stopped one wrote and
 writes it all.
 
-With `about`, the document holds what `erase(about=...)` would remove for that
-person, and their history: the copy of their data a person may ask for. It is not a
-backup of the memory and cannot be imported.
+With `about`, the document holds the records `erase(about=...)` would remove for that
+person, their history and the working-memory rows of their turns: the copy of their
+data a person may ask for. Not their links (edges between records, no words of theirs),
+nor the episodes an erase tells again without them. It is not a backup of the memory
+and cannot be imported.
 """
 
 from __future__ import annotations
@@ -154,21 +156,20 @@ def export_memory(store: MemoryStore, about: str = "") -> MemoryDocument:
             records = store.get(sorted(chosen))
             history = [c for c in _history(store) if c.record_id in chosen]
             items = [v for v in store_items.versions(store.ledger, ns) if store_items.ITEM_PREFIX + v.key in chosen]
-            return MemoryDocument(namespace=ns, about=about, records=records, history=history, items=items)
+            turns = {r.dialogue_id for r in records if r.kind == "raw"}  # their words in the working memory too
+            working = [w for w in _working(store) if w.dia_id in turns]
+            return MemoryDocument(namespace=ns, about=about, records=records, history=history, items=items,
+                                  working=working)
         records = [r for kind in KINDS for r in store.all(kind, include_inactive=True)]
         with store.ledger.reading() as session:
             links = [Link(namespace=ns, src=r[0], dst=r[1], type=r[2], weight=float(r[3])) for r in session.execute(
                 "SELECT src, dst, type, weight FROM links WHERE namespace = ? ORDER BY src, dst, type", (ns,))]
-            working = [WorkingRow(participant=r[0], seq=int(r[1]), dia_id=r[2], text=r[3], time=r[4],
-                                  arrival=None if r[5] is None else int(r[5])) for r in session.execute(
-                "SELECT participant, seq, dia_id, text, time, arrival FROM working WHERE namespace = ? "
-                "ORDER BY participant, seq", (ns,))]
             state = {key: json.loads(value) for key, value in session.execute(  # the graph's own: not the
                 "SELECT key, value FROM state WHERE namespace = ? ORDER BY key", (ns,))  # journals of an edit,
                 if key in _STATE_SHAPES}  # an erase or an import left unfinished, acted on at the next open
         items = store_items.versions(store.ledger, ns)
         return MemoryDocument(namespace=ns, records=records, links=links, history=_history(store),
-                              working=working, state=state, items=items)
+                              working=_working(store), state=state, items=items)
 
 
 def read_document(data: object) -> MemoryDocument:
@@ -248,6 +249,15 @@ def _write(store: MemoryStore, document: MemoryDocument, records: list[Record]) 
             store_items.insert_version(store.ledger, ns, item.key, item.value, item.text, item.indexed,
                                        item.created_at, item.updated_at)
         store.ledger.clear_state(ns, IMPORTING)
+
+
+def _working(store: MemoryStore) -> list[WorkingRow]:
+    """The namespace's working memory, participant by participant, oldest first."""
+    with store.ledger.reading() as session:
+        return [WorkingRow(participant=r[0], seq=int(r[1]), dia_id=r[2], text=r[3], time=r[4],
+                           arrival=None if r[5] is None else int(r[5])) for r in session.execute(
+            "SELECT participant, seq, dia_id, text, time, arrival FROM working WHERE namespace = ? "
+            "ORDER BY participant, seq", (store.namespace,))]
 
 
 def _history(store: MemoryStore) -> list[Change]:

@@ -84,6 +84,8 @@ def test_a_persons_copy_holds_only_what_is_theirs(memory: Memory) -> None:
         assert "Caroline" in (record.speaker, record.subject, record.participant) or (
             set(record.source_ids) & caroline_turns), record.id
     assert {c.record_id for c in copy.history} <= {r.id for r in copy.records}
+    held = [w for w in memory.export().working if w.dia_id in caroline_turns]  # her words in the working memory
+    assert held and copy.working == held
 
 
 def test_a_wrong_import_writes_nothing_and_says_so_in_one_line(memory: Memory, tmp_path: Path) -> None:
