@@ -254,6 +254,13 @@ class Context:
                 raise InputError(f"{name} must be {need}, got {value!r}")
             if isinstance(least, int) and not float(value).is_integer():
                 raise InputError(f"{name} must be a whole number, got {value!r}")
+        if not (math.isfinite(self.temperature) and 0.0 <= self.temperature <= MAX_TEMPERATURE):
+            raise InputError(f"temperature must be from 0 to {MAX_TEMPERATURE:g} (what chat models take), "
+                             f"got {self.temperature!r}")
+        name, colon, _ = self.chroma_auth_header.partition(":")
+        if self.chroma_auth_header and not (colon and name.strip()):
+            raise ConfigError("chroma_auth_header must be 'Name: value' (e.g. 'X-Chroma-Token: secret'), got a "
+                              "value with no header name and colon")
 
     def kinds(self) -> list[str]:
         return [k.strip() for k in self.granularities.split(",") if k.strip()]
@@ -304,6 +311,7 @@ STORAGE_SETTINGS = ("data_dir", "chroma_host", "chroma_port", "chroma_ssl", "chr
 # graph steps (thousands would pass LangGraph's step limit mid-question). AMA uses 2.
 MAX_RETRY_ROUNDS = 20
 # Least and most values of the numeric settings; a setting not listed takes any number of its type.
+MAX_TEMPERATURE = 2.0  # the highest sampling temperature the OpenAI and Anthropic APIs accept
 _RANGES: dict[str, tuple[int, int]] = {
     "k_r": (0, MAX_RETRY_ROUNDS), "k_m": (1, _NO_LIMIT), "token_budget": (1, _NO_LIMIT), "working_size": (1, _NO_LIMIT),
     "episode_max_turns": (1, _NO_LIMIT), "chroma_port": (1, 65535), "max_turn_chars": (1, _NO_LIMIT),

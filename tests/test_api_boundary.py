@@ -220,6 +220,9 @@ def test_bytes_are_decoded_never_stored_as_their_repr(memory: Memory) -> None:
         ({"k_r": "abc"}, ConfigError, "k_r must be a whole number"),
         ({"k_r": True}, ConfigError, "k_r must be a whole number"),
         ({"k_r": -1}, ConfigError, "k_r must be from 0 to 20"),
+        ({"temperature": float("nan")}, InputError, "temperature must be from 0 to 2"),
+        ({"temperature": -5}, InputError, "temperature must be from 0 to 2"),
+        ({"chroma_auth_header": "nocolon"}, ConfigError, "chroma_auth_header must be 'Name: value'"),
         ({"k_r": 10**6}, ConfigError, "k_r must be from 0 to 20"),  # past LangGraph's step limit mid-question
         ({"token_budget": 10**20}, ConfigError, "token_budget must be at most 9223372036854775807"),
         ({"model_timeout": float("nan")}, InputError, "model_timeout must be a positive number"),
