@@ -421,6 +421,9 @@ def _check_op(op: Op) -> None:
     """The arguments of one operation, by type, before any is run: LangGraph's own checks are the labels'
     (`validate_op_namespace`); a text namespace, a number as a key or a list as a filter would otherwise
     be stored under another name or fail deep inside. One line each."""
+    if not isinstance(op, GetOp | PutOp | SearchOp | ListNamespacesOp):
+        raise InputError(f"batch takes store operations (GetOp, PutOp, SearchOp, ListNamespacesOp), not "
+                         f"{type(op).__name__}")
     prefixes = (op.namespace_prefix,) if isinstance(op, SearchOp) else (
         (op.match_conditions or ()) if isinstance(op, ListNamespacesOp) else (op.namespace,))
     for namespace in prefixes:

@@ -165,6 +165,8 @@ def test_batch_reads_before_writes_and_last_put_wins(store: StrataStore) -> None
 
 
 def test_bad_values_and_filters_are_one_line_errors(store: StrataStore) -> None:
+    with pytest.raises(InputError, match=r"batch takes store operations .* not int"):
+        store.batch([1])  # type: ignore[list-item]
     with pytest.raises(InputError, match="must be a dict"):
         store.batch([PutOp(("x",), "k", ["not", "a", "dict"])])  # type: ignore[arg-type]
     with pytest.raises(InputError, match="JSON"):
