@@ -263,15 +263,7 @@ def test_four_processes_writing_250_turns_each_into_one_namespace(
 ) -> None:
     names = ["conv-26.json", "conv-30.json", "conv-41.json", "conv-42.json"]
     batches = [conversation(locomo_dir, name, 250, offset=100 * (n + 1)) for n, name in enumerate(names)]
-    replicas += [Replica("crowd", tmp_path / f"w{n}", replica_env) for n in range(4)]
-    for replica, batch in zip(replicas, batches, strict=True):  # all four start at once
-        replica.send("add", turns=batch)
-    for replica in replicas:
-        replica.result(timeout=1700)
-
-    memory = Memory("crowd", data_dir=tmp_path / "check", chroma_host=LOOPBACK,
-                    chroma_port=int(replica_env["STRATA_CHROMA_PORT"]), ledger_url=ledger_url)
-    store = memory.store
+    store = added_together("crowd", batches, tmp_path, replica_env, replicas, ledger_url, timeout=1700)
     raw = store.all("raw", include_inactive=True)
     expected = {f"raw:{t['dia_id']}" for batch in batches for t in batch}
     assert len(raw) == len(expected) == 1000 and {r.id for r in raw} == expected
@@ -298,15 +290,7 @@ def test_an_input_sent_twice_at_once_beside_another_is_derived_once(
     successors for a turn, its facts twice). The derive checks first that the turn still waits for it."""
     first = conversation(locomo_dir, "conv-26.json", 40)
     other = conversation(locomo_dir, "conv-30.json", 30, offset=100)
-    replicas += [Replica("retried", tmp_path / f"w{n}", replica_env) for n in range(3)]
-    for replica, batch in zip(replicas, [first, first, other], strict=True):
-        replica.send("add", turns=batch)
-    for replica in replicas:
-        replica.result(timeout=900)
-
-    memory = Memory("retried", data_dir=tmp_path / "check", chroma_host=LOOPBACK,
-                    chroma_port=int(replica_env["STRATA_CHROMA_PORT"]), ledger_url=ledger_url)
-    store = memory.store
+    store = added_together("retried", [first, first, other], tmp_path, replica_env, replicas, ledger_url, timeout=900)
     assert len(store.all("raw")) == 70 and store.ledger.get_state("retried", "pending_derive") == []
     with store.ledger.transaction() as session:
         temporal = session.execute(
@@ -315,6 +299,20 @@ def test_an_input_sent_twice_at_once_beside_another_is_derived_once(
     facts = store.all("fact", include_inactive=True)
     texts = [(f.dialogue_id, f.text) for f in facts]
     assert facts and len(texts) == len(set(texts))  # no turn's facts twice
+
+
+def added_together(
+    namespace: str, batches: list[list[dict[str, Any]]], tmp_path: Path, replica_env: dict[str, str],
+    replicas: list[Replica], ledger_url: str, timeout: float,
+) -> Any:
+    """Each batch sent to a replica process of its own, all at once; the namespace's store once all are done."""
+    replicas += [Replica(namespace, tmp_path / f"w{n}", replica_env) for n in range(len(batches))]
+    for replica, batch in zip(replicas, batches, strict=True):
+        replica.send("add", turns=batch)
+    for replica in replicas:
+        replica.result(timeout=timeout)
+    return Memory(namespace, data_dir=tmp_path / "check", chroma_host=LOOPBACK,
+                  chroma_port=int(replica_env["STRATA_CHROMA_PORT"]), ledger_url=ledger_url).store
 
 
 def pending_count(url: str, namespace: str) -> int | None:
