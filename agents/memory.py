@@ -495,25 +495,14 @@ def _with_ids(store: MemoryStore, turns: list[Turn]) -> list[Turn]:
 
     The numbers are taken in one atomic step of the ledger, so concurrent writers never share one.
     """
-    if all(turn.dia_id for turn in turns):
+    missing = sum(1 for turn in turns if not turn.dia_id)
+    if not missing:
         return turns
-    # A retry of an input whose storing was cut short (the server stopped after the write-ahead) names its
-    # turns anew: a turn that repeats, word for word and by the same speaker, one still waiting for its
-    # derive is that turn, so it is derived instead of stored twice and left waiting for ever.
-    waiting = {(r.speaker, r.text): r for r in store.get(_pending(store)) if r.dialogue_id.startswith("T")}
-    retried: dict[int, Turn] = {}
-    for n, turn in enumerate(turns):
-        cut_short = None if turn.dia_id else waiting.pop((turn.speaker, turn.text), None)
-        if cut_short is not None:
-            retried[n] = turn.model_copy(update={"dia_id": cut_short.dialogue_id, "time": cut_short.time})
-    missing = sum(1 for n, turn in enumerate(turns) if not turn.dia_id and n not in retried)
-    number = store.ledger.bump(store.namespace, TURN_COUNTER, missing) - missing if missing else 0
+    number = store.ledger.bump(store.namespace, TURN_COUNTER, missing) - missing
     now = utc_now()
     named: list[Turn] = []
-    for n, turn in enumerate(turns):
-        if n in retried:
-            turn = retried[n]
-        elif not turn.dia_id:
+    for turn in turns:
+        if not turn.dia_id:
             number += 1
             turn = turn.model_copy(update={"dia_id": f"T{number}", "time": turn.time or now})
         named.append(turn)

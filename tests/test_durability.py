@@ -290,32 +290,3 @@ def test_a_resumed_import_does_not_close_a_later_sessions_episode(data_dir: Path
     memory.add(session_2, end_session=True)
     closed = {e.id: e.source_ids for e in memory.store.all("episode")}
     assert closed == {"episode:D1:1": ["D1:1", "D1:2", "D1:3"], "episode:D2:1": ["D2:1", "D2:2", "D2:3"]}
-
-
-def test_a_retried_turn_without_an_id_is_the_turn_its_cut_short_run_wrote_ahead(
-    data_dir: Path, embedder: object, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A run stopped after the write-ahead (the server went down while deriving) left its turn waiting for
-    its derive. A turn without a dia_id is named anew by every run, so the retry stored it a second time
-    and the first stayed waiting, never derived. Now the repeat is that turn."""
-    import strata.agents.memory as memory_role
-
-    memory = Memory(NAMESPACE, data_dir=str(data_dir))
-    memory.add({"speaker": "Caroline", "text": "I moved to Denver last week."})
-    facts = memory_role._facts
-
-    def down(*args: object, **kwargs: object) -> object:
-        raise ConnectionError("the server stopped answering")
-
-    monkeypatch.setattr(memory_role, "_facts", down)
-    with pytest.raises(ConnectionError):
-        memory.add({"speaker": "Caroline", "text": "My sister Jane lives in Boston."})
-    monkeypatch.setattr(memory_role, "_facts", facts)
-
-    memory.add({"speaker": "Caroline", "text": "My sister Jane lives in Boston."})  # the client's retry
-    memory.add({"speaker": "Caroline", "text": "My sister Jane lives in Boston."})  # said again: a new turn
-
-    raw = sorted((r.dialogue_id, r.text) for r in memory.store.all("raw"))
-    assert [d for d, _ in raw] == ["T1", "T2", "T3"] and raw[1][1] == raw[2][1]
-    assert memory.store.state("pending_derive") == []
-    assert {f.dialogue_id for f in memory.store.all("fact")} == {"T1", "T2", "T3"}
