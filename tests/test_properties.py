@@ -221,8 +221,9 @@ def test_constructor_with_any_namespace_or_setting(
 ) -> None:
     guarded = fingerprint(populated)
     memory = works_or_one_line(lambda: Memory(namespace, data_dir=str(folder)))
-    if memory is not None:
-        assert isinstance(memory.namespace, str) and memory.namespace == namespace
+    if memory is not None:  # None names no namespace: STRATA_NAMESPACE's, then 'default'
+        assert isinstance(memory.namespace, str) and memory.namespace == (namespace if namespace is not None
+                                                                           else Context().namespace)
     configured = works_or_one_line(lambda: Memory("prop", data_dir=str(folder), **{name: value}))
     if configured is not None:
         context = configured.context("ask")
