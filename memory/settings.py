@@ -34,11 +34,13 @@ def check_folder(value: str, name: str = "data_dir") -> str:
 
 
 def outside_chroma(folder: str) -> str:
-    """The folder, or a one-line `ConfigError` when it is (or lies inside) an embedded Chroma folder: a
-    rebuild of that folder deletes every folder in it that no collection names, a memory's included."""
+    """The folder, or a one-line `ConfigError` when it is (or lies inside) another memory's Chroma folder
+    (`chroma/` beside a ledger): a rebuild of that folder after an erase deletes every folder in it that no
+    collection names, a memory's included. An app's own Chroma folder is never rebuilt from here."""
     for place in (Path(folder), *Path(folder).parents):
         try:
-            inside = (place / "chroma.sqlite3").is_file()
+            inside = place.name == "chroma" and (place / "chroma.sqlite3").is_file() and (
+                place.parent / LEDGER_NAME).is_file()
         except OSError:  # a name too long, or a folder this process may not look into
             inside = False
         if inside:

@@ -372,6 +372,10 @@ def test_a_memory_folder_inside_another_memorys_chroma_folder_is_refused(tmp_pat
     assert not (tmp_path / "outer" / "chroma" / "new").exists()  # refused before anything was made there
     assert [r.text for r in outer.store.all("raw")] == ["I play the cello."]
     assert Memory("b", data_dir=str(tmp_path / "outer" / "beside")).stats()["raw"]["active"] == 0
+    import chromadb  # an app's own Chroma folder, which no rebuild of ours touches: a memory may live in it
+
+    chromadb.PersistentClient(path=str(tmp_path / "app")).get_or_create_collection("notes")
+    assert Memory("c", data_dir=str(tmp_path / "app" / ".strata")).stats()["raw"]["active"] == 0
 
 
 def test_a_date_past_the_calendar_resolves_to_nothing(tmp_path: Path) -> None:

@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from pydantic import BaseModel, Field
 from strata.memory.graph import causal, fast_path, summaries
 from strata.memory.graph import links as entity_graph
+from strata.memory.journal import PENDING
 from strata.memory.records import ENTITY_NODE, Link, LinkType, Record, entity_node_id
 from strata.memory.store import MemoryStore
 
@@ -80,7 +81,7 @@ def consolidate(
     ns = store.namespace
     infer = causal_policy or offline_causal(store)
     if entities_on or semantic_on:  # (with both off, ingest files no note: an ablation, left as it is)
-        report.filed = file_unfiled_turns(store, entities_on, semantic_on)
+        report.filed = file_unfiled_turns(store, entities_on, semantic_on, limit)
     timeline = [r for r in store.timeline() if r.context]  # filed as notes by the fast path
     order = {r.id: i for i, r in enumerate(timeline)}
     done = set(store.ledger.get_state(ns, DONE, []) or [])  # type: ignore[arg-type]
@@ -211,16 +212,22 @@ def _told_offline(store: MemoryStore, group: summaries.Group, raw: dict[str, Rec
     return summaries.narrate(group, raw, _facts_by_turn(store.facts_from(raw[i].dialogue_id for i in group.turn_ids)))
 
 
-def file_unfiled_turns(store: MemoryStore, entities_on: bool = True, semantic_on: bool = True) -> int:
+def file_unfiled_turns(
+    store: MemoryStore, entities_on: bool = True, semantic_on: bool = True, limit: int | None = None
+) -> int:
     """File, offline and oldest first, the turns an earlier version stored before notes existed: their
     entities, note and semantic links, as the fast path files a new turn (memory/graph/fast_path.py). The
-    slow path reads notes, and would pass such turns by for ever. The number filed."""
+    slow path reads notes, and would pass such turns by for ever. A turn still waiting for its derive (one
+    being ingested, or left by a run cut short) is not one of them: its derive files it. The number filed."""
     filed = 0
-    for raw in [r for r in store.timeline() if not r.context]:
+    def waiting() -> set[str]:
+        return set(store.state(PENDING, []) or [])  # type: ignore[call-overload]
+
+    for raw in [r for r in store.timeline() if not r.context and r.id not in waiting()][:limit]:
         with store.edits():  # a turn's evolutions stand with its note, or neither does
             current = store.get([raw.id])
-            if not current or current[0].context:
-                continue  # erased, or filed by an ingest meanwhile
+            if not current or current[0].context or raw.id in waiting():
+                continue  # erased, filed by an ingest meanwhile, or written ahead by one
             plan = fast_path.plan_offline(store, raw, "", semantic_on)
             graph = fast_path.write_turn(store, raw, store.facts_from([raw.dialogue_id]), plan.mentions, plan.note,
                                          plan.decisions, plan.evolutions, "offline", entities_on, semantic_on)
