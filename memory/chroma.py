@@ -118,7 +118,7 @@ def _connect(settings: StoreSettings) -> Any:
         except Exception as exc:
             said = " ".join(str(exc).split())[:100]
             where = f"the Chroma server at {settings.chroma_host}:{settings.chroma_port}"
-            if any(word in said for word in ("401", "403", "Unauthorized", "Forbidden")):
+            if _refused(exc):
                 raise ConfigError(f"{where} refused this client ({said}): set chroma_auth_header "
                                   "(STRATA_CHROMA_AUTH_HEADER) to the header it expects, 'Name: value'") from exc
             raise ConfigError(
@@ -194,6 +194,15 @@ def _index_cache_bound(indexes: int) -> Iterator[None]:
         engine.resource = real
 
 
+def _refused(error: BaseException) -> bool:
+    """Whether the server answered that this client may not in (HTTP 401 or 403), by status, not by text."""
+    import httpx
+
+    if isinstance(error, httpx.HTTPStatusError):
+        return error.response.status_code in (401, 403)
+    return type(error).__name__ in ("AuthorizationError", "AuthenticationError")  # Chroma's own, past the heartbeat
+
+
 def server_timeout() -> float:
     """How long a Chroma server may take to answer one request (STRATA_CHROMA_TIMEOUT, seconds): past it the
     call fails in one line (`server_stopped`) instead of holding the namespace's lock for ever."""
@@ -204,10 +213,13 @@ def _answers_at_all(settings: StoreSettings) -> None:
     """Raise when the server does not answer its heartbeat within the timeout (a frozen process, a port that
     accepts and never replies): Chroma's client would wait for ever in its constructor."""
     import httpx
+    from chromadb.api.base_http_client import BaseHTTPClient
+    from chromadb.config import Settings as ChromaSettings
 
-    scheme = "https" if settings.chroma_ssl else "http"
-    httpx.get(f"{scheme}://{settings.chroma_host}:{settings.chroma_port}/api/v2/heartbeat",
-              headers=settings.headers(), timeout=server_timeout()).raise_for_status()
+    api = BaseHTTPClient.resolve_url(  # as Chroma's own client resolves it (a host may be a whole URL)
+        chroma_server_host=settings.chroma_host or "", chroma_server_ssl_enabled=settings.chroma_ssl,
+        default_api_path=ChromaSettings().chroma_server_api_default_path, chroma_server_http_port=settings.chroma_port)
+    httpx.get(f"{api}/heartbeat", headers=settings.headers(), timeout=server_timeout()).raise_for_status()
 
 
 def _bounded(client: Any) -> None:

@@ -29,7 +29,7 @@ from servers import (
     free_port,
     postgres_run,
 )
-from strata.memory.chroma import collection_name
+from strata.memory.chroma import collection_name, open_client, server_timeout
 from strata.memory.errors import ConfigError, UnavailableError
 
 from strata.api import Memory
@@ -203,6 +203,10 @@ def test_a_chroma_server_that_stops_mid_run_is_one_line_and_the_retry_finishes(
     with chroma_run(tmp_path / "data", tmp_path / "chroma.log") as server:
         memory = Memory("stops", chroma_host=LOOPBACK, chroma_port=server.port, data_dir=tmp_path / "ledger")
         memory.add(turns[:10])
+        session = open_client(memory.context("ask").store_settings())._server._session  # every request bounded
+        assert session.timeout.read == server_timeout() and session.timeout.connect <= server_timeout()
+        as_url = Memory("stops", chroma_host=f"http://{LOOPBACK}:{server.port}", data_dir=tmp_path / "ledger")
+        assert len(as_url.store.all("raw")) == 10  # a host given as a URL, as Chroma's own client takes it
         server.stop()
         with pytest.raises(UnavailableError) as error:
             memory.add(turns[10:20])
