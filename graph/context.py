@@ -288,7 +288,11 @@ def _init_noting_what_is_given(self: Context, *args: Any, _given: frozenset[str]
     """The dataclass's own __init__, after noting which fields count as given: only the others fall back to
     STRATA_<FIELD>. A run's context (Studio, the server, a dict) names them by value: one equal to its
     default counts as not given, since a form sends every field. The Python API (`Memory`) names them
-    itself (`_given`), so `data_dir='.strata'` there is that folder, whatever STRATA_DATA_DIR says."""
+    itself (`_given`), so `data_dir='.strata'` there is that folder, whatever STRATA_DATA_DIR says.
+    `dataclasses.replace` builds a new Context by value: a Memory's context replaced that way falls back to
+    the variables for its defaults (`Memory.context(mode, **overrides)` keeps what was given)."""
+    if _given is not None and not (isinstance(_given, frozenset) and all(isinstance(n, str) for n in _given)):
+        raise InputError("unknown setting(s) '_given': a run's context names settings only")  # JSON has no sets
     defaults = {spec.name: spec.default for spec in fields(Context)}
     unknown = sorted(set(kwargs) - set(defaults))
     if unknown:  # a run's context from a form or a dict: said in one line, as Memory(...) says it
@@ -311,7 +315,7 @@ STORAGE_SETTINGS = ("data_dir", "chroma_host", "chroma_port", "chroma_ssl", "chr
 # graph steps (thousands would pass LangGraph's step limit mid-question). AMA uses 2.
 MAX_RETRY_ROUNDS = 20
 # Least and most values of the numeric settings; a setting not listed takes any number of its type.
-MAX_TEMPERATURE = 2.0  # the highest sampling temperature the OpenAI and Anthropic APIs accept
+MAX_TEMPERATURE = 2.0  # the highest sampling temperature chat APIs take (OpenAI's; Anthropic's stops at 1)
 _RANGES: dict[str, tuple[int, int]] = {
     "k_r": (0, MAX_RETRY_ROUNDS), "k_m": (1, _NO_LIMIT), "token_budget": (1, _NO_LIMIT), "working_size": (1, _NO_LIMIT),
     "episode_max_turns": (1, _NO_LIMIT), "chroma_port": (1, 65535), "max_turn_chars": (1, _NO_LIMIT),

@@ -13,7 +13,7 @@ History ids are the target ledger's own (other namespaces share its counter), so
 links between changes (`undoes`, `follows`) are renumbered with them. The records go to
 Chroma first, then the rest in one ledger transaction; a mark in the ledger's state says
 an import is under way, so an import stopped halfway (the process killed) is not taken
-for a memory: nothing reads or writes the namespace until an import finishes
+for a memory: no Memory call or graph run reads or writes the namespace until an import finishes
 (`MemoryStore.check_whole`), and the next import drops what the stopped one wrote and
 writes it all.
 

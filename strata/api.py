@@ -119,9 +119,16 @@ class Memory:
 
     @property
     def store(self) -> MemoryStore:
-        """Direct access to the stores (records, links, history)."""
+        """Direct access to the stores (records, links, history), as they are: a namespace an import has not
+        finished included (every call below refuses it)."""
         context = self.context("ask")
         return open_store(context.store_settings(), context.namespace)
+
+    def _whole(self) -> MemoryStore:
+        """The stores, refused in one line while an import of the namespace has not finished."""
+        store = self.store
+        store.check_whole()
+        return store
 
     # writing -----------------------------------------------------------
     def add(
@@ -142,7 +149,7 @@ class Memory:
         if end_session:
             from strata.agents.memory import close_open_episode
 
-            close_open_episode(self.store, last_turn=batch[-1].dia_id or None)
+            close_open_episode(self._whole(), last_turn=batch[-1].dia_id or None)
         return IngestReport(
             turns=len(batch), stored_ids=result.get("stored_ids", []), changes=result.get("changes", []),
             notes=result.get("notes", []),
@@ -152,7 +159,7 @@ class Memory:
         """Close the open episode now (a session ended); returns the episode written, if any."""
         from strata.agents.memory import close_open_episode
 
-        return close_open_episode(self.store)
+        return close_open_episode(self._whole())
 
     def consolidate(self, limit: int | None = None) -> ConsolidationReport:
         """The slow path (causal links, denser entity links, summaries) over what was stored since the last run.
@@ -162,7 +169,7 @@ class Memory:
         """
         from strata.agents.consolidation import run
 
-        return run(self.store, self.context("ingest"), checked(_ConsolidateRequest, limit=limit).limit)
+        return run(self._whole(), self.context("ingest"), checked(_ConsolidateRequest, limit=limit).limit)
 
     # reading -----------------------------------------------------------
     def ask(self, question: str, refresh: bool = False) -> Answer:
@@ -200,7 +207,7 @@ class Memory:
         it) or of a participant; write it with `strata.memory.graph.export.write_graph`."""
         if question is not None and person is not None:
             raise InputError("give a question or a person, not both")
-        store = self.store
+        store = self._whole()
         if person is not None:
             return person_graph(store, _text(person, "the person"))
         if question is None:
@@ -223,18 +230,18 @@ class Memory:
     def history(self, record_id: str | None = None, limit: int = 50) -> list[Change]:
         """Changes made to memory, newest first (every one can be undone)."""
         query = checked(_HistoryQuery, record_id=record_id, limit=limit)
-        return self.store.history(query.record_id, query.limit)
+        return self._whole().history(query.record_id, query.limit)
 
     def undo(self, change_id: int | None = None) -> Change:
         """Reverse a change and the changes made with it: the latest update or delete when no id is
         given (evolutions are many and small, so they are undone by id; see `history()`)."""
-        return self.store.undo(checked(_UndoRequest, change_id=change_id).change_id)
+        return self._whole().undo(checked(_UndoRequest, change_id=change_id).change_id)
 
     def get(self, ids: Iterable[str]) -> list[Record]:
-        return self.store.get(checked(_Ids, ids=_id_list(ids, "get")).ids)
+        return self._whole().get(checked(_Ids, ids=_id_list(ids, "get")).ids)
 
     def stats(self) -> dict[str, Any]:
-        return self.store.stats()
+        return self._whole().stats()
 
     def erase(self, ids: Iterable[str] = (), about: str | None = None) -> ErasureReport:
         """Remove records for good, with what was derived from them, their links and their history:
@@ -248,7 +255,7 @@ class Memory:
     ) -> tuple[ErasureReport, ErasurePlan]:
         """`erase`, and the plan it carried out: for a host that keeps threads of its own (the server's
         routes), which may hold a record stored after it last listed what would go."""
-        store = self.store
+        store = self._whole()
         with store.writing():  # no writer of this namespace between the plan and the erase
             resumed = finish_erasure(store) or store.finished_erasure  # one stopped midway comes first
             store.finished_erasure = None
@@ -272,7 +279,7 @@ class Memory:
     def erasure_plan(self, ids: Iterable[str] = (), about: str | None = None) -> ErasurePlan:
         """What `erase` would remove, checked as `erase` checks it; nothing changes."""
         request = checked(_EraseRequest, ids=_id_list(ids, "erase"), about=about)
-        return plan_erasure(self.store, request.ids, request.about or "")
+        return plan_erasure(self._whole(), request.ids, request.about or "")
 
     # moving a memory -----------------------------------------------------
     def export(self, about: str | None = None) -> MemoryDocument:
@@ -280,7 +287,7 @@ class Memory:
         `import_from` writes into another namespace or storage. With `about`, only what is said by or about
         that person (their copy of their data; not importable). memory/portability.py says what it holds."""
         request = checked(_ExportRequest, about=about)
-        return export_memory(self.store, request.about or "")
+        return export_memory(self._whole(), request.about or "")
 
     def import_from(self, document: MemoryDocument | dict[str, Any] | str | os.PathLike[str]) -> ImportReport:
         """Write an export (the document, its JSON text or parsed JSON, or the path of its file) into this

@@ -188,6 +188,8 @@ def test_a_graph_run_with_a_context_or_question_it_cannot_use_is_one_line(tmp_pa
             ({"question": "Where?"}, "ann", "not str"),
             ({"question": "Where?"}, {"namespace": "ann", "data_dir": str(tmp_path), "k_rr": 3},
              "unknown setting(s) 'k_rr'"),
+            ({"question": "Where?"}, {"namespace": "ann", "data_dir": str(tmp_path), "_given": ["model"]},
+             "unknown setting(s) '_given'"),
             ({"question": "Where does Ann live \ud800?"}, Context(namespace="ann", data_dir=str(tmp_path)),
              "the question holds '\\ud800' at character 21")]
     for payload, context, says in runs:
