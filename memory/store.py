@@ -30,7 +30,7 @@ from strata.memory import journal, snapshots, store_items
 from strata.memory.bm25 import BM25Index, reciprocal_rank_fusion
 from strata.memory.chroma import collection_name, get_collection, grown_large, open_client
 from strata.memory.embeddings import CachedEmbedder, get_embedder
-from strata.memory.errors import InputError, NotFoundError
+from strata.memory.errors import ConfigError, InputError, NotFoundError
 from strata.memory.journal import JournalEntry
 from strata.memory.ledger import Ledger, chunked
 from strata.memory.locks import namespace_lock
@@ -150,6 +150,7 @@ class MemoryStore:
         self._group_depth = 0  # how deep the holder of the write lock is in `edits()` groups
         self._journaled = False  # this process wrote journal entries that a flush or a group's end clears
         self.importer: int | None = None  # the thread whose import writes the namespace (`check_whole` lets it)
+        self._halves_agree = False  # Chroma and the ledger were found to hold the same namespace (`_check_halves`)
         self._until_flush = False  # the entries belong to a turn being stored: only its batch's flush clears them
 
     @contextmanager
@@ -177,6 +178,24 @@ class MemoryStore:
             raise InputError(f"an import into the namespace {self.namespace!r} has not finished (begun with an "
                              f"export of {began}; a stopped import leaves it half written): run the import again "
                              "to finish it, or drop the namespace (Memory.drop()); nothing else reads or writes it")
+        if not self._halves_agree:
+            self._check_halves()
+
+    def _check_halves(self) -> None:
+        """Once per open: a ledger that remembers this namespace (changes, links) beside a Chroma holding none
+        of its records means Chroma's half is not here (another server or folder, a lost volume). Read on, it
+        answered "not in memory" and took new writes that the old links and history no longer matched."""
+        if not self.count("raw"):  # every memory holds turns (store items too): none, and Chroma is not its own
+            links = sum(self.ledger.count_links(self.namespace).values())
+            remembered = self.ledger.count_history(self.namespace) + links
+            if remembered:
+                where = (f"the Chroma server at {self.settings.chroma_host}:{self.settings.chroma_port}"
+                         if self.settings.chroma_host else f"the Chroma folder {self.settings.chroma_path}")
+                raise ConfigError(f"the ledger holds {remembered} changes and links of the namespace "
+                                  f"{self.namespace!r}, and {where} none of its records: point the memory at "
+                                  "the Chroma that holds them (or restore its folder), or drop the namespace "
+                                  "(Memory.drop())")
+        self._halves_agree = True
 
     @contextmanager
     def edits(self, until_flush: bool = False) -> Iterator[None]:

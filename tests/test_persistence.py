@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from strata.conversations import ADVERSARIAL_CATEGORY, Question, load_questions, load_turns
 
 REPO = Path(__file__).resolve().parents[1]
@@ -112,3 +114,30 @@ def test_memory_survives_a_new_process(locomo_dir: Path, data_dir: Path, offline
     )
     assert undo.returncode == 0, undo.stderr
     assert f"undid change #{deleted['id']} on {deleted['record_id']}: it is active again" in undo.stdout
+
+
+def test_a_ledger_without_its_chroma_half_is_refused_in_one_line_until_dropped(tmp_path: Path) -> None:
+    """A Chroma server pointed at by mistake, or a lost Chroma folder, beside a ledger that remembers the
+    namespace: the memory answered "not in memory" and took new writes that the old links and history no
+    longer matched. Now every call says so once, and a drop starts the namespace afresh."""
+    import shutil
+
+    from strata.memory.errors import ConfigError
+    from strata.memory.registry import close_all
+
+    from strata import Memory
+
+    data_dir = tmp_path / "mem"
+    Memory("ann", data_dir=str(data_dir)).add([{"speaker": "Ann", "text": "I moved to Denver last week.",
+                                                "dia_id": "D1:1"}])
+    close_all()
+    shutil.rmtree(data_dir / "chroma")
+    for call in (lambda m: m.ask("Where does Ann live?"), lambda m: m.stats(),
+                 lambda m: m.add([{"speaker": "Ann", "text": "Hello again.", "dia_id": "D1:2"}])):
+        with pytest.raises(ConfigError, match=r"the ledger holds .* none of its records") as error:
+            call(Memory("ann", data_dir=str(data_dir)))
+        assert "\n" not in str(error.value)
+    Memory("ann", data_dir=str(data_dir)).drop()
+    fresh = Memory("ann", data_dir=str(data_dir))
+    fresh.add([{"speaker": "Ann", "text": "Hello again.", "dia_id": "D1:1"}])
+    assert [r.text for r in fresh.store.all("raw")] == ["Hello again."]
