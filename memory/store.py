@@ -185,7 +185,9 @@ class MemoryStore:
         """Once per open: a ledger that remembers this namespace (changes, links) beside a Chroma holding none
         of its records means Chroma's half is not here (another server or folder, a lost volume). Read on, it
         answered "not in memory" and took new writes that the old links and history no longer matched."""
-        if not self.count("raw"):  # every memory holds turns (store items too): none, and Chroma is not its own
+        from strata.memory.erasure import ERASING  # (erasure.py builds on this module)
+
+        if self.state(ERASING) is None and not self._holds_any_record():  # an erase under way explains it
             links = sum(self.ledger.count_links(self.namespace).values())
             remembered = self.ledger.count_history(self.namespace) + links
             if remembered:
@@ -196,6 +198,18 @@ class MemoryStore:
                                   "the Chroma that holds them (or restore its folder), or drop the namespace "
                                   "(Memory.drop())")
         self._halves_agree = True
+
+    def _holds_any_record(self) -> bool:
+        """Whether Chroma holds a record of this namespace, of any kind, creating no collection to find out."""
+        if self.count("raw"):  # nearly always the answer
+            return True
+        for kind in KINDS:
+            try:
+                if self._client.get_collection(collection_name(self.namespace, kind)).count():
+                    return True
+            except Exception:  # Chroma's NotFoundError (a ValueError in older versions): none of that kind
+                continue
+        return False
 
     @contextmanager
     def edits(self, until_flush: bool = False) -> Iterator[None]:

@@ -141,3 +141,39 @@ def test_a_ledger_without_its_chroma_half_is_refused_in_one_line_until_dropped(t
     fresh = Memory("ann", data_dir=str(data_dir))
     fresh.add([{"speaker": "Ann", "text": "Hello again.", "dia_id": "D1:1"}])
     assert [r.text for r in fresh.store.all("raw")] == ["Hello again."]
+
+
+def test_a_namespace_whose_every_turn_was_erased_is_not_taken_for_a_lost_chroma(tmp_path: Path) -> None:
+    """The check above reads "no turn in Chroma, changes and links in the ledger": an erase of every turn,
+    finished or stopped midway (the turns gone, the ledger not yet cleaned), is not that."""
+    from strata.memory.erasure import ERASING
+    from strata.memory.registry import close_all
+    from strata.memory.store import MemoryStore
+
+    from strata import Memory
+
+    data_dir = tmp_path / "mem"
+    memory = Memory("ann", data_dir=str(data_dir))
+    memory.add([{"speaker": "Ann", "text": "I moved to Denver last week.", "dia_id": "D1:1"},
+                {"speaker": "Ann", "text": "My sister Jane lives in Boston.", "dia_id": "D1:2"}])
+    memory.chat("Actually I live in Boulder now.", speaker="Ann")
+    memory.erase(about="Ann")
+    close_all()
+    assert Memory("ann", data_dir=str(data_dir)).stats()["raw"]["active"] == 0  # opens, says it is empty
+
+    again = Memory("ann", data_dir=str(data_dir))
+    again.add([{"speaker": "Ann", "text": "I adopted a cat.", "dia_id": "D2:1"}])
+    remove = MemoryStore._remove
+
+    def killed_after_the_turns(self: MemoryStore, kind: str, ids: list[str]) -> None:
+        remove(self, kind, ids)  # type: ignore[arg-type]
+        if kind == "raw":
+            raise ConnectionError("killed after Chroma's delete of the turns")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(MemoryStore, "_remove", killed_after_the_turns)
+        with pytest.raises(ConnectionError):
+            again.erase(about="Ann")
+    close_all()
+    reopened = Memory("ann", data_dir=str(data_dir))
+    assert reopened.stats()["raw"]["active"] == 0 and reopened.store.state(ERASING) is None  # finished on opening
