@@ -46,7 +46,7 @@ from strata.agents.common import (
 from strata.agents.llm import ask_json, chat_model, one_of
 from strata.graph.context import Context
 from strata.graph.state import ChangeNote, Evidence, State
-from strata.memory.errors import NotFoundError
+from strata.memory.errors import InputError
 from strata.memory.facts import FactDraft, extract_facts, single_valued
 from strata.memory.forgetting import ForgetDecision, decide
 from strata.memory.records import Record, Status, Turn
@@ -240,7 +240,7 @@ def conflict_groups(state: State, store: MemoryStore, incoming: Incoming) -> lis
                 continue
             try:
                 kind_of(record_id)
-            except NotFoundError:
+            except InputError:  # not a memory id
                 unknown.append(record_id)
                 continue
             found = store.get([record_id])

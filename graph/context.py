@@ -193,13 +193,16 @@ class Context:
         self.namespace = check_namespace(self.namespace)
         if self.mode not in MODES:
             raise InputError(f"unknown mode {shown_value(self.mode)}: use one of {', '.join(MODES)}")
+        source: dict[str, str] = {}  # where each setting came from, for its messages
         for spec in fields(self):
             if spec.name in ("chat_model", "mode"):
                 continue
-            value = _setting(spec.name, getattr(self, spec.name), types[spec.name], f"setting {spec.name}")
+            source[spec.name] = f"setting {spec.name}"
+            value = _setting(spec.name, getattr(self, spec.name), types[spec.name], source[spec.name])
             env = os.environ.get(f"STRATA_{spec.name.upper()}")
             if env is not None and env != "" and spec.name not in self._given:
-                value = _setting(spec.name, env, types[spec.name], f"STRATA_{spec.name.upper()}")
+                source[spec.name] = f"STRATA_{spec.name.upper()}"
+                value = _setting(spec.name, env, types[spec.name], source[spec.name])
             setattr(self, spec.name, value)
         if self.chat_model is not None and not callable(getattr(self.chat_model, "invoke", None)):
             raise InputError("chat_model must be a LangChain chat model object: from Studio or the server, set model")
@@ -210,7 +213,7 @@ class Context:
             if not least <= number <= most:
                 bound = f"from {least} to {most}" if most < _NO_LIMIT else (
                     f"at least {least}" if number < least else f"at most {most} (a 64-bit whole number)")
-                raise ConfigError(f"setting {name} must be {bound}, got {number!r}")
+                raise ConfigError(f"{source[name]} must be {bound}, got {number!r}")
         self._check_wire()
         unknown = set(self.kinds()) - {"raw", "fact", "episode", "summary"}
         if unknown or not self.kinds():

@@ -82,8 +82,8 @@ class Hit(BaseModel):
 def kind_of(record_id: str) -> Kind:
     """Record ids start with their kind (`raw:D1:3`, `fact:D1:3:0`, ...)."""
     prefix = record_id.split(":", 1)[0]
-    if prefix not in KINDS:
-        raise NotFoundError(
+    if prefix not in KINDS:  # wrong input, not a record that is missing (HTTP 400, not 404)
+        raise InputError(
             f"{record_id!r} is not a memory id: ids start with raw:, fact:, episode:, persona: or summary:"
         )
     return prefix  # type: ignore[return-value]

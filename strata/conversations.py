@@ -144,7 +144,9 @@ def read_json_file(path: str | Path, what: str = "conversation") -> tuple[str, s
         reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
         raise ConversationFileError(f"{name[:80]}: cannot be a file's path ({reason}): check the path") from None
     if not found:
-        raise ConversationFileError(f"{name}: no such file: check the path")
+        leads_nowhere = file.is_symlink()  # a link whose target is missing, or a loop of links
+        raise ConversationFileError(f"{name}: " + ("is a link that leads to no file (a missing target or a loop)"
+                                                   if leads_nowhere else "no such file") + ": check the path")
     if file.is_dir():
         raise ConversationFileError(f"{name}: is a folder, not a file: give the path of a .json {what} file")
     if not file.is_file():  # a pipe waits for a writer for ever, a device never ends

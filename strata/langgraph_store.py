@@ -50,7 +50,7 @@ from pydantic import ValidationError
 
 from strata.memory import store_items
 from strata.memory.chroma import open_client
-from strata.memory.errors import InputError, NotFoundError, check_utf8
+from strata.memory.errors import InputError, check_utf8
 from strata.memory.ledger import Ledger
 from strata.memory.records import KINDS, Record, Status
 from strata.memory.registry import ledger_for, open_store
@@ -532,7 +532,7 @@ def _memory_item(store: MemoryStore, namespace: tuple[str, ...], key: str) -> It
         return None
     try:
         kind_of(key)
-    except NotFoundError:
+    except InputError:  # not a memory id: no record of the memory is this item
         return None
     records = store.get([key])
     if not records or records[0].status != Status.ACTIVE:

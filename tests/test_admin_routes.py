@@ -60,6 +60,8 @@ def test_reads_answer_as_the_python_api_does(memory: Memory, client: TestClient)
     assert stats["raw"]["active"] == 20 == memory.stats()["raw"]["active"]
     records = client.get(f"/strata/records?namespace={NAMESPACE}&ids=raw:D1:3&ids=raw:D9:9", headers=AUTH).json()
     assert [r["id"] for r in records] == ["raw:D1:3"] and "LGBTQ support group" in records[0]["text"]
+    malformed = client.get(f"/strata/records?namespace={NAMESPACE}&ids=D1:3", headers=AUTH)  # no kind: asked wrong
+    assert malformed.status_code == 400 and "is not a memory id" in malformed.json()["error"]
     graph = client.get(f"/strata/graph?namespace={NAMESPACE}&person=Caroline", headers=AUTH).json()
     assert graph["scope"] == "person: Caroline" and graph["nodes"]
     assert {n["id"] for n in graph["nodes"]} == {n.id for n in memory.graph(person="Caroline").nodes}

@@ -257,6 +257,11 @@ def test_settings_from_text_are_converted(tmp_path: Path, monkeypatch: pytest.Mo
     with pytest.raises(ConfigError) as caught:
         Context(namespace="ann")
     assert "STRATA_K_M must be a whole number" in one_line(caught)
+    monkeypatch.delenv("STRATA_K_M")
+    monkeypatch.setenv("STRATA_K_R", "99")  # out of range: the message names the variable that said so
+    with pytest.raises(ConfigError) as caught:
+        Context(namespace="ann")
+    assert "STRATA_K_R must be from 0 to 20, got 99" in one_line(caught)
 
 
 @pytest.mark.parametrize(

@@ -62,6 +62,13 @@ def test_missing_file(tmp_path: Path, data_dir: Path, offline_env: dict[str, str
     assert not data_dir.exists(), "a failed ingest must not even create the memory folder"
 
 
+def test_a_link_that_leads_nowhere(tmp_path: Path, data_dir: Path, offline_env: dict[str, str]) -> None:
+    (tmp_path / "a.json").symlink_to(tmp_path / "b.json")
+    (tmp_path / "b.json").symlink_to(tmp_path / "a.json")  # a loop, told as "no such file" before
+    result = strata("ingest", str(tmp_path / "a.json"), "--data-dir", str(data_dir), env=offline_env)
+    assert_user_error(result, "a.json", "is a link that leads to no file")
+
+
 def test_malformed_json(tmp_path: Path, data_dir: Path, offline_env: dict[str, str]) -> None:
     bad = tmp_path / "broken.json"
     bad.write_text('[{"speaker": "Ann", "text": "hello"},', encoding="utf-8")
