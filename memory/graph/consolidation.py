@@ -177,8 +177,8 @@ def _summarise(
         # Embedded first, so a remote embedder's wait holds up no writer (the write finds the vector
         # cached). Then written under the namespace's write lock, checked first: an erase that ran since
         # the groups were made (it holds the same lock) removed turns or facts this summary would tell.
-        if used == "offline":
-            text = _told_offline(store, group, raw)
+        if used == "offline":  # from the facts read when the groups were made
+            text = summaries.narrate(group, raw, facts_by_turn)
         store.embedder.embed([text])
         with store.writing():
             if not all(store.has(i) for i in group.turn_ids):
