@@ -39,6 +39,7 @@ from strata.memory.errors import InputError
 from strata.memory.graph.consolidation import DIGESTS, DONE
 from strata.memory.graph.links import CATALOGUE, LAST_TURN
 from strata.memory.journal import PENDING
+from strata.memory.ledger_sql import LARGEST_INTEGER
 from strata.memory.moments import utc_now
 from strata.memory.records import KINDS, Change, Link, Record
 from strata.memory.store import IMPORTING, MemoryStore
@@ -47,7 +48,6 @@ from strata.memory.turn_ids import TURN_COUNTER
 
 FORMAT = "strata-memory"
 VERSION = 1
-SQL_INT = (-(2**63), 2**63 - 1)  # the whole numbers a ledger column holds
 EMBED_BATCH = 512  # records embedded and written per step of an import
 
 
@@ -55,11 +55,11 @@ class WorkingRow(BaseModel):
     """One turn of a participant's working memory (AdaMem's FIFO), as the ledger keeps it."""
 
     participant: str
-    seq: int = Field(..., ge=SQL_INT[0], le=SQL_INT[1])
+    seq: int = Field(..., ge=-LARGEST_INTEGER - 1, le=LARGEST_INTEGER)
     dia_id: str
     text: str
     time: str | None = None
-    arrival: int | None = Field(None, ge=SQL_INT[0], le=SQL_INT[1])
+    arrival: int | None = Field(None, ge=-LARGEST_INTEGER - 1, le=LARGEST_INTEGER)
 
 
 # The graph's state values, by key, as the modules that own them write them: the state an export carries
