@@ -112,6 +112,9 @@ class RoleNote(BaseModel):
     summary: str
 
 
+# A turn's id, speaker, listener or session longer than this is refused: they name things, are echoed in
+# ids, prompts and messages, and no conversation format has names this long (LoCoMo's longest id is 7).
+MAX_NAME_CHARS = 200
 TURNS_HELP = "Turns to store, oldest first: {speaker, text, time?, dia_id?, image_caption?}."
 QUESTION_HELP = "The question to answer (ask/retrieve); in chat, the last turn."
 
@@ -200,6 +203,11 @@ def validate_turns(items: object, default_speaker: str = "user", max_chars: int 
             if first.get("type") == "missing":
                 message = f"missing: give each turn a '{where}'"
             raise InputError(f"turn {n}: {where}: {message}") from None
+        for name in ("dia_id", "speaker", "listener", "session"):  # names and ids, not text
+            value = getattr(turns[-1], name) or ""
+            if len(value) > MAX_NAME_CHARS:
+                raise InputError(f"turn {n}: {name} has {len(value):,} characters, more than {MAX_NAME_CHARS}: "
+                                 f"a {name} names something; put words in the turn's text")
         if max_chars is not None and len(turns[-1].text) > max_chars:
             raise InputError(
                 f"turn {n} has {len(turns[-1].text):,} characters, more than max_turn_chars={max_chars:,}: split it "

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from strata.graph.context import Context
+from strata.graph.state import MAX_NAME_CHARS
 from strata.memory.errors import InputError
 
 from strata.api import Memory
@@ -78,6 +79,19 @@ def test_a_turn_over_the_limit_is_one_line_and_stores_nothing(memory: Memory) ->
     with pytest.raises(InputError, match="max_turn_chars"):
         memory.chat("y" * (LIMIT + 1), speaker="Ann")
     assert fingerprint(memory) == before
+
+
+def test_an_id_or_a_name_that_is_text_is_one_line_and_stores_nothing(memory: Memory) -> None:
+    before = fingerprint(memory)
+    ok = {"speaker": "Ann", "text": "I adopted a cat.", "dia_id": "D9:1"}
+    for field in ("dia_id", "speaker", "listener", "session"):
+        with pytest.raises(InputError) as error:
+            memory.add([ok, {**ok, "dia_id": "D9:2", field: "D" * (MAX_NAME_CHARS + 1)}])
+        message = str(error.value)
+        assert "\n" not in message and len(message) < 200 and f"turn 2: {field} has 201 characters" in message
+        assert fingerprint(memory) == before
+    report = memory.add([{**ok, "dia_id": "D" * MAX_NAME_CHARS, "speaker": "S" * MAX_NAME_CHARS}])
+    assert f"raw:{'D' * MAX_NAME_CHARS}" in report.stored_ids
 
 
 def test_a_question_over_the_limit_is_one_line(memory: Memory) -> None:
