@@ -14,6 +14,7 @@ import os
 from dataclasses import dataclass, field, fields
 from functools import lru_cache, wraps
 from typing import Any, Literal, get_args, get_type_hints
+from urllib.parse import urlsplit
 
 from pydantic import TypeAdapter, ValidationError
 from strata.memory.embeddings import DEFAULT_EMBEDDER
@@ -260,6 +261,10 @@ class Context:
         if not (math.isfinite(self.temperature) and 0.0 <= self.temperature <= MAX_TEMPERATURE):
             raise InputError(f"temperature must be from 0 to {MAX_TEMPERATURE:g} (what chat models take), "
                              f"got {self.temperature!r}")
+        url = urlsplit(self.base_url.strip())
+        if self.base_url.strip() and not (url.scheme in ("http", "https") and url.netloc):
+            raise ConfigError(f"base_url must be an http(s) URL such as http://localhost:8000/v1, got "
+                              f"{shown_value(self.base_url)}")  # else every call failed and answers went offline
         name, colon, _ = self.chroma_auth_header.partition(":")
         if self.chroma_auth_header and not (colon and name.strip()):
             raise ConfigError("chroma_auth_header must be 'Name: value' (e.g. 'X-Chroma-Token: secret'), got a "

@@ -202,6 +202,8 @@ def validate_turns(items: object, default_speaker: str = "user", max_chars: int 
             message = str(first.get("msg", "invalid")).removeprefix("Value error, ")
             if first.get("type") == "missing":
                 message = f"missing: give each turn a '{where}'"
+            elif first.get("type") == "string_unicode":  # as strata/api.py says it of a turn given as bytes
+                raise InputError(f"turn {n}: {where} is bytes that are not UTF-8: decode it to text first") from None
             raise InputError(f"turn {n}: {where}: {message}") from None
         for name in ("dia_id", "speaker", "listener", "session"):  # names and ids, not text
             value = getattr(turns[-1], name) or ""

@@ -291,6 +291,9 @@ def _graph(args: argparse.Namespace) -> int:
     from strata.memory.graph.export import write_graph
 
     formats = [f.strip() for f in args.formats.split(",") if f.strip()]
+    if args.question is not None and not args.question.strip():
+        raise InputError('the question is empty: e.g. strata graph --question "Where does Ann live?", or leave '
+                         "--question out for the whole graph")
     memory = _memory(args)
     _require_memories(memory)
     exported = memory.graph(question=args.question, person=args.person)

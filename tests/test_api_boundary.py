@@ -61,6 +61,7 @@ def one_line(error: pytest.ExceptionInfo[StrataError]) -> str:
         (lambda m: m.add({1: "x"}), "turn 1"),
         (lambda m: m.add([{"speaker": "Ann"}]), "turn 1: text: missing: give each turn a 'text'"),
         (lambda m: m.add(b"\xff\xfe"), "not UTF-8"),
+        (lambda m: m.add([{"speaker": "Ann", "text": b"\xff\xfe"}]), "turn 1: text is bytes that are not UTF-8"),
         (lambda m: m.add("hi", speaker=None), "speaker"),
         (lambda m: m.chat(None), "not NoneType"),
         (lambda m: m.chat(["a", "b"]), "not list"),
@@ -225,6 +226,8 @@ def test_bytes_are_decoded_never_stored_as_their_repr(memory: Memory) -> None:
         ({"temperature": float("nan")}, InputError, "temperature must be from 0 to 2"),
         ({"temperature": -5}, InputError, "temperature must be from 0 to 2"),
         ({"chroma_auth_header": "nocolon"}, ConfigError, "chroma_auth_header must be 'Name: value'"),
+        ({"base_url": "localhost:8000/v1"}, ConfigError, "base_url must be an http(s) URL"),
+        ({"base_url": "not a url"}, ConfigError, "base_url must be an http(s) URL"),
         ({"k_r": 10**6}, ConfigError, "k_r must be from 0 to 20"),  # past LangGraph's step limit mid-question
         ({"token_budget": 10**20}, ConfigError, "token_budget must be at most 9223372036854775807"),
         ({"model_timeout": float("nan")}, InputError, "model_timeout must be a positive number"),

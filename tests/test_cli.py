@@ -134,6 +134,8 @@ def test_empty_question(data_dir: Path, offline_env: dict[str, str]) -> None:
     for question in ("", "   "):
         result = strata("ask", question, "--data-dir", str(data_dir), env=offline_env)
         assert_user_error(result, "question is empty")
+    result = strata("graph", "--question", " ", "--data-dir", str(data_dir), env=offline_env)
+    assert_user_error(result, "question is empty", "strata graph --question")
 
 
 def test_bad_turn_rejects_the_whole_file_and_keeps_earlier_data(
