@@ -61,10 +61,67 @@ INHERITED: list[object] = []  # what a forked child took over from its parent an
 
 
 def collection_name(namespace: str, kind: Kind) -> str:
-    """A valid Chroma name that is unique per namespace and readable."""
-    slug = re.sub(r"[^a-zA-Z0-9]+", "-", namespace).strip("-")[:40] or "ns"
+    """A valid Chroma name, readable and unique per namespace: the slug keeps the name's ASCII letters and
+    digits, so names differing in other characters share it, and 128 bits of SHA-256 tell them apart."""
+    digest = hashlib.sha256(namespace.encode("utf-8")).hexdigest()[:32]
+    return f"strata-{_slug(namespace)}-{digest}-{kind}"
+
+
+def legacy_collection_name(namespace: str, kind: Kind) -> str:
+    """The name earlier versions gave: 32 bits of SHA-1, which two namespaces could share by chance or by
+    design (ids that differ only in punctuation or non-Latin letters share a slug). Such a collection is
+    renamed to `collection_name` when its own namespace opens it, and used by no other."""
     digest = hashlib.sha1(namespace.encode("utf-8")).hexdigest()[:8]
-    return f"strata-{slug}-{digest}-{kind}"
+    return f"strata-{_slug(namespace)}-{digest}-{kind}"
+
+
+def collection_names(namespace: str) -> list[str]:
+    """Every name the namespace's collections may have on disk (what an erase or a drop clears)."""
+    return [name for kind in KINDS
+            for name in (collection_name(namespace, kind), legacy_collection_name(namespace, kind))]
+
+
+def _slug(namespace: str) -> str:
+    return re.sub(r"[^a-zA-Z0-9]+", "-", namespace).strip("-")[:40] or "ns"
+
+
+def find_collection(client: Any, namespace: str, kind: Kind) -> Any | None:
+    """The namespace's collection of that kind if Chroma has it (under its current or its earlier name),
+    creating nothing."""
+    for name in (collection_name(namespace, kind), legacy_collection_name(namespace, kind)):
+        try:
+            collection = client.get_collection(name)
+        except Exception:  # Chroma's NotFoundError (a ValueError in older versions)
+            continue
+        if owner_of(collection) in (namespace, None):
+            return collection
+    return None
+
+
+def owner_of(collection: Any) -> str | None:
+    """The namespace a collection was created for (its metadata), None when it does not say."""
+    owner = (collection.metadata or {}).get("namespace")
+    return owner if isinstance(owner, str) else None
+
+
+def _adopt_legacy(client: Any, namespace: str, kind: Kind, name: str, embedded: bool) -> None:
+    """Rename the namespace's collection from its earlier name, once: only when its metadata names this
+    namespace (another namespace whose name shared the digest keeps its own) and no collection has the
+    current name yet."""
+    try:
+        client.get_collection(name)
+        return
+    except Exception:  # not there under the current name
+        pass
+    legacy = legacy_collection_name(namespace, kind)
+    if embedded:
+        recover(client, legacy)  # a rebuild of it that stopped halfway (memory/reindex.py)
+    try:
+        old = client.get_collection(legacy)
+    except Exception:
+        return
+    if owner_of(old) in (namespace, None):
+        old.modify(name=name)
 
 
 def open_client(settings: StoreSettings) -> Any:
@@ -240,12 +297,16 @@ def get_collection(client: Any, namespace: str, kind: Kind, embedded: bool) -> A
     name = collection_name(namespace, kind)
     if embedded:
         recover(client, name)  # a rebuild that stopped halfway (memory/reindex.py), before it is created anew
+    _adopt_legacy(client, namespace, kind, name, embedded)
     collection = client.get_or_create_collection(
         name=name,
         embedding_function=None,
         configuration={"hnsw": {"space": "cosine", **(SMALL_SYNC if embedded else {})}},
         metadata={"namespace": namespace, "kind": kind},
     )
+    if owner_of(collection) not in (namespace, None):  # never another namespace's records, whatever the name
+        raise ConfigError(f"the Chroma collection {name} holds the namespace {owner_of(collection)!r}, not "
+                          f"{namespace!r}: it was renamed or written by hand; rename it back or drop it")
     if embedded and _sync_threshold(collection) > 1 and collection.count() <= EXACT_LIMIT:
         collection.modify(configuration={"hnsw": {"sync_threshold": 1}})
     return collection

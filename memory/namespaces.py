@@ -13,8 +13,11 @@ context, hence the API, the CLI, Studio and the server, and the store registry):
 The name never becomes a path. Its four Chroma collections are
 `strata-<slug>-<digest>-<kind>` (`memory/chroma.py`): the slug keeps up to 40 ASCII letters and digits
 (other runs of characters become one "-") so a listing stays readable, and the
-digest is the first 8 hex digits of the name's SHA-1, so two names never share
-a collection. In the ledger the namespace is a column value, as given.
+digest is the first 32 hex digits (128 bits) of the name's SHA-256, so two names never share
+a collection; each collection's metadata names its namespace, and a collection naming another is
+never opened. (Earlier versions used 8 hex digits of SHA-1, which names could share; such a
+collection is renamed when its own namespace opens it.) In the ledger the namespace is a column value,
+as given.
 """
 
 from __future__ import annotations

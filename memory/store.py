@@ -28,7 +28,15 @@ import numpy as np
 from pydantic import BaseModel
 from strata.memory import journal, snapshots, store_items
 from strata.memory.bm25 import BM25Index, reciprocal_rank_fusion
-from strata.memory.chroma import collection_name, get_collection, grown_large, open_client
+from strata.memory.chroma import (
+    collection_name,
+    collection_names,
+    find_collection,
+    get_collection,
+    grown_large,
+    open_client,
+    owner_of,
+)
 from strata.memory.embeddings import CachedEmbedder, get_embedder
 from strata.memory.errors import ConfigError, InputError, NotFoundError
 from strata.memory.journal import JournalEntry
@@ -204,11 +212,9 @@ class MemoryStore:
         if self.count("raw"):  # nearly always the answer
             return True
         for kind in KINDS:
-            try:
-                if self._client.get_collection(collection_name(self.namespace, kind)).count():
-                    return True
-            except Exception:  # Chroma's NotFoundError (a ValueError in older versions): none of that kind
-                continue
+            collection = find_collection(self._client, self.namespace, kind)
+            if collection is not None and collection.count():
+                return True
         return False
 
     @contextmanager
@@ -990,7 +996,7 @@ class MemoryStore:
             with self.ledger.transaction():
                 removed = self.ledger.erase(self.namespace, wanted, rows, dia_ids, [r.id for r in retold])
                 removed["items"] = store_items.erase_items(self.ledger, self.namespace, wanted)
-            snapshots.remove(self.settings.ledger_path.parent, [collection_name(self.namespace, k) for k in KINDS])
+            snapshots.remove(self.settings.ledger_path.parent, collection_names(self.namespace))
         return {"reverted": reverted, "retold": len(retold), **removed}
 
     def _unevolve(self, sources: Sequence[str]) -> tuple[int, list[int]]:
@@ -1228,16 +1234,15 @@ class MemoryStore:
         """Delete this namespace entirely (collections, links, history); it can be written again at once."""
         self.ledger.check_writable()
         with self._write_lock, self._lock:
-            existing = {c.name for c in self._client.list_collections()}
-            for kind in KINDS:
-                name = collection_name(self.namespace, kind)
+            existing = {c.name: c for c in self._client.list_collections()}
+            for name in collection_names(self.namespace):  # its current and earlier names
                 for held in (name, name + REBUILT_SUFFIX):  # a rebuild's copy too: the next opener would keep it
-                    if held in existing:
+                    if held in existing and owner_of(existing[held]) in (self.namespace, None):
                         self._client.delete_collection(held)
             if not self.settings.chroma_host:  # Chroma leaves a deleted collection's index folder, vectors and all
                 remove_orphan_indexes(self.settings.chroma_path)
             self.ledger.drop_namespace(self.namespace)
-            snapshots.remove(self.settings.ledger_path.parent, [collection_name(self.namespace, k) for k in KINDS])
+            snapshots.remove(self.settings.ledger_path.parent, collection_names(self.namespace))
             self._saved.clear()
             self._staged = StagedWrites()
             self._collections.clear()
