@@ -17,7 +17,7 @@ from strata.agents.research import research
 from strata.agents.working import working
 from strata.graph.context import Context
 from strata.graph.routing import route_after_judge, route_after_memory, route_onward, route_start
-from strata.graph.state import InputState, OutputState, State, start_run
+from strata.graph.state import InputState, OutputState, State, finish_run, start_run
 from strata.graph.tracing import with_run_metadata
 
 
@@ -30,13 +30,15 @@ def builder() -> StateGraph:
     graph_builder.add_node("refresher", with_run_metadata("refresher", refresher))
     graph_builder.add_node("working", with_run_metadata("working", working))
     graph_builder.add_node("start_run", start_run)
+    graph_builder.add_node("finish_run", finish_run)
     graph_builder.add_edge(START, "start_run")
     graph_builder.add_conditional_edges("start_run", route_start)
     graph_builder.add_edge("research", "judge")
     graph_builder.add_conditional_edges("judge", route_after_judge)
     graph_builder.add_conditional_edges("refresher", route_onward)
     graph_builder.add_conditional_edges("memory", route_after_memory)
-    graph_builder.add_edge("working", "__end__")
+    graph_builder.add_edge("working", "finish_run")
+    graph_builder.add_edge("finish_run", "__end__")
     return graph_builder
 
 

@@ -1,13 +1,14 @@
 """The conditional edges: where each role hands over, per mode.
 
 ```
-ingest:   memory(raw) -> research -> judge -> [refresher] -> memory(derive) -> next turn | END
-ask:      research -> judge -> [Retry: research, at most K_r times] -> [refresher] -> working -> END
-chat:     memory(raw) -> research -> judge -> [retry] -> [refresher] -> memory(derive) -> working -> END
-retrieve: research -> judge -> [retry] -> [refresher] -> END (the evidence, no answer)
+ingest:   memory(raw) -> research -> judge -> [refresher] -> memory(derive) -> next turn | finish
+ask:      research -> judge -> [Retry: research, at most K_r times] -> [refresher] -> working -> finish
+chat:     memory(raw) -> research -> judge -> [retry] -> [refresher] -> memory(derive) -> working -> finish
+retrieve: research -> judge -> [retry] -> [refresher] -> finish (the evidence, no answer)
 ```
 Every run with new input enters through `start_run` (graph/state.py), which resets the per-run
-fields, then `route_start` picks its first role. The raw turn is written before anything else
+fields, then `route_start` picks its first role; every run leaves through `finish_run`, which takes its
+input off the thread. The raw turn is written before anything else
 (write-ahead), so no later failure can lose it; AMA's order (Retriever, Judge, Refresher,
 Constructor) follows.
 """
@@ -16,10 +17,11 @@ from __future__ import annotations
 
 from typing import Literal
 
-from langgraph.graph import END
 from langgraph.runtime import Runtime
 from strata.graph.context import Context
 from strata.graph.state import State
+
+FINISH: Literal["finish_run"] = "finish_run"  # the node every run leaves by (graph/state.py::finish_run)
 
 
 def route_start(state: State, runtime: Runtime[Context]) -> Literal["memory", "research"]:
@@ -29,7 +31,7 @@ def route_start(state: State, runtime: Runtime[Context]) -> Literal["memory", "r
 
 def route_after_judge(
     state: State, runtime: Runtime[Context]
-) -> Literal["research", "refresher", "memory", "working", "__end__"]:
+) -> Literal["research", "refresher", "memory", "working", "finish_run"]:
     """Refresh on a conflict, Retry while rounds remain, else carry on with what was found."""
     verdict = state.verdict
     if verdict is not None and verdict.action == "Refresh" and refresh_allowed(runtime.context):
@@ -54,22 +56,22 @@ def retry_allowed(state: State, context: Context) -> bool:
 
 def route_onward(
     state: State, runtime: Runtime[Context]
-) -> Literal["memory", "working", "__end__"]:
+) -> Literal["memory", "working", "finish_run"]:
     """After the evidence is settled: store (ingest, chat), answer (ask) or stop (retrieve)."""
     mode = runtime.context.mode
     if mode in ("ingest", "chat"):
         return "memory"
     if mode == "ask":
         return "working"
-    return END
+    return FINISH
 
 
 def route_after_memory(
     state: State, runtime: Runtime[Context]
-) -> Literal["research", "memory", "working", "__end__"]:
+) -> Literal["research", "memory", "working", "finish_run"]:
     """After the raw write, research it; after deriving, take the next turn or finish."""
     if state.stage == "intake":
         return "research"
     if state.cursor < len(state.turns):
         return "memory"
-    return "working" if runtime.context.mode == "chat" else END
+    return "working" if runtime.context.mode == "chat" else FINISH

@@ -177,6 +177,13 @@ def start_run(state: State, runtime: Runtime[Context]) -> dict[str, object]:
     return {**fresh_run(), "stage": "done", "namespace": runtime.context.namespace}
 
 
+def finish_run(state: State) -> dict[str, object]:
+    """The graph's exit: the run's input leaves the thread with it. A thread keeps every field between
+    runs, and LangGraph sets only the fields a run's input names: the next run on the thread given only a
+    question read the last run's turns as its own and stored them again, into whatever namespace it named."""
+    return {"turns": [], "question": ""}
+
+
 def validate_turns(items: object, default_speaker: str = "user", max_chars: int | None = None) -> list[Turn]:
     """Turns from Turn objects, dicts (server/Studio JSON) or strings, with one-line errors; one of them alone
     is one turn. With `max_chars`, a turn longer than that is refused (the runtime context's `max_turn_chars`)."""

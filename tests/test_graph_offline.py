@@ -299,6 +299,20 @@ def test_a_run_stopped_and_never_resumed_does_not_leak_into_the_next(
     assert asked["answer"] == "Boston"
 
 
+def test_a_runs_input_leaves_the_thread_with_it(threaded: tuple[Any, dict[str, Any], str]) -> None:
+    """A thread keeps every field between runs and a run's input sets only the fields it names: a chat run
+    for another namespace given only a question stored the last run's turn again, in its own namespace."""
+    app, config, data_dir = threaded
+    code = turn("My door code is 8841.", "D1:3", "2023-05-08T10:02")
+    app.invoke({"turns": [code]}, config, context=context(data_dir, "chat", "ann"))
+    assert app.get_state(config).values["turns"] == [] and app.get_state(config).values["question"] == ""
+    with pytest.raises(InputError, match="needs turns"):
+        app.invoke({"question": "Hi, what's new?"}, config, context=context(data_dir, "chat", "bob"))
+    assert Memory("bob", data_dir=data_dir).stats()["raw"]["active"] == 0
+    app.invoke({"question": "Where does Ann live?"}, config, context=context(data_dir, "ask", "ann"))
+    assert app.get_state(config).values["question"] == ""
+
+
 def test_retrieve_then_ask_on_a_thread(threaded: tuple[Any, dict[str, Any], str]) -> None:
     app, config, data_dir = threaded
     found = app.invoke({"question": "Where does Ann live?"}, config, context=context(data_dir, "retrieve", "ann"))

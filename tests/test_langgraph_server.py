@@ -251,8 +251,8 @@ def test_stream_names_each_role_and_the_retry_rounds(served: Served) -> None:
     assert nodes.count("research") == k_r + 1, f"nodes streamed: {nodes}"
     assert nodes.count("judge") == k_r + 1
     assert verdict.get("action") == "Retry", verdict
-    assert nodes[0] == "start_run" and nodes[-1] == "working"  # start_run only resets the run's own fields
-    assert set(nodes) <= {"start_run", "research", "judge", "refresher", "working"}
+    assert nodes[0] == "start_run" and nodes[-2:] == ["working", "finish_run"]  # they only reset run fields
+    assert set(nodes) <= {"start_run", "research", "judge", "refresher", "working", "finish_run"}
     # A smaller K_r from the run's context is obeyed: one search, one Retry, then the answer.
     nodes, _ = served.run(_stream_nodes(served.client(), UNANSWERABLE, 1))
     assert nodes.count("research") == 2, f"nodes streamed: {nodes}"
