@@ -42,7 +42,6 @@ class SearchArgs(BaseModel):
 
 class RememberArgs(BaseModel):
     text: str = Field(..., min_length=1, description="The statement to store, in the speaker's words.")
-    speaker: str = Field("user", min_length=1, description="Who said it.")
 
 
 class ForgetArgs(BaseModel):
@@ -98,7 +97,9 @@ def bad_arguments(error: ValidationError | Exception) -> str:
 
 
 def memory_tools(memory: Memory, speaker: str = "user") -> list[BaseTool]:
-    """search_memory, remember and forget, bound to one namespace's memory; `forget` asks as `speaker`."""
+    """search_memory, remember and forget, bound to one namespace's memory and to `speaker`: `remember`
+    stores as them and `forget` asks as them. The model never names the speaker, or text it read could
+    have it store words in anyone's name, and a request to forget as the person the records are about."""
 
     def search_memory(query: str) -> str:
         try:
@@ -106,7 +107,7 @@ def memory_tools(memory: Memory, speaker: str = "user") -> list[BaseTool]:
         except StrataError as exc:
             raise ToolException(str(exc)) from exc
 
-    def remember(text: str, speaker: str = "user") -> str:
+    def remember(text: str) -> str:
         try:
             report = memory.add(text, speaker=speaker)
         except StrataError as exc:

@@ -126,16 +126,18 @@ def test_example_script_runs_offline(data_dir: Path, embedder: Any, capsys: pyte
 # tools -----------------------------------------------------------------------------------------
 def test_tools_with_a_tool_calling_agent(memory: Memory) -> None:
     script = iter([
-        call("remember", {"text": "I adopted a grey cat called Pixel yesterday.", "speaker": "Caroline"}, "c1"),
+        call("remember", {"text": "I adopted a grey cat called Pixel yesterday.", "speaker": "Melanie"}, "c1"),
         call("search_memory", {"query": "What is the name of Caroline's cat?"}, "c2"),
         call("search_memory", {"query": "What did Melanie paint?"}, "c3"),
         AIMessage(content="Caroline's cat is Pixel; Melanie painted a lake sunrise."),
     ])
-    agent = create_agent(ToolCallingFake(messages=script), tools=memory_tools(memory))
+    agent = create_agent(ToolCallingFake(messages=script), tools=memory_tools(memory, speaker="Caroline"))
     result = agent.invoke({"messages": [HumanMessage("Remember my cat, then tell me about paintings.")]})
     replies = tool_replies(result["messages"])
 
     assert replies["c1"].startswith("Stored ") and "raw:" in replies["c1"]
+    [pixel] = [r for r in memory.store.all("raw") if "Pixel" in r.text]
+    assert pixel.speaker == "Caroline"  # the tools' speaker: a model never names who said it
     assert "Pixel" in replies["c2"] and "(id raw:" in replies["c2"]
     assert "lake sunrise" in replies["c3"] and "D1:14" in replies["c3"]
     assert result["messages"][-1].content.startswith("Caroline's cat is Pixel")
@@ -220,8 +222,10 @@ def test_memory_graph_thread_state_survives_a_reopen(memory: Memory, data_dir: P
         first = build_graph(checkpointer=saver).invoke({"question": "What did Melanie paint?"}, thread,
                                                        context=context)
     with sqlite_checkpointer(data_dir) as saver:
-        state = build_graph(checkpointer=saver).get_state(thread)
-    assert state.values["question"] == "What did Melanie paint?"
+        app = build_graph(checkpointer=saver)
+        state = app.get_state(thread)
+        asked = [s.values.get("question") for s in app.get_state_history(thread)]
+    assert state.values["question"] == "" and "What did Melanie paint?" in asked  # the input left with its run
     assert state.values["answer"] == first["answer"]
     assert [e.id for e in state.values["evidence"]] == [e.id for e in first["evidence"]]
     assert ("strata.graph.state", "Evidence") in state_types()
