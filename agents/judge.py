@@ -494,7 +494,9 @@ def model_verdict(s: Situation, offline: Verdict, retry_left: bool = True) -> tu
 
 
 def _valid_groups(groups: list[list[str]], s: Situation) -> list[list[str]]:
-    """Keep ids that name the incoming turn or a live record; drop groups left empty of stored ids."""
+    """Keep ids that name the incoming turn or a record the Judge was shown; drop groups left empty of
+    stored ids. Not any record of the namespace: text the model read (a stored turn, the incoming one)
+    could name another person's fact for the Refresher to rewrite, one it never saw."""
     known = {e.id for e in s.evidence} | {f.id for f in s.facts}
     valid: list[list[str]] = []
     for group in groups:
@@ -503,20 +505,12 @@ def _valid_groups(groups: list[list[str]], s: Situation) -> list[list[str]]:
             record_id = str(raw_id).strip()
             if record_id.lower() == NEW or record_id in s.exclude:
                 ids.append(NEW)
-            elif record_id in known or _live(s.store, record_id):
+            elif record_id in known:
                 ids.append(record_id)
         ids = list(dict.fromkeys(ids))
         if any(i != NEW for i in ids):
             valid.append(ids)
     return valid
-
-
-def _live(store: MemoryStore, record_id: str) -> bool:
-    try:
-        found = store.get([record_id])
-    except ValueError:
-        return False
-    return bool(found) and found[0].status == Status.ACTIVE
 
 
 # --- the node ---------------------------------------------------------------------------------

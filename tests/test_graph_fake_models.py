@@ -235,6 +235,30 @@ def test_refresh_path_updates_through_the_model(data_dir: Path, embedder: Any) -
     assert "fact:D1:1:0 | 2023-05-08 | fact | Ann lives in Boston." in model.calls("refresh")[0]
 
 
+def test_the_judge_names_only_records_it_was_shown(data_dir: Path, embedder: Any, locomo_dir: Path) -> None:
+    """A conflict group naming a record the Judge never saw is dropped: text the model read could otherwise
+    have the Refresher rewrite any record of the namespace (another person's fact, by id)."""
+    turns = [t.model_dump() for s in load_turns(locomo_dir / "conv-26.json").sessions[:3] for t in s.turns]
+    graph.invoke({"turns": turns}, context=ctx(data_dir, "ingest", namespace="conv-26"))
+    store = Memory("conv-26", data_dir=str(data_dir)).store
+    facts = [f.id for f in store.all("fact")]
+    named: list[str] = []  # by each judge call: a fact of a turn its prompt did not show
+
+    def refresh_an_unseen_fact(prompt: str) -> str:
+        shown = set(re.findall(r"\bD\d+:\d+\b", prompt))
+        named.append(next(i for i in facts if i.split(":")[1] + ":" + i.split(":")[2] not in shown))
+        return json.dumps({"Action": "Refresh", "reason": "a note says so", "confidence": 1.0,
+                           "conflicts": [[named[-1], "new"]]})
+
+    update = {"Action": "Update", "memory_type": "fact", "reason": "a note says so",
+              "dataList": [{"id": i, "new_content": "Nothing is true."} for i in facts]}
+    model = RoleModel(scripts={"judge": [refresh_an_unseen_fact], "refresh": [json.dumps(update)]})
+    said = {"speaker": "Melanie", "text": "I'm making a peanut curry tonight.", "dia_id": "D9:1"}
+    result = graph.invoke({"turns": [said]}, context=ctx(data_dir, "chat", model, namespace="conv-26"))
+    assert named and all(store.get_one(i).text != "Nothing is true." for i in named)
+    assert model.calls("refresh") == [] and not [c for c in result["changes"] if c.action == "update"]
+
+
 def test_refresh_path_deletes_on_an_explicit_request(boston: Path) -> None:
     forget = turn("Please forget that I live in Boston.", "D2:1", "2023-07-04T10:00")
     refresh = {"Action": "Refresh", "reason": "asked to forget", "confidence": 0.95,
