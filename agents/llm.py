@@ -344,7 +344,7 @@ def _first_line(exc: BaseException) -> str:
 
 def _unreachable(exc: Exception, context: Context | None) -> ConfigError:
     name = type(exc).__name__
-    where = context.model if context and context.model else "the configured chat model"
+    where = f"the chat model {context.model}" if context and context.model else "the chat model given as chat_model"
     if "Auth" in name or "Permission" in name:
         hint = "set the provider's API key (e.g. OPENAI_API_KEY)"
     elif "Connection" in name or "Timeout" in name or "connect" in str(exc).lower():
@@ -353,4 +353,4 @@ def _unreachable(exc: Exception, context: Context | None) -> ConfigError:
         hint = "fix model (STRATA_MODEL): the server does not know that model"
     else:
         hint = "check model (STRATA_MODEL) and base_url (STRATA_BASE_URL), or leave model empty for offline"
-    return ConfigError(f"the chat model {where} failed ({name}: {_first_line(exc)}): {hint}")
+    return ConfigError(f"{where} failed ({name}: {_first_line(exc)}): {hint}")
