@@ -112,6 +112,11 @@ class Incoming:
     def raw_id(self) -> str:
         return f"raw:{self.dia_id}" if self.dia_id else ""
 
+    @property
+    def cause(self) -> str:
+        """The stored turn the Refresher's changes are made for ('' for a question)."""
+        return self.dia_id if self.is_turn else ""
+
     def is_statement(self) -> bool:
         return self.is_turn and not (self.text.rstrip().endswith("?") and _QUESTION_START.search(self.text))
 
@@ -181,11 +186,11 @@ def refresher(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
             looked_at += len(group.records)
             for planned in plan.steps:
                 step = guarded(planned, incoming)
-                note = apply(store, step, plan.policy)
+                note = apply(store, step, plan.policy, cause=incoming.cause)
                 notes.append(note)
                 touched.add(step.record.id)
                 if step.action != "noop":
-                    notes += follow_persona(store, step, plan.policy, note.change_id)
+                    notes += follow_persona(store, step, plan.policy, note.change_id, incoming.cause)
     people = shown_people(store.participants(), context)
     evidence = refreshed_evidence(state.evidence, store, notes, people)
     counts = {a: sum(n.action == a for n in notes) for a in ("update", "delete", "noop")}
@@ -454,22 +459,23 @@ def _memory_line(record: Record) -> str:
 
 
 # --- applying and reporting ----------------------------------------------------------------
-def apply(store: MemoryStore, step: Step, policy: str, follows: int | None = None) -> ChangeNote:
-    """One step through the store: history first, then the record (undoable by its change id)."""
+def apply(store: MemoryStore, step: Step, policy: str, follows: int | None = None, cause: str = "") -> ChangeNote:
+    """One step through the store: history first, then the record (undoable by its change id). `cause`: the
+    stored turn it was made for, whose erase takes it back."""
     record = step.record
     if step.action == "update":
-        change = store.update(record.id, step.new_text, step.reason, policy, follows=follows)
+        change = store.update(record.id, step.new_text, step.reason, policy, follows=follows, cause=cause)
         return ChangeNote(action="update", record_id=record.id, old_text=change.old_text, new_text=change.new_text,
                           reason=step.reason, change_id=change.id, policy=policy)
     if step.action == "supersede" and step.by is not None:
-        change = store.supersede(record.id, step.by.id, step.reason, policy, follows=follows)
+        change = store.supersede(record.id, step.by.id, step.reason, policy, follows=follows, cause=cause)
         return ChangeNote(action="update", record_id=record.id, old_text=record.text, new_text=step.by.text,
                           reason=step.reason, change_id=change.id, policy=policy)
     if step.action == "delete":
-        change = store.delete(record.id, step.reason, policy, follows=follows)
+        change = store.delete(record.id, step.reason, policy, follows=follows, cause=cause)
         return ChangeNote(action="delete", record_id=record.id, old_text=record.text, reason=step.reason,
                           change_id=change.id, policy=policy)
-    change = store.record_noop(record.id, record.kind, step.reason, policy)
+    change = store.record_noop(record.id, record.kind, step.reason, policy, cause)
     return ChangeNote(action="noop", record_id=record.id, old_text=record.text, new_text=record.text,
                       reason=step.reason, change_id=change.id, policy=policy)
 
@@ -485,7 +491,9 @@ def traits_of(store: MemoryStore, fact: Record) -> list[Record]:
     ]
 
 
-def follow_persona(store: MemoryStore, step: Step, policy: str, lead: int | None) -> list[ChangeNote]:
+def follow_persona(
+    store: MemoryStore, step: Step, policy: str, lead: int | None, cause: str = ""
+) -> list[ChangeNote]:
     """A trait may not outlive the fact it came from: when the fact is updated, superseded or deleted,
     the trait is retired too, in a change that follows the fact's (`lead`), so undoing the fact's
     change restores the trait. The turn that brought the new value adds the new trait when derived."""
@@ -496,7 +504,7 @@ def follow_persona(store: MemoryStore, step: Step, policy: str, lead: int | None
             follow = Step(action="delete", record=trait, reason=f"{source} was deleted")
         else:
             follow = Step(action="supersede", record=trait, reason=f"{source} was updated", by=step.by or step.record)
-        notes.append(apply(store, follow, policy, lead))
+        notes.append(apply(store, follow, policy, lead, cause))
     return notes
 
 

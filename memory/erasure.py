@@ -18,7 +18,10 @@ call that cannot be undone:
   catalogue's names no other record mentions; the turns either side are
   linked in time instead);
 - what an erased note added to its neighbours (A-MEM evolution: tags and a
-  context line), by giving each neighbour back what it had before;
+  context line), by giving each neighbour back what it had before, and what the
+  Refresher changed in records that stay for an erased turn (each change names
+  the turn it was made for, its `cause`): such a record gets back what it was
+  before, its history from then on goes, and a delete stands with a neutral reason;
 - every version of an erased LangGraph store item (memory/store_items.py);
   `Memory.erase` also deletes the saved threads that hold an erased record
   (strata/checkpoint.py), with `ErasurePlan.said`;
@@ -76,6 +79,8 @@ class ErasureReport(BaseModel):
     working: int = 0
     reverted: int = Field(0, description="notes given back the tags and context they had before an erased note")
     retold: int = Field(0, description="episodes told again without the erased turns")
+    edits_taken_back: int = Field(0, description="records that stay given back what they were before the "
+                                  "Refresher changed them for an erased turn")
     items: int = Field(0, description="versions of LangGraph store items removed (strata/langgraph_store.py)")
     threads: list[str] = Field(default_factory=list, description="saved threads deleted: they held an erased record")
     threads_compacted: bool = Field(False, description="the threads file rebuilt without the deleted threads' pages")
@@ -93,7 +98,7 @@ class ErasureReport(BaseModel):
         threads = f"; {len(self.threads)} threads deleted ({shown_ids(self.threads)})" if self.threads else ""
         return (f"erased {len(self.erased)} records, {self.links} links, {self.history} history rows, "
                 f"{self.working} working-memory rows{items}; {self.reverted} notes restored, "
-                f"{self.retold} episodes retold{threads}; {disk}{log}")
+                f"{self.edits_taken_back} edits taken back, {self.retold} episodes retold{threads}; {disk}{log}")
 
 
 Said = tuple[str, str]  # (the id a saved state names a record by, a text the record had)
@@ -133,6 +138,9 @@ def plan_erasure(store: MemoryStore, ids: Sequence[str] = (), about: str = "") -
     for record in said_records:
         names = {record.id, record.dialogue_id} if record.kind == "raw" and record.dialogue_id else {record.id}
         said |= {(name, text) for name in names for text in texts[record.id] if text.strip()}
+    # what the Refresher wrote into records that stay, for an erased turn: the erase takes it back
+    said |= {(c.record_id, c.new_text) for c in store.ledger.changes_caused_by(store.namespace, sorted(turns))
+             if c.record_id not in texts and c.new_text.strip()}
     return ErasurePlan(targets, turns, episodes, sorted(said))
 
 

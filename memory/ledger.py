@@ -174,14 +174,14 @@ class Ledger:
         """Append one change; it joins the transaction open in this thread, if any."""
         sql = (
             "INSERT INTO history (namespace, record_id, kind, action, old_text, new_text, old_status, "
-            "new_status, reason, policy, time, undone, undoes, old_fields, new_fields, follows) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id"
+            "new_status, reason, policy, time, undone, undoes, old_fields, new_fields, follows, cause) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id"
         )
         params = (
             change.namespace, change.record_id, change.kind, change.action.value, change.old_text,
             change.new_text, change.old_status.value, change.new_status.value, change.reason,
             change.policy, change.time.isoformat(), int(change.undone), change.undoes,
-            json.dumps(change.old_fields), json.dumps(change.new_fields), change.follows,
+            json.dumps(change.old_fields), json.dumps(change.new_fields), change.follows, change.cause,
         )
         with self.transaction() as session:
             return int(session.execute(sql, params).fetchone()[0])
@@ -205,6 +205,24 @@ class Ledger:
                 f"SELECT * FROM history WHERE namespace = ? AND record_id IN ({marks})", [namespace, *chunk]
             )
         return sorted(found, key=lambda change: change.id or 0)
+
+    def changes_caused_by(self, namespace: str, turns: Sequence[str]) -> list[Change]:
+        """The Refresher's changes made for these stored turns (their `cause`), oldest first."""
+        found: list[Change] = []
+        for chunk in chunked([t for t in turns if t]):
+            marks = ", ".join("?" * len(chunk))
+            found += self._changes(
+                f"SELECT * FROM history WHERE namespace = ? AND cause IN ({marks})", [namespace, *chunk]
+            )
+        return sorted(found, key=lambda change: change.id or 0)
+
+    def set_reason(self, namespace: str, change_ids: Sequence[int], reason: str) -> None:
+        """Replace the reason of these changes of this namespace (an erase takes out what one quoted)."""
+        with self.transaction() as session:
+            for chunk in chunked([int(i) for i in change_ids]):
+                marks = ", ".join("?" * len(chunk))
+                session.execute(f"UPDATE history SET reason = ? WHERE namespace = ? AND id IN ({marks})",
+                                [reason, namespace, *chunk])
 
     def count_history(self, namespace: str) -> int:
         with self.reading() as session:
@@ -436,4 +454,5 @@ def _change_from_row(row: dict[str, object]) -> Change:
         old_fields=json.loads(str(row.get("old_fields") or "{}")),
         new_fields=json.loads(str(row.get("new_fields") or "{}")),
         follows=int(row["follows"]) if row.get("follows") is not None else None,  # type: ignore[arg-type]
+        cause=str(row.get("cause") or ""),
     )

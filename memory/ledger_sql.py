@@ -23,7 +23,7 @@ from typing import Any, Protocol
 from strata.memory.errors import ConfigError
 from strata.memory.settings import folder_is_read_only
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 LARGEST_INTEGER = 2**63 - 1  # what an INTEGER column holds (SQLite and PostgreSQL's BIGINT)
 # The tables as of SCHEMA_VERSION; `{id}` is the dialect's auto-increment key.
 _TABLES = (
@@ -38,7 +38,8 @@ _TABLES = (
         old_text TEXT NOT NULL, new_text TEXT NOT NULL, old_status TEXT NOT NULL, new_status TEXT NOT NULL,
         reason TEXT NOT NULL, policy TEXT NOT NULL, time TEXT NOT NULL,
         undone INTEGER NOT NULL DEFAULT 0, undoes BIGINT,
-        old_fields TEXT NOT NULL DEFAULT '{{}}', new_fields TEXT NOT NULL DEFAULT '{{}}', follows BIGINT)""",
+        old_fields TEXT NOT NULL DEFAULT '{{}}', new_fields TEXT NOT NULL DEFAULT '{{}}', follows BIGINT,
+        cause TEXT NOT NULL DEFAULT '')""",
     "CREATE INDEX IF NOT EXISTS history_ns ON history (namespace, id)",
     # (4) one record's history without reading the namespace's: undo, and an erasure's plan
     "CREATE INDEX IF NOT EXISTS history_record ON history (namespace, record_id)",
@@ -66,7 +67,8 @@ _TABLES = (
     "CREATE INDEX IF NOT EXISTS store_items_key ON store_items (namespace, key, seq)",
 )
 # Columns that ledgers written by earlier versions lack (columns are only ever added).
-_ADDED_COLUMNS = (("history", "follows", "BIGINT"), ("working", "arrival", "BIGINT"))
+_ADDED_COLUMNS = (("history", "follows", "BIGINT"), ("working", "arrival", "BIGINT"),
+                  ("history", "cause", "TEXT NOT NULL DEFAULT ''"))
 
 
 class Session(Protocol):

@@ -199,6 +199,8 @@ class Change(BaseModel):
     undone: bool = False
     undoes: int | None = None
     follows: int | None = Field(None, description="The change this one came with: undone together with it.")
+    cause: str = Field("", description="The dia_id of the stored turn the Refresher made this change for ('' when "
+                       "none): an erase of that turn takes the change back (memory/erasure.py).")
 
 
 def raw_record(turn: Turn, namespace: str, entities: list[str] | None = None) -> Record:

@@ -76,6 +76,7 @@ UNFILTERED_SLACK = 500
 inactive ones are at most this many: Chroma runs a metadata filter by reading every record's
 status (about 35 ms a query at 20,000 records), while a few hundred extra neighbours cost less."""
 _FACT_FIELDS = ("subject", "attribute", "value")
+ERASED_CAUSE = "made for a turn since erased"  # the reason a change kept by an erase gets (its own may quote it)
 _TIME_FIELDS = ("time", "time_end")
 
 
@@ -759,7 +760,7 @@ class MemoryStore:
 
     def update(
         self, record_id: str, new_text: str, reason: str, policy: str = "offline",
-        fields: dict[str, str] | None = None, follows: int | None = None,
+        fields: dict[str, str] | None = None, follows: int | None = None, cause: str = "",
     ) -> Change:
         """Replace a record's text (and its subject/attribute/value); the old ones go to history first."""
         with self.edits():  # read and rewrite as one step: a concurrent edit cannot slip in between
@@ -770,20 +771,23 @@ class MemoryStore:
                 namespace=self.namespace, record_id=record_id, kind=record.kind, action=Action.UPDATE,
                 old_text=record.text, new_text=new_text, old_status=record.status, new_status=Status.ACTIVE,
                 reason=reason, policy=policy, old_fields=old_fields, new_fields=new_fields, follows=follows,
+                cause=cause,
             )
             updated = record.model_copy(
                 update={"text": new_text, "version": record.version + 1, "status": Status.ACTIVE, **new_fields}
             )
             return self._apply(change, record, updated)
 
-    def delete(self, record_id: str, reason: str, policy: str = "offline", follows: int | None = None) -> Change:
+    def delete(
+        self, record_id: str, reason: str, policy: str = "offline", follows: int | None = None, cause: str = ""
+    ) -> Change:
         """Tombstone a record: hidden from search, kept until purged on purpose."""
         with self.edits():
             record = self.get_one(record_id)
             change = Change(
                 namespace=self.namespace, record_id=record_id, kind=record.kind, action=Action.DELETE,
                 old_text=record.text, new_text=record.text, old_status=record.status, new_status=Status.DELETED,
-                reason=reason, policy=policy, follows=follows,
+                reason=reason, policy=policy, follows=follows, cause=cause,
             )
             updated = record.model_copy(update={"status": Status.DELETED, "version": record.version + 1})
             return self._apply(change, record, updated)
@@ -808,7 +812,8 @@ class MemoryStore:
             return self._apply(change, record, updated, flush=False)
 
     def supersede(
-        self, old_id: str, new_id: str, reason: str, policy: str = "offline", follows: int | None = None
+        self, old_id: str, new_id: str, reason: str, policy: str = "offline", follows: int | None = None,
+        cause: str = "",
     ) -> Change:
         """Mark an old record as replaced by a newer one, with a supersedes link."""
         with self.edits():
@@ -816,7 +821,7 @@ class MemoryStore:
             change = Change(
                 namespace=self.namespace, record_id=old_id, kind=record.kind, action=Action.UPDATE,
                 old_text=record.text, new_text=record.text, old_status=record.status,
-                new_status=Status.SUPERSEDED, reason=reason, policy=policy, follows=follows,
+                new_status=Status.SUPERSEDED, reason=reason, policy=policy, follows=follows, cause=cause,
             )
             updated = record.model_copy(update={"status": Status.SUPERSEDED, "version": record.version + 1})
             link = Link(namespace=self.namespace, src=new_id, dst=old_id, type=LinkType.SUPERSEDES)
@@ -930,10 +935,11 @@ class MemoryStore:
             "(an evolution is undone by its id: see `strata history`, then `strata undo N`)"
         )
 
-    def record_noop(self, record_id: str, kind: Kind, reason: str, policy: str) -> Change:
+    def record_noop(self, record_id: str, kind: Kind, reason: str, policy: str, cause: str = "") -> Change:
         """Note that the refresher looked at a conflict and chose to leave it."""
         change = Change(
-            namespace=self.namespace, record_id=record_id, kind=kind, action=Action.NOOP, reason=reason, policy=policy
+            namespace=self.namespace, record_id=record_id, kind=kind, action=Action.NOOP, reason=reason, policy=policy,
+            cause=cause,
         )
         with self.edits(), self.ledger.transaction() as session:  # taken back with its Refresher step
             entry = JournalEntry(change=self.ledger.record_change(change, session))
@@ -985,7 +991,10 @@ class MemoryStore:
         with self.edits():  # which refuses a read-only folder first
             self.flush()
             reverted, rows = self._unevolve(wanted)
-            self._rewrite_all(list(retold))
+            taken_back, edit_rows, kept_deletes = self._take_back_edits(dia_ids, set(wanted))
+            rows += edit_rows
+            self._rewrite_all([*retold, *taken_back])
+            self.ledger.set_reason(self.namespace, kept_deletes, ERASED_CAUSE)
             by_kind: dict[Kind, list[str]] = {}
             for record in self.get(wanted):
                 by_kind.setdefault(record.kind, []).append(record.id)
@@ -997,7 +1006,39 @@ class MemoryStore:
                 removed = self.ledger.erase(self.namespace, wanted, rows, dia_ids, [r.id for r in retold])
                 removed["items"] = store_items.erase_items(self.ledger, self.namespace, wanted)
             snapshots.remove(self.settings.ledger_path.parent, collection_names(self.namespace))
-        return {"reverted": reverted, "retold": len(retold), **removed}
+        return {"reverted": reverted, "edits_taken_back": len(taken_back), "retold": len(retold), **removed}
+
+    def _take_back_edits(self, turns: Sequence[str], erased: set[str]) -> tuple[list[Record], list[int], list[int]]:
+        """What the Refresher changed in records that stay, for turns being erased (a listener's "you moved
+        to X" updated the other's fact; a model's reason quotes the turn). Each such record gets back what
+        it was before the first update or supersede made for one of them, and its history rows from then
+        on go (they hold the erased words); their no-op rows go. A delete made for one (a forget the owner
+        asked for) stands: only its reason, which may quote the turn, is replaced. Returns the records as
+        restored, the rows to delete and the deletes kept."""
+        rows: list[int] = []
+        kept_deletes: list[int] = []
+        first_edit: dict[str, Change] = {}
+        for change in self.ledger.changes_caused_by(self.namespace, list(turns)):
+            if change.record_id in erased:
+                continue
+            if change.action == Action.UPDATE:
+                first_edit.setdefault(change.record_id, change)
+            elif change.action == Action.DELETE:
+                kept_deletes.append(int(change.id or 0))
+            else:
+                rows.append(int(change.id or 0))
+        restored: list[Record] = []
+        for record_id, first in first_edit.items():
+            rows += [int(c.id or 0) for c in self.ledger.history(self.namespace, record_id, limit=1_000_000)
+                     if int(c.id or 0) >= int(first.id or 0)]
+            kept_deletes = [i for i in kept_deletes if i not in rows]
+            found = self.get([record_id])
+            if found:
+                restored.append(found[0].model_copy(update={
+                    "text": first.old_text, "status": first.old_status, "version": found[0].version + 1,
+                    **{k: v for k, v in first.old_fields.items() if k in _FACT_FIELDS},
+                }))
+        return restored, rows, kept_deletes
 
     def _unevolve(self, sources: Sequence[str]) -> tuple[int, list[int]]:
         """Give each note the tags and context it had before the first evolution by one of `sources`;

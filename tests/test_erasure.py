@@ -29,7 +29,7 @@ from strata.memory.episodes import OPEN_SEGMENT, OpenSegment, narrate, title_of
 from strata.memory.erasure import ERASING, compact_chroma, told_again
 from strata.memory.errors import ConfigError, InputError
 from strata.memory.graph.links import CATALOGUE, LAST_TURN, still_mentioned
-from strata.memory.records import KINDS, Link, LinkType
+from strata.memory.records import KINDS, Link, LinkType, Status
 from strata.memory.registry import close_all
 
 from strata import Memory
@@ -149,6 +149,28 @@ def test_the_notes_an_erased_note_evolved_get_back_what_they_had(memory: Memory)
     assert restored.tags == json.loads(before.old_fields.get("tags") or "[]")
     assert restored.context == before.old_fields.get("context", "")
     assert not [c for c in memory.history(note, limit=1000) if c.action.value == "evolve" and c.id >= before.id]
+
+
+def test_what_an_erased_turn_changed_in_anothers_records_is_taken_back(data_dir: Path, embedder: Any) -> None:
+    """Ann told Bob he moved, and the Refresher rewrote Bob's fact and its persona trait with her words: they
+    stayed after erase(about='Ann'), in the records, their history rows and the ledger's file."""
+    memory = Memory("pair", data_dir=str(data_dir))
+    memory.add([{"speaker": "Bob", "text": "I live in Denver.", "dia_id": "D1:1", "time": "2023-05-01T10:00",
+                 "listener": "Ann"},
+                {"speaker": "Ann", "text": "You moved to Zorbatown last week, near Quillfeather Lane.",
+                 "dia_id": "D2:1", "time": "2023-06-01T10:00", "listener": "Bob"}])
+    changed = [c for c in memory.history(limit=100) if c.cause == "D2:1"]
+    assert {c.record_id for c in changed} >= {"fact:D1:1:0"}, "the offline Refresher took Ann's word for it"
+    before = {c.record_id: c.old_text for c in changed}
+    report = memory.erase(about="Ann")
+    assert report.edits_taken_back == len(before) and "edits taken back" in report.summary()
+    for record_id, text in before.items():
+        [record] = memory.get([record_id])
+        assert record.text == text and record.status == Status.ACTIVE
+    assert "Zorbatown" not in memory.ask("Where does Bob live?").answer
+    assert not [c for c in memory.history(limit=100) if "Zorbatown" in c.old_text + c.new_text + c.reason]
+    close_all()
+    assert not [f for f in _files_holding(data_dir, "Zorbatown") if "chroma" not in f]
 
 
 def test_a_wrong_request_erases_nothing_and_says_so_in_one_line(memory: Memory) -> None:
@@ -271,7 +293,7 @@ def test_threads_that_saved_an_erased_turn_go_and_the_others_stay(memory: Memory
         app = build_graph(checkpointer=saver)
         assert not app.get_state({"configurable": {"thread_id": "conv-26"}}).values
         kept = app.get_state({"configurable": {"thread_id": "conv-other"}}).values
-    assert kept["question"] == "What does Ann play?" and "cello" in " ".join(e.text for e in kept["evidence"])
+    assert "cello" in " ".join(e.text for e in kept["evidence"])  # (its question left with its run: finish_run)
 
 
 def test_a_thread_of_another_namespace_with_the_same_words_stays(memory: Memory, data_dir: Path) -> None:
