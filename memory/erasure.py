@@ -10,7 +10,8 @@ call that cannot be undone:
   persona trait about them (`about`; another speaker's turns that mention them
   stay);
 - what was derived from an erased turn: its facts and persona traits and the
-  summaries that cite it (a later consolidation summarises what is left); an
+  summaries that cite it, or that cite the turn an erased fact came from
+  (a later consolidation summarises what is left); an
   episode that also tells of turns that stay is told again without it (the
   offline narrative), one that told of nothing else goes;
 - their links, their history rows, the working-memory rows of erased turns,
@@ -172,6 +173,12 @@ def erasure_targets(store: MemoryStore, ids: Sequence[str] = (), about: str = ""
         for record in store.all(kind, include_inactive=True):  # type: ignore[arg-type]
             if turns & set(record.source_ids) and not _retellable(record, turns):
                 chosen[record.id] = record
+    # a summary retells the facts of the turns it cites: one citing a turn an erased fact came from (a fact
+    # about the person from another's turn, which stays) goes too; the next consolidation writes it anew
+    told = _fact_turns(store, set(chosen))
+    for record in store.all("summary", include_inactive=True):
+        if told & set(record.source_ids):
+            chosen[record.id] = record
     return list(chosen)
 
 

@@ -20,7 +20,8 @@ writes it all.
 With `about`, the document holds the records `erase(about=...)` would remove for that
 person, their history and the working-memory rows of their turns: the copy of their
 data a person may ask for. Not their links (edges between records, no words of theirs),
-nor the episodes an erase tells again without them. It is not a backup of the memory
+nor the episodes an erase tells again without them, nor the topic summaries it removes
+(they retell others' turns too; the person's own persona summaries are in it). It is not a backup of the memory
 and cannot be imported.
 """
 
@@ -143,6 +144,11 @@ class ImportReport(BaseModel):
                 f"{self.working} working-memory turns, {self.state} state values, {self.items} store item versions")
 
 
+def _only_theirs(summary: Record, person: str) -> bool:
+    """A persona summary of the person (AdaMem's persona memory): what memory holds about them alone."""
+    return bool(summary.participant) and summary.participant.strip().lower() == person.strip().lower()
+
+
 def export_memory(store: MemoryStore, about: str = "") -> MemoryDocument:
     """The namespace's memory as a document; with `about`, only what is said by or about that person."""
     from strata.memory.erasure import erasure_targets  # the same choice of records as an erasure
@@ -153,7 +159,9 @@ def export_memory(store: MemoryStore, about: str = "") -> MemoryDocument:
             store.flush()  # what is staged is part of the memory
         if about:
             chosen = set(erasure_targets(store, about=about, done="exported"))
-            records = store.get(sorted(chosen))
+            # not the summaries an erase takes along: they retell whole groups of turns, others' words too
+            records = [r for r in store.get(sorted(chosen)) if r.kind != "summary" or _only_theirs(r, about)]
+            chosen = {r.id for r in records}
             history = [c for c in _history(store) if c.record_id in chosen]
             items = [v for v in store_items.versions(store.ledger, ns) if store_items.ITEM_PREFIX + v.key in chosen]
             turns = {r.dialogue_id for r in records if r.kind == "raw"}  # their words in the working memory too

@@ -173,6 +173,25 @@ def test_what_an_erased_turn_changed_in_anothers_records_is_taken_back(data_dir:
     assert not [f for f in _files_holding(data_dir, "Zorbatown") if "chroma" not in f]
 
 
+def test_no_summary_retells_an_erased_fact_and_a_persons_copy_quotes_no_one_else(memory: Memory) -> None:
+    """Facts about Caroline from Melanie's turns were erased, but the summaries citing those turns (which stay)
+    kept telling them; and her copy held topic summaries quoting Melanie's turns."""
+    memory.consolidate()
+    about_her = {r.id: r.text.rstrip(".") for r in memory.store.all("fact")
+                 if r.subject == "Caroline" and r.speaker != "Caroline"}
+    assert about_her and any(t in s.text for s in memory.store.all("summary") for t in about_her.values())
+    copy = memory.export(about="Caroline")
+    melanies = [r.text for r in memory.store.all("raw") if r.speaker == "Melanie" and len(r.text) > 40]
+    assert not [r.id for r in copy.records if r.kind == "summary" and any(t in r.text for t in melanies)]
+    assert {r.participant for r in copy.records if r.kind == "summary"} <= {"Caroline"}
+    memory.erase(about="Caroline")
+    assert not [s.id for s in memory.store.all("summary", include_inactive=True)
+                if any(t in s.text for t in about_her.values())]
+    memory.consolidate()  # what stays is summarised again, without what was erased
+    assert memory.store.all("summary") and not [s.id for s in memory.store.all("summary")
+                                                if any(t in s.text for t in about_her.values())]
+
+
 def test_a_wrong_request_erases_nothing_and_says_so_in_one_line(memory: Memory) -> None:
     before = memory.stats()
     wrong: list[tuple[tuple[Any, ...], dict[str, Any]]] = [
