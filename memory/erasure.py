@@ -205,6 +205,7 @@ def retold(store: MemoryStore, turns: set[str], gone: set[str] = frozenset()) ->
         title = title_of(segment.facts, segment.speakers)
         found.append(episode.model_copy(update={
             "text": narrate(segment, title), "title": title, "source_ids": kept, "dialogue_id": kept[0],
+            "speaker": ", ".join(segment.speakers),  # as ingest names an episode's speakers (agents/memory.py)
             "time": segment.start or episode.time, "time_end": segment.end or episode.time_end,
             "version": episode.version + 1, "keywords": [], "tags": [], "context": "",
         }))

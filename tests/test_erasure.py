@@ -126,6 +126,7 @@ def test_erasing_a_participant_takes_everything_said_by_or_about_them(memory: Me
     for kind in ("raw", "fact", "persona"):
         left = memory.store.all(kind, include_inactive=True)  # type: ignore[arg-type]
         assert not [r.id for r in left if "Caroline" in (r.speaker, r.subject, r.participant)], kind
+    assert memory.store.all("episode") and not [e.id for e in memory.store.all("episode") if "Caroline" in e.speaker]
     assert {r.id for r in memory.store.all("raw")} == melanie
     assert not [w for w in memory.store.working() if w["speaker"] == "Caroline"]
     assert set(report.erased) >= {r.id for r in said}
