@@ -72,6 +72,17 @@ class _Candidate:
     ranked: bool  # False for items put with index=False: found by filters, never by a query
 
 
+def _settings_as_memory_reads_them(given: dict[str, Any]) -> StoreSettings:
+    """The store settings from keywords, each one not given from its `STRATA_*` variable as `Memory` reads it
+    (the runtime context): a replica configured by its environment shares its ledger and Chroma, never a
+    local `.strata` it would otherwise fall back to."""
+    from strata.graph.context import Context  # (the context builds on the memory layer, not the reverse)
+
+    StoreSettings(**given)  # a misspelt or wrong setting is said as a store setting
+    texts = {name: ("" if value is None else value) for name, value in given.items()}  # Context's "unset"
+    return Context(**texts, _given=frozenset(texts)).store_settings()  # a given value is kept, as in Memory
+
+
 class StrataStore(BaseStore):
     """LangGraph's store interface over one data folder (or Chroma server) of this memory."""
 
@@ -93,7 +104,7 @@ class StrataStore(BaseStore):
         if settings is not None and settings_fields:
             raise InputError("give either settings or keyword settings such as data_dir=..., not both")
         try:
-            self.settings = settings or StoreSettings(**settings_fields)
+            self.settings = settings or _settings_as_memory_reads_them(settings_fields)
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first.get("loc", ())) or "settings"

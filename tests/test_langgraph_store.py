@@ -21,7 +21,7 @@ import pytest
 from langgraph.graph import START, StateGraph
 from langgraph.store.base import BaseStore, GetOp, InvalidNamespaceError, ListNamespacesOp, PutOp, SearchOp
 from strata.memory import store_items
-from strata.memory.errors import InputError
+from strata.memory.errors import InputError, StrataError
 from strata.memory.records import Record
 from strata.memory.registry import close_all, open_store
 from strata.memory.settings import StoreSettings
@@ -104,6 +104,23 @@ def test_wrong_settings_are_refused_not_replaced_by_the_default_folder(tmp_path:
                            ({"data_dir": "a\x00b"}, "NUL character")):
         with pytest.raises(InputError, match=says):
             StrataStore(**settings)
+
+
+def test_settings_not_given_come_from_the_environment_as_memorys_do(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A replica configured by STRATA_* variables got a private ./.strata ledger and Chroma from
+    StrataStore(), so its items were invisible to the other replicas."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("STRATA_DATA_DIR", str(tmp_path / "shared"))
+    store = StrataStore()
+    assert Path(store.settings.data_dir) == (tmp_path / "shared").resolve()
+    store.put(("users", "ann"), "k", {"text": "hello"})
+    assert not (tmp_path / ".strata").exists()
+    assert StrataStore(data_dir=str(tmp_path / "mine")).settings.data_dir.endswith("mine")  # given is kept
+    monkeypatch.setenv("STRATA_CHROMA_PORT", "0")
+    with pytest.raises(StrataError, match="STRATA_CHROMA_PORT"):
+        StrataStore()
 
 
 def test_invalid_namespaces_are_refused(store: StrataStore) -> None:
