@@ -237,8 +237,11 @@ def decide(
     words (a confirmation reaches back to the speaker's previous turn), whose
     memory it is, the precise match, then the bound.
     """
+    exclude = list(exclude)
     confirming = mode in DELETING_MODES and is_confirmation(text)
-    said = previous_turn(store, speaker, exclude) if confirming else text
+    said, asked_in = previous_turn(store, speaker, exclude) if confirming else (text, "")
+    if asked_in:  # the request itself is not one of the records it listed ("everything about me" matches it)
+        exclude = [*exclude, f"raw:{asked_in}"]
     if not any(_requested(clause) is not None for clause in _clauses(said)):
         return None  # the common case, decided without reading the whole memory
     participants = store.participants()
@@ -283,8 +286,9 @@ def decide(
     return decision
 
 
-def previous_turn(store: MemoryStore, speaker: str, exclude: Iterable[str] = ()) -> str:
-    """The speaker's turn before the current one (working memory, in the order said), or ''."""
+def previous_turn(store: MemoryStore, speaker: str, exclude: Iterable[str] = ()) -> tuple[str, str]:
+    """The speaker's turn before the current one (working memory, in the order said) and its dia_id,
+    or two ''."""
     skip = {i.removeprefix("raw:") for i in exclude}
     turns = [t for t in store.working() if same_person(t["speaker"], speaker) and t["dia_id"] not in skip]
-    return turns[-1]["text"] if turns else ""
+    return (turns[-1]["text"], turns[-1]["dia_id"]) if turns else ("", "")

@@ -204,6 +204,8 @@ def test_a_request_over_the_bound_waits_for_the_speakers_confirmation(folder: Pa
     assert deleted_since(memory, before) == set()
     memory.chat("Yes, forget them.", speaker="Caroline")
     gone = deleted_since(memory, before)
+    [request] = [r for r in memory.store.all("raw") if r.text == "Please forget everything about me."]
+    assert request.status == Status.ACTIVE  # what was listed goes, not the request itself
     assert caroline <= gone and not {i for i in gone if i.startswith("raw:")} - caroline - {
         r.id for r in memory.store.all("raw", include_inactive=True) if r.speaker == "Caroline"}
     assert memory.get([POTTERY_SIGN_UP, WOW])[0].status == Status.ACTIVE  # Melanie's memories stay
