@@ -40,6 +40,7 @@ from strata.memory.registry import close_all
 PROG = "strata"
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 130
+EXIT_PIPE_CLOSED = 141  # 128 + SIGPIPE: what a tool killed by a closed pipe exits with (`git log | head`)
 # name on the command line -> Context field (the API validates the values)
 SETTINGS = {
     "data_dir": "folder of the embedded Chroma store and the ledger (STRATA_DATA_DIR, default .strata)",
@@ -544,6 +545,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"\n{PROG}: interrupted: every finished turn is stored; run the same command to continue",
               file=sys.stderr)
         return EXIT_INTERRUPTED
+    except BrokenPipeError:  # the reader went away (`strata history | head`): stop quietly, as Unix tools do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush must not fail too
+        return EXIT_PIPE_CLOSED
     except (StrataError, ConversationFileError, OSError) as error:
         print(f"{PROG}: error: {_one_line(error)}", file=sys.stderr)
         return EXIT_USER_ERROR

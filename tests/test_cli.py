@@ -193,6 +193,19 @@ def test_chat_stores_each_line_and_answers(data_dir: Path, offline_env: dict[str
     assert counts["raw"]["active"] == 2, "two non-empty lines before /quit are stored, the blank one is skipped"
 
 
+def test_a_reader_that_stops_early_ends_the_output_quietly(
+    tmp_path: Path, data_dir: Path, offline_env: dict[str, str]
+) -> None:
+    """`strata history | head -1` printed 'error: [Errno 32] Broken pipe' and exited 2. Here the reader
+    (`true`) is gone before anything is written."""
+    texts = ["I planted a tree today.", "Which one?"]
+    strata("ingest", str(write_turns(tmp_path / "t.json", texts, 1)), "--data-dir", str(data_dir), env=offline_env)
+    shell = f"{sys.executable} -m strata --data-dir {data_dir} stats | true; exit ${{PIPESTATUS[0]}}"
+    result = subprocess.run(["bash", "-c", shell], cwd=REPO, env=offline_env, capture_output=True, text=True,
+                            timeout=300)
+    assert result.stderr == "" and result.returncode == 141  # as a Unix tool whose reader went away
+
+
 def test_demo_on_the_shipped_sample(offline_env: dict[str, str]) -> None:
     result = strata("demo", "--questions", "4", env=offline_env)
     assert result.returncode == 0, result.stderr
