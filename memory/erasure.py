@@ -21,8 +21,9 @@ call that cannot be undone:
 - what an erased note added to its neighbours (A-MEM evolution: tags and a
   context line), by giving each neighbour back what it had before, and what the
   Refresher changed in records that stay for an erased turn (each change names
-  the turn it was made for, its `cause`): such a record gets back what it was
-  before, its history from then on goes, and a delete stands with a neutral reason;
+  the turn it was made for, its `cause`): such a record's history is replayed
+  without those changes (`MemoryStore._take_back_edits`), so what turns that stay
+  changed stands, and a delete stands with a neutral reason;
 - every version of an erased LangGraph store item (memory/store_items.py);
   `Memory.erase` also deletes the saved threads that hold an erased record
   (strata/checkpoint.py), with `ErasurePlan.said`;
@@ -141,7 +142,7 @@ def plan_erasure(store: MemoryStore, ids: Sequence[str] = (), about: str = "") -
         said |= {(name, text) for name in names for text in texts[record.id] if text.strip()}
     # what the Refresher wrote into records that stay, for an erased turn: the erase takes it back
     said |= {(c.record_id, c.new_text) for c in store.ledger.changes_caused_by(store.namespace, sorted(turns))
-             if c.record_id not in texts and c.new_text.strip()}
+             if c.record_id not in texts and c.new_text.strip() and c.new_text != c.old_text}  # new words only
     return ErasurePlan(targets, turns, episodes, sorted(said))
 
 

@@ -207,7 +207,10 @@ class Ledger:
         return sorted(found, key=lambda change: change.id or 0)
 
     def changes_caused_by(self, namespace: str, turns: Sequence[str]) -> list[Change]:
-        """The Refresher's changes made for these stored turns (their `cause`), oldest first."""
+        """The Refresher's changes made for these stored turns (their `cause`), oldest first. None in a ledger
+        of an earlier version opened read-only (not migrated: it has no `cause`, and wrote none)."""
+        if not self._history_has_cause():
+            return []
         found: list[Change] = []
         for chunk in chunked([t for t in turns if t]):
             marks = ", ".join("?" * len(chunk))
@@ -216,13 +219,22 @@ class Ledger:
             )
         return sorted(found, key=lambda change: change.id or 0)
 
-    def set_reason(self, namespace: str, change_ids: Sequence[int], reason: str) -> None:
-        """Replace the reason of these changes of this namespace (an erase takes out what one quoted)."""
-        with self.transaction() as session:
-            for chunk in chunked([int(i) for i in change_ids]):
-                marks = ", ".join("?" * len(chunk))
-                session.execute(f"UPDATE history SET reason = ? WHERE namespace = ? AND id IN ({marks})",
-                                [reason, namespace, *chunk])
+    def _history_has_cause(self) -> bool:
+        with self.reading() as session:
+            cursor = session.execute("SELECT * FROM history WHERE 1 = 0")
+            return "cause" in [d[0] for d in cursor.description]
+
+    def rewrite_changes(self, namespace: str, changes: Sequence[Change]) -> None:
+        """Write these rows of this namespace's history again, as given (texts, states, fields and reason):
+        an erase tells the rows that stay without what an erased turn made the record say."""
+        rows = [(c.old_text, c.new_text, c.old_status.value, c.new_status.value, json.dumps(c.old_fields),
+                 json.dumps(c.new_fields), c.reason, namespace, int(c.id or 0)) for c in changes]
+        if rows:
+            with self.transaction() as session:
+                session.executemany(
+                    "UPDATE history SET old_text = ?, new_text = ?, old_status = ?, new_status = ?, old_fields = ?, "
+                    "new_fields = ?, reason = ? WHERE namespace = ? AND id = ?", rows,
+                )
 
     def count_history(self, namespace: str) -> int:
         with self.reading() as session:

@@ -19,6 +19,7 @@ import json
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from types import MappingProxyType
@@ -77,6 +78,72 @@ inactive ones are at most this many: Chroma runs a metadata filter by reading ev
 status (about 35 ms a query at 20,000 records), while a few hundred extra neighbours cost less."""
 _FACT_FIELDS = ("subject", "attribute", "value")
 ERASED_CAUSE = "made for a turn since erased"  # the reason a change kept by an erase gets (its own may quote it)
+
+
+@dataclass
+class _Replay:
+    """A record's history replayed without the changes made for erased turns (`MemoryStore._take_back_edits`)."""
+
+    rows: list[Change]  # the rows that stay, told again from the replayed text
+    dropped: list[int]  # the ids of the rows that go
+    end: tuple[str, Status, dict[str, str]]  # the record's text, status and fields after the last row
+    unsuperseded: bool  # a supersede was among the rows that go
+    followed: list[int]  # the changes the rows that go followed (a trait retired with its fact's change)
+
+
+def _without(reason: str, said: dict[str, str]) -> str:
+    """A reason that quoted what a dropped row made the record say, told with what it says instead."""
+    for new, old in sorted(said.items(), key=lambda pair: -len(pair[0])):  # the longest first
+        reason = reason.replace(new, old)
+    return reason
+
+
+def rows_kept(rows: Sequence[Change], dropped: Sequence[int]) -> list[Change]:
+    gone = set(dropped)
+    return [row for row in rows if int(row.id or 0) not in gone]
+
+
+def _replayed(rows: Sequence[Change], erased_turns: set[str]) -> _Replay:
+    """Replay a record's rows (oldest first) from the state before the first, leaving out the updates and
+    supersedes and no-op notes made for an erased turn and the undos of those."""
+    text, status, fields = rows[0].old_text, rows[0].old_status, dict(rows[0].old_fields)
+    before: dict[int, tuple[str, Status, dict[str, str]]] = {}
+    kept: list[Change] = []
+    dropped: list[int] = []
+    unsuperseded = False
+    followed: list[int] = []
+    said: dict[str, str] = {}  # what a dropped row made the record say -> what it says without it
+    for row in rows:
+        row_id = int(row.id or 0)
+        if (row.cause in erased_turns and row.action in (Action.UPDATE, Action.NOOP)) or (
+                row.action == Action.UNDO and row.undoes in dropped):
+            dropped.append(row_id)
+            unsuperseded |= row.new_status == Status.SUPERSEDED
+            followed += [row.follows] if row.follows is not None else []
+            said.update({new: old for new, old in [(row.new_text, text)] + [
+                (value, fields.get(name, "")) for name, value in row.new_fields.items()] if new and new != old})
+            continue
+        before[row_id] = (text, status, fields)
+        told: dict[str, object] = {"old_text": text, "old_status": status,
+                                   "reason": _without(row.reason, said)}  # "lives_in 'Zorbatown' -> 'Austin'"
+        if row.action == Action.UPDATE and row.new_status != Status.SUPERSEDED:  # an update: the new words
+            told["old_fields"] = {**row.old_fields, **{k: v for k, v in fields.items() if k in row.old_fields}}
+            text, status, fields = row.new_text, row.new_status, {**fields, **row.new_fields}
+        elif row.action == Action.UNDO and row.undoes in before:  # back to what the undone row found
+            text, status, fields = before[row.undoes]
+            told.update(new_text=text, new_status=status, new_fields=dict(fields))
+        elif row.action in (Action.UPDATE, Action.DELETE):  # a supersede or a delete keeps the words
+            status = row.new_status
+            told.update(new_text=text)
+        elif row.action == Action.EVOLVE:  # tags and context: the words stay as they are
+            told.update(new_text=text)
+        else:  # a no-op note of a turn that stays: no words of the record, only its reason
+            told = {"reason": told["reason"]}
+        if row.cause in erased_turns:  # a delete for an erased turn stands; its reason may quote the turn
+            told["reason"] = ERASED_CAUSE
+        kept.append(row.model_copy(update=told))
+    return _Replay(rows=kept, dropped=dropped, end=(text, status, fields), unsuperseded=unsuperseded,
+                   followed=followed)
 _TIME_FIELDS = ("time", "time_end")
 
 
@@ -991,10 +1058,9 @@ class MemoryStore:
         with self.edits():  # which refuses a read-only folder first
             self.flush()
             reverted, rows = self._unevolve(wanted)
-            taken_back, edit_rows, kept_deletes = self._take_back_edits(dia_ids, set(wanted))
+            taken_back, edit_rows = self._take_back_edits(dia_ids, set(wanted))
             rows += edit_rows
             self._rewrite_all([*retold, *taken_back])
-            self.ledger.set_reason(self.namespace, kept_deletes, ERASED_CAUSE)
             by_kind: dict[Kind, list[str]] = {}
             for record in self.get(wanted):
                 by_kind.setdefault(record.kind, []).append(record.id)
@@ -1008,37 +1074,71 @@ class MemoryStore:
             snapshots.remove(self.settings.ledger_path.parent, collection_names(self.namespace))
         return {"reverted": reverted, "edits_taken_back": len(taken_back), "retold": len(retold), **removed}
 
-    def _take_back_edits(self, turns: Sequence[str], erased: set[str]) -> tuple[list[Record], list[int], list[int]]:
+    def _take_back_edits(self, turns: Sequence[str], erased: set[str]) -> tuple[list[Record], list[int]]:
         """What the Refresher changed in records that stay, for turns being erased (a listener's "you moved
-        to X" updated the other's fact; a model's reason quotes the turn). Each such record gets back what
-        it was before the first update or supersede made for one of them, and its history rows from then
-        on go (they hold the erased words); their no-op rows go. A delete made for one (a forget the owner
-        asked for) stands: only its reason, which may quote the turn, is replaced. Returns the records as
-        restored, the rows to delete and the deletes kept."""
-        rows: list[int] = []
-        kept_deletes: list[int] = []
-        first_edit: dict[str, Change] = {}
-        for change in self.ledger.changes_caused_by(self.namespace, list(turns)):
-            if change.record_id in erased:
-                continue
-            if change.action == Action.UPDATE:
-                first_edit.setdefault(change.record_id, change)
-            elif change.action == Action.DELETE:
-                kept_deletes.append(int(change.id or 0))
-            else:
-                rows.append(int(change.id or 0))
+        to X" updated the other's fact; a model's reason quotes the turn), taken out of their history as if
+        never made: each such record's rows are replayed without the updates (and supersedes) and no-op
+        notes made for an erased turn, nor the undos of those; the rows that stay, made for turns that stay,
+        are told again from the text the replay reaches (their old text held the erased words), and the
+        record ends as the last of them leaves it. A delete made for an erased turn (a forget the owner
+        asked for) stays, with a neutral reason. Returns the records as they come out and the rows to
+        delete; the rows told again are rewritten here (repeating this gives the same)."""
+        touched = sorted({c.record_id for c in self.ledger.changes_caused_by(self.namespace, list(turns))} - erased)
+        by_record: dict[str, list[Change]] = {}
+        for change in self.ledger.histories(self.namespace, touched):  # oldest first
+            by_record.setdefault(change.record_id, []).append(change)
         restored: list[Record] = []
-        for record_id, first in first_edit.items():
-            rows += [int(c.id or 0) for c in self.ledger.history(self.namespace, record_id, limit=1_000_000)
-                     if int(c.id or 0) >= int(first.id or 0)]
-            kept_deletes = [i for i in kept_deletes if i not in rows]
+        dropped: list[int] = []
+        rewritten: list[Change] = []
+        unlinked: list[Link] = []
+        ends: dict[str, tuple[str, Status, dict[str, str]]] = {}
+        for record_id, rows in sorted(by_record.items(), key=lambda item: item[0].startswith("persona:")):
+            replay = _replayed(rows, set(turns))  # facts first: a trait ends as the fact it follows ends
+            dropped += replay.dropped
+            rewritten += [row for row, was in zip(replay.rows, rows_kept(rows, replay.dropped), strict=True)
+                          if row != was]
             found = self.get([record_id])
-            if found:
-                restored.append(found[0].model_copy(update={
-                    "text": first.old_text, "status": first.old_status, "version": found[0].version + 1,
-                    **{k: v for k, v in first.old_fields.items() if k in _FACT_FIELDS},
+            if not found:
+                continue
+            record = found[0]
+            text, status, fields = ends[record_id] = replay.end
+            status = self._as_its_fact_ends(record, status, replay.followed, ends)
+            if (record.text, record.status, {k: getattr(record, k) for k in _FACT_FIELDS}) != (
+                    text, status, {k: fields.get(k, getattr(record, k)) for k in _FACT_FIELDS}):
+                restored.append(record.model_copy(update={
+                    "text": text, "status": status, "version": record.version + 1,
+                    **{k: v for k, v in fields.items() if k in _FACT_FIELDS},
                 }))
-        return restored, rows, kept_deletes
+            if replay.unsuperseded and status != Status.SUPERSEDED:  # "X supersedes it" no longer holds
+                unlinked += [link for link in self.ledger.neighbours(self.namespace, [record_id],
+                                                                     [LinkType.SUPERSEDES]) if link.dst == record_id]
+        self.ledger.rewrite_changes(self.namespace, rewritten)
+        self.ledger.remove_links(unlinked)
+        return restored, dropped
+
+    def _as_its_fact_ends(
+        self, trait: Record, status: Status, leads: Sequence[int], ends: dict[str, tuple[str, Status, dict[str, str]]]
+    ) -> Status:
+        """A persona trait retired along with its fact's change for an erased turn comes back only if its fact
+        still holds it (active, with the trait's value): a later change of the fact, for a turn that stays,
+        found it retired already and did not retire it again."""
+        if status != Status.ACTIVE or not leads:
+            return status
+        for lead in leads:
+            change = self.ledger.get_change(self.namespace, lead)
+            if change is None:
+                continue
+            fact = ends.get(change.record_id)
+            if fact is None:
+                found = self.get([change.record_id])
+                if not found:
+                    continue
+                fact = (found[0].text, found[0].status, {k: getattr(found[0], k) for k in _FACT_FIELDS})
+            if fact[1] != Status.ACTIVE:
+                return fact[1]
+            if (fact[2].get("value") or "").strip().lower() != trait.value.strip().lower():
+                return Status.SUPERSEDED
+        return status
 
     def _unevolve(self, sources: Sequence[str]) -> tuple[int, list[int]]:
         """Give each note the tags and context it had before the first evolution by one of `sources`;

@@ -174,6 +174,31 @@ def test_what_an_erased_turn_changed_in_anothers_records_is_taken_back(data_dir:
     assert not [f for f in _files_holding(data_dir, "Zorbatown") if "chroma" not in f]
 
 
+@pytest.mark.parametrize(("later", "status", "text"), [
+    ("Please forget where I live.", Status.DELETED, "Bob lives in Denver."),  # his own forget stands
+    ("I live in Austin now.", Status.ACTIVE, "Bob lives in Austin."),  # his own update stands
+])
+def test_what_a_turn_that_stays_changed_after_an_erased_one_stands(
+    data_dir: Path, embedder: Any, later: str, status: Status, text: str
+) -> None:
+    """Taking back an erased turn's edit gave the record back as it was before it, and dropped every row after:
+    Bob's own later forget or update was undone by erasing Ann."""
+    memory = Memory("pair", data_dir=str(data_dir))
+    memory.add([{"speaker": "Bob", "text": "I live in Denver.", "dia_id": "D1:1", "time": "2023-05-01T10:00",
+                 "listener": "Ann"},
+                {"speaker": "Ann", "text": "You moved to Zorbatown last week, near Quillfeather Lane.",
+                 "dia_id": "D2:1", "time": "2023-06-01T10:00", "listener": "Bob"},
+                {"speaker": "Bob", "text": later, "dia_id": "D3:1", "time": "2023-07-01T10:00", "listener": "Ann"}])
+    memory.erase(about="Ann")
+    [fact] = memory.get(["fact:D1:1:0"])
+    assert (fact.status, fact.text) == (status, text)
+    denver = [p for p in memory.store.all("persona", include_inactive=True) if "Denver" in p.text]
+    assert denver and all(p.status != Status.ACTIVE for p in denver)  # no trait outlives what its fact says
+    rows = memory.history("fact:D1:1:0")
+    assert rows and not [c for c in rows if "Zorbatown" in c.old_text + c.new_text + c.reason]
+    assert all(c.cause == "D3:1" for c in rows)
+
+
 def test_no_summary_retells_an_erased_fact_and_a_persons_copy_quotes_no_one_else(memory: Memory) -> None:
     """Facts about Caroline from Melanie's turns were erased, but the summaries citing those turns (which stay)
     kept telling them; and her copy held topic summaries quoting Melanie's turns."""
