@@ -35,7 +35,7 @@ from strata.agents.common import (
 from strata.agents.llm import ask_json, chat_model
 from strata.agents.wire import new_question
 from strata.graph.context import Context
-from strata.graph.state import RoleNote, State, fresh_run, validate_turns
+from strata.graph.state import RoleNote, State, fresh_run, input_print, validate_turns
 from strata.memory.dates import parse_datetime
 from strata.memory.entities import extract_entities
 from strata.memory.episodes import (
@@ -145,6 +145,7 @@ def _intake(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
         turns = _with_ids(store, checked)
         _prefetch(store, turns, chat_model(runtime.context) is None)
         _write_ahead(store, turns)
+    seen = {"turns_seen": input_print(turns)} if cursor == 0 else {}  # the turns with their ids (graph/state.py)
     turn = turns[cursor]
     raw_id = f"raw:{turn.dia_id}"
     trace = list(update.get("trace", state.trace))
@@ -153,11 +154,12 @@ def _intake(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
         last = cursor + 1 >= len(turns) and runtime.context.mode == "ingest"
         if last:
             store.flush()
-        return {**update, "turns": turns, "cursor": cursor + 1, "stage": "done" if last else "stored", "notes": notes,
+        return {**update, "turns": turns, **seen, "cursor": cursor + 1,
+                "stage": "done" if last else "stored", "notes": notes,
                 "trace": [*trace, RoleNote(role="memory", policy=OFFLINE, summary=f"{turn.dia_id} already stored")]}
     store.push_working(turn.speaker, turn.dia_id or "", turn.text, turn.time, runtime.context.working_size)
     return {
-        **update, "turns": turns, "cursor": cursor, "stage": "intake",
+        **update, "turns": turns, **seen, "cursor": cursor, "stage": "intake",
         "stored_ids": [*update.get("stored_ids", state.stored_ids), raw_id],
         "trace": [*trace, RoleNote(role="memory", policy=OFFLINE,
                                    summary=f"raw turn {turn.dia_id} stored (write-ahead); deriving it")],

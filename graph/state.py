@@ -6,6 +6,8 @@ run returns, and `State` adds the working fields the roles pass each other.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Annotated, Literal
@@ -152,6 +154,10 @@ class State(InputState, OutputState):
     """Everything the roles share during a run."""
 
     namespace: str = ""  # whose memory this run reads and writes (an erase finds the threads that hold it)
+    # prints of the input the thread's last run had (`input_print`), and whether it reached `finish_run`
+    turns_seen: str = ""
+    question_seen: str = ""
+    finished: bool = True
     cursor: int = 0  # index of the turn being processed (ingest, chat)
     # "done" between runs; the first role of a run sees it and starts afresh (a thread keeps its state)
     stage: Literal["done", "intake", "stored", "asking"] = "done"
@@ -174,14 +180,35 @@ def start_run(state: State, runtime: Runtime[Context]) -> dict[str, object]:
     if not isinstance(runtime.context, Context):  # None, or a value LangGraph passed on as it came
         raise InputError(f"a run needs its context, a strata Context, not {type(runtime.context).__name__}: "
                          "invoke(..., context=Context(namespace='ann'))")
-    return {**fresh_run(), "stage": "done", "namespace": runtime.context.namespace}
+    update: dict[str, object] = {**fresh_run(), "stage": "done", "namespace": runtime.context.namespace,
+                                 "finished": False}
+    turns, question = state.turns, state.question
+    if not state.finished and state.namespace and state.namespace != runtime.context.namespace:
+        # the last run stopped before finish_run (an error, an interrupt), so its input is still on the thread:
+        # what this run's input did not replace is that run's, of another namespace (see finish_run)
+        if input_print(turns) == state.turns_seen:
+            turns = update["turns"] = []
+        if input_print(question) == state.question_seen:
+            question = update["question"] = ""
+    update.update(turns_seen=input_print(turns), question_seen=input_print(question))
+    return update
+
+
+def input_print(value: object) -> str:
+    """A short print of a run's input field (the turns as given or as stored, the question), to tell at the
+    next run whether its input replaced it."""
+    dumped = [t.model_dump(mode="json") if isinstance(t, BaseModel) else t for t in value] \
+        if isinstance(value, list) else value
+    return hashlib.sha256(json.dumps(dumped, sort_keys=True, default=str).encode("utf-8", "replace")).hexdigest()
 
 
 def finish_run(state: State) -> dict[str, object]:
     """The graph's exit: the run's input leaves the thread with it. A thread keeps every field between
     runs, and LangGraph sets only the fields a run's input names: the next run on the thread given only a
-    question read the last run's turns as its own and stored them again, into whatever namespace it named."""
-    return {"turns": [], "question": ""}
+    question read the last run's turns as its own and stored them again, into whatever namespace it named.
+    A run that stops before this (an error, an interrupt) leaves its input; `start_run` takes it off when the
+    next run on the thread names another namespace."""
+    return {"turns": [], "question": "", "finished": True}
 
 
 def validate_turns(items: object, default_speaker: str = "user", max_chars: int | None = None) -> list[Turn]:

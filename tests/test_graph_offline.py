@@ -311,6 +311,15 @@ def test_a_runs_input_leaves_the_thread_with_it(threaded: tuple[Any, dict[str, A
     assert Memory("bob", data_dir=data_dir).stats()["raw"]["active"] == 0
     app.invoke({"question": "Where does Ann live?"}, config, context=context(data_dir, "ask", "ann"))
     assert app.get_state(config).values["question"] == ""
+    # a run stopped before finish_run (an interrupt here, an error alike) leaves its input on the thread
+    pin = turn("My PIN is 4417.", "D1:4", "2023-05-08T10:03")
+    app.invoke({"turns": [pin]}, config, context=context(data_dir, "chat", "ann"), interrupt_after=["memory"])
+    assert app.get_state(config).values["turns"]
+    with pytest.raises(InputError, match="needs turns"):
+        app.invoke({"question": "Hi, what's new?"}, config, context=context(data_dir, "chat", "bob"))
+    assert Memory("bob", data_dir=data_dir).stats()["raw"]["active"] == 0
+    resumed = app.invoke({"turns": [pin]}, config, context=context(data_dir, "chat", "ann"))  # its own input: kept
+    assert resumed["answer"] is not None
 
 
 def test_retrieve_then_ask_on_a_thread(threaded: tuple[Any, dict[str, Any], str]) -> None:
