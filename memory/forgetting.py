@@ -191,17 +191,9 @@ def _content(text: str) -> set[str]:
 
 # --- deciding ----------------------------------------------------------------------------------
 def same_person(a: str, b: str) -> bool:
-    """'Melanie' and 'melanie', 'Melanie Smith' and 'Melanie' (a name and its first word): one person;
-    'Ann Smith' and 'Ann Lee', 'Dr. Jones' and 'Dr. Smith' are two; 'user' only matches 'user'."""
-    x, y = _words(a), _words(b)
-    if not x or not y:
-        return False
-    return x == y or (min(len(x), len(y)) == 1 and x[0] == y[0])
-
-
-def same_name(a: str, b: str) -> bool:
-    """The very same name, case and spacing aside: who the namespace's owner is, which a short form of the
-    name must not claim ('Ann' is not the owner 'Ann Smith')."""
+    """The very same name, case and spacing aside: 'Melanie' and 'melanie ' are one person; 'Ann' and
+    'Ann Smith' are not (a one-word name would otherwise claim every 'Ann' of the memory, and
+    'Dr. Jones' ... 'Dr. Smith' by their first word); 'user' only matches 'user'."""
     return bool(_words(a)) and _words(a) == _words(b)
 
 
@@ -257,7 +249,7 @@ def decide(
     others = [p for p in request.about if not same_person(p, speaker)]
     subject = others[0] if others else speaker
     decision.subject = subject
-    is_owner = bool(owner) and same_name(owner, speaker)
+    is_owner = bool(owner) and same_person(owner, speaker)
     if others and not is_owner:
         decision.refused = (f"only {subject} (or the namespace's owner) may ask to forget {subject}'s memories: "
                             f"nothing deleted")

@@ -177,19 +177,21 @@ def test_the_owner_may_forget_a_participants_memory(folder: Path, monkeypatch: p
 
 
 def test_two_people_who_share_a_first_name_are_two(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The rule compared first words only: 'Ann Lee' forgot Ann Smith's memories, and as 'Caroline' anyone
-    was the owner 'Caroline Smith'."""
+    """The rule compared first words only: 'Ann Lee' (or just 'Ann') forgot Ann Smith's memories, and as
+    'Caroline' anyone was the owner 'Caroline Smith'."""
     ann = Memory("ann", data_dir=str(folder / "ann"))
     ann.add([{"speaker": "Ann Smith", "text": "I signed up for a pottery class.", "dia_id": "D1:1"}])
     kept = records(ann)
-    ann.chat("Please forget that I signed up for a pottery class.", speaker="Ann Lee")
-    assert deleted_since(ann, kept) == set()
+    for speaker in ("Ann Lee", "Ann"):
+        ann.chat("Please forget that I signed up for a pottery class.", speaker=speaker)
+        assert deleted_since(ann, kept) == set(), speaker
     before = records(memory_at(folder))
     monkeypatch.setenv("STRATA_OWNER", "Caroline Smith")
     owned = memory_at(folder)
     owned.chat("Please forget that Melanie signed up for a pottery class.", speaker="Caroline")
     assert deleted_since(owned, before) == set()  # a short form of the owner's name is not the owner
-    assert same_person("Melanie", "melanie  smith") and not same_person("Dr. Jones", "Dr. Smith")
+    assert same_person("Melanie", " melanie") and not same_person("Dr. Jones", "Dr. Smith")
+    assert not same_person("Ann", "Ann Smith")  # a one-word name would claim every Ann of the memory
 
 
 def test_a_request_over_the_bound_waits_for_the_speakers_confirmation(folder: Path) -> None:
