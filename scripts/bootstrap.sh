@@ -16,7 +16,7 @@ trap 'rm -f "$log"' EXIT
 
 fail() {  # the last lines of what the step printed, then one line of what to do
   tail -n 5 "$log" | sed 's/^/  /' >&2
-  echo "setup failed: $1; check the network access to the package registry and the free disk space (df -h), then run 'make setup' again" >&2
+  echo "setup failed: $1; ${2:-check the network access to the package registry and the free disk space (df -h)}, then run 'make setup' again" >&2
   exit 1
 }
 
@@ -30,8 +30,9 @@ step() {  # run a quiet pip step; its warnings about ignored options are not new
 
 echo "setting up .venv (first run takes a few minutes)..." >&2
 if [ ! -x .venv/bin/python ]; then
-  "$PYTHON" -m venv .venv >"$log" 2>&1 || fail "could not create .venv with $PYTHON (Python 3.11 with its venv module is needed; set PYTHON=...)"
+  "$PYTHON" -m venv .venv >"$log" 2>&1 || fail "could not create .venv with $PYTHON" "Python 3.11 with its venv module is needed (on Debian: apt-get install python3-venv, then rm -rf .venv; or set PYTHON=...)"
 fi
+.venv/bin/python -m pip --version >"$log" 2>&1 || fail ".venv has no pip (made without ensurepip)" "on Debian: apt-get install python3-venv, then rm -rf .venv"
 .venv/bin/python -m pip install --quiet --upgrade pip >"$log" 2>&1 || echo "(pip was not upgraded; going on with $(.venv/bin/python -m pip --version | cut -d' ' -f1,2))" >&2
 step "could not install torch==2.13.0 (the CPU build)" .venv/bin/python -m pip install --quiet "torch==2.13.0"
 step "could not install the project (pip install -e .[dev])" .venv/bin/python -m pip install --quiet -e ".[dev]"
