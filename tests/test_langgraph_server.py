@@ -277,7 +277,7 @@ def test_ingest_streams_the_memory_role_for_each_turn(served: Served) -> None:
         return nodes
 
     nodes = served.run(stream())
-    assert nodes[:2] == ["start_run", "memory"] and nodes[-1] == "memory", nodes
+    assert nodes[:2] == ["start_run", "memory"] and nodes[-2:] == ["memory", "finish_run"], nodes
     assert {"research", "judge"} <= set(nodes)
 
 
