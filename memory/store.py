@@ -98,7 +98,7 @@ def _without(reason: str, said: dict[str, str]) -> str:
     return reason
 
 
-def rows_kept(rows: Sequence[Change], dropped: Sequence[int]) -> list[Change]:
+def _rows_kept(rows: Sequence[Change], dropped: Sequence[int]) -> list[Change]:
     gone = set(dropped)
     return [row for row in rows if int(row.id or 0) not in gone]
 
@@ -144,6 +144,8 @@ def _replayed(rows: Sequence[Change], erased_turns: set[str]) -> _Replay:
         kept.append(row.model_copy(update=told))
     return _Replay(rows=kept, dropped=dropped, end=(text, status, fields), unsuperseded=unsuperseded,
                    followed=followed)
+
+
 _TIME_FIELDS = ("time", "time_end")
 
 
@@ -1095,7 +1097,7 @@ class MemoryStore:
         for record_id, rows in sorted(by_record.items(), key=lambda item: item[0].startswith("persona:")):
             replay = _replayed(rows, set(turns))  # facts first: a trait ends as the fact it follows ends
             dropped += replay.dropped
-            rewritten += [row for row, was in zip(replay.rows, rows_kept(rows, replay.dropped), strict=True)
+            rewritten += [row for row, was in zip(replay.rows, _rows_kept(rows, replay.dropped), strict=True)
                           if row != was]
             found = self.get([record_id])
             if not found:
