@@ -85,15 +85,20 @@ def _slug(namespace: str) -> str:
     return re.sub(r"[^a-zA-Z0-9]+", "-", namespace).strip("-")[:40] or "ns"
 
 
+def _existing(client: Any, name: str) -> Any | None:
+    """The collection of that name, None when Chroma has none (creating nothing)."""
+    try:
+        return client.get_collection(name)
+    except Exception:  # Chroma's NotFoundError (a ValueError in older versions)
+        return None
+
+
 def find_collection(client: Any, namespace: str, kind: Kind) -> Any | None:
     """The namespace's collection of that kind if Chroma has it (under its current or its earlier name),
     creating nothing."""
     for name in (collection_name(namespace, kind), legacy_collection_name(namespace, kind)):
-        try:
-            collection = client.get_collection(name)
-        except Exception:  # Chroma's NotFoundError (a ValueError in older versions)
-            continue
-        if owner_of(collection) in (namespace, None):
+        collection = _existing(client, name)
+        if collection is not None and owner_of(collection) in (namespace, None):
             return collection
     return None
 
@@ -108,19 +113,13 @@ def _adopt_legacy(client: Any, namespace: str, kind: Kind, name: str, embedded: 
     """Rename the namespace's collection from its earlier name, once: only when its metadata names this
     namespace (another namespace whose name shared the digest keeps its own) and no collection has the
     current name yet."""
-    try:
-        client.get_collection(name)
+    if _existing(client, name) is not None:
         return
-    except Exception:  # not there under the current name
-        pass
     legacy = legacy_collection_name(namespace, kind)
     if embedded:
         recover(client, legacy)  # a rebuild of it that stopped halfway (memory/reindex.py)
-    try:
-        old = client.get_collection(legacy)
-    except Exception:
-        return
-    if owner_of(old) in (namespace, None):
+    old = _existing(client, legacy)
+    if old is not None and owner_of(old) in (namespace, None):
         old.modify(name=name)
 
 

@@ -37,6 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
 from strata.memory import store_items
 from strata.memory.episodes import OPEN_SEGMENT, OpenSegment
 from strata.memory.errors import InputError
+from strata.memory.forgetting import same_person
 from strata.memory.graph.consolidation import DIGESTS, DONE
 from strata.memory.graph.links import CATALOGUE, LAST_TURN
 from strata.memory.journal import PENDING
@@ -146,7 +147,7 @@ class ImportReport(BaseModel):
 
 def _only_theirs(summary: Record, person: str) -> bool:
     """A persona summary of the person (AdaMem's persona memory): what memory holds about them alone."""
-    return bool(summary.participant) and summary.participant.strip().lower() == person.strip().lower()
+    return same_person(summary.participant, person)  # names matched as the forget rule matches them
 
 
 def export_memory(store: MemoryStore, about: str = "") -> MemoryDocument:

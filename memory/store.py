@@ -84,7 +84,7 @@ ERASED_CAUSE = "made for a turn since erased"  # the reason a change kept by an 
 class _Replay:
     """A record's history replayed without the changes made for erased turns (`MemoryStore._take_back_edits`)."""
 
-    rows: list[Change]  # the rows that stay, told again from the replayed text
+    rewritten: list[Change]  # the rows that stay whose texts, states or reason the replay told otherwise
     dropped: list[int]  # the ids of the rows that go
     end: tuple[str, Status, dict[str, str]]  # the record's text, status and fields after the last row
     unsuperseded: bool  # a supersede was among the rows that go
@@ -98,9 +98,9 @@ def _without(reason: str, said: dict[str, str]) -> str:
     return reason
 
 
-def _rows_kept(rows: Sequence[Change], dropped: Sequence[int]) -> list[Change]:
-    gone = set(dropped)
-    return [row for row in rows if int(row.id or 0) not in gone]
+def _state_of(record: Record) -> tuple[str, Status, dict[str, str]]:
+    """A record's text, status and fact fields, as a replayed history leaves them (`_replayed`)."""
+    return record.text, record.status, {k: getattr(record, k) for k in _FACT_FIELDS}
 
 
 def _replayed(rows: Sequence[Change], erased_turns: set[str]) -> _Replay:
@@ -108,7 +108,7 @@ def _replayed(rows: Sequence[Change], erased_turns: set[str]) -> _Replay:
     supersedes and no-op notes made for an erased turn and the undos of those."""
     text, status, fields = rows[0].old_text, rows[0].old_status, dict(rows[0].old_fields)
     before: dict[int, tuple[str, Status, dict[str, str]]] = {}
-    kept: list[Change] = []
+    rewritten: list[Change] = []
     dropped: list[int] = []
     unsuperseded = False
     followed: list[int] = []
@@ -141,8 +141,10 @@ def _replayed(rows: Sequence[Change], erased_turns: set[str]) -> _Replay:
             told = {"reason": told["reason"]}
         if row.cause in erased_turns:  # a delete for an erased turn stands; its reason may quote the turn
             told["reason"] = ERASED_CAUSE
-        kept.append(row.model_copy(update=told))
-    return _Replay(rows=kept, dropped=dropped, end=(text, status, fields), unsuperseded=unsuperseded,
+        told_again = row.model_copy(update=told)
+        if told_again != row:
+            rewritten.append(told_again)
+    return _Replay(rewritten=rewritten, dropped=dropped, end=(text, status, fields), unsuperseded=unsuperseded,
                    followed=followed)
 
 
@@ -1097,16 +1099,14 @@ class MemoryStore:
         for record_id, rows in sorted(by_record.items(), key=lambda item: item[0].startswith("persona:")):
             replay = _replayed(rows, set(turns))  # facts first: a trait ends as the fact it follows ends
             dropped += replay.dropped
-            rewritten += [row for row, was in zip(replay.rows, _rows_kept(rows, replay.dropped), strict=True)
-                          if row != was]
+            rewritten += replay.rewritten
             found = self.get([record_id])
             if not found:
                 continue
             record = found[0]
             text, status, fields = ends[record_id] = replay.end
             status = self._as_its_fact_ends(record, status, replay.followed, ends)
-            if (record.text, record.status, {k: getattr(record, k) for k in _FACT_FIELDS}) != (
-                    text, status, {k: fields.get(k, getattr(record, k)) for k in _FACT_FIELDS}):
+            if _state_of(record) != (text, status, {k: fields.get(k, getattr(record, k)) for k in _FACT_FIELDS}):
                 restored.append(record.model_copy(update={
                     "text": text, "status": status, "version": record.version + 1,
                     **{k: v for k, v in fields.items() if k in _FACT_FIELDS},
@@ -1135,7 +1135,7 @@ class MemoryStore:
                 found = self.get([change.record_id])
                 if not found:
                     continue
-                fact = (found[0].text, found[0].status, {k: getattr(found[0], k) for k in _FACT_FIELDS})
+                fact = _state_of(found[0])
             if fact[1] != Status.ACTIVE:
                 return fact[1]
             if (fact[2].get("value") or "").strip().lower() != trait.value.strip().lower():
