@@ -289,20 +289,25 @@ def _bounded(client: Any) -> None:
         session.timeout = httpx.Timeout(wait, connect=min(wait, CONNECT_TIMEOUT))
 
 
-def get_collection(client: Any, namespace: str, kind: Kind, embedded: bool) -> Any:
-    """Create on first use; cosine space, vectors supplied by our embedder. An `embedded` collection (not
-    on a Chroma server) of at most EXACT_LIMIT records writes its index at every write (see the module's
-    docstring), also one an earlier version created with Chroma's default."""
+def get_collection(client: Any, namespace: str, kind: Kind, embedded: bool, create: bool = True) -> Any:
+    """The namespace's collection of `kind`, created on first use when `create` (a write), else None when
+    there is none (a read: a question on a made-up namespace must not make it one). Cosine space, vectors
+    supplied by our embedder. An `embedded` collection (not on a Chroma server) of at most EXACT_LIMIT
+    records writes its index at every write (see the module's docstring), also one an earlier version
+    created with Chroma's default."""
     name = collection_name(namespace, kind)
     if embedded:
         recover(client, name)  # a rebuild that stopped halfway (memory/reindex.py), before it is created anew
     _adopt_legacy(client, namespace, kind, name, embedded)
-    collection = client.get_or_create_collection(
-        name=name,
-        embedding_function=None,
-        configuration={"hnsw": {"space": "cosine", **(SMALL_SYNC if embedded else {})}},
-        metadata={"namespace": namespace, "kind": kind},
-    )
+    if create:
+        collection = client.get_or_create_collection(
+            name=name,
+            embedding_function=None,
+            configuration={"hnsw": {"space": "cosine", **(SMALL_SYNC if embedded else {})}},
+            metadata={"namespace": namespace, "kind": kind},
+        )
+    elif (collection := _existing(client, name)) is None:
+        return None
     if owner_of(collection) not in (namespace, None):  # never another namespace's records, whatever the name
         raise ConfigError(f"the Chroma collection {name} holds the namespace {owner_of(collection)!r}, not "
                           f"{namespace!r}: it was renamed or written by hand; rename it back or drop it")

@@ -32,7 +32,6 @@ from strata.memory.bm25 import BM25Index, reciprocal_rank_fusion
 from strata.memory.chroma import (
     collection_name,
     collection_names,
-    find_collection,
     get_collection,
     grown_large,
     open_client,
@@ -281,13 +280,7 @@ class MemoryStore:
 
     def _holds_any_record(self) -> bool:
         """Whether Chroma holds a record of this namespace, of any kind, creating no collection to find out."""
-        if self.count("raw"):  # nearly always the answer
-            return True
-        for kind in KINDS:
-            collection = find_collection(self._client, self.namespace, kind)
-            if collection is not None and collection.count():
-                return True
-        return False
+        return any(self.count(kind) for kind in KINDS)  # raw first: nearly always the answer
 
     @contextmanager
     def edits(self, until_flush: bool = False) -> Iterator[None]:
@@ -376,11 +369,15 @@ class MemoryStore:
         journal.append(self.ledger, self.namespace, entry, session)
         self._journaled = True
 
-    def _collection(self, kind: Kind) -> Any:
+    def _collection(self, kind: Kind, create: bool = False) -> Any:
+        """The namespace's Chroma collection of `kind`. Only a write creates it (`create`): a read of a kind
+        never written sees `NO_COLLECTION`, so a question on a made-up namespace leaves nothing behind."""
         with self._lock:
             collection = self._collections.get(kind)
             if collection is None:
-                collection = get_collection(self._client, self.namespace, kind, embedded=not self._shared)
+                collection = get_collection(self._client, self.namespace, kind, not self._shared, create)
+                if collection is None:
+                    return NO_COLLECTION
                 self._collections[kind] = collection
             return collection
 
@@ -611,7 +608,7 @@ class MemoryStore:
             seq = self.ledger.log_changes(self.namespace, (r.id for r in records))
             for kind, positions in by_kind.items():
                 for part in chunked(positions, self._write_batch()):  # Chroma refuses larger writes
-                    self._collection(kind).upsert(
+                    self._collection(kind, create=True).upsert(
                         ids=[records[i].id for i in part],
                         documents=[records[i].text for i in part],
                         embeddings=[vectors[i].tolist() for i in part],
@@ -1227,11 +1224,11 @@ class MemoryStore:
             self._resolve(kind)
             staged = self._staged.nearest(kind, vector, time_window, include_inactive)
             replaced = set(self._staged.records)
-        collection = self._collection(kind)
         records = self._load(kind)
         total = len(records)
         if total == 0:
             return merge_nearest([], staged, replaced, k)
+        collection = self._collection(kind)
         with self._lock:
             active = self._active[kind]
             inactive = total - len(active)
@@ -1454,6 +1451,26 @@ def _no_collection_pauses() -> Iterator[None]:
             if gc.get_count()[0] - before >= FREEZE_OBJECTS:
                 gc.freeze()
             gc.enable()
+
+
+class _NoCollection:
+    """What a read sees of a kind the namespace never wrote: empty. Creating the collection there instead
+    would make every namespace a question names one (listed, exported, counted)."""
+
+    def count(self) -> int:
+        return 0
+
+    def get(self, **_: Any) -> dict[str, list[Any]]:
+        return {"ids": [], "documents": [], "metadatas": [], "embeddings": []}
+
+    def query(self, **_: Any) -> dict[str, list[list[Any]]]:
+        return {"ids": [[]], "distances": [[]]}
+
+    def delete(self, **_: Any) -> None:
+        return None
+
+
+NO_COLLECTION = _NoCollection()
 
 
 def read_collection(collection: Any) -> Iterator[tuple[str, str | None, dict[str, Any] | None]]:

@@ -77,3 +77,24 @@ def test_a_collection_whose_metadata_names_another_namespace_is_refused_in_one_l
         Memory("bob", data_dir=str(tmp_path)).ask("What is the bank PIN?")
     message = str(caught.value)
     assert "\n" not in message and "holds the namespace 'ann', not 'bob'" in message
+
+
+def chroma_names(folder: Path) -> set[str]:
+    memory = Memory("any", data_dir=str(folder))
+    return {c.name for c in open_client(memory.context("ask").store_settings()).list_collections()}
+
+
+def test_reads_of_a_namespace_never_written_create_nothing_and_a_later_write_is_read(tmp_path: Path) -> None:
+    Memory(ANN, data_dir=str(tmp_path)).add([SECRET])
+    before = chroma_names(tmp_path)
+    assert collection_name(ANN, "raw") in before
+    stranger = Memory("users/made-up", data_dir=str(tmp_path))
+    assert "4417" not in stranger.ask("What is Ann's bank PIN?").answer
+    assert stranger.retrieve("Where does Ann live?").evidence_ids() == []
+    assert stranger.stats()["raw"]["active"] == 0 and stranger.get(["raw:D1:1"]) == []
+    assert stranger.graph(question="Where does Ann live?").nodes == []
+    stranger.export()
+    assert chroma_names(tmp_path) == before  # no empty collections named after a made-up namespace
+    stranger.add([{**SECRET, "speaker": "Sam", "text": "My locker code is 3312."}])  # the write creates them
+    assert collection_name("users/made-up", "raw") in chroma_names(tmp_path)
+    assert "D1:1" in stranger.retrieve("What is Sam's locker code?").evidence_ids()
