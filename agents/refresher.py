@@ -47,7 +47,7 @@ from strata.agents.llm import ask_json, chat_model, one_of
 from strata.graph.context import Context
 from strata.graph.state import ChangeNote, Evidence, State
 from strata.memory.errors import InputError
-from strata.memory.facts import FactDraft, extract_facts, single_valued
+from strata.memory.facts import FactDraft, comparable, extract_facts, single_valued
 from strata.memory.forgetting import ForgetDecision, decide
 from strata.memory.records import Record, Status, Turn
 from strata.memory.store import MemoryStore, kind_of
@@ -304,7 +304,7 @@ def stored_conflicts(records: list[Record]) -> list[Step]:
     """Two stored facts, same subject and single-valued attribute, different values: the newer wins."""
     steps: list[Step] = []
     for older, newest in same_slot_pairs(records):
-        if not _disagree(older, newest.value) or not _replaces(_norm(older.attribute), newest.text, older, newest):
+        if not _disagree(older, newest.value) or not _replaces(comparable(older.attribute), newest.text, older, newest):
             continue
         when = newest.time.strftime("%Y-%m-%d") if newest.time else "later"
         steps.append(Step(
@@ -323,8 +323,8 @@ def already_consistent(records: list[Record]) -> set[str]:
     """
     settled: set[str] = set()
     for older, newest in same_slot_pairs(records):
-        old, new = _norm(older.value), _norm(newest.value)
-        if old != new and new in _norm(older.text):
+        old, new = comparable(older.value), comparable(newest.value)
+        if old != new and new in comparable(older.text):
             settled.update((older.id, newest.id))
     return settled
 
@@ -334,7 +334,7 @@ def same_slot_pairs(records: list[Record]) -> list[tuple[Record, Record]]:
     by_key: dict[tuple[str, str], list[Record]] = {}
     for record in records:
         if record.kind != "raw" and record.subject and record.attribute and record.value:
-            by_key.setdefault((_norm(record.subject), _norm(record.attribute)), []).append(record)
+            by_key.setdefault((comparable(record.subject), comparable(record.attribute)), []).append(record)
     pairs: list[tuple[Record, Record]] = []
     for members in by_key.values():
         ordered = sorted(members, key=lambda r: (r.time or datetime.min, r.version, r.id))
@@ -387,19 +387,16 @@ def _replaces(attribute: str, newer_text: str, older: Record, newer: Record) -> 
 
 
 def _same_slot(record: Record, draft: FactDraft) -> bool:
-    return _norm(record.subject) == _norm(draft.subject) and _norm(record.attribute) == _norm(draft.attribute)
+    return (comparable(record.subject), comparable(record.attribute)) == (comparable(draft.subject),
+                                                                        comparable(draft.attribute))
 
 
 def _disagree(record: Record, value: str) -> bool:
     """Different values that do not contain each other, and not already what the record says."""
-    old, new = _norm(record.value), _norm(value)
+    old, new = comparable(record.value), comparable(value)
     if not old or not new or old == new or old in new or new in old:
         return False
-    return new not in _norm(record.text)
-
-
-def _norm(text: str) -> str:
-    return " ".join(re.sub(r"[^\w\s]", " ", text.lower().replace("-", "_")).split())
+    return new not in comparable(record.text)
 
 
 # --- the model policy ----------------------------------------------------------------------
@@ -486,7 +483,7 @@ def traits_of(store: MemoryStore, fact: Record) -> list[Record]:
         return []
     return [
         p for p in store.all("persona")
-        if p.attribute == fact.attribute and _norm(p.value) == _norm(fact.value)
+        if p.attribute == fact.attribute and comparable(p.value) == comparable(fact.value)
         and p.participant == (fact.subject or fact.speaker) and set(p.source_ids) & set(fact.source_ids)
     ]
 

@@ -396,6 +396,12 @@ _POSSESSIVE_RE = re.compile(
 )
 
 
+def comparable(text: str) -> str:
+    """A fact's subject, attribute or value as conflicts and persona traits compare it: lower case,
+    punctuation as spaces, hyphens as underscores, single spaces ("Zorbatown." is "zorbatown")."""
+    return " ".join(re.sub(r"[^\w\s]", " ", text.lower().replace("-", "_")).split())
+
+
 def _normalise_key(words: str) -> str:
     words = re.sub(r"\b(?:favourite|fave|fav)\b", "favorite", words.lower())
     return re.sub(r"[^a-z0-9]+", "_", words).strip("_")

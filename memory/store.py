@@ -39,6 +39,7 @@ from strata.memory.chroma import (
 )
 from strata.memory.embeddings import CachedEmbedder, get_embedder
 from strata.memory.errors import ConfigError, InputError, NotFoundError
+from strata.memory.facts import comparable
 from strata.memory.journal import JournalEntry
 from strata.memory.ledger import Ledger, chunked
 from strata.memory.locks import namespace_lock
@@ -1135,7 +1136,7 @@ class MemoryStore:
                 fact = _state_of(found[0])
             if fact[1] != Status.ACTIVE:
                 return fact[1]
-            if (fact[2].get("value") or "").strip().lower() != trait.value.strip().lower():
+            if comparable(fact[2].get("value") or "") != comparable(trait.value):
                 return Status.SUPERSEDED
         return status
 
