@@ -20,7 +20,7 @@ demo: setup
 	$(PY) -m strata demo --questions 5; fi
 
 test: setup
-	@$(PY) -m pytest -m "not slow" -q
+	@$(PY) -m pytest -m "not slow" -q -n 2 --dist loadfile
 
 test-slow: setup
 	@$(PY) -m pytest -m slow -q; rc=$$?; if [ $$rc -eq 5 ]; then echo "no slow tests selected"; exit 0; fi; exit $$rc
