@@ -111,6 +111,12 @@ class MemoryDocument(BaseModel):
             if wrong:
                 raise ValueError(f"the {what} {wrong[0]!r} is not a {wrong[1]} id (ids of its kind start "
                                  f"with '{wrong[1]}:')")
+        place = {c.id: n for n, c in enumerate(self.history) if c.id is not None}
+        for n, change in enumerate(self.history):  # renumbered on import, so each must name an entry before it
+            for what, other in (("undoes", change.undoes), ("follows", change.follows)):
+                if other is not None and place.get(other, -1) >= n:
+                    raise ValueError(f"the history entry {change.id} {what} entry {other}, which is not before "
+                                     "it: history is oldest first")
         for record in self.records:  # what the embedder and Chroma take: UTF-8 text (no lone surrogate)
             try:
                 json.dumps(record.model_dump(mode="json"), ensure_ascii=False).encode("utf-8")

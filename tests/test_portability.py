@@ -113,6 +113,9 @@ def test_a_wrong_import_writes_nothing_and_says_so_in_one_line(memory: Memory, t
     nan_weight["links"][0]["weight"] = float("nan")
     huge_seq = json.loads(document.model_dump_json())  # more than a ledger column holds
     huge_seq["working"][0]["seq"] = 2**63
+    follows_later = json.loads(document.model_dump_json())  # renumbered in order: the pointer became None
+    assert len(follows_later["history"]) > 1
+    follows_later["history"][0]["follows"] = follows_later["history"][-1]["id"]
     wrong: list[Any] = [
         memory.export(about="Caroline"),  # a person's copy, not a backup
         {**json.loads(document.model_dump_json()), "version": 9},
@@ -129,6 +132,7 @@ def test_a_wrong_import_writes_nothing_and_says_so_in_one_line(memory: Memory, t
         erasing,
         nan_weight,
         huge_seq,
+        follows_later,
         "[" * 100_000 + "]" * 100_000,  # nested deeper than Python's reader goes
         [1, 2],
         tmp_path / "missing.json",
