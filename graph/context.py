@@ -209,6 +209,7 @@ class Context:
             raise InputError("chat_model must be a LangChain chat model object: from Studio or the server, set model")
         outside_chroma(real_folder(check_folder(self.data_dir)))
         self._check_pinned()  # after the folder's own checks: a NUL or an unencodable name is said as such
+        self._check_named()
         for name, (least, most) in _RANGES.items():
             number = getattr(self, name)
             if not least <= number <= most:
@@ -224,10 +225,7 @@ class Context:
         """With STRATA_PIN_STORAGE (the shipped langgraph.json sets it), where the memory lives is the
         server's to say: a run's context naming another folder, Chroma server or ledger is refused, so a
         caller of the run API cannot write a memory anywhere the server can reach."""
-        flag = (os.environ.get(f"{ENV_PREFIX}PIN_STORAGE") or "").strip().lower()
-        if flag not in _TRUE | _FALSE:
-            raise ConfigError(f"{ENV_PREFIX}PIN_STORAGE={flag!r}: set it to true or false")
-        if flag in _FALSE:
+        if not _flag("PIN_STORAGE"):
             return
         defaults = {spec.name: spec.default for spec in fields(self)}
         types = _field_types()
@@ -240,6 +238,17 @@ class Context:
             if not same:
                 raise ConfigError(f"setting {name} is pinned by {ENV_PREFIX}PIN_STORAGE to {variable} (a server's "
                                   "runs cannot choose where the memory lives): leave it out, or unset the pin")
+
+    def _check_named(self) -> None:
+        """With STRATA_REQUIRE_NAMESPACE (the shipped langgraph.json sets it), a run names its memory. The
+        server drops a context key it does not know, so `{"namepsace": "ann"}` arrived as no namespace, and
+        Ann's turns went to the shared 'default' memory, which any run naming none reads back."""
+        if not _flag("REQUIRE_NAMESPACE"):
+            return
+        if self.namespace == "default" and "namespace" not in self._given and not os.environ.get(
+                f"{ENV_PREFIX}NAMESPACE"):
+            raise InputError("this server's runs name their memory: set the context's namespace (a user, an agent "
+                             "or a conversation id; a misspelt key is dropped by the server before strata sees it)")
 
     def _check_wire(self) -> None:
         """The model-call settings: one line naming the setting and what it takes."""
@@ -313,6 +322,14 @@ def _init_noting_what_is_given(self: Context, *args: Any, _given: frozenset[str]
 
 
 Context.__init__ = _init_noting_what_is_given  # type: ignore[method-assign]
+
+def _flag(name: str) -> bool:
+    """A server's switch, STRATA_<name>: true or false, anything else refused in one line."""
+    flag = (os.environ.get(f"{ENV_PREFIX}{name}") or "").strip().lower()
+    if flag not in _TRUE | _FALSE:
+        raise ConfigError(f"{ENV_PREFIX}{name}={flag!r}: set it to true or false")
+    return flag in _TRUE
+
 
 _NO_LIMIT = LARGEST_INTEGER  # what the ledger can store
 ENV_PREFIX = "STRATA_"

@@ -164,6 +164,24 @@ def test_a_server_pins_where_the_memory_lives(tmp_path: Path, monkeypatch: pytes
     assert "STRATA_PIN_STORAGE='maybe': set it to true or false" in one_line(error)
 
 
+def test_a_server_s_runs_name_their_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server drops a context key it does not know: {"namepsace": "ann"} arrives as no namespace, and
+    with STRATA_REQUIRE_NAMESPACE (langgraph.json) it is refused rather than written to 'default'."""
+    assert Context(mode="ingest").namespace == "default"  # a Python app's own graph: the default stands
+    monkeypatch.setenv("STRATA_REQUIRE_NAMESPACE", "true")
+    for unnamed in ({"mode": "ingest"}, {"namespace": "default", "mode": "chat"}):
+        with pytest.raises(InputError) as error:
+            Context(**unnamed)
+        assert "this server's runs name their memory: set the context's namespace" in one_line(error)
+    assert Context(namespace="ann").namespace == "ann"
+    monkeypatch.setenv("STRATA_NAMESPACE", "team")  # a deployment of one memory names it once
+    assert Context(mode="ask").namespace == "team"
+    monkeypatch.setenv("STRATA_REQUIRE_NAMESPACE", "sure")
+    with pytest.raises(ConfigError) as error:
+        Context(namespace="ann")
+    assert "STRATA_REQUIRE_NAMESPACE='sure': set it to true or false" in one_line(error)
+
+
 @pytest.mark.parametrize(("payload", "mode", "says"), [
     ({"turns": 5}, "ingest", "turns must be a list of turns, not int"),
     ({"turns": True}, "chat", "turns must be a list of turns, not bool"),

@@ -326,17 +326,21 @@ def test_a_run_cannot_move_the_memory_nor_store_junk(served: Served, tmp_path: P
     async def runs() -> list[dict[str, Any]]:
         client = served.client()
         results = []
-        for payload, context in (({"question": QUESTION}, {"data_dir": str(elsewhere)}),
-                                 ({"turns": 5}, {"mode": "ingest"}),
-                                 ({"question": 5}, {"mode": "ask"})):
+        secret = {"speaker": "Ann", "text": "My door code is 4417."}
+        for payload, context in (({"question": QUESTION}, {"namespace": NAMESPACE, "data_dir": str(elsewhere)}),
+                                 ({"turns": 5}, {"namespace": NAMESPACE, "mode": "ingest"}),
+                                 ({"question": 5}, {"namespace": NAMESPACE, "mode": "ask"}),
+                                 # the server drops the key it does not know: no namespace arrives
+                                 ({"turns": [secret]}, {"namepsace": NAMESPACE, "mode": "ingest"})):
             thread = await client.threads.create()
             results.append(dict(await client.runs.wait(thread["thread_id"], "strata", input=payload,
-                                                       context={"namespace": NAMESPACE, **context},
+                                                       context=context,
                                                        raise_error=False)))  # the run's error, as a reply
         return results
 
     before = served.run(_stats(served))
-    moved, junk, number = served.run(runs())
+    moved, junk, number, unnamed = served.run(runs())
+    assert "this server's runs name their memory" in str(unnamed)  # not stored in the shared 'default'
     assert "STRATA_PIN_STORAGE" in str(moved) and not elsewhere.exists()
     assert "turns must be a list of turns, not int" in str(junk)
     assert "the question must be text, not int" in str(number)
