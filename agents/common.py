@@ -17,7 +17,7 @@ from strata.graph.context import Context
 from strata.graph.state import Evidence, RoleNote, State, validate_turns
 from strata.memory.errors import InputError, check_utf8
 from strata.memory.facts import without_small_talk
-from strata.memory.records import Record
+from strata.memory.records import Record, Turn
 from strata.memory.registry import open_store
 from strata.memory.store import MemoryStore
 
@@ -108,12 +108,16 @@ def _listener(speaker: str, people: tuple[str, ...]) -> str | None:
 
 
 def current_turn_text(state: State) -> str:
-    """The text the run is about: the turn being processed, else the question."""
-    if state.turns and state.cursor < len(state.turns):
-        return state.turns[state.cursor].text
+    """The text the run is about: the turn being processed, else the question. An ask given turns and no
+    question has them as the server sent them (only the Memory role, which an ask skips, makes them Turns)."""
+    turns = state.turns
+    if not (isinstance(turns, list) and all(isinstance(t, Turn) for t in turns)):
+        turns = validate_turns(turns)
+    if turns and state.cursor < len(turns):
+        return turns[state.cursor].text
     if state.question.strip():
         return state.question
-    return state.turns[-1].text if state.turns else ""
+    return turns[-1].text if turns else ""
 
 
 def context_lines(items: Sequence[Evidence]) -> list[str]:

@@ -197,6 +197,17 @@ def test_server_shaped_input_of_the_wrong_type_is_one_line(
     assert says in one_line(error)
 
 
+def test_an_ask_given_turns_as_the_server_sends_them_asks_the_last_and_stores_nothing(tmp_path: Path) -> None:
+    """Studio's default mode is ask: a user who fills in turns and no question gets an answer to the last
+    turn (the Working role read the server's dicts as Turns and failed with an AttributeError)."""
+    turn = {"speaker": "Zed", "text": "Who keeps a pet iguana?", "dia_id": "D1:1"}
+    for mode, turns in (("ask", [turn]), ("retrieve", [turn]), ("ask", turn["text"])):  # a string is one turn
+        out = build_graph().invoke({"turns": turns}, context=Context(namespace="ann", mode=mode,
+                                                                     data_dir=str(tmp_path)))
+        assert "evidence" in out and not out.get("stored_ids")
+    assert Memory("ann", data_dir=str(tmp_path)).stats()["raw"]["active"] == 0
+
+
 def test_a_graph_run_with_a_context_or_question_it_cannot_use_is_one_line(tmp_path: Path) -> None:
     """The compiled graph in an app: a missing or wrong context, a misspelt setting in a context dict, a
     question that is not text (a lone surrogate from undecodable bytes) reached an AttributeError, a
