@@ -24,6 +24,14 @@ from strata.graph.state import State
 FINISH: Literal["finish_run"] = "finish_run"  # the node every run leaves by (graph/state.py::finish_run)
 
 
+def step_limit(turns: int, k_r: int) -> int:
+    """The most steps a run of `turns` turns can take, as above: start_run and finish_run, five a turn
+    (memory, research, judge, refresher, memory), two a search round of a question (research, judge; the
+    first and K_r retries), its refresher and working. LangGraph stops a run at 10,000 steps unless told
+    otherwise, which left an ingest of 2,600 turns with 99 of them never derived."""
+    return 2 + 5 * turns + 2 * (k_r + 1) + 2
+
+
 def route_start(state: State, runtime: Runtime[Context]) -> Literal["memory", "research"]:
     """Turns are stored before they are researched; questions go straight to research."""
     return "memory" if runtime.context.mode in ("ingest", "chat") else "research"

@@ -21,6 +21,7 @@ from strata.checkpoint import erase_threads
 from strata.conversations import read_json_file
 from strata.graph.context import Context
 from strata.graph.graph import graph
+from strata.graph.routing import step_limit
 from strata.graph.state import ChangeNote, Evidence, RoleNote, Verdict, validate_turns
 from strata.graph.tracing import run_config
 from strata.memory.chroma import server_stopped, server_stopped_message
@@ -351,10 +352,13 @@ class Memory:
         overrides: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         context = self.context(mode, **(overrides or {}))
+        turns = payload.get("turns")
+        config = run_config(context) | {"recursion_limit": step_limit(
+            len(turns) if isinstance(turns, list) else 1, context.k_r)}
         if on_turn is None:
-            return _plain(graph.invoke(payload, context=context, config=run_config(context)))
+            return _plain(graph.invoke(payload, context=context, config=config))
         final: dict[str, Any] = {}
-        chunks = graph.stream(payload, context=context, config=run_config(context), stream_mode=["updates", "values"])
+        chunks = graph.stream(payload, context=context, config=config, stream_mode=["updates", "values"])
         for chunk in chunks:
             kind, data = chunk
             if kind == "updates" and "memory" in data and (data["memory"] or {}).get("stage") in ("stored", "done"):

@@ -486,3 +486,26 @@ def test_the_checkpoint_helpers_say_what_is_wrong_in_one_line(tmp_path: Path) ->
             call()
         assert says in one_line(error)
     assert (tmp_path / "garbage" / "threads.sqlite3").read_bytes().startswith(b"not a database")  # left as it was
+
+
+def test_an_ingest_longer_than_langgraphs_step_limit_is_derived_whole(
+    tmp_path: Path, offline_env: dict[str, str],
+) -> None:
+    """LangGraph stops a run after a set number of steps (10,000 unless told): an ingest of 2,600 turns
+    stopped with 99 turns never derived. `Memory` sets the run's limit from its turns; here LangGraph's
+    default is lowered to 200 so that 60 turns (about 300 steps) show it."""
+    script = (
+        "from strata.api import Memory\n"
+        "from strata.memory.journal import PENDING\n"
+        f"memory = Memory('long', data_dir={str(tmp_path)!r})\n"
+        "memory.add([{'speaker': 'Ann' if i % 2 else 'Bob', 'text': f'I bought {i} red apples at the market today.'}"
+        " for i in range(60)])\n"
+        "store = memory.store\n"
+        "print(len(store.all('raw')), len({f.dialogue_id for f in store.all('fact')}),"
+        " store.ledger.get_state(store.namespace, PENDING, []))\n"
+    )
+    env = {**offline_env, "LANGGRAPH_DEFAULT_RECURSION_LIMIT": "200"}
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["60", "60", "[]"]
