@@ -17,18 +17,18 @@ from strata.agents.research import research
 from strata.agents.working import working
 from strata.graph.context import Context
 from strata.graph.routing import route_after_judge, route_after_memory, route_onward, route_start
-from strata.graph.state import InputState, OutputState, State, finish_run, start_run
+from strata.graph.state import InputState, OutputState, State, finish_run, resumed_as_begun, start_run
 from strata.graph.tracing import with_run_metadata
 
 
 def builder() -> StateGraph:
     """The uncompiled graph, for apps that add it as a subgraph or compile it themselves."""
     graph_builder = StateGraph(State, context_schema=Context, input_schema=InputState, output_schema=OutputState)
-    graph_builder.add_node("memory", with_run_metadata("memory", memory))
-    graph_builder.add_node("research", with_run_metadata("research", research))
-    graph_builder.add_node("judge", with_run_metadata("judge", judge))
-    graph_builder.add_node("refresher", with_run_metadata("refresher", refresher))
-    graph_builder.add_node("working", with_run_metadata("working", working))
+    graph_builder.add_node("memory", with_run_metadata("memory", resumed_as_begun(memory)))
+    graph_builder.add_node("research", with_run_metadata("research", resumed_as_begun(research)))
+    graph_builder.add_node("judge", with_run_metadata("judge", resumed_as_begun(judge)))
+    graph_builder.add_node("refresher", with_run_metadata("refresher", resumed_as_begun(refresher)))
+    graph_builder.add_node("working", with_run_metadata("working", resumed_as_begun(working)))
     graph_builder.add_node("start_run", start_run)
     graph_builder.add_node("finish_run", finish_run)
     graph_builder.add_edge(START, "start_run")

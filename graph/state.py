@@ -6,18 +6,22 @@ run returns, and `State` adds the working fields the roles pass each other.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from langgraph.runtime import Runtime
 from pydantic import BaseModel, Field, ValidationError
 from strata.graph.context import Context
-from strata.memory.errors import InputError
+from strata.memory.errors import InputError, shown_value
 from strata.memory.moments import MaybeUtcTime, UtcTime
 from strata.memory.records import Kind, Turn
+
+Node = TypeVar("Node", bound=Callable[..., Any])
 
 Action = Literal["Pass", "Retry", "Refresh"]
 
@@ -192,6 +196,22 @@ def start_run(state: State, runtime: Runtime[Context]) -> dict[str, object]:
             question = update["question"] = ""
     update.update(turns_seen=input_print(turns), question_seen=input_print(question))
     return update
+
+
+def resumed_as_begun(node: Node) -> Node:
+    """The role node, refusing a resumed run that names another namespace than the run it resumes. A run
+    resumed from its checkpoint (input None) does not pass `start_run`: resumed as namespace B, a stopped
+    ingest of A researched A's turn against B's memory, reported A's stored ids as its own, skipped the rest
+    as "already stored" (they were not pending in B) and left A with fewer facts than a whole ingest."""
+
+    @functools.wraps(node)
+    def checked(state: State, runtime: Runtime[Context], *args: Any, **kwargs: Any) -> Any:
+        if not state.finished and state.namespace and state.namespace != runtime.context.namespace:
+            raise InputError(f"this thread's stopped run belongs to namespace {shown_value(state.namespace)}: "
+                             "resume it with that namespace, or start a new run with input")
+        return node(state, runtime, *args, **kwargs)
+
+    return checked  # type: ignore[return-value]
 
 
 def input_print(value: object) -> str:

@@ -509,3 +509,22 @@ def test_an_ingest_longer_than_langgraphs_step_limit_is_derived_whole(
                           timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["60", "60", "[]"]
+
+
+def test_a_stopped_run_resumes_only_under_its_own_namespace(tmp_path: Path) -> None:
+    """A run resumed from its checkpoint (input None) does not pass start_run: resumed as another namespace,
+    it researched the stopped run's turn against that memory and skipped the rest, deriving nothing."""
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    app = build_graph(checkpointer=InMemorySaver())
+    thread = {"configurable": {"thread_id": "t1"}}
+    turns = [{"speaker": "Ann", "text": f"I planted {n} tulips in the garden.", "dia_id": f"D1:{n}"} for n in (1, 2)]
+    as_ann = Context(namespace="ann", mode="ingest", data_dir=str(tmp_path))
+    app.invoke({"turns": turns}, thread, context=as_ann, interrupt_before=["judge"])  # stopped mid-turn
+    with pytest.raises(InputError) as error:
+        app.invoke(None, thread, context=Context(namespace="bob", mode="ingest", data_dir=str(tmp_path)))
+    assert "this thread's stopped run belongs to namespace 'ann': resume it with that namespace" in one_line(error)
+    app.invoke(None, thread, context=as_ann)  # its own namespace finishes it
+    facts = Memory("ann", data_dir=str(tmp_path)).store.all("fact")
+    assert {f.dialogue_id for f in facts} == {"D1:1", "D1:2"}
+    assert Memory("bob", data_dir=str(tmp_path)).stats()["fact"]["active"] == 0
