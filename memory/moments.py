@@ -23,7 +23,7 @@ import re
 from datetime import UTC, date, datetime, time
 from typing import Annotated
 
-from pydantic import BeforeValidator
+from pydantic import BeforeValidator, WithJsonSchema
 
 # Above this an epoch number is read as milliseconds: 2e10 seconds is the year 2603, while
 # 2e10 milliseconds is August 1970, so no time a conversation holds falls on the wrong side.
@@ -90,7 +90,12 @@ def read_time(value: object) -> datetime | None:
     raise ValueError(f"a time cannot be {type(value).__name__}: give an ISO 8601 string or epoch seconds")
 
 
-UtcTime = Annotated[datetime, BeforeValidator(read_time)]
+# What a caller may send, as the schemas say it (Studio's forms, the server's input check): the text
+# forms and epoch seconds `read_time` takes, not only ISO 8601 date-times.
+_SENT = [{"type": "string", "description": "ISO 8601, or a date as people write it"},
+         {"type": "number", "description": "epoch seconds"}]
+UtcTime = Annotated[datetime, BeforeValidator(read_time), WithJsonSchema({"anyOf": _SENT}, mode="validation")]
 """A datetime field that holds naive UTC, whatever form the caller sent."""
-MaybeUtcTime = Annotated[datetime | None, BeforeValidator(read_time)]
+MaybeUtcTime = Annotated[datetime | None, BeforeValidator(read_time),
+                         WithJsonSchema({"anyOf": [*_SENT, {"type": "null"}]}, mode="validation")]
 """The same, where no time (None or blank text) is allowed."""

@@ -36,8 +36,9 @@ ADMIN_TOKEN = "operator-token-for-this-test"
 
 def test_langgraph_json_serves_the_graph_without_edits() -> None:
     """What `langgraph dev` and a Platform deployment read: the package, the graph, an env that
-    does not override the user's own settings (STRATA_*, LANGSMITH_*) but one: a served memory's storage
-    is the server's to choose, never a run's (STRATA_PIN_STORAGE)."""
+    does not override the user's own settings (STRATA_*, LANGSMITH_*) but two: a served memory's storage
+    is the server's to choose, never a run's (STRATA_PIN_STORAGE), and every run names its memory
+    (STRATA_REQUIRE_NAMESPACE)."""
     from langgraph_cli.config import validate_config_file
 
     config = validate_config_file(REPO / "langgraph.json")
@@ -50,8 +51,9 @@ def test_langgraph_json_serves_the_graph_without_edits() -> None:
     env = config.get("env") or {}
     assert isinstance(env, dict), "an env file would override what the user exports (langgraph dev lets it win)"
     check_admin_app_loads_by_path(REPO / config["http"]["app"].partition(":")[0])
-    assert [key for key in env if key.startswith(("STRATA_", "LANGSMITH_", "LANGCHAIN_"))] == ["STRATA_PIN_STORAGE"]
-    assert env["STRATA_PIN_STORAGE"] == "true"
+    assert [key for key in env if key.startswith(("STRATA_", "LANGSMITH_", "LANGCHAIN_"))] == [
+        "STRATA_PIN_STORAGE", "STRATA_REQUIRE_NAMESPACE"]
+    assert env["STRATA_PIN_STORAGE"] == env["STRATA_REQUIRE_NAMESPACE"] == "true"
 
 
 def check_admin_app_loads_by_path(path: Path) -> None:
@@ -106,6 +108,9 @@ def check_input_schema(schema: dict[str, Any]) -> None:
     assert all(spec.get("description") for spec in fields.values())
     turn = schema["$defs"]["Turn"]["properties"]
     assert {"speaker", "text", "time", "dia_id"} <= set(turn)
+    # what the graph reads (epoch seconds, "1:56 pm on 8 May, 2023"), not only an ISO date-time
+    assert [form["type"] for form in turn["time"]["anyOf"]] == ["string", "number", "null"]
+    assert "format" not in turn["time"]["anyOf"][0]
 
 
 # ----------------------------------------------------------------------------- the server
