@@ -150,6 +150,7 @@ class OutputState:
     stored_ids: list[str] = field(default_factory=list)
     changes: list[ChangeNote] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # an ingest's is its last turn's (the stream shows each turn's): a thread saves the state at every step
     trace: list[RoleNote] = field(default_factory=list)
 
 

@@ -165,12 +165,20 @@ def test_pass_path_with_the_model_for_every_role(data_dir: Path, embedder: Any, 
         "facts": [facts_by_turn({"D1:3": [went]})],
         "answer": [json.dumps({"answer": "On 7 May 2023", "cited_ids": ["D1:3"]})],
     })
-    stored = graph.invoke({"turns": turns}, context=ctx(data_dir, "ingest", model, "conv-26"))
+    stored: dict[str, Any] = {}
+    every: list[RoleNote] = []  # an ingest's trace is its turn's: each derive's update holds the turn's whole
+    for kind, data in graph.stream({"turns": turns}, context=ctx(data_dir, "ingest", model, "conv-26"),
+                                   stream_mode=["updates", "values"]):
+        if kind == "values":
+            stored = data
+        elif "memory" in data and data["memory"].get("stage") in ("stored", "done"):
+            every += data["memory"]["trace"]
     assert stored["stored_ids"] == ["raw:D1:1", "raw:D1:2", "raw:D1:3", "fact:D1:3:0", "raw:D1:4", "raw:D1:5"]
-    assert set(policies(stored["trace"], "judge")) == {MODEL}
-    assert set(policies(stored["trace"], "research")) == {PLAN_NOT_ASKED_INGEST}  # a turn is searched by its words
-    assert policies(stored["trace"], "memory").count(MODEL) == 5  # one derive per turn; intake is always offline
-    graph_notes = [n.summary for n in stored["trace"] if "; graph by " in n.summary]
+    assert set(policies(every, "judge")) == {MODEL}
+    assert set(policies(every, "research")) == {PLAN_NOT_ASKED_INGEST}  # a turn is searched by its words
+    assert policies(every, "memory").count(MODEL) == 5  # one derive per turn; intake is always offline
+    assert policies(stored["trace"], "memory") == ["offline", MODEL]  # the run ends with its last turn's trace
+    graph_notes = [n.summary for n in every if "; graph by " in n.summary]
     assert len(graph_notes) == 5 and all(f"; graph by {MODEL}: " in s for s in graph_notes)  # one note call per turn
     # the facts prompt carried the session date, the speakers and the turn itself
     prompt = next(p for p in model.calls("facts") if "[D1:3]" in p)
