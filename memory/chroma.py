@@ -87,9 +87,11 @@ def _slug(namespace: str) -> str:
 
 def _existing(client: Any, name: str) -> Any | None:
     """The collection of that name, None when Chroma has none (creating nothing)."""
+    from chromadb.errors import NotFoundError  # (Chroma loads when a client opens, not with this module)
+
     try:
         return client.get_collection(name)
-    except Exception:  # Chroma's NotFoundError (a ValueError in older versions)
+    except (NotFoundError, ValueError):  # ValueError: older versions; a server that does not answer is an error
         return None
 
 

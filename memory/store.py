@@ -404,11 +404,15 @@ class MemoryStore:
         with self._lock:
             if force or kind not in self._records:
                 with _no_collection_pauses():
-                    if force or not self._load_saved(kind):
-                        self._reset_mirror(kind)
-                        for rid, doc, meta in read_collection(self._collection(kind)):
-                            self._remember(from_metadata(rid, doc or "", meta or {}))
-                        self._save(kind)
+                    try:
+                        if force or not self._load_saved(kind):
+                            self._reset_mirror(kind)
+                            for rid, doc, meta in read_collection(self._collection(kind)):
+                                self._remember(from_metadata(rid, doc or "", meta or {}))
+                            self._save(kind)
+                    except BaseException:  # a Chroma server that stopped answering: read again next time,
+                        self._records.pop(kind, None)  # not a mirror half read kept as if it were the kind
+                        raise
                     if len(self._records[kind]) >= snapshots.MIN_RECORDS:  # the open pays, not a question
                         self._time_index(kind)
             return self._records[kind]

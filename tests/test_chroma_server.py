@@ -217,3 +217,22 @@ def test_a_chroma_server_that_stops_mid_run_is_one_line_and_the_retry_finishes(
         raw = memory.store.all("raw")
         assert sorted(r.dialogue_id for r in raw) == sorted(t["dia_id"] for t in turns[:20])
         assert memory.store.ledger.get_state("stops", "pending_derive") == []
+
+
+@pytest.mark.slow
+def test_reads_while_the_chroma_server_is_down_say_so_and_read_everything_once_it_is_back(tmp_path: Path) -> None:
+    """A read of a kind not yet loaded asked Chroma whether the collection exists: a server that did not answer
+    counted as "none", so a question said "Not in memory." and the kind stayed empty after the server came
+    back (a review's reproduction). A read that fails reads again next time."""
+    with chroma_run(tmp_path / "data", tmp_path / "chroma.log") as server:
+        memory = Memory("blip", chroma_host=LOOPBACK, chroma_port=server.port, data_dir=tmp_path / "ledger")
+        memory.add([{"speaker": "Ann", "text": "I live in Zorbatown.", "dia_id": "D1:1"}])
+        memory.store.close()  # as the registry does with an idle namespace: its mirrors let go
+        server.stop()
+        for read in (memory.export, lambda: Memory("new", chroma_host=LOOPBACK, chroma_port=server.port,
+                                                   data_dir=tmp_path / "ledger").ask("Where does Ann live?")):
+            with pytest.raises(UnavailableError, match="Chroma server stopped answering"):
+                read()
+        server.start(60)
+        assert [r.text for r in memory.export().records if r.kind == "fact"] == ["Ann lives in Zorbatown."]
+        assert memory.stats()["fact"]["active"] == 1
