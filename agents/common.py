@@ -107,13 +107,14 @@ def _listener(speaker: str, people: tuple[str, ...]) -> str | None:
     return others[0] if len(others) == 1 else None
 
 
-def current_turn_text(state: State) -> str:
-    """The text the run is about: the turn being processed, else the question. An ask given turns and no
-    question has them as the server sent them (only the Memory role, which an ask skips, makes them Turns)."""
+def current_turn_text(state: State, mode: str) -> str:
+    """The text the run is about, as research reads it (`input_of`): the turn being stored (ingest, chat),
+    else the question, else the last turn given (an ask given turns and no question, as Studio's default mode
+    sends them: only the Memory role, which an ask skips, makes the server's dicts Turns)."""
     turns = state.turns
     if not (isinstance(turns, list) and all(isinstance(t, Turn) for t in turns)):
         turns = validate_turns(turns)
-    if turns and state.cursor < len(turns):
+    if mode in ("ingest", "chat") and turns and state.cursor < len(turns):
         return turns[state.cursor].text
     if state.question.strip():
         return state.question

@@ -221,12 +221,14 @@ def incoming_of(state: State, mode: str = "ingest") -> Incoming:
     """The input the run is about (AMA's u_t): the turn being stored, else the question."""
     if mode in ("ask", "retrieve") and state.question.strip():
         return Incoming(text=state.question)
-    if state.turns and state.cursor < len(state.turns):
+    storing = mode in ("ingest", "chat")
+    if storing and state.turns and state.cursor < len(state.turns):
         item: Any = state.turns[state.cursor]
         turn = item if isinstance(item, Turn) else Turn.model_validate(item)
         return Incoming(text=turn.text, speaker=turn.speaker, dia_id=turn.dia_id or "", time=turn.time,
                         listener=turn.listener, is_turn=True)
-    return Incoming(text=current_turn_text(state), is_turn=not state.question.strip() and bool(state.turns))
+    return Incoming(text=current_turn_text(state, mode),
+                    is_turn=storing and not state.question.strip() and bool(state.turns))
 
 
 def conflict_groups(state: State, store: MemoryStore, incoming: Incoming) -> list[Group]:

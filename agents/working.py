@@ -207,7 +207,7 @@ def asked(state: State, context: Context) -> str:
     if context.mode == "chat" and state.turns:
         last: Any = state.turns[-1]
         return str(last.text if hasattr(last, "text") else last.get("text", ""))
-    return current_turn_text(state)
+    return current_turn_text(state, context.mode)
 
 
 def _answer_with_model(

@@ -80,7 +80,9 @@ def _settings_as_memory_reads_them(given: dict[str, Any]) -> StoreSettings:
 
     StoreSettings(**given)  # a misspelt or wrong setting is said as a store setting
     texts = {name: ("" if value is None else value) for name, value in given.items()}  # Context's "unset"
-    return Context(**texts, _given=frozenset(texts)).store_settings()  # a given value is kept, as in Memory
+    # a given value is kept, as in Memory; the namespace counts as given: a store's settings name no memory
+    # (STRATA_REQUIRE_NAMESPACE is about runs)
+    return Context(**texts, _given=frozenset(texts) | {"namespace"}).store_settings()
 
 
 class StrataStore(BaseStore):

@@ -164,7 +164,7 @@ def test_a_server_pins_where_the_memory_lives(tmp_path: Path, monkeypatch: pytes
     assert "STRATA_PIN_STORAGE='maybe': set it to true or false" in one_line(error)
 
 
-def test_a_server_s_runs_name_their_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_server_s_runs_name_their_memory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The server drops a context key it does not know: {"namepsace": "ann"} arrives as no namespace, and
     with STRATA_REQUIRE_NAMESPACE (langgraph.json) it is refused rather than written to 'default'."""
     assert Context(mode="ingest").namespace == "default"  # a Python app's own graph: the default stands
@@ -174,6 +174,9 @@ def test_a_server_s_runs_name_their_memory(monkeypatch: pytest.MonkeyPatch) -> N
             Context(**unnamed)
         assert "this server's runs name their memory: set the context's namespace" in one_line(error)
     assert Context(namespace="ann").namespace == "ann"
+    from strata.langgraph_store import StrataStore  # a store's settings name no memory: it opens as before
+
+    StrataStore(data_dir=str(tmp_path)).put(("ann", "notes"), "k", {"text": "hi"})
     monkeypatch.setenv("STRATA_NAMESPACE", "team")  # a deployment of one memory names it once
     assert Context(mode="ask").namespace == "team"
     monkeypatch.setenv("STRATA_REQUIRE_NAMESPACE", "sure")
@@ -200,12 +203,18 @@ def test_server_shaped_input_of_the_wrong_type_is_one_line(
 def test_an_ask_given_turns_as_the_server_sends_them_asks_the_last_and_stores_nothing(tmp_path: Path) -> None:
     """Studio's default mode is ask: a user who fills in turns and no question gets an answer to the last
     turn (the Working role read the server's dicts as Turns and failed with an AttributeError)."""
-    turn = {"speaker": "Zed", "text": "Who keeps a pet iguana?", "dia_id": "D1:1"}
-    for mode, turns in (("ask", [turn]), ("retrieve", [turn]), ("ask", turn["text"])):  # a string is one turn
+    memory = Memory("ann", data_dir=str(tmp_path))
+    memory.add([{"speaker": "Ann", "text": "I keep a pet iguana named Iggy.", "dia_id": "D1:1"},
+                {"speaker": "Bob", "text": "My sister plays the cello in an orchestra.", "dia_id": "D1:2"}])
+    other = {"speaker": "Zed", "text": "What instrument does Bob's sister play?"}
+    turn = {"speaker": "Zed", "text": "What is the name of Ann's iguana?"}
+    for mode, turns in (("ask", [other, turn]), ("retrieve", [other, turn]), ("ask", turn["text"])):
         out = build_graph().invoke({"turns": turns}, context=Context(namespace="ann", mode=mode,
                                                                      data_dir=str(tmp_path)))
-        assert "evidence" in out and not out.get("stored_ids")
-    assert Memory("ann", data_dir=str(tmp_path)).stats()["raw"]["active"] == 0
+        assert not out.get("stored_ids") and out["evidence"][0].id == "raw:D1:1"  # the last turn, read
+        if mode == "ask":
+            assert "Iggy" in out["answer"]  # and answered: the first turn was answered before
+    assert memory.stats()["raw"]["active"] == 2
 
 
 def test_a_graph_run_with_a_context_or_question_it_cannot_use_is_one_line(tmp_path: Path) -> None:

@@ -292,8 +292,9 @@ def test_malformed_note_reply_falls_back_to_the_offline_rules(data_dir: Path, em
     assert context.entity_graph and context.semantic_links
     from strata.graph.graph import graph
 
-    result = graph.invoke({"turns": THREE}, context=memory.context("ingest"))
-    graph_notes = [n.summary for n in result["trace"] if n.role == "memory" and "; graph by " in n.summary]
+    updates = graph.stream({"turns": THREE}, context=memory.context("ingest"), stream_mode="updates")
+    notes = [n for update in updates for n in (update.get("memory") or {}).get("trace", [])]  # each turn's own
+    graph_notes = [n.summary for n in notes if n.role == "memory" and "; graph by " in n.summary]
     assert len(graph_notes) == 3
     assert all("; graph by offline (model output unusable: " in s for s in graph_notes)
     store = memory.store
