@@ -17,7 +17,7 @@ from strata.graph.context import Context
 from strata.graph.state import Evidence, RoleNote, State, validate_turns
 from strata.memory.errors import InputError, check_utf8
 from strata.memory.facts import without_small_talk
-from strata.memory.records import Record, Turn
+from strata.memory.records import Record
 from strata.memory.registry import open_store
 from strata.memory.store import MemoryStore
 
@@ -111,9 +111,7 @@ def current_turn_text(state: State, mode: str) -> str:
     """The text the run is about, as research reads it (`input_of`): the turn being stored (ingest, chat),
     else the question, else the last turn given (an ask given turns and no question, as Studio's default mode
     sends them: only the Memory role, which an ask skips, makes the server's dicts Turns)."""
-    turns = state.turns
-    if not (isinstance(turns, list) and all(isinstance(t, Turn) for t in turns)):
-        turns = validate_turns(turns)
+    turns = validate_turns(state.turns)  # Turns pass through it as they are
     if mode in ("ingest", "chat") and turns and state.cursor < len(turns):
         return turns[state.cursor].text
     if state.question.strip():

@@ -129,10 +129,8 @@ def memory(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
 
 def _intake(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     update: dict[str, Any] = fresh_run() if state.stage == "done" else {}
-    # each turn is researched and judged on its own, not as a retry round of the turn before it; the trace
-    # is the turn's own: a thread saves the whole state at every step, and a run's trace grown over 300
-    # turns made that 174 MB (the roles' runs are traced one by one, and streamed, all the same)
-    update.update({"plan": None, "rounds": 0, "evidence": [], "verdict": None, "trace": []})
+    # each turn is researched and judged on its own, not as a retry round of the turn before it
+    update.update({"plan": None, "rounds": 0, "evidence": [], "verdict": None})
     cursor = int(update.get("cursor", state.cursor))
     if not state.turns:
         raise InputError(
@@ -151,7 +149,8 @@ def _intake(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     seen = {"turns": turns, "turns_seen": input_print(turns)} if cursor == 0 else {}
     turn = turns[cursor]
     raw_id = f"raw:{turn.dia_id}"
-    trace = list(update.get("trace", state.trace))
+    # the trace starts again with each turn: a thread saves the whole state at every step, and a run's trace
+    # grown over 300 turns made that 174 MB (the roles' runs are traced one by one, and streamed, all the same)
     if raw_id not in _pending(store):
         notes = [*update.get("notes", state.notes), f"{turn.dia_id} is already stored: skipped"]
         last = cursor + 1 >= len(turns) and runtime.context.mode == "ingest"
@@ -159,13 +158,13 @@ def _intake(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
             store.flush()
         return {**update, **seen, "cursor": cursor + 1,
                 "stage": "done" if last else "stored", "notes": notes,
-                "trace": [*trace, RoleNote(role="memory", policy=OFFLINE, summary=f"{turn.dia_id} already stored")]}
+                "trace": [RoleNote(role="memory", policy=OFFLINE, summary=f"{turn.dia_id} already stored")]}
     store.push_working(turn.speaker, turn.dia_id or "", turn.text, turn.time, runtime.context.working_size)
     return {
         **update, **seen, "cursor": cursor, "stage": "intake",
         "stored_ids": [*update.get("stored_ids", state.stored_ids), raw_id],
-        "trace": [*trace, RoleNote(role="memory", policy=OFFLINE,
-                                   summary=f"raw turn {turn.dia_id} stored (write-ahead); deriving it")],
+        "trace": [RoleNote(role="memory", policy=OFFLINE,
+                           summary=f"raw turn {turn.dia_id} stored (write-ahead); deriving it")],
     }
 
 

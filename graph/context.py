@@ -323,6 +323,7 @@ def _init_noting_what_is_given(self: Context, *args: Any, _given: frozenset[str]
 
 Context.__init__ = _init_noting_what_is_given  # type: ignore[method-assign]
 
+
 def _flag(name: str) -> bool:
     """A server's switch, STRATA_<name>: true or false, anything else refused in one line."""
     flag = (os.environ.get(f"{ENV_PREFIX}{name}") or "").strip().lower()
