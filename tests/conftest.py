@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -32,6 +33,17 @@ def offline_env(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     for name, value in OFFLINE_ENV.items():
         monkeypatch.setenv(name, value)
     return dict(os.environ)
+
+
+@contextmanager
+def offline_environment() -> Iterator[pytest.MonkeyPatch]:
+    """The environment `offline_env` gives a test, for a fixture wider than one test (module-scoped ingests)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.delenv("STRATA_MODEL", raising=False)
+        patch.delenv("STRATA_BASE_URL", raising=False)
+        for name, value in OFFLINE_ENV.items():
+            patch.setenv(name, value)
+        yield patch
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import files_holding_vector, index_folders
+from conftest import files_holding_vector, index_folders, offline_environment
 from strata.graph import build_graph
 from strata.graph.context import Context
 from strata.memory.chroma import collection_name, get_collection, open_client
@@ -53,9 +53,20 @@ def _files_holding(folder: Path, text: str) -> list[str]:
     return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file() and needle in p.read_bytes())
 
 
+@pytest.fixture(scope="module")
+def ingested(tmp_path_factory: pytest.TempPathFactory, locomo_dir: Path, embedder: Any) -> Path:
+    """The TURNS turns ingested once for the whole file, the folder closed: each test erases in its own copy."""
+    folder = tmp_path_factory.mktemp("erasure") / "mem"
+    with offline_environment():
+        _memory(locomo_dir, folder)
+        close_all()
+    return folder
+
+
 @pytest.fixture
-def memory(locomo_dir: Path, data_dir: Path, embedder: Any) -> Memory:
-    return _memory(locomo_dir, data_dir)
+def memory(ingested: Path, data_dir: Path) -> Memory:
+    shutil.copytree(ingested, data_dir)
+    return Memory("conv-26", data_dir=str(data_dir))
 
 
 ASKED = "What did Melanie paint for her art class?"
@@ -466,19 +477,29 @@ def _state(memory: Memory) -> tuple[Any, ...]:
             sorted((store.state(CATALOGUE, {}) or {}).items()), store.state(LAST_TURN))
 
 
+@pytest.fixture(scope="module")
+def erased_whole(ingested: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[list[str], tuple[Any, ...]]:
+    """Caroline's sentences, and the state an uninterrupted erase of her leaves (in a copy of `ingested`)."""
+    whole = tmp_path_factory.mktemp("whole") / "mem"
+    shutil.copytree(ingested, whole)
+    with offline_environment():
+        said = [r.text for r in Memory("conv-26", data_dir=str(whole)).store.all("raw") if r.speaker == "Caroline"]
+        Memory("conv-26", data_dir=str(whole)).erase(about="Caroline")
+        expected = _state(Memory("conv-26", data_dir=str(whole)))
+        close_all()
+    return said, expected
+
+
 @pytest.mark.parametrize(("step", "nth"), [("delete", 1), ("delete", 3), ("ledger", 1), ("link", 1), ("state", 1)])
 def test_an_erase_killed_midway_is_finished_by_the_next_opener(
-    locomo_dir: Path, tmp_path: Path, offline_env: dict[str, str], embedder: Any, step: str, nth: int
+    ingested: Path, erased_whole: tuple[list[str], tuple[Any, ...]], tmp_path: Path, offline_env: dict[str, str],
+    step: str, nth: int,
 ) -> None:
     """A second erase could not finish it (the records it reads are gone): the ids written down first let
     the next opener finish it, as an uninterrupted erase ends, and leave no erased sentence on disk."""
-    whole, killed = tmp_path / "whole", tmp_path / "killed"
-    said = [r.text for r in _memory(locomo_dir, whole).store.all("raw") if r.speaker == "Caroline"]
-    close_all()
-    shutil.copytree(whole, killed)
-    Memory("conv-26", data_dir=str(whole)).erase(about="Caroline")
-    expected = _state(Memory("conv-26", data_dir=str(whole)))
-    close_all()
+    killed = tmp_path / "killed"
+    said, expected = erased_whole
+    shutil.copytree(ingested, killed)
 
     run = subprocess.run([sys.executable, "-c", KILLED_ERASE, str(killed), step, str(nth)], env=offline_env,
                          capture_output=True, text=True, timeout=300)
