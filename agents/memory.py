@@ -497,19 +497,35 @@ def _episode_links(namespace: str, episode: Record) -> list[Link]:
 def _with_ids(store: MemoryStore, turns: list[Turn]) -> list[Turn]:
     """Give turns a dialogue id when the caller did not (T1, T2, ... per namespace).
 
-    The numbers are taken in one atomic step of the ledger, so concurrent writers never share one.
+    A turn that repeats a turn still waiting for its derive (same speaker, words and photo, and the same
+    time if it gives one) is that turn sent again, by a client whose run stopped after the write-ahead: it
+    takes that turn's id, which the run derives. With a new id it was stored twice, the first copy pending
+    for ever. The cost: a speaker saying the same words twice within one derive (seconds) is stored once.
+    New numbers are taken in one atomic step of the ledger, so concurrent writers never share one.
     """
-    missing = sum(1 for turn in turns if not turn.dia_id)
-    if not missing:
+    if all(turn.dia_id for turn in turns):
         return turns
-    number = store.ledger.bump(store.namespace, TURN_COUNTER, missing) - missing
-    now = utc_now()
+    given = {turn.dia_id for turn in turns if turn.dia_id}
+    waiting = [r for r in store.get(_pending(store)) if r.dialogue_id not in given]
     named: list[Turn] = []
     for turn in turns:
         if not turn.dia_id:
-            number += 1
-            turn = turn.model_copy(update={"dia_id": f"T{number}", "time": turn.time or now})
+            same = next((r for r in waiting if (r.speaker, r.text, r.image_caption or None)
+                         == (turn.speaker, turn.text, turn.image_caption or None)
+                         and (turn.time is None or turn.time == r.time)), None)
+            if same is not None:
+                waiting.remove(same)
+                turn = turn.model_copy(update={"dia_id": same.dialogue_id, "time": turn.time or same.time})
         named.append(turn)
+    missing = sum(1 for turn in named if not turn.dia_id)
+    if not missing:
+        return named
+    number = store.ledger.bump(store.namespace, TURN_COUNTER, missing) - missing
+    now = utc_now()
+    for n, turn in enumerate(named):
+        if not turn.dia_id:
+            number += 1
+            named[n] = turn.model_copy(update={"dia_id": f"T{number}", "time": turn.time or now})
     return named
 
 

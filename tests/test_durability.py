@@ -290,3 +290,26 @@ def test_a_resumed_import_does_not_close_a_later_sessions_episode(data_dir: Path
     memory.add(session_2, end_session=True)
     closed = {e.id: e.source_ids for e in memory.store.all("episode")}
     assert closed == {"episode:D1:1": ["D1:1", "D1:2", "D1:3"], "episode:D2:1": ["D2:1", "D2:2", "D2:3"]}
+
+
+def test_a_turn_without_an_id_retried_after_its_run_stopped_is_stored_once(data_dir: Path, embedder: object) -> None:
+    """A client resending a turn whose run stopped after the turn was written ahead (a crash, a timeout, an
+    interrupt never resumed): the turn had no id, so the retry got a new one, and the memory held the turn
+    twice, the first copy pending for ever and never derived."""
+    from langgraph.checkpoint.memory import InMemorySaver
+    from strata.graph.context import Context
+    from strata.graph.graph import build_graph
+
+    said = {"speaker": "Ann", "text": "I adopted a greyhound called Pip last week."}
+    other = {"speaker": "Ann", "text": "I work night shifts at the bakery on Elm Street."}
+    app = build_graph(checkpointer=InMemorySaver())
+    context = Context(namespace=NAMESPACE, mode="ingest", data_dir=str(data_dir))
+    app.invoke({"turns": [said, other]}, {"configurable": {"thread_id": "stopped"}}, context=context,
+               interrupt_after=["memory"])
+    memory = Memory(NAMESPACE, data_dir=str(data_dir))
+    assert len(memory.store.all("raw")) == 2  # both written ahead, neither derived
+    report = memory.add([said, other])
+    assert sorted(i for i in report.stored_ids if i.startswith("raw:")) == ["raw:T1", "raw:T2"]
+    memory.add(said)  # said again once derived: a new turn
+    memory.end_session()
+    assert_every_turn_once_and_derived(memory, [said["text"], other["text"], said["text"]])
