@@ -16,6 +16,7 @@ the end, with LangChain's fake chat model.
 from __future__ import annotations
 
 import json
+import shutil
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -380,13 +381,16 @@ def test_a_summary_whose_group_dissolved_does_not_outlive_it(
     step = Memory(NAMESPACE, data_dir=str(tmp_path / "step"), model="offline")
     for session in sessions[:7]:
         step.add(session.turns, end_session=True)
+    close_all()  # both memories hold the same seven sessions before either consolidates: ingested once, copied
+    shutil.copytree(tmp_path / "step", tmp_path / "once")
     step.consolidate()
     early = {s.id for s in step.store.all("summary")}
     for session in sessions[7:]:
         step.add(session.turns, end_session=True)
     step.consolidate()
     once = Memory(NAMESPACE, data_dir=str(tmp_path / "once"), model="offline")
-    for session in sessions:
+    assert not once.store.all("summary", include_inactive=True)  # nothing consolidated before the ten are in
+    for session in sessions[7:]:
         once.add(session.turns, end_session=True)
     once.consolidate()
 
