@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -17,8 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import offline_environment
 from strata.memory.errors import InputError
 from strata.memory.portability import MemoryDocument
+from strata.memory.registry import close_all
 
 from strata import Memory
 from strata.conversations import load_turns
@@ -29,13 +32,24 @@ QUESTIONS = ["When did Caroline go to the LGBTQ support group?", "What did Melan
              "What is Caroline's identity?", "What did Caroline research?"]
 
 
+@pytest.fixture(scope="module")
+def ingested(tmp_path_factory: pytest.TempPathFactory, locomo_dir: Path, embedder: Any) -> Path:
+    """The TURNS turns ingested and consolidated, and one store item, once for the whole file; the folder
+    closed, so each test gets its own copy."""
+    folder = tmp_path_factory.mktemp("portability") / "source"
+    with offline_environment():
+        memory = Memory("conv-26", data_dir=str(folder))
+        memory.add([t for s in load_turns(locomo_dir / "conv-26.json").sessions for t in s.turns][:TURNS])
+        memory.consolidate()
+        StrataStore(data_dir=str(folder)).put(("conv-26",), "pet", {"text": "Melanie has a cat"})
+        close_all()
+    return folder
+
+
 @pytest.fixture
-def memory(locomo_dir: Path, tmp_path: Path, embedder: Any) -> Memory:
-    memory = Memory("conv-26", data_dir=str(tmp_path / "source"))
-    memory.add([t for s in load_turns(locomo_dir / "conv-26.json").sessions for t in s.turns][:TURNS])
-    memory.consolidate()
-    StrataStore(data_dir=str(tmp_path / "source")).put(("conv-26",), "pet", {"text": "Melanie has a cat"})
-    return memory
+def memory(ingested: Path, tmp_path: Path) -> Memory:
+    shutil.copytree(ingested, tmp_path / "source")
+    return Memory("conv-26", data_dir=str(tmp_path / "source"))
 
 
 def _contents(document: MemoryDocument) -> tuple[Any, ...]:
