@@ -7,6 +7,7 @@ namespace leaves no index folder (Chroma keeps a deleted collection's, vectors a
 
 from __future__ import annotations
 
+import shutil
 import signal
 import subprocess
 import sys
@@ -15,7 +16,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import files_holding_vector, index_folders
+from conftest import files_holding_vector, index_folders, offline_environment
 from strata.memory.chroma import collection_name, get_collection, grown_large, open_client
 from strata.memory.erasure import compact_chroma
 from strata.memory.records import KINDS
@@ -28,11 +29,21 @@ from strata.conversations import load_turns
 TURNS = 40
 
 
+@pytest.fixture(scope="module")
+def ingested(tmp_path_factory: pytest.TempPathFactory, locomo_dir: Path, embedder: Any) -> Path:
+    """The TURNS turns ingested once for the whole file, the folder closed: each test rebuilds its own copy."""
+    folder = tmp_path_factory.mktemp("reindex") / "mem"
+    with offline_environment():
+        Memory("conv-26", data_dir=str(folder)).add(
+            [t for s in load_turns(locomo_dir / "conv-26.json").sessions for t in s.turns][:TURNS])
+        close_all()
+    return folder
+
+
 @pytest.fixture
-def memory(locomo_dir: Path, data_dir: Path, embedder: Any) -> Memory:
-    memory = Memory("conv-26", data_dir=str(data_dir))
-    memory.add([t for s in load_turns(locomo_dir / "conv-26.json").sessions for t in s.turns][:TURNS])
-    return memory
+def memory(ingested: Path, data_dir: Path) -> Memory:
+    shutil.copytree(ingested, data_dir)
+    return Memory("conv-26", data_dir=str(data_dir))
 
 
 def _contents(memory: Memory) -> dict[str, Any]:
