@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -9,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 from strata.memory.embeddings import CachedEmbedder
 
 TEXTS = [
@@ -117,25 +119,20 @@ def test_a_text_gets_the_same_vector_alone_in_a_batch_or_on_one_thread(embedder:
     assert np.allclose(batched[:10], alone, atol=1e-6)
 
 
-EXPORTS_WITHOUT_A_CACHE = """
-from strata.memory.embeddings import LocalMiniLM
-model = LocalMiniLM()
-print(model.runtime, model.embed(["we went camping by the lake"]).shape)
-"""
-
-
-def test_an_unwritable_cache_folder_keeps_the_export_in_memory(offline_env: dict[str, str], tmp_path: Path) -> None:
+@pytest.mark.filterwarnings("ignore")  # what PyTorch says while it exports (a subprocess's stderr hid it)
+def test_an_unwritable_cache_folder_keeps_the_export_in_memory(tmp_path: Path, monkeypatch: Any) -> None:
     """Where the cache folder cannot be made (a file stands in its place), the model is exported into
-    memory and used; nothing is written and nothing fails."""
+    memory and used; nothing is written and nothing fails. (In this process: the export reads the cache
+    folder when it runs, and a LocalMiniLM made here loads nothing another one loaded.)"""
+    from strata.memory.embeddings import LocalMiniLM
+
     blocked = tmp_path / "cache"
     blocked.mkdir()
     (blocked / "strata").write_text("not a folder")
-    done = subprocess.run(
-        [sys.executable, "-c", EXPORTS_WITHOUT_A_CACHE], cwd=Path(__file__).resolve().parents[1],
-        env={**offline_env, "XDG_CACHE_HOME": str(blocked)}, capture_output=True, text=True, timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-800:]
-    assert done.stdout.split() == ["onnx", "(1,", "384)"]
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocked))
+    monkeypatch.delenv("STRATA_EMBEDDER_RUNTIME", raising=False)
+    model = LocalMiniLM()
+    assert (model.runtime, model.embed(["we went camping by the lake"]).shape) == ("onnx", (1, 384))
     assert (blocked / "strata").read_text() == "not a folder"
 
 
@@ -152,22 +149,26 @@ def test_an_unknown_runtime_is_one_line_naming_the_choices(monkeypatch: Any) -> 
         raise AssertionError("an unknown runtime was accepted")
 
 
-def test_a_damaged_cached_export_is_exported_again(offline_env: dict[str, str], tmp_path: Path) -> None:
+@pytest.mark.filterwarnings("ignore")  # what PyTorch says while it exports (a subprocess's stderr hid it)
+def test_a_damaged_cached_export_is_exported_again(
+    tmp_path: Path, monkeypatch: Any, caplog: pytest.LogCaptureFixture
+) -> None:
     """A cached model file that cannot be loaded (cut short by a full disk, say) is replaced by a new
-    export instead of leaving the embedder on PyTorch for good."""
+    export instead of leaving the embedder on PyTorch for good. (In this process, as above: each
+    LocalMiniLM looks for the cached file afresh.)"""
     from strata.memory import minilm_onnx
+    from strata.memory.embeddings import LocalMiniLM
 
     cache = tmp_path / "cache"
-    env = {**offline_env, "XDG_CACHE_HOME": str(cache)}
-    first = subprocess.run([sys.executable, "-c", EXPORTS_WITHOUT_A_CACHE], cwd=Path(__file__).resolve().parents[1],
-                           env=env, capture_output=True, text=True, timeout=300)
-    assert first.returncode == 0, first.stderr[-800:]
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
+    monkeypatch.delenv("STRATA_EMBEDDER_RUNTIME", raising=False)
+    first = LocalMiniLM()
+    assert first.runtime == "onnx"
     (exported,) = (cache / "strata").glob("minilm-*.onnx")
     size = exported.stat().st_size
     exported.write_bytes(b"not a model")
-    again = subprocess.run([sys.executable, "-c", EXPORTS_WITHOUT_A_CACHE], cwd=Path(__file__).resolve().parents[1],
-                           env=env, capture_output=True, text=True, timeout=300)
-    assert again.returncode == 0, again.stderr[-800:]
-    assert again.stdout.split() == ["onnx", "(1,", "384)"]
-    assert exported.stat().st_size == size and "exporting it again" in again.stderr
-    assert minilm_onnx.cache_dir().name == "strata"
+    with caplog.at_level(logging.WARNING):
+        again = LocalMiniLM()
+    assert (again.runtime, again.embed(["we went camping by the lake"]).shape) == ("onnx", (1, 384))
+    assert exported.stat().st_size == size and "exporting it again" in caplog.text
+    assert minilm_onnx.cache_dir() == exported.parent and minilm_onnx.cache_dir().name == "strata"
