@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import offline_environment
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage, SystemMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
@@ -370,19 +371,35 @@ def test_each_mechanism_switches_off_for_ablation(data_dir: Path, embedder: Any,
     assert report.causal == 0 and report.summaries == 0 and memory.store.all("summary") == []
 
 
+@pytest.fixture(scope="module")
+def first_sessions(tmp_path_factory: pytest.TempPathFactory, locomo_dir: Path, embedder: Any) -> dict[int, Path]:
+    """conv-26's first sessions stored offline one at a time (`end_session=True`), as three tests below
+    begin: the folder as it stands after 3, 4 and 7 sessions, closed; each test works in a copy."""
+    base = tmp_path_factory.mktemp("first_sessions")
+    folders: dict[int, Path] = {}
+    with offline_environment():
+        memory = Memory(NAMESPACE, data_dir=str(base / "mem"), model="offline")
+        for number, session in enumerate(load_turns(locomo_dir / "conv-26.json").sessions[:7], start=1):
+            memory.add(session.turns, end_session=True)
+            if number in (3, 4, 7):
+                close_all()
+                folders[number] = base / f"after-{number}"
+                shutil.copytree(base / "mem", folders[number])
+        close_all()
+    return folders
+
+
 def test_a_summary_whose_group_dissolved_does_not_outlive_it(
-    tmp_path: Path, locomo_dir: Path, embedder: Any, monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path, locomo_dir: Path, first_sessions: dict[int, Path], monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Consolidating after seven sessions and again after three more ends with the summaries one
     consolidation of all ten writes: a topic whose turns the new sessions moved to another group
     (conv-26's "path" turns join "voice") is removed with its links, not kept frozen beside it."""
     monkeypatch.delenv("STRATA_MODEL", raising=False)
     sessions = load_turns(locomo_dir / "conv-26.json").sessions[:10]
+    for name in ("step", "once"):  # both hold the same seven sessions before either consolidates
+        shutil.copytree(first_sessions[7], tmp_path / name)
     step = Memory(NAMESPACE, data_dir=str(tmp_path / "step"), model="offline")
-    for session in sessions[:7]:
-        step.add(session.turns, end_session=True)
-    close_all()  # both memories hold the same seven sessions before either consolidates: ingested once, copied
-    shutil.copytree(tmp_path / "step", tmp_path / "once")
     step.consolidate()
     early = {s.id for s in step.store.all("summary")}
     for session in sessions[7:]:
@@ -451,14 +468,13 @@ def test_turns_stored_without_notes_are_filed_by_the_next_consolidation(
 
 
 def test_a_summary_is_embedded_before_the_write_lock_is_taken(
-    tmp_path: Path, locomo_dir: Path, embedder: Any, monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path, first_sessions: dict[int, Path], embedder: Any, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A remote embedder may take seconds: a summary's vector is asked for before the namespace's write
     lock is taken, so an ingest of the same namespace never waits on it (the write finds it cached)."""
     monkeypatch.delenv("STRATA_MODEL", raising=False)
+    shutil.copytree(first_sessions[3], tmp_path / "mem")  # three sessions stored
     memory = Memory(NAMESPACE, data_dir=str(tmp_path / "mem"), model="offline")
-    for session in load_turns(locomo_dir / "conv-26.json").sessions[:3]:
-        memory.add(session.turns, end_session=True)
     store = memory.store
     asked: list[tuple[list[str], bool]] = []  # of the cached embedder
     embedded: list[tuple[list[str], bool]] = []  # of the model behind it
@@ -479,7 +495,7 @@ def test_a_summary_is_embedded_before_the_write_lock_is_taken(
 
 
 def test_an_erase_during_a_consolidation_leaves_no_summary_of_what_it_erased(
-    tmp_path: Path, locomo_dir: Path, embedder: Any, monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path, first_sessions: dict[int, Path], embedder: Any, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The slow path runs on a schedule, so an erase can land while it works: here it lands after the
     groups are made and before the first summary is written. Nothing written afterwards may cite or
@@ -487,9 +503,8 @@ def test_an_erase_during_a_consolidation_leaves_no_summary_of_what_it_erased(
     from strata.memory.graph import summaries
 
     monkeypatch.delenv("STRATA_MODEL", raising=False)
+    shutil.copytree(first_sessions[4], tmp_path / "mem")  # four sessions stored
     memory = Memory(NAMESPACE, data_dir=str(tmp_path / "mem"), model="offline")
-    for session in load_turns(locomo_dir / "conv-26.json").sessions[:4]:
-        memory.add(session.turns, end_session=True)
     erased: dict[str, Any] = {}
     digest_of = summaries.group_digest
 
