@@ -9,11 +9,13 @@ real `langgraph dev` in tests/test_langgraph_server.py.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import offline_environment
 from starlette.testclient import TestClient
 from strata.memory.registry import close_all
 
@@ -26,12 +28,23 @@ NAMESPACE = "conv-26"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
+@pytest.fixture(scope="module")
+def ingested(tmp_path_factory: pytest.TempPathFactory, locomo_dir: Path, embedder: Any) -> Path:
+    """conv-26's first 20 turns, stored once for the whole file; each test gets its own copy of the folder."""
+    folder = tmp_path_factory.mktemp("admin_routes") / "mem"
+    with offline_environment():
+        Memory(NAMESPACE, data_dir=str(folder)).add(
+            [t for s in load_turns(locomo_dir / "conv-26.json").sessions for t in s.turns][:20])
+        close_all()
+    return folder
+
+
 @pytest.fixture
-def memory(locomo_dir: Path, data_dir: Path, embedder: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Memory]:
+def memory(ingested: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Memory]:
+    shutil.copytree(ingested, data_dir)
     monkeypatch.setenv("STRATA_DATA_DIR", str(data_dir))
     monkeypatch.setenv(TOKEN_VARIABLE, TOKEN)
     memory = Memory(NAMESPACE)
-    memory.add([t for s in load_turns(locomo_dir / "conv-26.json").sessions for t in s.turns][:20])
     yield memory
     close_all()
 
