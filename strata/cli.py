@@ -373,7 +373,7 @@ def _consolidate(args: argparse.Namespace) -> int:
         f"consolidated {report.turns} turns of {_where(memory)} in {report.seconds:.1f} s "
         f"({report.per_thousand_turns():.1f} s per 1,000 turns; policy {report.policy})"
     )
-    print(f"links written: causal {report.causal}, entity {report.entity}; "
+    print(f"new links: causal {report.causal}, entity {report.entity}; "
           f"summaries written {report.summaries}, unchanged {report.summaries_unchanged}")
     if report.filed:
         print(f"first filed as notes: {report.filed} turns an earlier version stored without one")

@@ -12,7 +12,11 @@ Safe to stop at any moment: links are written with INSERT OR REPLACE and
 summaries under fixed ids, so redoing a batch writes the same rows again; the
 set of consolidated turns advances only after a batch's links are stored, and
 a summary's digest only after the summary is. A crash loses at most the batch
-in progress, which the next run redoes. The policies that infer causes and
+in progress, which the next run redoes. Turns an ingest is still deriving are
+left to the next run, both ledger values are read again under the write lock
+before one batch or summary changes them (an erase meanwhile edits them too), a
+summary's digest covers the facts it tells (a Refresher update re-tells it),
+and a run with causal or entity links off (an ablation) marks no turn done. The policies that infer causes and
 write summaries are passed in (the Memory role supplies the chat-model ones);
 by default the offline ones run.
 """
@@ -44,8 +48,8 @@ class ConsolidationReport(BaseModel):
 
     turns: int = Field(0, description="Turns consolidated by this run.")
     filed: int = Field(0, description="Turns an earlier version stored without a note, filed by this run first.")
-    causal: int = 0
-    entity: int = 0
+    causal: int = Field(0, description="Causal links this run added (one found again is not counted).")
+    entity: int = Field(0, description="Entity links this run added (one the fast path wrote is not counted).")
     summaries: int = 0
     summaries_unchanged: int = 0
     seconds: float = 0.0
@@ -82,7 +86,10 @@ def consolidate(
     infer = causal_policy or offline_causal(store)
     if entities_on or semantic_on:  # (with both off, ingest files no note: an ablation, left as it is)
         report.filed = file_unfiled_turns(store, entities_on, semantic_on, limit)
-    timeline = [r for r in store.timeline() if r.context]  # filed as notes by the fast path
+    # the turns filed as notes by the fast path, without those an ingest is still deriving: staged, a turn
+    # has its note in the mirror but its entity mentions not yet in the ledger, and a crash takes it back
+    waiting = set(store.ledger.get_state(ns, PENDING, []) or [])  # type: ignore[arg-type]
+    timeline = [r for r in store.timeline() if r.context and r.id not in waiting]
     order = {r.id: i for i, r in enumerate(timeline)}
     done = set(store.ledger.get_state(ns, DONE, []) or [])  # type: ignore[arg-type]
     todo = [i for i, r in enumerate(timeline) if r.id not in done]
@@ -90,21 +97,23 @@ def consolidate(
         todo = todo[:limit]
     for start in range(0, len(todo), BATCH):
         batch = todo[start : start + BATCH]
-        links: list[Link] = []
+        found_causes: list[Link] = []
         if causal_on:
             for index in batch:
-                found = infer(timeline[index], timeline[:index])
-                links += causal.causal_links(ns, found)
-        causal_count = len(links)
-        if entities_on:
-            links += _densify(store, [timeline[i] for i in batch], order)
+                found_causes += causal.causal_links(ns, infer(timeline[index], timeline[:index]))
+        found_entities = _densify(store, [timeline[i] for i in batch], order) if entities_on else []
         with store.writing():  # an erase meanwhile has removed turns these links would point at
-            store.link(_between_kept(store, links))
-            done.update(timeline[i].id for i in batch)
-            store.ledger.set_state(ns, DONE, sorted(done))
+            causes = _new(store, _between_kept(store, found_causes))
+            entities = _new(store, _between_kept(store, found_entities))
+            store.link([*causes, *entities])
+            if causal_on and entities_on:  # a run with one of them off (an ablation) leaves the turns to do
+                # read again under the lock: an erase meanwhile took its turns out of the list
+                now = set(store.ledger.get_state(ns, DONE, []) or [])  # type: ignore[arg-type]
+                now.update(timeline[i].id for i in batch if store.has(timeline[i].id))
+                store.ledger.set_state(ns, DONE, sorted(now))
         report.turns += len(batch)
-        report.causal += causal_count
-        report.entity += len(links) - causal_count
+        report.causal += len(causes)
+        report.entity += len(entities)
     if summaries_on:
         written, unchanged = _summarise(store, timeline, summary_policy, policy)
         report.summaries, report.summaries_unchanged = written, unchanged
@@ -132,9 +141,10 @@ def _densify(store: MemoryStore, batch: Sequence[Record], order: dict[str, int])
         weight = entity_graph.specificity(len(others), total)
         if weight <= 0:
             continue
+        latest = sorted((i for i in others if i in order), key=order.__getitem__)[-MAX_PAIRS_PER_ENTITY:]
         for mine in sorted(touching[key]):
-            for other in others[-MAX_PAIRS_PER_ENTITY:]:
-                if other != mine and other in order:
+            for other in latest:
+                if other != mine:
                     pair = (mine, other) if order[mine] > order[other] else (other, mine)
                     best[pair] = max(best.get(pair, 0.0), weight)
     return [Link(namespace=ns, src=a, dst=b, type=LinkType.ENTITY, weight=w) for (a, b), w in best.items()]
@@ -164,7 +174,7 @@ def _summarise(
     digests: dict[str, str] = dict(store.ledger.get_state(ns, DIGESTS, {}) or {})  # type: ignore[arg-type]
     written = unchanged = 0
     for group in groups:
-        digest = summaries.group_digest(group)
+        digest = summaries.group_digest(group, raw, facts_by_turn)
         if digests.get(group.id) == digest:
             unchanged += 1
             continue
@@ -194,17 +204,39 @@ def _summarise(
                 if old.src == record.id and (old.src, old.dst) not in kept
             )
             store.link(cites)
-            digests[group.id] = digest
-            store.ledger.set_state(ns, DIGESTS, digests)
+            _set_digest(store, group.id, digest)
         written += 1
     # A group the new turns dissolved (its turns now belong to another topic) leaves no frozen summary
     # behind: it would repeat, out of date, what the group that took its turns says.
     with store.writing():
         dissolved = sorted(set(store.active("summary")) - {group.id for group in groups})
         if dissolved:  # the digest first: a crash in between must not leave one for a summary that is gone
-            store.ledger.set_state(ns, DIGESTS, {i: d for i, d in digests.items() if i not in dissolved})
+            for summary_id in dissolved:
+                _set_digest(store, summary_id, None)
             store.discard("summary", dissolved)
     return written, unchanged
+
+
+def _set_digest(store: MemoryStore, summary_id: str, digest: str | None) -> None:
+    """Record (or, with None, forget) one summary's digest, under the caller's write lock. The ledger's
+    digests are read again here, not written from a copy taken before: an erase meanwhile took out the
+    digests of the summaries it removed, and writing them back made the next run skip those groups."""
+    digests = dict(store.ledger.get_state(store.namespace, DIGESTS, {}) or {})  # type: ignore[arg-type]
+    if digest is None:
+        digests.pop(summary_id, None)
+    else:
+        digests[summary_id] = digest
+    store.ledger.set_state(store.namespace, DIGESTS, digests)
+
+
+def _new(store: MemoryStore, links: Sequence[Link]) -> list[Link]:
+    """The links not stored yet, each once: what a run reports as written (a pair found twice, or one the
+    fast path wrote, is written again all the same, but is not new)."""
+    unique = list({(link.src, link.dst, link.type): link for link in links}.values())
+    sources = sorted({link.src for link in unique})
+    stored = {(link.src, link.dst, link.type)
+              for link in store.ledger.neighbours(store.namespace, sources, sorted({link.type for link in unique}))}
+    return [link for link in unique if (link.src, link.dst, link.type) not in stored]
 
 
 def _told_offline(store: MemoryStore, group: summaries.Group, raw: dict[str, Record]) -> str:

@@ -141,9 +141,13 @@ def summary_links(namespace: str, record: Record) -> list[Link]:
             for d in record.source_ids]
 
 
-def group_digest(group: Group) -> str:
-    """What a summary was written from: unchanged digest, unchanged summary (consolidation skips it)."""
-    return hashlib.sha1("|".join([group.heading, *group.turn_ids]).encode()).hexdigest()[:12]
+def group_digest(group: Group, raw: dict[str, Record], facts_by_turn: dict[str, list[Record]]) -> str:
+    """What a summary was written from: its heading, its turns and the facts they have now (a Refresher
+    update, or its undo, changes what the summary should say). Unchanged digest, unchanged summary
+    (consolidation skips it)."""
+    told = [f"{f.id}={f.text}" for rid in group.turn_ids
+            for f in sorted(facts_by_turn.get(raw[rid].dialogue_id, []), key=lambda f: f.id)]
+    return hashlib.sha1("|".join([group.heading, *group.turn_ids, *told]).encode()).hexdigest()[:12]
 
 
 def _slug(text: str) -> str:

@@ -1,0 +1,202 @@
+"""The slow path (consolidation) beside what else may run on a memory: an ingest still deriving turns, an
+erase, a Refresher update and its undo, a run with a mechanism switched off, and what its report counts.
+
+Real Chroma and MiniLM, offline policies, conv-26's turns. The erase is made to land inside a consolidation
+through the policies `consolidate` takes: they are called where it holds no lock, as a model call would be.
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from strata.memory.graph import causal
+from strata.memory.graph.consolidation import DIGESTS, DONE, _densify, consolidate, offline_causal
+from strata.memory.journal import PENDING
+from strata.memory.records import LinkType, Record
+from strata.memory.registry import close_all
+
+from strata.api import Memory
+from strata.conversations import load_turns
+from tests.conftest import offline_environment
+
+NAMESPACE = "conv-26"
+BASE_TURNS = 40  # ingested once for the file; each test works in its own copy
+MORE_TURNS = 15  # the next turns, added by the tests that ingest beside a consolidation
+
+
+def conv26(locomo_dir: Path, start: int, count: int) -> list[Any]:
+    turns = list(load_turns(locomo_dir / "conv-26.json").turns())
+    return turns[start:start + count]
+
+
+@pytest.fixture(scope="module")
+def ingested(tmp_path_factory: pytest.TempPathFactory, locomo_dir: Path, embedder: Any) -> Path:
+    """conv-26's first BASE_TURNS turns ingested, never consolidated, the folder closed."""
+    folder = tmp_path_factory.mktemp("slow_path") / "mem"
+    with offline_environment():
+        Memory(NAMESPACE, data_dir=str(folder)).add(conv26(locomo_dir, 0, BASE_TURNS))
+        close_all()
+    return folder
+
+
+def copy_of(ingested: Path, where: Path) -> Memory:
+    shutil.copytree(ingested, where)
+    return Memory(NAMESPACE, data_dir=str(where))
+
+
+def graph_links(memory: Memory) -> set[tuple[str, str, str]]:
+    store = memory.store
+    ids = [r.id for r in store.timeline()]
+    return {(link.src, link.dst, link.type.value)
+            for link in store.ledger.neighbours(NAMESPACE, ids, [LinkType.ENTITY, LinkType.CAUSAL])}
+
+
+def done_list(memory: Memory) -> list[str]:
+    return list(memory.store.ledger.get_state(NAMESPACE, DONE, []) or [])
+
+
+def erase_in_another_thread(memory: Memory, ids: list[str]) -> None:
+    """As another caller would: the erase takes the namespace's write lock on its own."""
+    worker = threading.Thread(target=memory.erase, args=(ids,))
+    worker.start()
+    worker.join()
+
+
+def test_a_consolidation_beside_an_ingest_leaves_the_turns_still_deriving_to_the_next_run(
+    ingested: Path, tmp_path: Path, locomo_dir: Path,
+) -> None:
+    """Turns an ingest had derived but not yet written (staged) were consolidated without their entity
+    mentions, which only the ledger holds once written, and marked done: their entity links never came."""
+    more = conv26(locomo_dir, BASE_TURNS, MORE_TURNS)
+    reference = copy_of(ingested, tmp_path / "reference")
+    reference.add(more)
+    reference.consolidate()
+
+    memory = copy_of(ingested, tmp_path / "beside")
+    paused, resume = threading.Event(), threading.Event()
+
+    def on_turn(done: int) -> None:
+        if done == 8:  # no lock is held between two turns; the turns derived so far are staged
+            paused.set()
+            resume.wait()
+
+    ingest = threading.Thread(target=memory.add, args=(more,), kwargs={"on_turn": on_turn})
+    ingest.start()
+    try:
+        assert paused.wait(300)
+        waiting = set(memory.store.ledger.get_state(NAMESPACE, PENDING, []) or [])
+        assert waiting and memory.store.has_staged()
+        beside = memory.consolidate()
+        assert not waiting & set(done_list(memory)) and beside.turns == BASE_TURNS + 8 - len(waiting & {
+            f"raw:{t.dia_id}" for t in more[:8]})
+    finally:
+        resume.set()
+        ingest.join()
+    memory.consolidate()
+    assert graph_links(memory) == graph_links(reference)
+    assert sorted(done_list(memory)) == sorted(done_list(reference))
+
+
+def test_an_erase_inside_a_consolidation_is_not_written_over(ingested: Path, tmp_path: Path) -> None:
+    """The consolidation wrote back its own copies of the consolidated turns and of the summaries' digests,
+    taken before the erase: the erased turn came back as done, and the summaries the erase removed were
+    never written again (their digests said unchanged)."""
+    memory = copy_of(ingested, tmp_path / "causal")
+    infer = offline_causal(memory.store)
+    calls = 0
+
+    def erasing_causes(record: Record, earlier: Sequence[Record]) -> list[causal.CausalLink]:
+        nonlocal calls
+        calls += 1
+        if calls == 20:
+            erase_in_another_thread(memory, ["raw:D1:5"])
+        return infer(record, earlier)
+
+    consolidate(memory.store, causal_policy=erasing_causes)
+    assert calls >= 20 and not memory.store.has("raw:D1:5")
+    assert set(done_list(memory)) == {r.id for r in memory.store.timeline()}
+
+    memory = copy_of(ingested, tmp_path / "summaries")
+    first = consolidate(memory.store)
+    assert first.summaries > 3
+    store = memory.store
+    store.ledger.set_state(NAMESPACE, DIGESTS, {})  # every summary to be written again, as after an upgrade
+    told: list[str] = []
+    gone: list[str] = []
+
+    def erasing_summaries(group: Any, members: Sequence[Record], text: str) -> None:
+        told.append(group.id)
+        if len(told) == 3:  # a turn two summaries not yet rewritten cite
+            cited = {i: r.source_ids for i, r in store.active("summary").items() if i not in told}
+            turn = next(d for ids in cited.values() for d in ids
+                        if sum(d in other for other in cited.values()) >= 2)
+            gone.extend(i for i, ids in cited.items() if turn in ids)
+            erase_in_another_thread(memory, [f"raw:{turn}"])
+        return None  # the offline text
+
+    consolidate(memory.store, summary_policy=erasing_summaries)
+    assert gone and not set(gone) & set(store.active("summary"))
+    assert set(store.ledger.get_state(NAMESPACE, DIGESTS, {}) or {}) == set(store.active("summary"))
+    again = memory.consolidate()  # the groups that stay are written anew
+    assert again.summaries >= 1 and again.summaries_unchanged == len(store.active("summary")) - again.summaries
+
+
+def test_a_summary_is_told_again_when_its_facts_change_and_when_the_change_is_undone(data_dir: Path) -> None:
+    memory = Memory("ann", data_dir=str(data_dir))
+    memory.add([{"speaker": "Ann", "text": "I live in Denver and I work as a nurse at the city hospital.",
+                 "time": "2023-05-01T10:00"},
+                {"speaker": "Bob", "text": "Cool, I work as a teacher.", "time": "2023-05-01T10:01"}])
+    memory.consolidate()
+
+    def summaries_of_ann() -> list[str]:
+        return [r.text for r in memory.store.all("summary") if r.participant == "Ann"]
+
+    assert summaries_of_ann() and all("Denver" in text for text in summaries_of_ann())
+    memory.chat("Actually I live in Boulder now.", speaker="Ann")
+    assert memory.consolidate().summaries >= 1
+    assert all("Boulder" in text and "Denver" not in text for text in summaries_of_ann())
+    memory.undo()
+    assert memory.consolidate().summaries >= 1
+    assert all("lives in Denver" in text for text in summaries_of_ann())
+
+
+def test_entity_densification_keeps_the_latest_partners_in_time_not_in_id_order(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Sorted as text, raw:T10 came before raw:T2: the partners kept were not the latest."""
+    monkeypatch.setattr("strata.memory.graph.consolidation.MAX_PAIRS_PER_ENTITY", 2)
+    memory = Memory("ann", data_dir=str(data_dir))
+    mentions = {2, 5, 9, 10}
+    memory.add([{"speaker": "Ann", "dia_id": f"T{n}", "time": f"2023-05-{n:02d}T10:00",
+                 "text": f"My cat Miso chased a moth on day {n}." if n in mentions
+                 else f"I planted {n} tulip bulbs in the back garden today."} for n in range(1, 13)])
+    store = memory.store
+    timeline = [r for r in store.timeline() if r.context]
+    order = {r.id: i for i, r in enumerate(timeline)}
+    found = _densify(store, [r for r in timeline if r.id == "raw:T2"], order)
+    assert {(link.src, link.dst) for link in found} == {("raw:T9", "raw:T2"), ("raw:T10", "raw:T2")}
+
+
+def test_a_run_with_a_mechanism_off_marks_nothing_done_and_the_report_counts_new_links(
+    ingested: Path, tmp_path: Path,
+) -> None:
+    off = copy_of(ingested, tmp_path / "off")
+    ablation = Memory(NAMESPACE, data_dir=str(tmp_path / "off"), entity_graph=False).consolidate()
+    assert ablation.turns == BASE_TURNS and ablation.entity == 0 and done_list(off) == []
+    before = off.store.ledger.count_links(NAMESPACE)
+    full = off.consolidate()
+    after = off.store.ledger.count_links(NAMESPACE)
+    assert full.turns == BASE_TURNS and len(done_list(off)) == BASE_TURNS
+    assert full.entity > 0 and full.entity == after.get("entity", 0) - before.get("entity", 0)
+    assert full.causal == after.get("causal", 0) - before.get("causal", 0)
+
+    whole = copy_of(ingested, tmp_path / "whole")
+    whole.consolidate()
+    assert graph_links(off) == graph_links(whole)
+    repeated = off.consolidate()
+    assert (repeated.turns, repeated.entity, repeated.causal, repeated.summaries) == (0, 0, 0, 0)
