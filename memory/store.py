@@ -495,13 +495,18 @@ class MemoryStore:
         seq, reset = self.ledger.sequence(self.namespace)
         if seq == self._seen:
             return
+        if reset > self._seen:  # dropped since (by another replica, say): its collections went with it, and
+            with self._lock:  # the handles kept here failed every later call with Chroma's NotFoundError
+                self._clear_mirrors()
+                self._collections.clear()
+                self._vectors.clear()
+                self._seen = max(self._seen, seq)
+            return
         if not self._records:  # nothing mirrored yet: the first read of each kind loads it whole
             self._seen = seq
             return
-        changed = [] if reset > self._seen else self.ledger.changed_since(self.namespace, self._seen)
+        changed = self.ledger.changed_since(self.namespace, self._seen)
         with self._lock:
-            if reset > self._seen:
-                self._clear_mirrors()
             by_kind: dict[Kind, list[str]] = {}
             for record_id in changed:
                 kind = kind_of(record_id)

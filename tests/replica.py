@@ -38,6 +38,9 @@ def serve(memory: Memory, command: dict[str, Any]) -> Any:
         return {"change": store.update(command["id"], command["text"], reason="replica test", policy="user").id}
     if op == "undo":
         return {"change": memory.undo().id}
+    if op == "drop":
+        memory.drop()
+        return None
     if op == "history":
         return [c.id for c in store.history(command.get("id"))]
     if op.endswith("_item"):  # the LangGraph store over the same memory (strata/langgraph_store.py)

@@ -117,6 +117,11 @@ class Replica:
         assert "error" not in reply, reply
         return reply["ok"]
 
+    def result_or_error(self, timeout: float = 600) -> str:
+        """The next reply as text: a failed call's one-line error, or the result."""
+        reply = self._reply(timeout)
+        return str(reply.get("error", reply.get("ok")))
+
     def call(self, op: str, timeout: float = 600, **args: Any) -> Any:
         self.send(op, **args)
         return self.result(timeout)
@@ -371,9 +376,12 @@ def test_a_replica_killed_mid_ingest_is_finished_by_another(
 
 
 def test_postgres_restarted_under_load(
-    locomo_dir: Path, tmp_path: Path, postgres: PostgresServer, chroma: ServerProcess, ledger_url: str
+    locomo_dir: Path, tmp_path: Path, postgres: PostgresServer, chroma: ServerProcess, ledger_url: str,
+    replica_env: dict[str, str], replicas: list[Replica],
 ) -> None:
     turns = conversation(locomo_dir, "conv-26.json", 40)
+    bystander = Replica("restart", tmp_path / "bystander", replica_env)
+    replicas.append(bystander)
     memory = Memory("restart", data_dir=tmp_path / "replica", chroma_host=LOOPBACK, chroma_port=chroma.port,
                     ledger_url=ledger_url)
     memory.add(turns[:10])
@@ -405,9 +413,14 @@ def test_postgres_restarted_under_load(
     try:
         while len(answered) < 2:
             time.sleep(0.1)
+        assert bystander.call("get", id="raw:D1:1") is not None  # its connections opened
         postgres.stop()
         time.sleep(CONNECT_TIMEOUT + 3)  # long enough that a caller waiting for a connection gives up
         assert errors, "no call failed while the ledger database was down"
+        # a process that sets up no logging (the CLI, a script) says the outage in one line: the pool's
+        # own warnings (each lost connection, each failed reconnect) were printed beside it
+        bystander.send("get", id="raw:D1:1")
+        assert "PostgreSQL ledger" in bystander.result_or_error(60)
         postgres.start(60)
         restarted = time.monotonic()
         threads[1].join(timeout=600)
@@ -425,6 +438,8 @@ def test_postgres_restarted_under_load(
     store = memory.store
     assert {r.id for r in store.all("raw")} == {f"raw:{t['dia_id']}" for t in turns}
     assert store.ledger.get_state("restart", "pending_derive") == []
+    assert not [line for line in bystander.log.read_text().splitlines() if "connect" in line], \
+        bystander.log.read_text()[-2000:]
     assert ANSWER_TURN in memory.ask(QUESTION).evidence_ids()
 
 
@@ -455,6 +470,23 @@ def test_an_erasure_on_one_replica_is_gone_for_the_others(
         assert not [c for c in memory.history(limit=100_000) if c.record_id in report.erased]
         assert not memory.store.edges(report.erased)
         assert not [r for r in memory.store.all("fact") if "D1:3" in r.source_ids]
+
+
+def test_a_namespace_dropped_on_one_replica_is_usable_at_once_on_the_others(
+    locomo_dir: Path, tmp_path: Path, replica_env: dict[str, str], replicas: list[Replica]
+) -> None:
+    """The other replicas kept their handles on the dropped collections: each later call failed with
+    Chroma's NotFoundError, even once the namespace was written again, until the replica restarted."""
+    dropper, other = (Replica("drop-shared", tmp_path / name, replica_env) for name in ("a", "b"))
+    replicas += [dropper, other]
+    turns = conversation(locomo_dir, "conv-26.json", 10)
+    assert dropper.call("add", turns=turns[:5])["stored"] >= 5
+    assert other.call("get", id="raw:D1:3") is not None
+    dropper.call("drop")
+    assert other.call("get", id="raw:D1:3") is None
+    assert other.call("add", turns=turns[5:])["stored"] >= 5
+    assert dropper.call("get", id="raw:D1:7") is not None
+    assert other.call("get", id="raw:D1:7") is not None and other.call("get", id="raw:D1:3") is None
 
 
 def test_a_laptop_memory_moves_to_the_servers_by_export_and_import(
