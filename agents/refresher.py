@@ -174,6 +174,7 @@ def refresher(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     notes: list[ChangeNote] = []
     policies: list[str] = []
     touched: set[str] = set()
+    forgotten: int | None = None  # the first delete of a request to forget
     looked_at = 0
     # the step's changes stand or fall together (a crash midway redoes them whole); a turn's stand with its derive
     with store.edits(until_flush=incoming.is_turn):
@@ -185,12 +186,20 @@ def refresher(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
             policies.append(plan.policy)
             looked_at += len(group.records)
             for planned in plan.steps:
+                if planned.record.id in touched:  # already went with a forgotten turn of this group
+                    continue
                 step = guarded(planned, incoming)
-                note = apply(store, step, plan.policy, cause=incoming.cause)
+                # one request to forget is one edit: its deletes follow the first, so one undo brings all back
+                lead = forgotten if step.action == "delete" and incoming.forget is not None else None
+                note = apply(store, step, plan.policy, follows=lead, cause=incoming.cause)
                 notes.append(note)
                 touched.add(step.record.id)
                 if step.action != "noop":
-                    notes += follow_persona(store, step, plan.policy, note.change_id, incoming.cause)
+                    notes += follow_persona(store, step, plan.policy, lead or note.change_id, incoming.cause)
+                if step.action == "delete" and step.record.kind == "raw":
+                    notes += follow_turn(store, step, plan.policy, lead or note.change_id, incoming.cause, touched)
+                if lead is None and step.action == "delete" and incoming.forget is not None:
+                    forgotten = note.change_id
     people = shown_people(store.participants(), context)
     evidence = refreshed_evidence(state.evidence, store, notes, people)
     counts = {a: sum(n.action == a for n in notes) for a in ("update", "delete", "noop")}
@@ -504,6 +513,24 @@ def follow_persona(
         else:
             follow = Step(action="supersede", record=trait, reason=f"{source} was updated", by=step.by or step.record)
         notes.append(apply(store, follow, policy, lead, cause))
+    return notes
+
+
+def follow_turn(
+    store: MemoryStore, step: Step, policy: str, lead: int | None, cause: str, touched: set[str]
+) -> list[ChangeNote]:
+    """The facts a forgotten turn was the source of go with it: they only say again what it said ("Coco is
+    Bob's puppy." outlived "forget that I adopted a puppy named Coco", since it lacks "adopted"), and
+    their traits with them, in changes that follow the turn's (one undo restores the lot)."""
+    notes: list[ChangeNote] = []
+    source = step.record.dialogue_id
+    for fact in store.facts_from([source]):
+        if fact.id in touched or fact.source_ids != [source]:  # a fact citing other turns too stands on them
+            continue
+        follow = Step("delete", fact, f"the turn it came from ({step.record.id}) was forgotten: {step.reason}")
+        notes.append(apply(store, follow, policy, lead, cause))
+        touched.add(fact.id)
+        notes += follow_persona(store, follow, policy, lead, cause)
     return notes
 
 

@@ -229,3 +229,25 @@ def test_the_command_line_takes_the_owner() -> None:
     from strata.cli import build_parser
 
     assert build_parser().parse_args(["--owner", "Caroline", "chat", "--speaker", "Caroline"]).owner == "Caroline"
+
+
+def test_a_forgotten_turn_takes_its_facts_and_one_undo_brings_all_back(data_dir: Path) -> None:
+    """"Coco is Bob's puppy." lacks "adopted", so the precise match spared it, and after the forget the
+    memory still said what Bob's puppy is called; each delete was its own edit, so an undo restored one."""
+    memory = Memory("bob", data_dir=str(data_dir))
+    memory.add([{"speaker": "Bob", "text": "I adopted a puppy named Coco last week.", "dia_id": "D1:1",
+                 "time": "2023-05-01T10:00"},
+                {"speaker": "Ann", "text": "That is lovely, I have a cat.", "dia_id": "D1:2",
+                 "time": "2023-05-01T10:01"}])
+    derived = [f.id for f in memory.store.all("fact") if f.source_ids == ["D1:1"]]
+    assert len(derived) >= 2
+
+    memory.chat("Please forget that I adopted a puppy named Coco.", speaker="Bob")
+    assert memory.get(["raw:D1:1"])[0].status == Status.DELETED
+    assert {r.status for r in memory.get(derived)} == {Status.DELETED}
+    shown = {e.id for e in memory.retrieve("What is the name of Bob's puppy?").evidence}
+    assert shown and not shown & {"raw:D1:1", *derived}
+    assert memory.get(["fact:D1:2:0"])[0].status == Status.ACTIVE  # Ann's turn is not Bob's to forget
+
+    memory.undo()
+    assert {r.status for r in memory.get(["raw:D1:1", *derived])} == {Status.ACTIVE}
