@@ -6,6 +6,10 @@ export ANONYMIZED_TELEMETRY := False
 # langgraph dev: no version check against PyPI, no CLI analytics (offline by default)
 export LANGGRAPH_NO_VERSION_CHECK := true
 export LANGGRAPH_CLI_NO_ANALYTICS := 1
+# Bytecode is written: the tests start many interpreters (CLI runs, killed processes, replicas, two workers),
+# and a machine that sets PYTHONDONTWRITEBYTECODE had each of them compile langchain, langgraph and chromadb
+# again (15.5 s of a worker's collection, 5.9 s with the bytecode kept).
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: setup demo test test-slow lint bench serve
 
