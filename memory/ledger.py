@@ -249,8 +249,10 @@ class Ledger:
         """Delete the history rows of records that are gone for good (derived records their sources no
         longer make): an undo could only fail on them. Returns how many rows went."""
         with self.transaction() as session:
-            return delete_each(session, "DELETE FROM history WHERE namespace = ? AND record_id IN ({ids})",
-                               namespace, record_ids)
+            removed = delete_each(session, "DELETE FROM history WHERE namespace = ? AND record_id IN ({ids})",
+                                  namespace, record_ids)
+            relink_followers(session, namespace)
+            return removed
 
     def latest_edit(self, namespace: str) -> Change | None:
         """The newest content edit (an update or delete made on its own) not yet undone: what a plain
@@ -318,6 +320,7 @@ class Ledger:
             working = delete_each(
                 session, "DELETE FROM working WHERE namespace = ? AND dia_id IN ({ids})", namespace, dia_ids
             )
+            relink_followers(session, namespace)
         return {"links": links, "history": history, "working": working}
 
     def compact(self) -> bool:
@@ -440,6 +443,21 @@ def delete_each(session: Session, sql: str, namespace: str, values: Sequence[Any
         cursor = session.execute(sql.format(ids=marks), (namespace, *chunk * sql.count("{ids}")))
         removed += max(int(getattr(cursor, "rowcount", 0) or 0), 0)
     return removed
+
+
+def relink_followers(session: Session, namespace: str) -> None:
+    """Changes that followed a change now deleted (its record erased) follow the oldest of them instead,
+    which leads. A request to forget two turns is one edit led by its first delete: with that turn erased
+    for good, the other's delete followed nothing and no plain undo could reach it (an export then
+    imported it as an edit of its own)."""
+    orphaned = session.execute(
+        "SELECT follows, MIN(id) FROM history WHERE namespace = ? AND follows IS NOT NULL "
+        "AND follows NOT IN (SELECT id FROM history WHERE namespace = ?) GROUP BY follows",
+        (namespace, namespace),
+    ).fetchall()
+    for gone, lead in orphaned:
+        session.execute("UPDATE history SET follows = NULL WHERE namespace = ? AND id = ?", (namespace, lead))
+        session.execute("UPDATE history SET follows = ? WHERE namespace = ? AND follows = ?", (lead, namespace, gone))
 
 
 def _evolved_by(reason: str) -> str:

@@ -251,3 +251,21 @@ def test_a_forgotten_turn_takes_its_facts_and_one_undo_brings_all_back(data_dir:
 
     memory.undo()
     assert {r.status for r in memory.get(["raw:D1:1", *derived])} == {Status.ACTIVE}
+
+
+def test_a_forget_whose_first_turn_is_erased_is_still_undone_whole(data_dir: Path) -> None:
+    """The request's deletes follow its first; erasing that turn for good deleted the change they followed,
+    so they followed nothing and no plain undo could reach them."""
+    memory = Memory("bob", data_dir=str(data_dir))
+    memory.add([{"speaker": "Bob", "text": "I adopted a puppy named Coco last week.", "dia_id": "D1:1",
+                 "time": "2023-05-01T10:00"},
+                {"speaker": "Bob", "text": "Since I adopted a puppy named Coco my mornings are busy.", "dia_id": "D2:1",
+                 "time": "2023-06-01T10:00"}])
+    memory.chat("Please forget that I adopted a puppy named Coco.", speaker="Bob")
+    second = ["raw:D2:1", *(f.id for f in memory.store.all("fact", include_inactive=True) if f.source_ids == ["D2:1"])]
+    assert {r.status for r in memory.get(second)} == {Status.DELETED}
+    memory.erase(["raw:D1:1"])
+    kept = {c.id for c in memory.history(limit=100)}
+    assert all(c.follows is None or c.follows in kept for c in memory.history(limit=100))
+    memory.undo()
+    assert {r.status for r in memory.get(second)} == {Status.ACTIVE}
