@@ -56,7 +56,7 @@ from strata.memory.chroma import open_clients
 from strata.memory.episodes import OPEN_SEGMENT, OpenSegment, narrate, photo_line, title_of
 from strata.memory.errors import ConfigError, InputError, shown_value
 from strata.memory.forgetting import shown_ids
-from strata.memory.graph.consolidation import DIGESTS, DONE
+from strata.memory.graph.consolidation import DIGESTS, DONE_LISTS
 from strata.memory.graph.links import CATALOGUE, LAST_TURN, still_mentioned
 from strata.memory.journal import PENDING
 from strata.memory.locks import hold_folder, release_folder
@@ -346,7 +346,7 @@ def _out_of_graph_state(store: MemoryStore, erased: set[str]) -> None:
     kept = still_mentioned(store, catalogue)
     if len(kept) < len(catalogue):
         store.ledger.set_state(ns, CATALOGUE, {key: entry for key, entry in catalogue.items() if key in kept})
-    for key in (DONE, PENDING):  # lists of record ids
+    for key in (*DONE_LISTS, PENDING):  # lists of record ids
         ids = list(store.state(key, []) or [])  # type: ignore[call-overload]
         if erased & set(ids):
             store.ledger.set_state(ns, key, [rid for rid in ids if rid not in erased])

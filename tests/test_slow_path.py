@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from strata.memory.graph import causal
-from strata.memory.graph.consolidation import DIGESTS, DONE, _densify, consolidate, offline_causal
+from strata.memory.graph.consolidation import DIGESTS, DONE, DONE_BY, _densify, consolidate, offline_causal
 from strata.memory.journal import PENDING
 from strata.memory.records import LinkType, Record
 from strata.memory.registry import close_all
@@ -53,6 +53,13 @@ def graph_links(memory: Memory) -> set[tuple[str, str, str]]:
     store = memory.store
     ids = [r.id for r in store.timeline()]
     return {(link.src, link.dst, link.type.value)
+            for link in store.ledger.neighbours(NAMESPACE, ids, [LinkType.ENTITY, LinkType.CAUSAL])}
+
+
+def weighted_links(memory: Memory) -> dict[tuple[str, str, str], float]:
+    store = memory.store
+    ids = [r.id for r in store.timeline()]
+    return {(link.src, link.dst, link.type.value): round(link.weight, 4)
             for link in store.ledger.neighbours(NAMESPACE, ids, [LinkType.ENTITY, LinkType.CAUSAL])}
 
 
@@ -182,12 +189,16 @@ def test_entity_densification_keeps_the_latest_partners_in_time_not_in_id_order(
     assert {(link.src, link.dst) for link in found} == {("raw:T9", "raw:T2"), ("raw:T10", "raw:T2")}
 
 
-def test_a_run_with_a_mechanism_off_marks_nothing_done_and_the_report_counts_new_links(
+def test_a_run_with_a_mechanism_off_keeps_its_own_list_and_the_report_counts_new_links(
     ingested: Path, tmp_path: Path,
 ) -> None:
+    """A run with entity links off marked its turns done for good: the entity links never came. And the
+    report counted every link found again (the fast path's included) as written."""
     off = copy_of(ingested, tmp_path / "off")
-    ablation = Memory(NAMESPACE, data_dir=str(tmp_path / "off"), entity_graph=False).consolidate()
-    assert ablation.turns == BASE_TURNS and ablation.entity == 0 and done_list(off) == []
+    without_entities = Memory(NAMESPACE, data_dir=str(tmp_path / "off"), entity_graph=False)
+    first, second = without_entities.consolidate(limit=10), without_entities.consolidate(limit=10)
+    assert (first.turns, second.turns, first.entity) == (10, 10, 0)  # a limited ablation moves on
+    assert done_list(off) == [] and len(off.store.ledger.get_state(NAMESPACE, DONE_BY["causal"], [])) == 20
     before = off.store.ledger.count_links(NAMESPACE)
     full = off.consolidate()
     after = off.store.ledger.count_links(NAMESPACE)
@@ -197,6 +208,20 @@ def test_a_run_with_a_mechanism_off_marks_nothing_done_and_the_report_counts_new
 
     whole = copy_of(ingested, tmp_path / "whole")
     whole.consolidate()
-    assert graph_links(off) == graph_links(whole)
+    assert weighted_links(off) == weighted_links(whole)
     repeated = off.consolidate()
     assert (repeated.turns, repeated.entity, repeated.causal, repeated.summaries) == (0, 0, 0, 0)
+
+
+def test_densification_gives_the_links_the_fast_path_wrote_their_weight_for_the_whole_timeline(
+    ingested: Path, tmp_path: Path,
+) -> None:
+    """The fast path weighs an entity link by what was stored when its turn came; consolidation weighs it
+    again over every turn. Writing only new links kept the fast path's weights."""
+    memory = copy_of(ingested, tmp_path / "mem")
+    fast = {key: w for key, w in weighted_links(memory).items() if key[2] == "entity"}
+    memory.consolidate()
+    now = weighted_links(memory)
+    assert fast and any(now[key] != weight for key, weight in fast.items())
+    for (src, dst, _), weight in now.items():
+        assert 0 < weight <= 1, (src, dst, weight)

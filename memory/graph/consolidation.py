@@ -15,8 +15,10 @@ a summary's digest only after the summary is. A crash loses at most the batch
 in progress, which the next run redoes. Turns an ingest is still deriving are
 left to the next run, both ledger values are read again under the write lock
 before one batch or summary changes them (an erase meanwhile edits them too), a
-summary's digest covers the facts it tells (a Refresher update re-tells it),
-and a run with causal or entity links off (an ablation) marks no turn done. The policies that infer causes and
+summary's digest covers the facts it tells (a Refresher update re-tells it;
+digests written before that was so differ once, and each summary is told
+again once), and a run with causal or entity links off (an ablation) keeps a
+list of its own, so the turns it did are still to do for the other. The policies that infer causes and
 write summaries are passed in (the Memory role supplies the chat-model ones);
 by default the offline ones run.
 """
@@ -34,7 +36,10 @@ from strata.memory.journal import PENDING
 from strata.memory.records import ENTITY_NODE, Link, LinkType, Record, entity_node_id
 from strata.memory.store import MemoryStore
 
-DONE = "consolidated_turns"  # ledger state: raw ids already consolidated
+DONE = "consolidated_turns"  # ledger state: raw ids consolidated by a run with causal and entity links on
+# ... and by a run with only one of them on (an ablation): the other still has those turns to do
+DONE_BY = {"causal": f"{DONE}:causal", "entity": f"{DONE}:entity"}
+DONE_LISTS = (DONE, *DONE_BY.values())
 DIGESTS = "summary_digests"  # ledger state: {summary id: digest of what it was written from}
 BATCH = 50  # turns per committed step: what a crash can cost at most
 MAX_PAIRS_PER_ENTITY = 50  # a turn is linked to at most this many other turns through one entity (its latest)
@@ -88,11 +93,14 @@ def consolidate(
         report.filed = file_unfiled_turns(store, entities_on, semantic_on, limit)
     # the turns filed as notes by the fast path, without those an ingest is still deriving: staged, a turn
     # has its note in the mirror but its entity mentions not yet in the ledger, and a crash takes it back
+    # (read after the timeline: a turn staged in between is pending still)
+    filed = [r for r in store.timeline() if r.context]
     waiting = set(store.ledger.get_state(ns, PENDING, []) or [])  # type: ignore[arg-type]
-    timeline = [r for r in store.timeline() if r.context and r.id not in waiting]
+    timeline = [r for r in filed if r.id not in waiting]
     order = {r.id: i for i, r in enumerate(timeline)}
-    done = set(store.ledger.get_state(ns, DONE, []) or [])  # type: ignore[arg-type]
-    todo = [i for i, r in enumerate(timeline) if r.id not in done]
+    key = DONE if causal_on and entities_on else DONE_BY["causal"] if causal_on else DONE_BY["entity"]
+    done = {i for k in {DONE, key} for i in store.ledger.get_state(ns, k, []) or []}  # type: ignore[union-attr]
+    todo = [i for i, r in enumerate(timeline) if r.id not in done] if causal_on or entities_on else []
     if limit is not None:
         todo = todo[:limit]
     for start in range(0, len(todo), BATCH):
@@ -103,14 +111,13 @@ def consolidate(
                 found_causes += causal.causal_links(ns, infer(timeline[index], timeline[:index]))
         found_entities = _densify(store, [timeline[i] for i in batch], order) if entities_on else []
         with store.writing():  # an erase meanwhile has removed turns these links would point at
-            causes = _new(store, _between_kept(store, found_causes))
-            entities = _new(store, _between_kept(store, found_entities))
-            store.link([*causes, *entities])
-            if causal_on and entities_on:  # a run with one of them off (an ablation) leaves the turns to do
-                # read again under the lock: an erase meanwhile took its turns out of the list
-                now = set(store.ledger.get_state(ns, DONE, []) or [])  # type: ignore[arg-type]
-                now.update(timeline[i].id for i in batch if store.has(timeline[i].id))
-                store.ledger.set_state(ns, DONE, sorted(now))
+            kept_causes, kept_entities = _between_kept(store, found_causes), _between_kept(store, found_entities)
+            causes, entities = _new(store, kept_causes), _new(store, kept_entities)  # counted before the write
+            store.link([*kept_causes, *kept_entities])  # all: densify's weight replaces the fast path's
+            # read again under the lock: an erase meanwhile took its turns out of the list
+            now = set(store.ledger.get_state(ns, key, []) or [])  # type: ignore[arg-type]
+            now.update(timeline[i].id for i in batch if store.has(timeline[i].id))
+            store.ledger.set_state(ns, key, sorted(now))
         report.turns += len(batch)
         report.causal += len(causes)
         report.entity += len(entities)
@@ -230,8 +237,8 @@ def _set_digest(store: MemoryStore, summary_id: str, digest: str | None) -> None
 
 
 def _new(store: MemoryStore, links: Sequence[Link]) -> list[Link]:
-    """The links not stored yet, each once: what a run reports as written (a pair found twice, or one the
-    fast path wrote, is written again all the same, but is not new)."""
+    """The links not stored yet, each once: what a run reports as added (a pair found twice, or one the
+    fast path wrote, is written again all the same, with the weight found now, but is not new)."""
     unique = list({(link.src, link.dst, link.type): link for link in links}.values())
     sources = sorted({link.src for link in unique})
     stored = {(link.src, link.dst, link.type)
