@@ -194,10 +194,12 @@ def refresher(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
                 note = apply(store, step, plan.policy, follows=lead, cause=incoming.cause)
                 notes.append(note)
                 touched.add(step.record.id)
+                # what follows a record's change follows that change, so undoing it by its id brings them back
+                # too; a plain undo of the request reaches them through it
                 if step.action != "noop":
-                    notes += follow_persona(store, step, plan.policy, lead or note.change_id, incoming.cause)
+                    notes += follow_persona(store, step, plan.policy, note.change_id, incoming.cause)
                 if step.action == "delete" and step.record.kind == "raw":
-                    notes += follow_turn(store, step, plan.policy, lead or note.change_id, incoming.cause, touched)
+                    notes += follow_turn(store, step, plan.policy, note.change_id, incoming.cause, touched)
                 if lead is None and step.action == "delete" and incoming.forget is not None:
                     forgotten = note.change_id
     people = shown_people(store.participants(), context)
@@ -528,9 +530,10 @@ def follow_turn(
         if fact.id in touched or fact.source_ids != [source]:  # a fact citing other turns too stands on them
             continue
         follow = Step("delete", fact, f"the turn it came from ({step.record.id}) was forgotten: {step.reason}")
-        notes.append(apply(store, follow, policy, lead, cause))
+        note = apply(store, follow, policy, lead, cause)
+        notes.append(note)
         touched.add(fact.id)
-        notes += follow_persona(store, follow, policy, lead, cause)
+        notes += follow_persona(store, follow, policy, note.change_id, cause)
     return notes
 
 

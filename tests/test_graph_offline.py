@@ -190,6 +190,13 @@ def test_a_request_to_forget_tombstones_and_undo_restores(data_dir: Path, embedd
     assert store.get_one("raw:D2:2").text == FORGET["text"]  # the request itself is stored verbatim
     assert not [f for f in store.all("fact") if f.source_ids == ["D2:2"]]  # but it is not a fact to remember
 
+    # a trait retired with its fact comes back when the fact's change is undone, by its id
+    later = max((c for c in deleted.values() if c.record_id.startswith("fact:")), key=lambda c: c.change_id)
+    traits = [c.record_id for c in result["changes"] if c.record_id.startswith("persona:")
+              and store.ledger.get_change("ann", c.change_id).follows == later.change_id]
+    assert traits
+    memory.undo(later.change_id)
+    assert {store.get_one(record_id).status for record_id in [later.record_id, *traits]} == {Status.ACTIVE}
     undo = memory.undo()  # one request to forget is one edit: its other deletes follow the first
     assert undo.undoes == min(c.change_id for c in deleted.values())
     assert {store.get_one(record_id).status for record_id in deleted} == {Status.ACTIVE}
