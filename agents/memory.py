@@ -59,7 +59,7 @@ from strata.memory.graph.replies import ModelNote, Text
 from strata.memory.journal import PENDING
 from strata.memory.moments import utc_now
 from strata.memory.persona import aspect_of, persona_id
-from strata.memory.records import Link, LinkType, Record, Turn, raw_record
+from strata.memory.records import Link, LinkType, Record, Turn, natural_order, raw_record
 from strata.memory.store import MemoryStore
 from strata.memory.turn_ids import TURN_COUNTER, check_turn_ids
 from strata.prompts import graph as graph_prompts
@@ -497,26 +497,28 @@ def _episode_links(namespace: str, episode: Record) -> list[Link]:
 def _with_ids(store: MemoryStore, turns: list[Turn]) -> list[Turn]:
     """Give turns a dialogue id when the caller did not (T1, T2, ... per namespace).
 
-    A turn that repeats a turn still waiting for its derive (same speaker, words and photo, and the same
-    time if it gives one) is that turn sent again, by a client whose run stopped after the write-ahead: it
-    takes that turn's id, which the run derives. With a new id it was stored twice, the first copy pending
-    for ever. The cost: a speaker saying the same words twice within one derive (seconds) is stored once.
-    New numbers are taken in one atomic step of the ledger, so concurrent writers never share one.
+    A client whose run stopped after the write-ahead sends the same input again, and the turns not yet
+    derived are the last ones it wrote, still pending: the input's last turns without an id that repeat
+    the last pending turns, in order (same speaker, words and photo, and time if given), take their ids
+    and are derived under them. With new ids they were stored twice, the first copies pending for ever.
+    The cost: an input whose last turns repeat, word for word, the last turns of an input still being
+    stored is taken for its retry. New numbers come from one atomic step of the ledger, so concurrent
+    writers never share one.
     """
     if all(turn.dia_id for turn in turns):
         return turns
     given = {turn.dia_id for turn in turns if turn.dia_id}
-    waiting = [r for r in store.get(_pending(store)) if r.dialogue_id not in given]
-    named: list[Turn] = []
-    for turn in turns:
-        if not turn.dia_id:
-            same = next((r for r in waiting if (r.speaker, r.text, r.image_caption or None)
-                         == (turn.speaker, turn.text, turn.image_caption or None)
-                         and (turn.time is None or turn.time == r.time)), None)
-            if same is not None:
-                waiting.remove(same)
-                turn = turn.model_copy(update={"dia_id": same.dialogue_id, "time": turn.time or same.time})
-        named.append(turn)
+    waiting = sorted((r for r in store.get(_pending(store)) if r.dialogue_id not in given),
+                     key=lambda r: natural_order(r.id))  # in the order they were written
+    named = list(turns)
+    unnamed = [n for n, turn in enumerate(turns) if not turn.dia_id]
+    for n, record in zip(reversed(unnamed), reversed(waiting), strict=False):
+        turn = turns[n]
+        if (record.speaker, record.text, record.image_caption or None) != (turn.speaker, turn.text,
+                                                                            turn.image_caption or None) \
+                or (turn.time is not None and turn.time != record.time):
+            break
+        named[n] = turn.model_copy(update={"dia_id": record.dialogue_id, "time": turn.time or record.time})
     missing = sum(1 for turn in named if not turn.dia_id)
     if not missing:
         return named

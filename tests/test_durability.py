@@ -313,3 +313,25 @@ def test_a_turn_without_an_id_retried_after_its_run_stopped_is_stored_once(data_
     memory.add(said)  # said again once derived: a new turn
     memory.end_session()
     assert_every_turn_once_and_derived(memory, [said["text"], other["text"], said["text"]])
+
+
+def test_only_an_inputs_last_turns_are_matched_to_the_last_pending_ones(data_dir: Path, embedder: object) -> None:
+    """A retry resends the input whose tail is still pending. A separate turn repeating words of an input
+    still being stored, but not its last ones, is a turn of its own (it was merged into that input's)."""
+    from langgraph.checkpoint.memory import InMemorySaver
+    from strata.graph.context import Context
+    from strata.graph.graph import build_graph
+
+    fine = {"speaker": "Ann", "text": "Sounds good!"}
+    later = {"speaker": "Ann", "text": "I will bring the tent and two sleeping bags."}
+    app = build_graph(checkpointer=InMemorySaver())
+    context = Context(namespace=NAMESPACE, mode="ingest", data_dir=str(data_dir))
+    app.invoke({"turns": [fine, later]}, {"configurable": {"thread_id": "running"}}, context=context,
+               interrupt_after=["memory"])  # both written ahead; the input is still being stored
+    memory = Memory(NAMESPACE, data_dir=str(data_dir))
+    alone = memory.add(fine)
+    assert [i for i in alone.stored_ids if i.startswith("raw:")] == ["raw:T3"]
+    retried = memory.add([fine, later])  # the stopped input, sent again: its pending tail keeps its ids
+    assert sorted(i for i in retried.stored_ids if i.startswith("raw:")) == ["raw:T1", "raw:T2"]
+    memory.end_session()
+    assert_every_turn_once_and_derived(memory, [fine["text"], later["text"], fine["text"]])
