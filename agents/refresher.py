@@ -190,8 +190,8 @@ def refresher(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
                     continue
                 step = guarded(planned, incoming)
                 # one request to forget is one edit: its deletes follow the first, so one undo brings all back
-                lead = forgotten if step.action == "delete" and incoming.forget is not None else None
-                note = apply(store, step, plan.policy, follows=lead, cause=incoming.cause)
+                forgets = step.action == "delete" and incoming.forget is not None
+                note = apply(store, step, plan.policy, follows=forgotten if forgets else None, cause=incoming.cause)
                 notes.append(note)
                 touched.add(step.record.id)
                 # what follows a record's change follows that change, so undoing it by its id brings them back
@@ -200,7 +200,7 @@ def refresher(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
                     notes += follow_persona(store, step, plan.policy, note.change_id, incoming.cause)
                 if step.action == "delete" and step.record.kind == "raw":
                     notes += follow_turn(store, step, plan.policy, note.change_id, incoming.cause, touched)
-                if lead is None and step.action == "delete" and incoming.forget is not None:
+                if forgets and forgotten is None:
                     forgotten = note.change_id
     people = shown_people(store.participants(), context)
     evidence = refreshed_evidence(state.evidence, store, notes, people)

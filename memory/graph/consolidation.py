@@ -111,16 +111,16 @@ def consolidate(
                 found_causes += causal.causal_links(ns, infer(timeline[index], timeline[:index]))
         found_entities = _densify(store, [timeline[i] for i in batch], order) if entities_on else []
         with store.writing():  # an erase meanwhile has removed turns these links would point at
-            kept_causes, kept_entities = _between_kept(store, found_causes), _between_kept(store, found_entities)
-            causes, entities = _new(store, kept_causes), _new(store, kept_entities)  # counted before the write
-            store.link([*kept_causes, *kept_entities])  # all: densify's weight replaces the fast path's
+            kept = _between_kept(store, [*found_causes, *found_entities])
+            added = _new(store, kept)  # counted before the write
+            store.link(kept)  # all: densify's weight replaces the fast path's
             # read again under the lock: an erase meanwhile took its turns out of the list
             now = set(store.ledger.get_state(ns, key, []) or [])  # type: ignore[arg-type]
             now.update(timeline[i].id for i in batch if store.has(timeline[i].id))
             store.ledger.set_state(ns, key, sorted(now))
         report.turns += len(batch)
-        report.causal += len(causes)
-        report.entity += len(entities)
+        report.causal += sum(link.type == LinkType.CAUSAL for link in added)
+        report.entity += sum(link.type == LinkType.ENTITY for link in added)
     if summaries_on:
         written, unchanged = _summarise(store, timeline, summary_policy, policy)
         report.summaries, report.summaries_unchanged = written, unchanged
