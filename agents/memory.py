@@ -189,7 +189,8 @@ def _write_ahead(store: MemoryStore, turns: list[Turn]) -> None:
         # a pending turn is written again too: its earlier write may have reached Chroma without
         # its change-sequence stamp (the ledger went down in between), and replicas reload by stamp
         speakers = [p for p in (turn.speaker, turn.listener) if p]
-        new.append(raw_record(turn, store.namespace, extract_entities(turn.text, speakers)))
+        named = [] if _asks_to_forget(turn) else extract_entities(turn.text, speakers)
+        new.append(raw_record(turn, store.namespace, named))
     if marked:
         store.ledger.set_state(store.namespace, PENDING, sorted(pending | marked))
     store.add(new)
@@ -222,7 +223,9 @@ def _derive(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     episode, segment, boundary, boundary_policy = _episode(store, raw, facts, context, runtime)
     records = [*facts, *personas, *([episode] if episode else [])]
     links, state_after = _links(store, raw, facts, personas, episode, state, related)
-    graph, graph_policy = _graph(store, raw, facts, turn, runtime)  # the note and evolutions are written at once
+    # an instruction to the memory gets no note, entities or links either: its words are what it asks to forget
+    graph, graph_policy = (fast_path.TurnGraph(links=[]), OFFLINE) if _asks_to_forget(turn) else _graph(
+        store, raw, facts, turn, runtime)  # the note and evolutions are written at once
     links += graph.links
     state_after.update(graph.state)
     state_after[OPEN_SEGMENT] = segment.model_dump(mode="json")
@@ -253,12 +256,18 @@ def _derive(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     }
 
 
+def _asks_to_forget(turn: Turn) -> bool:
+    """A request to forget is an instruction to the memory (the Refresher carries it out), not something to
+    remember: nothing is derived from its words."""
+    return read_forget_request(turn.text) is not None
+
+
 # facts ---------------------------------------------------------------------
 def _facts(
     turn: Turn, state: State, runtime: Runtime[Context], store: MemoryStore
 ) -> tuple[list[FactDraft], str, list[str]]:
     """The turn's facts, the policy that wrote them, and the earlier dialogue ids the model said it refers to."""
-    if read_forget_request(turn.text) is not None:
+    if _asks_to_forget(turn):
         return [], OFFLINE, []  # an instruction to the memory, not something to remember (the Refresher acts on it)
     model = chat_model(runtime.context)
     if model is None:

@@ -46,9 +46,10 @@ from strata.agents.common import (
 from strata.agents.llm import ask_json, chat_model, one_of
 from strata.graph.context import Context
 from strata.graph.state import ChangeNote, Evidence, State
+from strata.memory.erasure import erased_turns, out_of_open_episode, still_telling
 from strata.memory.errors import InputError
 from strata.memory.facts import FactDraft, comparable, extract_facts, single_valued
-from strata.memory.forgetting import ForgetDecision, decide
+from strata.memory.forgetting import ForgetDecision, decide, request_told
 from strata.memory.records import Record, Status, Turn
 from strata.memory.store import MemoryStore, kind_of
 from strata.prompts import refresher as prompts
@@ -202,6 +203,9 @@ def refresher(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
                     notes += follow_turn(store, step, plan.policy, note.change_id, incoming.cause, touched)
                 if forgets and forgotten is None:
                     forgotten = note.change_id
+        if forgotten is not None and incoming.forget is not None:
+            notes += tell_without_forgotten(store, notes, forgotten, incoming.cause)
+            notes += tell_request_without_words(store, incoming, incoming.forget, notes, forgotten)
     people = shown_people(store.participants(), context)
     evidence = refreshed_evidence(state.evidence, store, notes, people)
     counts = {a: sum(n.action == a for n in notes) for a in ("update", "delete", "noop")}
@@ -535,6 +539,37 @@ def follow_turn(
         touched.add(fact.id)
         notes += follow_persona(store, follow, policy, note.change_id, cause)
     return notes
+
+
+def tell_without_forgotten(store: MemoryStore, notes: list[ChangeNote], lead: int, cause: str) -> list[ChangeNote]:
+    """The episodes and summaries that retell what a request forgot stop telling it (`still_telling`): an
+    episode of other turns too is told again without it, the rest are deleted, in changes that follow the
+    request's first delete (one undo brings their words back with the records)."""
+    gone = {n.record_id for n in notes if n.action == "delete"}
+    out_of_open_episode(store, erased_turns(store.get(sorted(gone))), gone)  # the episode being written, too
+    again, emptied = still_telling(store, gone)
+    steps = [Step("update", store.get_one(told.id), "it told of what a request forgot: told without it",
+                  new_text=told.text) for told in again]
+    steps += [Step("delete", record, "it retold what a request forgot") for record in store.get(emptied)]
+    return [apply(store, step, OFFLINE, follows=lead, cause=cause) for step in steps]
+
+
+def tell_request_without_words(
+    store: MemoryStore, incoming: Incoming, decision: ForgetDecision, notes: list[ChangeNote], lead: int
+) -> list[ChangeNote]:
+    """A carried-out request to forget keeps its turn, told without its words ("forget that I adopted a
+    puppy named Coco" named the puppy a search would find there), in a change that follows the request's
+    first delete: one undo gives the words back with the records."""
+    request_id = decision.asked_in or incoming.raw_id
+    if not request_id or not store.has(request_id):
+        return []
+    request = store.get_one(request_id)
+    deleted = sum(n.action == "delete" for n in notes)
+    told = request_told(deleted)
+    if request.status != Status.ACTIVE or request.text == told:
+        return []
+    step = Step("update", request, f"the request's words name what it forgot ({deleted} record(s))", new_text=told)
+    return [apply(store, step, OFFLINE, follows=lead, cause=incoming.cause)]
 
 
 def refreshed_evidence(

@@ -60,7 +60,7 @@ from strata.memory.graph.consolidation import DIGESTS, DONE_LISTS
 from strata.memory.graph.links import CATALOGUE, LAST_TURN, still_mentioned
 from strata.memory.journal import PENDING
 from strata.memory.locks import hold_folder, release_folder
-from strata.memory.records import KINDS, Link, LinkType, Record
+from strata.memory.records import KINDS, Link, LinkType, Record, Status
 from strata.memory.reindex import CHROMA_DB, open_chroma_db
 from strata.memory.store import MemoryStore
 
@@ -213,6 +213,20 @@ def retold(store: MemoryStore, turns: set[str], gone: set[str] = frozenset()) ->
     return found
 
 
+def still_telling(store: MemoryStore, gone: set[str]) -> tuple[list[Record], list[str]]:
+    """What still tells records a request to forget deleted (`gone`, their ids; they stay in the store as
+    tombstones): the live episodes that also tell of turns that stay, told again without them (`retold`), and
+    the live episodes that tell of nothing else and the summaries that retell them, to be deleted too (the
+    next consolidation writes a summary of what is left)."""
+    turns = erased_turns(store.get(sorted(gone)))
+    again = [e for e in retold(store, turns, gone) if e.status == Status.ACTIVE]
+    told = turns | _fact_turns(store, gone)
+    kept = {e.id for e in again} | gone
+    emptied = [r.id for kind in ("episode", "summary") for r in store.all(kind)  # type: ignore[arg-type]
+               if told & set(r.source_ids) and r.id not in kept]
+    return again, emptied
+
+
 def _fact_turns(store: MemoryStore, gone: set[str]) -> set[str]:
     """The turns the erased facts were derived from: read from those still stored, and from the ids
     (`fact:<turn>:<n>`), which an erase finished after a stop still has when the records are gone."""
@@ -271,7 +285,7 @@ def finish_erasure(store: MemoryStore) -> ErasureReport | None:
 def _carry_out(store: MemoryStore, unfinished: _Unfinished, retold_episodes: Sequence[Record]) -> dict[str, int]:
     """Every step of an erase, each one harmless to repeat; the mark goes last."""
     turns = set(unfinished.turns)
-    _out_of_open_episode(store, turns, set(unfinished.targets))
+    out_of_open_episode(store, turns, set(unfinished.targets))
     removed = store.erase(unfinished.targets, sorted(turns), retold_episodes)
     store.link([Link(namespace=store.namespace, src=src, dst=dst, type=LinkType.TEMPORAL)
                 for src, dst in unfinished.rejoined])
@@ -358,9 +372,9 @@ def _out_of_graph_state(store: MemoryStore, erased: set[str]) -> None:
         store.ledger.set_state(ns, LAST_TURN, turns[-1].id if turns else None)
 
 
-def _out_of_open_episode(store: MemoryStore, turns: set[str], gone: set[str]) -> None:
-    """The episode being written forgets erased turns and facts: it is made again from the turns that stay
-    (their ids, speakers, facts and span), so an erased speaker's name is not in the next episode."""
+def out_of_open_episode(store: MemoryStore, turns: set[str], gone: set[str]) -> None:
+    """The episode being written forgets erased (or forgotten) turns and facts: it is made again from the turns
+    that stay (their ids, speakers, facts and span), so an erased speaker's name is not in the next episode."""
     segment = OpenSegment.model_validate(store.state(OPEN_SEGMENT, {}))
     kept = [t for t in segment.turn_ids if t not in turns]
     if kept == segment.turn_ids and not _fact_turns(store, gone) & set(kept):

@@ -108,6 +108,7 @@ class ForgetDecision(BaseModel):
     allowed: list[str] = Field(default_factory=list, description="Records that may be deleted in this run.")
     refused: str = Field("", description="Why nothing may be deleted, when that is so.")
     confirmed: bool = Field(False, description="This turn confirms the speaker's previous request.")
+    asked_in: str = Field("", description="The earlier turn that made the request this turn confirms (raw id).")
 
     def reason(self) -> str:
         """One line for the verdict and the caller: what will be deleted, or why not and what to do."""
@@ -241,7 +242,8 @@ def decide(
     if request is None:
         return None
     confirmed = confirming
-    decision = ForgetDecision(request=request, speaker=speaker or "the caller", confirmed=confirmed)
+    decision = ForgetDecision(request=request, speaker=speaker or "the caller", confirmed=confirmed,
+                              asked_in=f"raw:{asked_in}" if asked_in else "")
     if mode not in DELETING_MODES:
         decision.refused = (f"'{mode}' never deletes: to forget something, say it in chat (or store it as a "
                             "turn) as the person it is about; nothing deleted")
@@ -276,6 +278,12 @@ def decide(
         return decision
     decision.allowed = list(decision.matched)
     return decision
+
+
+def request_told(count: int) -> str:
+    """What a carried-out request to forget reads as once done: that it asked, not what (its words name what was
+    forgotten, and a search would find them there); the words stay in the history, so an undo gives them back."""
+    return f"[asked the memory to forget {count} record(s); done]"
 
 
 def previous_turn(store: MemoryStore, speaker: str, exclude: Iterable[str] = ()) -> tuple[str, str]:

@@ -1220,7 +1220,18 @@ class MemoryStore:
         self.ledger.push_working(self.namespace, speaker, dia_id, text, time, size)
 
     def working(self) -> list[dict[str, str]]:
-        return self.ledger.working(self.namespace)
+        """The recent turns, as their records now read: a forgotten turn leaves the window (an undo brings it
+        back) and a request to forget shows as told without its words."""
+        rows = self.ledger.working(self.namespace)
+        records = {r.dialogue_id: r for r in self.get(f"raw:{row['dia_id']}" for row in rows if row["dia_id"])}
+        shown = []
+        for row in rows:
+            record = records.get(row["dia_id"])
+            if record is None:  # a row without its record (an id-less turn of an older version): as it was written
+                shown.append(row)
+            elif record.status == Status.ACTIVE:
+                shown.append({**row, "text": record.text})
+        return shown
 
     # search ------------------------------------------------------------
     def dense(

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from strata.evaluation.obedient_model import ObedientModel
-from strata.memory.forgetting import FORGET_BOUND, own_words, read_forget_request, same_person
+from strata.memory.forgetting import FORGET_BOUND, own_words, read_forget_request, request_told, same_person
 from strata.memory.records import Action, Status
 from strata.memory.registry import close_all
 
@@ -206,8 +206,9 @@ def test_a_request_over_the_bound_waits_for_the_speakers_confirmation(folder: Pa
     assert deleted_since(memory, before) == set()
     memory.chat("Yes, forget them.", speaker="Caroline")
     gone = deleted_since(memory, before)
-    [request] = [r for r in memory.store.all("raw") if r.text == "Please forget everything about me."]
-    assert request.status == Status.ACTIVE  # what was listed goes, not the request itself
+    [request] = [r for r in memory.store.all("raw") if r.text.startswith("[asked the memory to forget")]
+    assert request.status == Status.ACTIVE  # what was listed goes, not the request itself (told without its words)
+    assert memory.history(request.id)[0].old_text == "Please forget everything about me."
     assert caroline <= gone and not {i for i in gone if i.startswith("raw:")} - caroline - {
         r.id for r in memory.store.all("raw", include_inactive=True) if r.speaker == "Caroline"}
     assert memory.get([POTTERY_SIGN_UP, WOW])[0].status == Status.ACTIVE  # Melanie's memories stay
@@ -269,3 +270,40 @@ def test_a_forget_whose_first_turn_is_erased_is_still_undone_whole(data_dir: Pat
     assert all(c.follows is None or c.follows in kept for c in memory.history(limit=100))
     memory.undo()
     assert {r.status for r in memory.get(second)} == {Status.ACTIVE}
+
+
+def test_a_carried_out_request_keeps_its_turn_without_the_words_it_forgot(data_dir: Path) -> None:
+    """The request "forget that I adopted a puppy named Coco" was stored word for word: after the forget, the
+    memory still named the puppy (a search for it found the request), and so did the recent-turns window."""
+    memory = Memory("bob", data_dir=str(data_dir))
+    memory.add([{"speaker": "Bob", "text": "I adopted a puppy named Coco last week.", "dia_id": "D1:1",
+                 "time": "2023-05-01T10:00"},
+                {"speaker": "Ann", "text": "That is lovely, I have a cat.", "dia_id": "D1:2",
+                 "time": "2023-05-01T10:01"}])
+    request = "Please forget that I adopted a puppy named Coco."
+    memory.chat(request, speaker="Bob")
+
+    [turn] = [r for r in memory.store.all("raw") if r.speaker == "Bob"]  # the request: the puppy's turn went
+    assert turn.text == request_told(3) and not turn.entities and not turn.keywords
+    live = [r.text for kind in ("raw", "fact", "episode", "persona") for r in memory.store.all(kind)]  # type: ignore[arg-type]
+    assert live and not [t for t in live if "Coco" in t]
+    assert not [row for row in memory.store.working() if "Coco" in row["text"]]
+    assert not memory.store.lexical("raw", "Coco puppy adopted", 5)
+    shown = memory.retrieve("What is the name of Bob's puppy?").evidence
+    assert shown and not [e for e in shown if "Coco" in e.text]
+    [told] = memory.history(turn.id)
+    first = next(c for c in memory.history(limit=100) if c.action == Action.DELETE and c.follows is None)
+    assert told.action == Action.UPDATE and told.old_text == request and told.follows == first.id
+
+    memory.undo()  # one edit: the records and the request's words come back together
+    assert memory.get([turn.id])[0].text == request
+    assert memory.get(["raw:D1:1"])[0].status == Status.ACTIVE
+    assert [row["text"] for row in memory.store.working() if row["dia_id"] == turn.dialogue_id] == [request]
+
+
+def test_a_request_that_deletes_nothing_keeps_its_words(data_dir: Path) -> None:
+    memory = Memory("bob", data_dir=str(data_dir))
+    memory.add([{"speaker": "Ann", "text": "I adopted a puppy named Coco.", "dia_id": "D1:1"}])
+    memory.chat("Please forget that Ann adopted a puppy named Coco.", speaker="Bob")  # not Bob's to forget
+    assert memory.get(["raw:D1:1"])[0].status == Status.ACTIVE
+    assert any(r.text == "Please forget that Ann adopted a puppy named Coco." for r in memory.store.all("raw"))

@@ -275,14 +275,16 @@ def test_refresh_path_deletes_on_an_explicit_request(boston: Path) -> None:
               "dataList": [{"id": "fact:D1:1:0", "new_content": ""}]}
     model = RoleModel(scripts={"judge": [json.dumps(refresh)], "refresh": [json.dumps(delete)]})
     result = graph.invoke({"turns": [forget]}, context=ctx(boston, "ingest", model))
-    assert [(c.action, c.record_id, c.policy) for c in leads(result["changes"])] == [("delete", "fact:D1:1:0", MODEL)]
+    assert [(c.action, c.record_id, c.policy) for c in leads(result["changes"])] == [
+        ("delete", "fact:D1:1:0", MODEL), ("update", "raw:D2:1", "offline")]  # the request, told without its words
     memory = Memory("ann", data_dir=str(boston))
     store = memory.store
     assert store.get_one("fact:D1:1:0").status == Status.DELETED
-    assert store.get_one("raw:D2:1").text == forget["text"]
-    assert model.calls("facts") == []  # a request to forget is not something to remember
+    assert "Boston" not in store.get_one("raw:D2:1").text
+    assert model.calls("facts") == [] and model.calls("note") == []  # a request to forget is not something to remember
     memory.undo()
     assert store.get_one("fact:D1:1:0").status == Status.ACTIVE
+    assert store.get_one("raw:D2:1").text == forget["text"]
 
 
 def test_a_model_delete_without_a_request_falls_back(boston: Path) -> None:

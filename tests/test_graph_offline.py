@@ -20,6 +20,7 @@ from strata.graph.context import Context
 from strata.graph.graph import build_graph, graph
 from strata.graph.state import RoleNote
 from strata.memory.errors import InputError
+from strata.memory.forgetting import request_told
 from strata.memory.records import Action, Status
 from strata.memory.registry import close_all
 
@@ -187,7 +188,8 @@ def test_a_request_to_forget_tombstones_and_undo_restores(data_dir: Path, embedd
     tombstone = store.get_one("fact:D2:1:0")
     assert tombstone.status == Status.DELETED and tombstone.text == "Ann moved to Denver in June 2023."
     assert "fact:D2:1:0" not in {r.id for r in store.all("fact")}  # hidden from search, kept in the store
-    assert store.get_one("raw:D2:2").text == FORGET["text"]  # the request itself is stored verbatim
+    assert store.get_one("raw:D2:2").text == request_told(len(deleted))  # kept, told without its words
+    assert store.history("raw:D2:2")[0].old_text == FORGET["text"]  # which an undo gives back
     assert not [f for f in store.all("fact") if f.source_ids == ["D2:2"]]  # but it is not a fact to remember
 
     # a trait retired with its fact comes back when the fact's change is undone, by its id
