@@ -139,6 +139,13 @@ class Group:
     records: list[Record]
     has_new: bool
     unknown: list[str] = field(default_factory=list)  # ids the Judge named that are not live records
+    said: dict[str, datetime | None] = field(default_factory=dict)  # record id -> when its turn was said
+
+    def said_key(self, record: Record) -> tuple[datetime, tuple[int, ...]]:
+        """When a record was said, to order statements of one value: its turn's time, then the dialogue id
+        (D1:9 before D1:10 at one session time). Not the fact's own time, which is when the event was ("I
+        moved to Denver last year", said in June, is newer than "I live in Boulder", said in May)."""
+        return self.said.get(record.id) or datetime.min, _dialogue_numbers(record.dialogue_id)
 
 
 @dataclass
@@ -271,7 +278,9 @@ def conflict_groups(state: State, store: MemoryStore, incoming: Incoming) -> lis
             else:
                 unknown.append(record_id)
         if records:
-            groups.append(Group(records=records, has_new=has_new, unknown=unknown))
+            turns = {r.dialogue_id: r.time for r in store.get(f"raw:{r.dialogue_id}" for r in records)}
+            said = {r.id: turns.get(r.dialogue_id, r.time) for r in records}
+            groups.append(Group(records=records, has_new=has_new, unknown=unknown, said=said))
     return groups
 
 
@@ -282,7 +291,7 @@ def offline_plan(group: Group, incoming: Incoming) -> Plan:
         return Plan(forget_steps(group, incoming, incoming.forget), OFFLINE)
     steps: list[Step] = []
     changed: set[str] = set()
-    for step in [*stored_conflicts(group.records), *incoming_conflicts(group, incoming)]:
+    for step in [*stored_conflicts(group), *incoming_conflicts(group, incoming)]:
         if step.record.id not in changed:
             steps.append(step)
             changed.add(step.record.id)
@@ -290,7 +299,7 @@ def offline_plan(group: Group, incoming: Incoming) -> Plan:
     if not incoming.is_statement() and group.has_new:
         why = "the input is a question, not a newer statement, and no stored value is outdated: left as it was"
     kept = {step.by.id for step in steps if step.by is not None}  # the newer values: their story is told above
-    kept |= already_consistent(group.records)
+    kept |= already_consistent(group)
     steps += [Step("noop", r, why) for r in group.records if r.id not in changed and r.id not in kept]
     return Plan(steps, OFFLINE)
 
@@ -317,10 +326,10 @@ def guarded(step: Step, incoming: Incoming) -> Step:
     return Step("noop", step.record, f"not deleted ({why}); proposed: {step.reason}")
 
 
-def stored_conflicts(records: list[Record]) -> list[Step]:
-    """Two stored facts, same subject and single-valued attribute, different values: the newer wins."""
+def stored_conflicts(group: Group) -> list[Step]:
+    """Two stored facts, same subject and single-valued attribute, different values: the one said later wins."""
     steps: list[Step] = []
-    for older, newest in same_slot_pairs(records):
+    for older, newest in same_slot_pairs(group):
         if not _disagree(older, newest.value) or not _replaces(comparable(older.attribute), newest.text, older, newest):
             continue
         when = newest.time.strftime("%Y-%m-%d") if newest.time else "later"
@@ -332,29 +341,29 @@ def stored_conflicts(records: list[Record]) -> list[Step]:
     return steps
 
 
-def already_consistent(records: list[Record]) -> set[str]:
+def already_consistent(group: Group) -> set[str]:
     """Ids of same-slot records that agree already: the older one's text was brought up to the newer value.
 
     An update rewrites a fact's text but not its stored `value`, so the two can
     still look different by value; there is nothing to decide and nothing to record.
     """
     settled: set[str] = set()
-    for older, newest in same_slot_pairs(records):
+    for older, newest in same_slot_pairs(group):
         old, new = comparable(older.value), comparable(newest.value)
         if old != new and new in comparable(older.text):
             settled.update((older.id, newest.id))
     return settled
 
 
-def same_slot_pairs(records: list[Record]) -> list[tuple[Record, Record]]:
-    """(older, newest) for facts sharing a subject and attribute, oldest first by time."""
+def same_slot_pairs(group: Group) -> list[tuple[Record, Record]]:
+    """(older, newest) for facts sharing a subject and attribute, oldest first by when they were said."""
     by_key: dict[tuple[str, str], list[Record]] = {}
-    for record in records:
+    for record in group.records:
         if record.kind != "raw" and record.subject and record.attribute and record.value:
             by_key.setdefault((comparable(record.subject), comparable(record.attribute)), []).append(record)
     pairs: list[tuple[Record, Record]] = []
     for members in by_key.values():
-        ordered = sorted(members, key=lambda r: (r.time or datetime.min, r.version, r.id))
+        ordered = sorted(members, key=lambda r: (group.said_key(r), r.version, r.id))
         pairs += [(older, ordered[-1]) for older in ordered[:-1]]
     return pairs
 
@@ -373,8 +382,8 @@ def incoming_conflicts(group: Group, incoming: Incoming) -> list[Step]:
                 continue
             if not (single_valued(record.attribute) or _CHANGE_CUE.search(incoming.text)):
                 continue
-            if record.time and incoming.time and incoming.time < record.time:
-                continue  # the stored value is the more recent one
+            if said_later(group.said_key(record), incoming):
+                continue  # the stored value was said after this turn (a backfill of older talk)
             steps.append(Step(
                 "update", record,
                 f"updated by {incoming.describe()}: {record.attribute} {record.value!r} -> {value_of(draft)!r}",
@@ -382,6 +391,21 @@ def incoming_conflicts(group: Group, incoming: Incoming) -> list[Step]:
             ))
             break
     return steps
+
+
+def said_later(stored: tuple[datetime, tuple[int, ...]], incoming: Incoming) -> bool:
+    """Whether a stored statement was said after the incoming turn: by time when both have one (at one time,
+    by dialogue id); an undated turn is taken as the newer, as it arrives now."""
+    when, numbers = stored
+    if incoming.time is None or when == datetime.min:
+        return False
+    if when != incoming.time:
+        return when > incoming.time
+    return numbers > _dialogue_numbers(incoming.dia_id)
+
+
+def _dialogue_numbers(dialogue_id: str) -> tuple[int, ...]:
+    return tuple(int(n) for n in re.findall(r"\d+", dialogue_id))
 
 
 def rewrite_value(record: Record, draft: FactDraft) -> str:

@@ -371,3 +371,21 @@ def test_chat_after_ask_on_a_thread_answers_the_new_turn(threaded: tuple[Any, di
     said = {"speaker": "Ben", "text": "What did Ann say about spring?", "listener": "Ann"}
     chatted = app.invoke({"turns": [said]}, config, context=context(data_dir, "chat", "ann"))
     assert chatted["answer"] != "Boston"
+
+
+@pytest.mark.parametrize(("later", "backfilled"), [
+    # said in July about June, then May's talk backfilled: the fact's own time (June) is not when it was said
+    (DENVER, BOSTON),
+    # one session time for every turn (as LoCoMo stamps them): D1:9 was said before D1:10
+    (turn("Actually I live in Denver now.", "D1:10", "2023-05-08T10:00"),
+     turn("I live in Boulder.", "D1:9", "2023-05-08T10:00")),
+])
+def test_a_backfilled_older_turn_does_not_rewrite_what_was_said_after_it(
+    data_dir: Path, embedder: Any, later: dict[str, Any], backfilled: dict[str, Any]
+) -> None:
+    graph.invoke({"turns": [later]}, context=context(data_dir, "ingest", "ann"))
+    [newer] = Memory("ann", data_dir=str(data_dir)).store.all("fact")
+    graph.invoke({"turns": [backfilled]}, context=context(data_dir, "ingest", "ann"))
+    store = Memory("ann", data_dir=str(data_dir)).store
+    assert store.get_one(newer.id).text == newer.text and "Denver" in newer.text
+    assert not [c for c in store.history(newer.id) if c.action in (Action.UPDATE, Action.DELETE)]
