@@ -334,7 +334,8 @@ class Ledger:
     def push_working(
         self, namespace: str, participant: str, dia_id: str, text: str, time: datetime | None, size: int
     ) -> None:
-        """Append a turn to a participant's FIFO and drop what falls out (AdaMem working memory).
+        """Append a turn to a participant's window and drop what falls out, the earliest said first (AdaMem
+        working memory).
 
         A turn already in the window (its derive is being retried) is not pushed twice.
         """
@@ -356,9 +357,13 @@ class Ledger:
                 "VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (namespace, participant, seq, dia_id, text, time.isoformat() if time else None, arrival),
             )
+            # the window keeps the latest turns said, not the latest sent: older talk backfilled after today's
+            # does not push today's out
             session.execute(
-                "DELETE FROM working WHERE namespace = ? AND participant = ? AND seq <= ?",
-                (namespace, participant, seq - size),
+                "DELETE FROM working WHERE namespace = ? AND participant = ? AND arrival NOT IN ("
+                "SELECT arrival FROM working WHERE namespace = ? AND participant = ? "
+                "ORDER BY time DESC NULLS LAST, arrival DESC LIMIT ?)",
+                (namespace, participant, namespace, participant, size),
             )
 
     def working(self, namespace: str) -> list[dict[str, str]]:

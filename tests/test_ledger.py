@@ -16,7 +16,7 @@ import os
 import sqlite3
 import subprocess
 import sys
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -267,3 +267,16 @@ def test_langgraph_store_items_written_beside_a_version_2_ledger_are_kept(data_d
     items.put(("ann",), "seat", {"text": "Ann now prefers the aisle"})
     assert items.get(("ann",), "seat").value == {"text": "Ann now prefers the aisle"}
     assert [hit.key for hit in items.search(("ann",), query="aisle seat")] == ["seat"]
+
+
+def test_the_working_window_keeps_the_latest_turns_said_not_the_latest_sent(tmp_path: Path) -> None:
+    """A window of two: older talk backfilled after today's pushed today's turns out (it dropped by arrival)."""
+    ledger = open_ledger(tmp_path / "ledger.sqlite3")
+    june = datetime(2023, 6, 10, 10, 0)
+    for i, when in enumerate([june, june + timedelta(minutes=1), datetime(2023, 5, 1, 9), datetime(2023, 5, 1, 10)]):
+        ledger.push_working("ns", "Ann", f"D{i}:1", f"turn {i}", when, 2)
+    assert [w["text"] for w in ledger.working("ns")] == ["turn 0", "turn 1"]
+    ledger.push_working("ns", "Ann", "D9:1", "undated", None, 2)  # no time: taken as the earliest, so it goes
+    ledger.push_working("ns", "Ann", "D5:1", "later", june + timedelta(days=1), 2)
+    assert [w["text"] for w in ledger.working("ns")] == ["turn 1", "later"]
+    ledger.close()
