@@ -11,8 +11,18 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from functools import cache
 
 from pydantic import BaseModel, Field
+from strata.memory.names import (
+    canonical_text,
+    character_grams,
+    clean_name,
+    composed,
+    marks,
+    spaceless,
+    word_pattern,
+)
 
 
 def wordset(words: str) -> frozenset[str]:
@@ -81,6 +91,7 @@ WEEKDAY_WORDS: frozenset[str] = wordset("monday tuesday wednesday thursday frida
 
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:['’][A-Za-z]+)*\+?|\d+(?:st|nd|rd|th)?")
 _TOKEN = re.compile(r"[a-z0-9]+")
+_PREFIXED_NAME = re.compile(r"[^\W\d_]['’][^\W\d_]")  # O'Brien, D'Angelo, N'Golo: a name, not a contraction
 _POSSESSIVE = re.compile(r"['’]s\b|(?<=s)['’](?=\s|$)")
 _OPENERS = frozenset('.!?:;"“”(\n')
 _ADVERB_SUFFIX = ("ly",)
@@ -120,10 +131,22 @@ def _undouble(w: str) -> str:
 
 
 def plain_words(text: str) -> list[str]:
-    """A text's words lowercased, possessives and stopwords removed, not yet stemmed; repeats kept."""
-    lowered = _POSSESSIVE.sub("", text.lower().replace("’", "'"))
-    lowered = lowered.replace("'", "")
-    return [t for t in _TOKEN.findall(lowered) if t not in STOPWORDS and (len(t) > 1 or t.isdigit())]
+    """A text's words lowercased, possessives and stopwords removed, not yet stemmed; repeats kept.
+
+    Words of any script count, case-folded and NFKC-composed ("José" typed either way is "josé", never
+    "jos"); a run of Chinese, Japanese or Thai, written without spaces, gives its characters and pairs
+    of characters (`character_grams`). ASCII text takes the plain path: the same words, faster."""
+    if text.isascii():
+        lowered = _POSSESSIVE.sub("", text.lower()).replace("'", "")
+        return [t for t in _TOKEN.findall(lowered) if t not in STOPWORDS and (len(t) > 1 or t.isdigit())]
+    lowered = _POSSESSIVE.sub("", canonical_text(text)).replace("'", "")
+    words: list[str] = []
+    for t in word_pattern().findall(lowered):
+        if spaceless(t):
+            words.extend(character_grams(t))
+        elif t not in STOPWORDS and (len(t) > 1 or t.isdigit()):
+            words.append(t)
+    return words
 
 
 def tokenize(text: str) -> list[str]:
@@ -155,15 +178,41 @@ def _bare(word: str) -> str:
     return word.rstrip("'+")
 
 
+@cache
+def _any_script_word() -> re.Pattern[str]:
+    """`_WORD` for text beyond ASCII: the same shape, with letters (and their marks) of any script."""
+    letter, mark = r"[^\W\d_]", f"[{marks()}]"
+    return re.compile(rf"{letter}(?:[^\W_]|{mark})*(?:['’]{letter}(?:{letter}|{mark})*)*\+?|\d+(?:st|nd|rd|th)?")
+
+
+def _words_of(text: str) -> tuple[str, list[re.Match[str]]]:
+    """The text (composed, without invisible format characters, when it is not ASCII) and its words."""
+    if text.isascii():
+        return text, list(_WORD.finditer(text))
+    text = composed(text)
+    return text, list(_any_script_word().finditer(text))
+
+
 def _capitalised(word: str) -> bool:
     return word[:1].isupper()
 
 
 def _excluded(word: str) -> bool:
     low = word.lower()
-    if "'" in low:  # I'm, I've, That's: a contraction is never a name
+    if "'" in low and not _prefixed_name(word):  # I'm, I've, That's: a contraction is never a name
         return True
     return low in STOPWORDS or low in CHAT_WORDS or low in MONTH_WORDS or low in WEEKDAY_WORDS
+
+
+def _prefixed_name(word: str) -> bool:
+    """'O'Brien', 'D'Angelo': one capital, an apostrophe, a capitalised word ('I'M' and 'I'Ll' are not)."""
+    word = word.replace("’", "'")
+    return (
+        bool(_PREFIXED_NAME.match(word))
+        and word[0].isupper()
+        and word[2].isupper()
+        and any(c.islower() for c in word[3:])
+    )
 
 
 def _acronym(word: str) -> bool:
@@ -206,8 +255,8 @@ def split_entities(text: str, known: Iterable[str] = ()) -> Entities:
     `known` names (the participants) are recognised even at the start of a
     sentence, where a capital letter is otherwise weak evidence of a name.
     """
-    known_names = frozenset(name.lower() for name in known if name)
-    matches = list(_WORD.finditer(text))
+    known_names = frozenset(clean_name(name).lower() for name in known if name)
+    text, matches = _words_of(text)
     opens = _sentence_starts(text, matches)
     bares = [_bare(m.group()) for m in matches]
     capital_inside = {b.lower() for b, first in zip(bares, opens, strict=True) if not first and _capitalised(b)}
@@ -245,6 +294,7 @@ def split_entities(text: str, known: Iterable[str] = ()) -> Entities:
         if (
             len(word) < 4
             or not word.isalpha()
+            or spaceless(word)
             or word in name_words
             or word in STOPWORDS
             or word in CHAT_WORDS

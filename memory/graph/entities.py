@@ -35,11 +35,13 @@ from strata.memory.entities import (
     wordset,
 )
 from strata.memory.lemmas import lemmas as _lemmas  # the lexicon lookup the Judge's filter shares
+from strata.memory.names import composed
 
 EntityType = Literal["person", "place", "organisation", "object", "activity", "event", "name", "other"]
 ENTITY_TYPES: tuple[str, ...] = ("person", "place", "organisation", "object", "activity", "event", "name", "other")
 
-_WORD = re.compile(r"[A-Za-z][A-Za-z'’]*")
+_WORD = re.compile(r"[^\W\d_](?:[^\W\d_]|['’])*")  # letters of any script: "Émile" is never "mile"
+_NAME_PART = re.compile(r"(?:[^\W_]|['’])+")
 _BE = wordset(
     "am is are was were be been being im i'm you're we're they're he's she's it's isn't aren't wasn't weren't "
     "keep keeps kept stop stopped start started"
@@ -98,6 +100,7 @@ def _adjective_only(word: str) -> bool:
 
 def find_mentions(text: str, speaker: str = "", listener: str = "", known: Iterable[str] = ()) -> list[Mention]:
     """The entities of one text, each once, names first (see the module docstring for the rules)."""
+    text = composed(text)  # the spelling split_entities cuts names from
     people = [p for p in (speaker, listener, *known) if p]
     participants = {p.lower(): p for p in people}
     found: dict[str, Mention] = {}
@@ -172,7 +175,9 @@ def _sentence_openers(text: str) -> set[str]:
     """Lower-cased words that appear capitalised only where a sentence starts."""
     openers: set[str] = set()
     inside: set[str] = set()
-    for match in re.finditer(r"(^|[.!?:;\"“”(\n]\s*|\s)([A-Z][A-Za-z'’]*)", text):
+    for match in re.finditer(r"(^|[.!?:;\"“”(\n]\s*|\s)([^\W\d_](?:[^\W\d_]|['’])*)", text):
+        if not match.group(2)[0].isupper():
+            continue
         word = match.group(2).replace("’", "'")
         word = (word[:-2] if word.endswith("'s") else word).lower()
         starts = match.group(1) == "" or match.group(1).strip() != ""
@@ -186,8 +191,10 @@ def _acronym(word: str) -> bool:
 
 
 def normalise(name: str, kind: str = "other") -> Mention | None:
-    """A model's entity name as a mention: lower-cased key, last word singular ("Art Classes" -> "art class")."""
-    words = [w for w in re.findall(r"[A-Za-z0-9'’]+", name.replace("’", "'")) if w]
+    """A model's entity name as a mention: lower-cased key, last word singular ("Art Classes" -> "art class").
+
+    Words of any script count (北京, Müller and Möller stay apart), in their composed spelling."""
+    words = [w for w in _NAME_PART.findall(composed(name).replace("’", "'")) if w]
     if not words or all(w.lower() in _NEVER for w in words):
         return None
     last = words[-1].lower()

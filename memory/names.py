@@ -1,0 +1,104 @@
+"""One spelling per name and per word, whatever the keyboard: the Unicode rules every comparison shares.
+
+The same name reaches memory in several byte sequences: "José" typed on a Mac
+(NFD, "e" + combining accent) and on Windows (NFC, "é"), with a no-break space
+copied from a web page, a zero-width space or byte-order mark from a file,
+full-width letters from a CJK input method, "STRAUSS" for "Strauß". Erasing,
+exporting or forgetting "about" a person must find every spelling, or records
+of that person survive an erasure. So names are compared by `canonical_name`
+and stored as `clean_name` gives them; text is searched as `canonical_text`
+gives it, and split into words by the patterns here (letters and digits of any
+script; a run of CJK or Thai characters, which has no spaces, by characters).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import unicodedata
+from functools import cache, lru_cache
+
+# Scripts written without spaces between words: Han, kana, Thai, Lao, Khmer, Myanmar.
+SPACELESS = (
+    "\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u3040-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+    "\U00020000-\U0003134f"
+)
+SPACELESS_RUN = re.compile(f"[{SPACELESS}]+")
+_DOTTED_I = re.compile("i\u0307")  # "İ".casefold() is "i" + a combining dot: "İsmail" must meet "ismail"
+
+
+@lru_cache(maxsize=65_536)
+def clean_name(name: str) -> str:
+    """A name as it is stored: composed (NFC), without invisible format characters (zero-width space,
+    byte-order mark), single spaces; its letters otherwise as written."""
+    composed = unicodedata.normalize("NFC", name)
+    visible = "".join(c for c in composed if unicodedata.category(c) != "Cf")
+    return " ".join(visible.split())
+
+
+def composed(text: str) -> str:
+    """Text as written, composed (NFC) and without invisible format characters: what names are cut from."""
+    if text.isascii():
+        return text
+    return "".join(c for c in unicodedata.normalize("NFC", text) if unicodedata.category(c) != "Cf")
+
+
+@lru_cache(maxsize=65_536)
+def canonical_text(text: str) -> str:
+    """Text as comparisons read it: compatibility-composed (NFKC: full-width letters are letters),
+    without format characters, case-folded ("Strauß" reads "strauss"), curly apostrophes straight."""
+    if text.isascii():
+        return text.lower()
+    folded = unicodedata.normalize("NFKC", text).casefold()
+    folded = unicodedata.normalize("NFKC", "".join(c for c in folded if unicodedata.category(c) != "Cf"))
+    return _DOTTED_I.sub("i", folded).replace("’", "'").replace("‘", "'")
+
+
+@lru_cache(maxsize=65_536)
+def canonical_name(name: str) -> str:
+    """The key two spellings of one name share: "José" (NFC or NFD), "JOSÉ", "Ann\u00a0Lee" and "Ann Lee",
+    "Ａｎｎ" and "Ann", "Strauß" and "STRAUSS", "İsmail" and "ismail". '' for a name of no letters."""
+    return " ".join(canonical_text(name).split())
+
+
+def same_name(a: str, b: str) -> bool:
+    """Whether two non-empty names are one spelling of the same name."""
+    key = canonical_name(a)
+    return bool(key) and key == canonical_name(b)
+
+
+@cache
+def marks() -> str:
+    """A regex character class body of every combining mark (category M): in Devanagari, Thai or vowelled
+    Arabic a word goes on through its marks, which `str.isalnum` and the regex `\\w` do not count."""
+    ranges: list[tuple[int, int]] = []
+    for code in range(sys.maxunicode + 1 if sys.maxunicode < 0x40000 else 0x40000):
+        if unicodedata.category(chr(code)).startswith("M"):
+            if ranges and ranges[-1][1] == code - 1:
+                ranges[-1] = (ranges[-1][0], code)
+            else:
+                ranges.append((code, code))
+    return "".join(re.escape(chr(a)) if a == b else f"{re.escape(chr(a))}-{re.escape(chr(b))}" for a, b in ranges)
+
+
+@cache
+def word_pattern() -> re.Pattern[str]:
+    """Words of any script in canonical text: a run of spaceless-script characters, or letters and digits
+    (marks included) of other scripts; underscores and punctuation separate words."""
+    return re.compile(f"[{SPACELESS}]+|(?:(?![{SPACELESS}])[^\\W_]|[{marks()}])+")
+
+
+def spaceless(word: str) -> bool:
+    """Whether a word is (starts with) a character of a script written without spaces."""
+    return bool(SPACELESS_RUN.match(word))
+
+
+def character_grams(run: str) -> list[str]:
+    """A spaceless run as search terms: each character and each pair of neighbours, in order
+    ("钢琴课" -> 钢, 钢琴, 琴, 琴课, 课): a question's word then meets the text's without a dictionary."""
+    grams: list[str] = []
+    for i, char in enumerate(run):
+        grams.append(char)
+        if i + 1 < len(run):
+            grams.append(run[i : i + 2])
+    return grams
