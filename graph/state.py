@@ -20,6 +20,7 @@ from pydantic import BaseModel, Field, ValidationError
 from strata.graph.context import Context
 from strata.memory.errors import InputError, shown_value
 from strata.memory.moments import MaybeUtcTime, UtcTime
+from strata.memory.names import clean_name
 from strata.memory.records import Kind, Turn
 
 Node = TypeVar("Node", bound=Callable[..., Any])
@@ -236,6 +237,17 @@ def finish_run(state: State) -> dict[str, object]:
     return {"turns": [], "question": "", "finished": True}
 
 
+def _clean_names(turn: Turn, n: int) -> Turn:
+    """The turn with its speaker and listener in one spelling (composed, no zero-width characters, single
+    spaces): "José" typed on two keyboards, or pasted with a no-break space, is one participant, not two."""
+    speaker, listener = clean_name(turn.speaker), clean_name(turn.listener) if turn.listener else turn.listener
+    if speaker == turn.speaker and listener == turn.listener:
+        return turn
+    if not speaker:
+        raise InputError(f"turn {n}: speaker has no visible characters: give the name of who said it")
+    return turn.model_copy(update={"speaker": speaker, "listener": listener or None})
+
+
 def validate_turns(items: object, default_speaker: str = "user", max_chars: int | None = None) -> list[Turn]:
     """Turns from Turn objects, dicts (server/Studio JSON) or strings, with one-line errors; one of them alone
     is one turn. With `max_chars`, a turn longer than that is refused (the runtime context's `max_turn_chars`)."""
@@ -264,6 +276,7 @@ def validate_turns(items: object, default_speaker: str = "user", max_chars: int 
             elif first.get("type") == "string_unicode":  # as strata/api.py says it of a turn given as bytes
                 raise InputError(f"turn {n}: {where} is bytes that are not UTF-8: decode it to text first") from None
             raise InputError(f"turn {n}: {where}: {message}") from None
+        turns[-1] = _clean_names(turns[-1], n)
         for name in ("dia_id", "speaker", "listener", "session"):  # names and ids, not text
             value = getattr(turns[-1], name) or ""
             if len(value) > MAX_NAME_CHARS:

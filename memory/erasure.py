@@ -60,6 +60,7 @@ from strata.memory.graph.consolidation import DIGESTS, DONE_LISTS
 from strata.memory.graph.links import CATALOGUE, LAST_TURN, still_mentioned
 from strata.memory.journal import PENDING
 from strata.memory.locks import hold_folder, release_folder
+from strata.memory.names import canonical_name
 from strata.memory.records import KINDS, Link, LinkType, Record, Status
 from strata.memory.reindex import CHROMA_DB, open_chroma_db
 from strata.memory.store import MemoryStore
@@ -150,7 +151,7 @@ def erasure_targets(store: MemoryStore, ids: Sequence[str] = (), about: str = ""
     """The records to erase: those named, or everything said by or about `about`, and whatever was
     derived from an erased turn. Unknown ids are an error (nothing is erased): a typo must not pass
     for a completed erasure. `done` names what a refusal did not do (a person's export asks too)."""
-    person = about.strip().lower()
+    person = canonical_name(about)  # every spelling of the name: NFC or NFD, any case, no-break spaces
     if about and not person:  # "" would match every record that names no one: that is not a person
         raise InputError(f"about={about!r} names no one: give a participant's name "
                          f"(participants: {', '.join(store.participants()) or 'none'}); nothing was {done}")
@@ -164,7 +165,8 @@ def erasure_targets(store: MemoryStore, ids: Sequence[str] = (), about: str = ""
     if person:
         for kind in KINDS:
             for record in store.all(kind, include_inactive=True):
-                if person in (record.speaker.lower(), record.subject.lower(), record.participant.lower()):
+                if person in (canonical_name(record.speaker), canonical_name(record.subject),
+                              canonical_name(record.participant)):
                     chosen[record.id] = record
         if not chosen:
             raise InputError(f"nothing in this memory was said by or about {shown_value(about)}: check the name "

@@ -33,6 +33,7 @@ from collections.abc import Iterable, Sequence
 
 from pydantic import BaseModel, Field
 from strata.memory.entities import STOPWORDS, split_entities, stem, tokenize, wordset
+from strata.memory.names import canonical_name, canonical_text
 from strata.memory.records import Record
 from strata.memory.store import MemoryStore
 
@@ -64,6 +65,8 @@ _ROLE_MARKER = re.compile(
     r"\s*:|</?\s*[a-z_|]+\s*/?>|<\|[^|>]{1,30}\|>|\[/?(?:inst|sys)\]|#{2,}\s*(?:system|instruction)",
     re.IGNORECASE,
 )
+_TITLE_STOP = re.compile(r"\b(Mr|Mrs|Ms|Dr|Prof|St)\.(?=\s)")
+_LETTERS_DIGITS = re.compile(r"[^\W_]+")
 _FIRST_PERSON = wordset("i me my mine myself we us our ours ourselves")
 _EVERYTHING = re.compile(r"\b(?:everything|all|anything)\b(?:\s+(?:you\s+know|stored|remembered))?\s+(?:about|on|of)\b",
                          re.IGNORECASE)
@@ -96,6 +99,7 @@ class ForgetRequest(BaseModel):
     about: list[str] = Field(default_factory=list, description="Participants it names as the memory's subject.")
     first_person: bool = Field(False, description="It speaks of the speaker's own memory (I, me, my).")
     everything: bool = Field(False, description="'everything about ...': every record about the subject.")
+    stranger: str = Field("", description="Whom an 'everything about' names that no participant is.")
 
 
 class ForgetDecision(BaseModel):
@@ -121,7 +125,11 @@ class ForgetDecision(BaseModel):
 
 # --- reading a request --------------------------------------------------------------------------
 def own_words(text: str) -> str:
-    """The part of a turn the speaker says in their own voice: everything before the first role marker."""
+    """The part of a turn the speaker says in their own voice: everything before the first role marker.
+
+    Curly apostrophes (what a phone keyboard types) are straight here: "I’d like you to forget" and
+    "Don’t remember that" are requests exactly as "I'd" and "Don't" are."""
+    text = text.replace("’", "'").replace("‘", "'")
     marker = _ROLE_MARKER.search(text)
     return text if marker is None else text[: marker.start()]
 
@@ -147,16 +155,19 @@ def read_forget_request(
         persons = {stem(w) for p in [*people, *participants] for w in tokenize(p)}
         names = {t for n in split_entities(named).names for t in tokenize(n)} - persons
         lowered = set(re.findall(r"[a-z]+", named.lower()))
+        everything = _EVERYTHING.search(named)
         return ForgetRequest(
             words=_content(named) - persons, names=names, about=about,
-            first_person=bool(lowered & _FIRST_PERSON), everything=bool(_EVERYTHING.search(named)),
+            first_person=bool(lowered & _FIRST_PERSON), everything=bool(everything),
+            stranger=_stranger(named[everything.end() :], people, participants) if everything else "",
         )
     return None
 
 
 def _clauses(text: str) -> list[str]:
     """The clauses of the speaker's own words, where a request is looked for."""
-    return re.split(r"[.!?;,:\n]+|\s[-–—]\s", own_words(text))
+    said = _TITLE_STOP.sub(r"\1", own_words(text))  # "Dr. أحمد" is one name, not two clauses
+    return re.split(r"[.!?;,:\n]+|\s[-–—]\s", said)
 
 
 def _requested(clause: str) -> str | None:
@@ -180,10 +191,30 @@ def is_confirmation(text: str) -> bool:
 
 
 def _names_person(text: str, person: str) -> bool:
-    """Whether a text names a participant: the full name or its first name, possessives included."""
-    first = person.strip().split()[0] if person.strip() else ""
-    words = {w.removesuffix("'s") for w in re.findall(r"[a-z]+(?:'s)?", text.lower().replace("’", "'"))}
-    return bool(first) and (first.lower() in words or person.strip().lower() in text.lower())
+    """Whether a text names a participant: the full name or its first name, possessives included, in any
+    script and either Unicode spelling ("Zoë" typed as o + a combining diaeresis is still Zoë)."""
+    name = canonical_name(person)
+    first = name.split()[0] if name else ""
+    folded = canonical_text(text)
+    words = {w.removesuffix("'s") for w in re.findall(r"[^\W_]+(?:'s)?", folded)}
+    spaced = " ".join(_LETTERS_DIGITS.findall(folded))
+    return bool(first) and (first in words or f" {name} " in f" {spaced} ")
+
+
+def _stranger(target: str, people: Sequence[str], participants: Sequence[str]) -> str:
+    """The name an 'everything about <target>' gives when it is a person no participant is ('' otherwise):
+    such a request must be refused, never read as the speaker's own records. A target with first-person
+    words ("my trip") or lowercase content words ("the pottery class") names a thing, not a person."""
+    words = re.findall(r"[^\W_]+(?:['’][^\W_]+)*", target)
+    if not words or any(canonical_text(w) in _FIRST_PERSON for w in words):
+        return ""
+    if any(_names_person(target, p) for p in [*people, *participants]):
+        return ""
+    content = [w for w in words if canonical_text(w) not in STOPWORDS]
+    named = {w for n in split_entities(target).names for w in n.split()}
+    if content and all(w in named or w[:1].isupper() for w in content):
+        return " ".join(content)
+    return ""
 
 
 def _content(text: str) -> set[str]:
@@ -199,7 +230,7 @@ def same_person(a: str, b: str) -> bool:
 
 
 def _words(name: str) -> list[str]:
-    return name.casefold().split()
+    return canonical_name(name).split()  # NFC or NFD, no-break or zero-width spaces, any case: one spelling
 
 
 def about(record: Record, person: str) -> bool:
@@ -249,6 +280,10 @@ def decide(
                             "turn) as the person it is about; nothing deleted")
         return decision
     others = [p for p in request.about if not same_person(p, speaker)]
+    if request.stranger and not others:
+        decision.refused = (f"no participant of this memory is called {request.stranger!r} (participants: "
+                            f"{', '.join(participants) or 'none'}): nothing deleted; name someone who takes part")
+        return decision
     subject = others[0] if others else speaker
     decision.subject = subject
     is_owner = bool(owner) and same_person(owner, speaker)

@@ -18,6 +18,7 @@ from pathlib import Path
 import networkx as nx
 from pydantic import BaseModel, Field
 from strata.memory.errors import InputError, shown_value
+from strata.memory.names import canonical_name
 from strata.memory.records import Record, Status
 from strata.memory.store import MemoryStore
 
@@ -116,13 +117,13 @@ def namespace_graph(store: MemoryStore) -> MemoryGraph:
 def person_graph(store: MemoryStore, person: str) -> MemoryGraph:
     """What memory holds about one participant: their persona traits, the latest facts about them, and
     the turns those came from."""
-    wanted = person.strip().lower()
+    wanted = canonical_name(person)  # any spelling of the name (NFC or NFD, case, no-break spaces)
     people = store.participants()
-    if wanted not in {p.lower() for p in people}:
+    if wanted not in {canonical_name(p) for p in people}:
         raise InputError(f"no participant {shown_value(person)} in this memory: choose one of "
                          f"{', '.join(people) or '(none)'}")
-    traits = [r for r in store.all("persona") if (r.subject or r.speaker).lower() == wanted]
-    facts = sorted((r for r in store.all("fact") if (r.subject or "").lower() == wanted),
+    traits = [r for r in store.all("persona") if canonical_name(r.subject or r.speaker) == wanted]
+    facts = sorted((r for r in store.all("fact") if canonical_name(r.subject or "") == wanted),
                    key=lambda r: (r.time.timestamp() if r.time else 0.0, r.id), reverse=True)[:PERSON_FACTS]
     turns = [f"raw:{s}" for r in (*traits, *facts) for s in r.source_ids]
     return build_graph(store, [*(r.id for r in traits), *(r.id for r in facts), *turns], f"person: {person}")
