@@ -22,6 +22,7 @@ from pydantic import BaseModel, Field
 from strata.memory.dates import ResolvedDate, resolve_relative
 from strata.memory.entities import CHAT_WORDS, PLAIN_WORDS, STOPWORDS, extract_entities, split_entities, wordset
 from strata.memory.moments import MaybeUtcTime
+from strata.memory.names import SPACELESS, spaceless
 from strata.memory.records import Turn, photo_subject
 from strata.memory.speakers import to_third_person
 
@@ -57,6 +58,8 @@ _PETS = wordset(
 )
 _CHILDREN = wordset("kid kids child children son sons daughter daughters baby babies")
 _PRONOUNS = wordset("i me my mine myself you your yours yourself we us our ours ourselves he she it they them")
+_QUESTION_MARKS = ("?", "？", "؟")
+_LATIN = re.compile(r"[A-Za-z]")
 _ABBREVIATIONS = wordset("mr mrs ms dr st vs etc e.g i.e jr sr prof")
 _PAST_VERBS = wordset(
     """
@@ -67,7 +70,8 @@ _PAST_VERBS = wordset(
 
 # --- sentences and clauses -----------------------------------------------------------------
 
-_SENTENCE_END = re.compile(r"(?<=[.!?])[\"”')\]]*\s+|\n+")
+# A full-width or Arabic stop ends a sentence too; Chinese and Japanese put no space after one.
+_SENTENCE_END = re.compile(r"(?<=[.!?؟])[\"”')\]]*\s+|(?<=[。！？])[」』\"”')\]）]*\s*|\n+")
 _HARD_SPLIT = re.compile(r"\s*;\s*|\s+[-–—]+\s+|\s*[—–]\s*|-{2,}\s*|(?<=[a-z])-\s+(?=[A-Za-z])")
 _SUBJECT_WORDS = (
     r"(?:I|I['’]m|I['’]ve|I['’]d|I['’]ll|we|we['’]re|we['’]ve|we['’]d|we['’]ll|you|you['’]re|you['’]ve|he|she|they"
@@ -156,7 +160,8 @@ def split_sentences(text: str) -> list[str]:
 
 
 def _word_count(text: str) -> int:
-    return len(_LETTERS.findall(text))
+    """Words of any script; in Chinese, Japanese or Thai, written without spaces, each character counts."""
+    return sum(len(w) if spaceless(w) else 1 for w in _LETTERS.findall(text))
 
 
 def split_clauses(sentence: str) -> list[str]:
@@ -194,8 +199,8 @@ def _split_past(clause: str) -> list[str]:
 # --- cleaning ------------------------------------------------------------------------------
 
 
-_LETTERS = re.compile(r"[A-Za-z]+")
-_WORDS = re.compile(r"[A-Za-z]+(?:['’][A-Za-z]+)?")
+_LETTERS = re.compile(rf"[{SPACELESS}]+|(?:(?![{SPACELESS}])[^\W\d_])+")  # letters of any script
+_WORDS = re.compile(r"[^\W\d_]+(?:['’][^\W\d_]+)?")
 _THANKED = re.compile(r"^\W*(?:\w+\W+)?(?:thanks|thank\s+you)\b", re.IGNORECASE)
 _LEAD_NAME = re.compile(r"^([A-Z][a-z]+)\s*[,!.]+\s*")
 _ONLY_NAME = re.compile(r"([A-Z][a-z]+)\s*[,!.]*")
@@ -296,14 +301,14 @@ def without_small_talk(text: str, speaker: str, listener: str | None = None) -> 
 
 
 def _small_talk(sentence: str, speaker: str, listener: str | None) -> bool:
-    if sentence.rstrip().endswith("?"):
+    if sentence.rstrip().endswith(_QUESTION_MARKS):
         return False
     clauses = (_clean(raw, listener) for raw in split_clauses(sentence))
     return all(not clause or _is_chitchat(clause, listener, speaker) for clause in clauses)
 
 
 def _is_question(clause: str, sentence_is_question: bool) -> bool:
-    return clause.rstrip().endswith("?") or (sentence_is_question and bool(_QUESTION_START.match(clause)))
+    return clause.rstrip().endswith(_QUESTION_MARKS) or (sentence_is_question and bool(_QUESTION_START.match(clause)))
 
 
 # --- dates ---------------------------------------------------------------------------------
@@ -337,7 +342,10 @@ def _resolve_dates(clause: str, anchor: datetime | None) -> tuple[str, ResolvedD
 
 # --- subject / attribute / value ------------------------------------------------------------
 
-_NAME = r"[A-Z][\w’'-]*(?:\s+(?:and|&)\s+[A-Z][\w’'-]*)?"
+# A name starts with a capital, or with a letter beyond ASCII ("Émile", "李明"): `_valid_subject` then keeps only
+# a participant or a name the text shows as one.
+_NAME_START = r"(?:[A-Z]|(?=[^\W\d_a-z])[^\x00-\x7f])"
+_NAME = rf"{_NAME_START}[\w’'-]*(?:\s+(?:and|&)\s+{_NAME_START}[\w’'-]*)?"
 # Before the subject: a dated opener ("On 8 May 2023, ...") and a discourse or present-time adverbial
 # ("Actually I live in Boulder now", "These days I work at ..."), which leave the relation as it is.
 _OPENER = (
@@ -423,7 +431,7 @@ def _valid_subject(subject: str, text: str, known: tuple[str, ...]) -> bool:
 
 
 def _has_content(value: str) -> bool:
-    return any(w.lower() not in STOPWORDS for w in re.findall(r"[A-Za-z0-9]+", value))
+    return any(w.lower() not in STOPWORDS for w in re.findall(r"[^\W_]+", value))  # 北京 and Genève are content
 
 
 def relation_of(text: str, known: tuple[str, ...] = ()) -> tuple[str, str, str]:
@@ -537,7 +545,7 @@ def _finish(text: str) -> str:
     text = re.sub(r"[!.]+$", "", text).rstrip()
     if not text:
         return ""
-    return text[:1].upper() + text[1:] + "."
+    return text[:1].upper() + text[1:] + ("" if text.endswith(("。", "！")) else ".")
 
 
 def _caption_fact(turn: Turn) -> FactDraft | None:
@@ -590,7 +598,7 @@ def extract_facts(turn: Turn, anchor: datetime | None = None, listener: str | No
             drafts.append(draft)
 
     for sentence in split_sentences(turn.text):
-        sentence_is_question = _TAG_QUESTION.search(sentence) is None and sentence.rstrip().endswith("?")
+        sentence_is_question = _TAG_QUESTION.search(sentence) is None and sentence.rstrip().endswith(_QUESTION_MARKS)
         for raw_clause in split_clauses(sentence):
             clause = _clean(raw_clause, listener)
             if (
@@ -613,6 +621,8 @@ def extract_facts(turn: Turn, anchor: datetime | None = None, listener: str | No
             text = _finish(to_third_person(dated, speaker, listener, context=turn.text))
             if not text:
                 continue
+            if not _LATIN.search(text):  # no English pronoun was rewritten ("我搬到了杭州"): say whose words these are
+                text = f"{speaker}: {text}"
             subject, attribute, value = relation_of(text, known)
             add(
                 FactDraft(

@@ -13,6 +13,7 @@ import re
 from functools import lru_cache
 
 from strata.memory.entities import CHAT_WORDS, STOPWORDS, wordset
+from strata.memory.names import canonical_text, composed, spaceless
 
 _TOKEN = re.compile(r"[A-Za-z]+(?:['’][A-Za-z]+)*|\d+|\s+|.", re.DOTALL)
 
@@ -296,9 +297,10 @@ def resolve_participant(question: str, participants: list[str]) -> list[str]:
     count. An empty list means the question names nobody.
     """
     found: list[tuple[int, str]] = []
-    lowered = question.lower().replace("’", "'")
+    question = composed(question)  # "Émile" typed as E + a combining accent is still Émile
+    lowered = canonical_text(question).replace("’", "'")
     for person in participants:
-        name = person.strip()
+        name = composed(person).strip()
         if not name:
             continue
         position = _mention(question, lowered, name)
@@ -307,19 +309,23 @@ def resolve_participant(question: str, participants: list[str]) -> list[str]:
     return [person for _, person in sorted(found, key=lambda item: item[0])]
 
 
-_QUESTION_WORD = re.compile(r"[A-Za-z][A-Za-z'’-]*")
+_QUESTION_WORD = re.compile(r"[^\W\d_](?:[^\W\d_]|['’-])*")  # letters of any script: "Émile", "Zoë", "ÉMILE"
 
 
 def _mention(question: str, lowered: str, name: str) -> int | None:
     """Where `name` is first mentioned in the question, or None."""
-    full = re.search(rf"\b{re.escape(name.lower())}\b", lowered)
+    key = canonical_text(name)
+    if spaceless(key):  # "李明住在哪里": Chinese and Japanese put no space after a name
+        where = lowered.find(key)
+        return where if where >= 0 else None
+    full = re.search(rf"\b{re.escape(key)}\b", lowered)
     if full:
         return full.start()
-    parts = [p.lower() for p in name.split() if len(p) > 1]
+    parts = [canonical_text(p) for p in name.split() if len(p) > 1]
     for match in _QUESTION_WORD.finditer(question):
         word = match.group().replace("’", "'")
         bare = re.sub(r"'s?$", "", word)
-        low = bare.lower()
+        low = canonical_text(bare)
         if low in parts:
             return match.start()
         if (
