@@ -7,8 +7,12 @@ context, hence the API, the CLI, Studio and the server, and the store registry):
 - 1 to `MAX_LENGTH` characters;
 - one or more labels joined by "/" (`users/ann`: the LangGraph store's namespace
   tuples and a multi-conversation ingest use it);
-- a label is letters or digits of any script, or `_ - . @ +`, and is not `.` or `..`;
+- a label is letters or digits of any script (with their combining marks: प्रिया, สมศักดิ์, مُحَمَّد),
+  or `_ - . @ +`, and is not `.` or `..`;
 - nothing else: no spaces, control characters, NUL bytes or backslashes.
+
+A name the rule without combining marks accepts is kept exactly as given; one that needs them is stored
+in its composed (NFC) spelling, so "josé" typed either way is one namespace.
 
 The name never becomes a path. Its four Chroma collections are
 `strata-<slug>-<digest>-<kind>` (`memory/chroma.py`): the slug keeps up to 40 ASCII letters and digits
@@ -21,6 +25,8 @@ as given.
 """
 
 from __future__ import annotations
+
+import unicodedata
 
 from strata.memory.errors import InputError
 
@@ -38,11 +44,40 @@ def check_namespace(value: object) -> str:
         raise InputError(f"the namespace is empty: name whose memory this is, with {_RULE}")
     if len(value) > MAX_LENGTH:
         raise InputError(f"the namespace has {len(value)} characters: use {_RULE}")
-    for label in value.split(SEPARATOR):
+    labels = value.split(SEPARATOR)
+    for label in labels:
         if label in ("", ".", ".."):
             raise InputError(f"the namespace {value[:60]!r} has an empty, '.' or '..' label: use {_RULE}")
-        bad = next((c for c in label if not (c.isalnum() or c in _LABEL_MARKS)), None)
+    if all(_plain(label) is None for label in labels):
+        return value  # as it always was: the name its stored memory is found under never changes
+    # Letters with combining marks (Devanagari, Thai, vowelled Arabic, "josé" typed as e + accent): the composed
+    # (NFC) spelling, so both ways of typing one name open one memory.
+    value = unicodedata.normalize("NFC", value)
+    if len(value) > MAX_LENGTH:
+        raise InputError(f"the namespace has {len(value)} characters: use {_RULE}")
+    for label in value.split(SEPARATOR):
+        bad = _with_marks(label)
         if bad is not None:
             raise InputError(f"the namespace {value[:60]!r} contains {bad!r}: use {_RULE}")
     return value
+
+
+def _plain(label: str) -> str | None:
+    """The first character the original rule refuses (letters, digits and `_ - . @ +` only), or None."""
+    return next((c for c in label if not (c.isalnum() or c in _LABEL_MARKS)), None)
+
+
+def _with_marks(label: str) -> str | None:
+    """The first character refused when a combining mark may follow a letter, a digit or another mark."""
+    previous = ""
+    for c in label:
+        mark = unicodedata.category(c).startswith("M") and (previous.isalnum() or _is_mark(previous))
+        if not (c.isalnum() or c in _LABEL_MARKS or mark):
+            return c
+        previous = c
+    return None
+
+
+def _is_mark(c: str) -> bool:
+    return bool(c) and unicodedata.category(c).startswith("M")
 

@@ -534,10 +534,20 @@ def _one_line(error: BaseException | str) -> str:
     return " ".join(str(error).split()) or type(error).__name__
 
 
+def _printable_streams() -> None:
+    """A console or file that is not UTF-8 (cp1252 on Windows) gets what it cannot show as escapes (\\u674e),
+    instead of a UnicodeEncodeError that ends the command halfway through its output."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)  # a replaced stream (a test's StringIO) may lack it
+        if reconfigure is not None:
+            reconfigure(errors="backslashreplace")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code (0 ok, 2 a user error, 130 interrupted)."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # the model's weight-loading bar is noise here
+    _printable_streams()
     args = build_parser().parse_args(argv)
     try:
         return int(args.run(args))
