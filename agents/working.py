@@ -20,7 +20,7 @@ import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import date, datetime, timedelta
+from datetime import date, datetime
 from functools import lru_cache
 from typing import Any
 
@@ -481,7 +481,8 @@ def _window_bonus(question: Question, item: Evidence) -> float:
     if question.window is None or item.time is None:
         return 0.0
     first, last = question.window
-    return 0.15 if first - timedelta(days=7) <= item.time.date() <= last + timedelta(days=7) else 0.0
+    day = item.time.date()  # differences of days, not shifted bounds: a window may start on 1 January 1
+    return 0.15 if (first - day).days <= 7 and (day - last).days <= 7 else 0.0
 
 
 def person_match(question: Question, cand: Candidate) -> float:

@@ -468,8 +468,12 @@ def _weekday_period(weekday: int, anchor: date, relation: str) -> _Period:
 
 def _season_year(season: str, anchor: date, relation: str) -> int:
     """Which year's `season` a relation picks, counting a season by the year it starts in."""
-    candidates = range(anchor.year - 2, anchor.year + 2)
-    ranges = {year: _season_range(season, year) for year in candidates}
+    ranges: dict[int, tuple[date, date]] = {}
+    for year in range(anchor.year - 2, anchor.year + 2):
+        try:
+            ranges[year] = _season_range(season, year)
+        except ValueError:  # outside the calendar: winter 9999 ends in the year 10000
+            continue
     if relation in ("last", "past"):
         return max(year for year, (_, last) in ranges.items() if last < anchor)
     if relation == "next":
@@ -673,7 +677,9 @@ def _find(text: str, anchor: date | None) -> list[ResolvedDate]:
         for match in pattern.finditer(text):
             try:
                 period = resolve(match, anchor, text)
-            except OverflowError:  # "tomorrow" on 31 December 9999: no date to give
+            except (OverflowError, ValueError):
+                # Outside the calendar (years 1 to 9999): "tomorrow" on 31 December 9999, "next year" in 9999,
+                # "May 0000", "999 decades from now". The expression stays as said, unresolved.
                 continue
             if period is None:
                 continue

@@ -139,7 +139,8 @@ class Searcher:
         windows: list[tuple[tuple[datetime, datetime] | None, str]] = [(None, "")]
         if self.plan.time_window is not None and not light:
             start, end = self.plan.time_window
-            windows.append(((start, end + MENTION_LAG), "time"))
+            # the lag stops at the calendar's end: a window up to 31 December 9999 has no later day to reach
+            windows.append(((start, min(end, datetime.max - MENTION_LAG) + MENTION_LAG), "time"))
         for kind in kinds:
             weight = ROUTED_WEIGHT if kind == self.plan.route else 1.0  # a fact's lists count as its turn's
             for window, tag in windows:

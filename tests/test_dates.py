@@ -22,6 +22,8 @@ from strata.memory.dates import (
     with_absolute_dates,
 )
 
+from strata.api import Memory
+
 
 def _sessions(locomo_dir: Path) -> dict[int, tuple[str, list[dict[str, Any]]]]:
     """Session number -> (date_time, turns); only `session_N` and `session_N_date_time` are read."""
@@ -342,3 +344,52 @@ def test_time_window_needs_now_for_year_less_dates() -> None:
 def test_time_window_is_none_without_a_date() -> None:
     assert time_window("When did Caroline go to the LGBTQ support group?", datetime(2023, 10, 22)) is None
     assert time_window("What is Melanie's favorite book?", None) is None
+
+
+# --- the calendar's edges -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "anchor"),
+    [
+        ("Next year I will retire.", datetime(9999, 12, 31, 23, 59, 59)),  # .NET's DateTime.MaxValue
+        ("See you tomorrow!", datetime(9999, 12, 31)),
+        ("This winter is cold.", datetime(9999, 12, 20)),  # winter 9999 ends in February 10000
+        ("Last month I moved to Denver.", datetime(1, 1, 1)),  # DateTime.MinValue
+        ("Last winter was cold.", datetime(1, 1, 20)),
+        ("My locker code is May 0000, don't tell.", ANCHOR),
+        ("I'll love you until 999 decades from now.", ANCHOR),
+        ("I'll come back in 999 decades.", ANCHOR),
+    ],
+)
+def test_dates_outside_the_calendar_are_left_unresolved(text: str, anchor: datetime) -> None:
+    """A date before year 1 or after 9999 cannot be held: the expression stays as said, nothing raises."""
+    assert resolve_relative(text, anchor) == []
+    assert with_absolute_dates(text, anchor) == text
+
+
+def test_dates_at_the_calendar_edges_that_exist_still_resolve() -> None:
+    assert [f.label for f in resolve_relative("This summer is hot.", datetime(9999, 7, 1))] == ["summer 9999"]
+    assert [f.label for f in resolve_relative("I moved last week.", datetime(1, 1, 20))] == [
+        "the week before 20 January 1"
+    ]
+    assert time_window("What happened in May 0000?", None) is None
+    end_of_time = time_window("What did Ann paint this year?", datetime(9999, 12, 31, 23, 59, 59))
+    assert end_of_time == _day_window(date(9999, 1, 1), date(9999, 12, 31))
+
+
+def test_a_memory_holding_placeholder_times_keeps_answering(tmp_path: Path) -> None:
+    """Apps send .NET's DateTime.MinValue and MaxValue for unknown times. Their turns are stored, and once a
+    9999 turn makes "now" the last instant of the calendar, windowed questions still answer (the search's
+    mention lag and the reader's window bonus stop at the calendar's end)."""
+    memory = Memory("edges", data_dir=str(tmp_path))
+    memory.add([{"speaker": "Ann", "text": "Last month I moved to Denver.", "time": "0001-01-01T00:00:00"}])
+    memory.add([{"speaker": "Ann", "text": "Next year I will retire.", "time": "9999-12-31T23:59:59"}])
+    memory.add([{"speaker": "Ann", "text": "My locker code is May 0000, don't tell.", "time": "2023-05-08T10:00Z"}])
+    memory.add([{"speaker": "Ann", "text": "I painted a lake at the weekend.", "time": "2023-05-08T10:01Z"}])
+    assert len(memory.store.all("raw")) == 4
+    for question in ("What did Ann paint last week?", "What did Ann paint this year?", "What happened in May 0000?",
+                     "What did Ann do in December 9999?"):
+        assert memory.ask(question).answer
+
+
