@@ -764,9 +764,11 @@ _LOCOMO_STAMP = re.compile(
 )
 
 
-def parse_datetime(text: str) -> datetime | None:
+def parse_datetime(text: str, strict: bool = False) -> datetime | None:
     """A naive UTC datetime from ISO 8601 (any offset) or a LoCoMo session stamp ('1:56 pm on 8 May, 2023');
-    None if unreadable (`memory/moments.py` states the convention)."""
+    None if unreadable (`memory/moments.py` states the convention). A readable time whose offset takes it
+    outside the years 1 to 9999 in UTC ('9999-12-31T23:59-05:00') is None too, unless `strict`: then the
+    ValueError that says so is raised, for a caller to pass on rather than a vaguer "cannot read"."""
     if not isinstance(text, str) or not text.strip():
         return None
     value = " ".join(text.split())
@@ -783,9 +785,16 @@ def parse_datetime(text: str) -> datetime | None:
             return None
     iso = value[:-1] + "+00:00" if value[-1] in "Zz" and value[:1].isdigit() else value
     try:
-        return utc(datetime.fromisoformat(iso))  # one convention for every stored time: naive UTC
+        parsed = datetime.fromisoformat(iso)
     except ValueError:
-        pass
+        parsed = None
+    if parsed is not None:
+        try:
+            return utc(parsed)  # one convention for every stored time: naive UTC
+        except ValueError:
+            if strict:
+                raise
+            return None
     found = _find(value, None)
     if len(found) == 1 and found[0].granularity == "day" and len(found[0].expression) >= len(value) - 1:
         return datetime.combine(found[0].start, time.min)

@@ -29,6 +29,7 @@ from pydantic import BeforeValidator, WithJsonSchema
 # 2e10 milliseconds is August 1970, so no time a conversation holds falls on the wrong side.
 MILLISECONDS_FROM = 2e10
 _EPOCH_TEXT = re.compile(r"^-?\d{9,}(?:\.\d+)?$")  # "1683626400": nine digits or more, not a year
+_NUMBER_TEXT = re.compile(r"^-?\d+(?:\.\d+)?$")
 
 
 def utc(moment: datetime) -> datetime:
@@ -80,7 +81,9 @@ def read_time(value: object) -> datetime | None:
             return from_epoch(float(value))
         from strata.memory.dates import parse_datetime
 
-        parsed = parse_datetime(value)
+        parsed = parse_datetime(value, strict=True)
+        if parsed is None and _NUMBER_TEXT.match(value.strip()):
+            return _short_number(value.strip())
         if parsed is None:
             raise ValueError(
                 f"cannot read the time {value[:60]!r}: use ISO 8601 such as 2023-05-08T13:56 or 2023-05-08T13:56:00Z, "
@@ -88,6 +91,14 @@ def read_time(value: object) -> datetime | None:
             )
         return parsed
     raise ValueError(f"a time cannot be {type(value).__name__}: give an ISO 8601 string or epoch seconds")
+
+
+def _short_number(text: str) -> datetime:
+    """Digits no date format reads ("0", "86400"): epoch seconds, as the same number sent as a number is.
+    Four digits alone are a year, which is no instant: refused rather than read as seconds after 1970."""
+    if re.fullmatch(r"\d{4}", text):
+        raise ValueError(f"the time {text!r} is a year alone: give a date such as {text}-01-01 or epoch seconds")
+    return from_epoch(float(text))
 
 
 # What a caller may send, as the schemas say it (Studio's forms, the server's input check): the text

@@ -13,13 +13,15 @@ from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
-from strata.memory.ledger import Ledger, delete_each
+from strata.memory.ledger import Ledger, chunked, delete_each
+from strata.memory.ledger_sql import Session
 
 ITEM_PREFIX = "raw:item:"  # the id of the record that carries an item's text: raw:item:<key>
 
 
 class ItemVersion(BaseModel):
-    """One `put` of a key: every version is kept, so an undo can find the value its text came from."""
+    """One `put` of a key. The newest version of each text the item had is kept, so an undo can find the
+    value its restored text came from; an older version with the same text is never chosen, and goes."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -32,11 +34,15 @@ class ItemVersion(BaseModel):
     updated_at: datetime
 
 
+_COLUMNS = "seq, key, value, text, indexed, created_at, updated_at"
+
+
 def insert_version(
     ledger: Ledger, namespace: str, key: str, value: dict[str, Any], text: str, indexed: bool,
-    created: datetime, updated: datetime,
+    created: datetime, updated: datetime, prune: bool = False,
 ) -> int:
-    """Store one version; returns its sequence number."""
+    """Store one version; returns its sequence number. With `prune`, the key's older versions of the same
+    text go in the same transaction (see `prune_older`)."""
     with ledger.transaction() as session:
         row = session.execute(
             "INSERT INTO store_items (namespace, key, value, text, indexed, created_at, updated_at) "
@@ -44,7 +50,22 @@ def insert_version(
             (namespace, key, json.dumps(value, ensure_ascii=False), text, int(indexed),
              created.isoformat(), updated.isoformat()),
         ).fetchone()
+        if prune:
+            _prune(session, namespace, key, text, int(row[0]))
     return int(row[0])
+
+
+def prune_older(ledger: Ledger, namespace: str, key: str, text: str, seq: int) -> None:
+    """Delete the key's versions older than `seq` that hold the same text: the value of a text is always
+    taken from its newest version, so nothing (a get, an undo, an export) could reach them again."""
+    with ledger.transaction() as session:
+        _prune(session, namespace, key, text, seq)
+
+
+def _prune(session: Session, namespace: str, key: str, text: str, seq: int) -> None:
+    session.execute(
+        "DELETE FROM store_items WHERE namespace = ? AND key = ? AND seq < ? AND text = ?", (namespace, key, seq, text)
+    )
 
 
 def delete_versions(ledger: Ledger, seqs: list[int]) -> None:
@@ -64,20 +85,53 @@ def erase_items(ledger: Ledger, namespace: str, record_ids: list[str]) -> int:
 
 def versions(ledger: Ledger, namespace: str, key: str | None = None) -> list[ItemVersion]:
     """A namespace's versions (of one key, or all), oldest first."""
-    sql = "SELECT seq, key, value, text, indexed, created_at, updated_at FROM store_items WHERE namespace = ?"
+    sql = f"SELECT {_COLUMNS} FROM store_items WHERE namespace = ?"
     params: list[object] = [namespace]
     if key is not None:
         sql += " AND key = ?"
         params.append(key)
     with ledger.reading() as session:
         rows = session.execute(sql + " ORDER BY seq", params).fetchall()
-    return [
-        ItemVersion(
-            seq=r[0], key=r[1], value=json.loads(r[2]), text=r[3], indexed=bool(r[4]),
-            created_at=datetime.fromisoformat(r[5]), updated_at=datetime.fromisoformat(r[6]),
-        )
-        for r in rows
-    ]
+    return [_version(r) for r in rows]
+
+
+def newest(ledger: Ledger, namespace: str, key: str, text: str | None = None) -> ItemVersion | None:
+    """The key's newest version (holding `text`, when given): one row read, whatever the key's past."""
+    sql = f"SELECT {_COLUMNS} FROM store_items WHERE namespace = ? AND key = ?"
+    params: list[object] = [namespace, key]
+    if text is not None:
+        sql += " AND text = ?"
+        params.append(text)
+    with ledger.reading() as session:
+        row = session.execute(sql + " ORDER BY seq DESC LIMIT 1", params).fetchone()
+    return _version(row) if row is not None else None
+
+
+def newest_seqs(ledger: Ledger, namespace: str) -> dict[str, int]:
+    """Each key of a namespace with the sequence number of its newest version (from the index alone)."""
+    with ledger.reading() as session:
+        rows = session.execute(
+            "SELECT key, MAX(seq) FROM store_items WHERE namespace = ? GROUP BY key", (namespace,)
+        ).fetchall()
+    return {r[0]: int(r[1]) for r in rows}
+
+
+def by_seq(ledger: Ledger, seqs: list[int]) -> list[ItemVersion]:
+    """The versions of these sequence numbers (in chunks of bound values)."""
+    found: list[ItemVersion] = []
+    with ledger.reading() as session:
+        for chunk in chunked(seqs):
+            marks = ", ".join("?" * len(chunk))
+            found.extend(_version(r) for r in session.execute(
+                f"SELECT {_COLUMNS} FROM store_items WHERE seq IN ({marks})", chunk).fetchall())
+    return found
+
+
+def _version(row: Any) -> ItemVersion:
+    return ItemVersion(
+        seq=row[0], key=row[1], value=json.loads(row[2]), text=row[3], indexed=bool(row[4]),
+        created_at=datetime.fromisoformat(row[5]), updated_at=datetime.fromisoformat(row[6]),
+    )
 
 
 def namespaces(ledger: Ledger) -> set[str]:

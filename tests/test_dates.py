@@ -21,6 +21,7 @@ from strata.memory.dates import (
     time_window,
     with_absolute_dates,
 )
+from strata.memory.moments import read_time
 
 from strata.api import Memory
 
@@ -95,6 +96,23 @@ def test_parse_datetime_converts_offsets_to_naive_utc() -> None:
 @pytest.mark.parametrize("text", ["", "   ", "soon", "13:00 pm on 8 May, 2023", "1:56 pm on 31 June, 2023"])
 def test_parse_datetime_rejects_unreadable(text: str) -> None:
     assert parse_datetime(text) is None
+
+
+def test_an_offset_past_the_calendar_says_so_and_digits_read_as_the_number_they_spell() -> None:
+    """'9999-12-31T23:59-05:00' is readable but falls in the year 10000 in UTC: the caller is told that, in one
+    line, not that the text cannot be read (parse_datetime itself still gives None, as its callers expect).
+    The text "0" is read as the number 0 is; a year alone is no instant."""
+    for sent in ("9999-12-31T23:59-05:00", "0001-01-01T00:00+05:00"):
+        assert parse_datetime(sent) is None
+        with pytest.raises(ValueError, match="outside the years 1 to 9999") as caught:
+            read_time(sent)
+        assert "\n" not in str(caught.value)
+    assert read_time("0") == read_time(0) == datetime(1970, 1, 1)
+    assert read_time("86400") == read_time(86400) == datetime(1970, 1, 2)
+    assert read_time("20230508") == datetime(2023, 5, 8)  # a date in ISO's basic form stays a date
+    with pytest.raises(ValueError, match="a year alone") as caught:
+        read_time("2023")
+    assert "\n" not in str(caught.value)
 
 
 # --- resolve_relative on real turns -------------------------------------------------------------
