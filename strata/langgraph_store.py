@@ -1,20 +1,28 @@
 """A LangGraph `BaseStore` backed by this memory, for apps that already use `store=`.
 
 An app that compiles its own graph with `builder.compile(store=StrataStore(...))`
-gets durable items and this project's retrieval behind `store.search`: dense
-and BM25 lists fused by reciprocal rank (AdaMem's keyword back-off, MAGMA's
-RRF fusion), over the same Chroma collections the memory graph writes.
+gets durable items and semantic search behind `store.search`, over the same
+Chroma collections the memory graph writes. A query's score is the cosine
+similarity of the query's vector and the item's stored vector, as LangGraph's
+own stores return it, so scores from different namespaces and kinds compare
+(`score > 0.5` means the same everywhere) and results are ordered by it.
 
 Mapping:
 - a namespace tuple is one memory namespace, its labels joined with "/"
   (`("users", "ann")` is the namespace `users/ann`, what `Memory("users/ann")` opens);
+  a character a memory namespace does not allow (anything but letters, digits and
+  `_ - @ +`; LangGraph itself refuses "." and NUL) is written `.<hex code>.`, so
+  `("memories", "auth0|abc")` is `memories/auth0.7c.abc`: reversible, and a label
+  of allowed characters is its own name;
 - an item is a raw-like record `raw:item:<key>` whose text is the value's text
   fields (what gets embedded and matched); the full value, its versions and its
   timestamps live in the ledger's `store_items` table (memory/store_items.py):
   the SQLite file, or the PostgreSQL database replicas share (`ledger_url`);
 - `delete` tombstones the record through `MemoryStore.delete`, so it is in
   the history and `Memory.undo` brings it back; `get` returns None meanwhile;
-- overwriting a key goes through `MemoryStore.update` (old text in history);
+- overwriting a key goes through `MemoryStore.update` (old text in history); the
+  newest version of each text a key had is kept (an undo brings that value back),
+  older versions with the same text go, and reads fetch only the version they need;
 - with `include_memory=True` (the default) the records the memory graph
   wrote (turns, facts, episodes, persona traits) are items too, keyed by their
   record id, so `store.search(("ann",), query=...)` also finds what a
@@ -25,12 +33,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+import numpy as np
 from langgraph.store.base import (
     BaseStore,
     GetOp,
@@ -50,9 +60,10 @@ from pydantic import ValidationError
 
 from strata.memory import store_items
 from strata.memory.chroma import open_client
-from strata.memory.errors import InputError, check_utf8
+from strata.memory.errors import InputError, check_utf8, shown_value
 from strata.memory.ledger import Ledger
-from strata.memory.records import KINDS, Record, Status
+from strata.memory.namespaces import MAX_LENGTH
+from strata.memory.records import KINDS, Kind, Record, Status
 from strata.memory.registry import ledger_for, open_store
 from strata.memory.reindex import REBUILT_SUFFIX
 from strata.memory.settings import StoreSettings
@@ -62,6 +73,8 @@ from strata.memory.store_items import ITEM_PREFIX, ItemVersion
 SEPARATOR = "/"
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _OPERATORS = ("$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin")
+_PLAIN_MARKS = frozenset("_-@+")  # kept as they are in a label, with letters and digits (memory/namespaces.py)
+_ESCAPED = re.compile(r"\.([0-9a-f]{1,6})\.")
 
 @dataclass(frozen=True)
 class _Candidate:
@@ -70,6 +83,18 @@ class _Candidate:
     item: Item
     record_id: str
     ranked: bool  # False for items put with index=False: found by filters, never by a query
+
+
+@dataclass(frozen=True)
+class _Put:
+    """One put of a batch, checked and turned into what is stored before anything is written."""
+
+    name: str
+    namespace: tuple[str, ...]
+    key: str
+    value: dict[str, Any] | None  # None deletes
+    text: str
+    indexed: bool
 
 
 def _settings_as_memory_reads_them(given: dict[str, Any]) -> StoreSettings:
@@ -139,9 +164,15 @@ class StrataStore(BaseStore):
         for op in ops:
             _check_op(op)
             validate_op_namespace(op)
+        # every put is checked and prepared before anything is written: a batch that raises wrote nothing
+        puts: dict[tuple[str, str], _Put] = {}
+        for op in ops:
+            if isinstance(op, PutOp):
+                put = self._prepare(op)
+                puts[(put.name, put.key)] = put
         results: list[Result] = [None] * len(ops)
-        puts: dict[tuple[tuple[str, ...], str], PutOp] = {}
         with self._lock:
+            self._check_targets(list(puts.values()))
             for i, op in enumerate(ops):
                 if isinstance(op, GetOp):
                     results[i] = self._get(op.namespace, op.key)
@@ -149,12 +180,6 @@ class StrataStore(BaseStore):
                     results[i] = self._search(op)
                 elif isinstance(op, ListNamespacesOp):
                     results[i] = self._list_namespaces(op)
-                elif isinstance(op, PutOp):
-                    puts[(tuple(op.namespace), op.key)] = op
-                else:
-                    raise InputError(
-                        f"unknown store operation {type(op).__name__}: use GetOp, PutOp, SearchOp or ListNamespacesOp"
-                    )
             self._apply_puts(list(puts.values()))
         return results
 
@@ -168,11 +193,9 @@ class StrataStore(BaseStore):
         store = self._open_existing(name)
         if store is None:
             return None
-        versions = self._versions(name, key)
-        if versions:
-            found = _live_item(store, namespace, key, versions)
-            if found is not None:
-                return found.item
+        found = self._live_item(store, namespace, key)
+        if found is not None:
+            return found.item
         if self.include_memory:
             return _memory_item(store, namespace, key)
         return None
@@ -183,6 +206,7 @@ class StrataStore(BaseStore):
         query = (op.query or "").strip()
         candidates: list[_Candidate] = []
         scores: dict[tuple[tuple[str, ...], str], float] = {}
+        vector: np.ndarray | None = None
         for namespace in self._namespaces():
             if tuple(namespace[: len(op.namespace_prefix)]) != tuple(op.namespace_prefix):
                 continue
@@ -192,7 +216,10 @@ class StrataStore(BaseStore):
             found = [c for c in self._candidates(store, namespace) if matches(c.item.value, op.filter)]
             candidates.extend(found)
             if query and found:
-                scores.update(_rank(store, namespace, query, found, op.offset + op.limit, everything=bool(op.filter)))
+                if vector is None:
+                    vector = store.embedder.embed([query])[0]
+                scores.update(_similarities(store, vector, found, op.offset + op.limit))
+        # one order for every namespace and kind: the cosine similarity, which is the score returned
         scored = [c for c in candidates if c.ranked and (c.item.namespace, c.item.key) in scores]
         scored.sort(key=lambda c: (scores[(c.item.namespace, c.item.key)], c.item.updated_at), reverse=True)
         rest = [c for c in candidates if not (c.ranked and (c.item.namespace, c.item.key) in scores)]
@@ -208,15 +235,7 @@ class StrataStore(BaseStore):
 
     def _candidates(self, store: MemoryStore, namespace: tuple[str, ...]) -> list[_Candidate]:
         """Every live item of a namespace: stored items, then (optionally) the graph's records."""
-        name = namespace_name(namespace)
-        by_key: dict[str, list[ItemVersion]] = {}
-        for version in self._versions(name):
-            by_key.setdefault(version.key, []).append(version)
-        found: list[_Candidate] = []
-        for key, versions in by_key.items():
-            candidate = _live_item(store, namespace, key, versions)
-            if candidate is not None:
-                found.append(candidate)
+        found = self._items(store, namespace)
         if self.include_memory:
             taken = {c.item.key for c in found}
             for kind in KINDS:
@@ -239,48 +258,80 @@ class StrataStore(BaseStore):
         return store is not None and bool(self._candidates(store, namespace))
 
     # writing -------------------------------------------------------------
-    def _apply_puts(self, puts: list[PutOp]) -> None:
-        by_namespace: dict[str, list[PutOp]] = {}
-        for op in puts:
-            if not op.namespace:
-                raise InvalidNamespaceError("Namespace cannot be empty.")
-            by_namespace.setdefault(namespace_name(op.namespace), []).append(op)
-        for name, ops in by_namespace.items():
-            deletes = [op for op in ops if op.value is None]
-            writes = [op for op in ops if op.value is not None]
+    def _prepare(self, op: PutOp) -> _Put:
+        """A put's namespace name, JSON value and indexed text, or the error it would raise mid-batch."""
+        if not op.namespace:
+            raise InvalidNamespaceError("Namespace cannot be empty.")
+        name = namespace_name(op.namespace)
+        if op.value is None:
+            return _Put(name, tuple(op.namespace), op.key, None, "", False)
+        value = _json_value(op.value)
+        text, indexed = self._text_of(value, op.index)
+        check_utf8(text, "a store value's indexed text")
+        return _Put(name, tuple(op.namespace), op.key, value, text, indexed)
+
+    def _check_targets(self, puts: list[_Put]) -> None:
+        """Refuse a put whose record id (raw:item:<key>) is held by a record that is not a store item,
+        e.g. a turn ingested with dia_id 'item:<key>' by an earlier version: it would be overwritten."""
+        for put in puts:
+            if put.value is None:
+                continue
+            store = self._open_existing(put.name)
+            if store is None:
+                continue
+            if store.get([ITEM_PREFIX + put.key]) and store_items.newest(self._ledger(), put.name, put.key) is None:
+                raise InputError(
+                    f"the record {ITEM_PREFIX + put.key!r} of namespace {put.name!r} is not a store item (a turn "
+                    "holds that id): put this item under another key; nothing was written"
+                )
+
+    def _apply_puts(self, puts: list[_Put]) -> None:
+        by_namespace: dict[str, list[_Put]] = {}
+        for put in puts:
+            by_namespace.setdefault(put.name, []).append(put)
+        for name, group in by_namespace.items():
+            deletes = [put for put in group if put.value is None]
+            writes = [put for put in group if put.value is not None]
             if deletes:
                 store = self._open_existing(name)
                 if store is not None:
-                    for op in deletes:
-                        self._delete(store, op.key)
+                    for put in deletes:
+                        self._delete(store, put.key)
             if writes:
                 self._write(open_store(self.settings, name), writes)
 
-    def _write(self, store: MemoryStore, ops: list[PutOp]) -> None:
-        """New keys are embedded together; changed keys go through `update` so history keeps the old text."""
+    def _write(self, store: MemoryStore, puts: list[_Put]) -> None:
+        """New keys are embedded together; changed keys go through `update` so history keeps the old text.
+
+        Each write leaves one version per text the key had (the older rows of the same text go), so its
+        cost does not grow with the number of overwrites."""
         now = datetime.now(UTC)
+        ledger = self._ledger()
         fresh: list[Record] = []
         fresh_rows: list[int] = []
-        for op in ops:
-            value = _json_value(op.value)
-            text, indexed = self._text_of(value, op.index)
-            record_id = ITEM_PREFIX + op.key
+        for put in puts:
+            assert put.value is not None
+            record_id = ITEM_PREFIX + put.key
             existing = store.get([record_id])
-            previous = _live_item(store, (), op.key, self._versions(store.namespace, op.key)) if existing else None
+            previous = self._live_item(store, (), put.key) if existing else None
             created = previous.item.created_at if previous is not None else now
-            seq = self._insert_version(store.namespace, op.key, value, text, indexed, created, now)
+            same = bool(existing) and existing[0].status == Status.ACTIVE and existing[0].text == put.text
+            seq = store_items.insert_version(
+                ledger, store.namespace, put.key, put.value, put.text, put.indexed, created, now, prune=same
+            )
             if not existing:
-                fresh.append(_item_record(store.namespace, op.key, text, now))
+                fresh.append(_item_record(store.namespace, put.key, put.text, now))
                 fresh_rows.append(seq)
                 continue
-            record = existing[0]
-            if record.status == Status.ACTIVE and record.text == text:
+            if same:
                 continue  # same text: the new version row is the whole change
             try:
-                store.update(record_id, text, reason=f"put through the LangGraph store (key {op.key!r})", policy="user")
+                store.update(record_id, put.text, reason=f"put through the LangGraph store (key {put.key!r})",
+                             policy="user")
             except Exception:
                 self._delete_versions([seq])
                 raise
+            store_items.prune_older(ledger, store.namespace, put.key, put.text, seq)
         if fresh:
             try:
                 store.add(fresh)
@@ -291,7 +342,7 @@ class StrataStore(BaseStore):
     def _delete(self, store: MemoryStore, key: str) -> None:
         """Tombstone (undoable); LangGraph's contract that `get` then returns None holds."""
         reason = f"deleted through the LangGraph store (key {key!r})"
-        targets = [ITEM_PREFIX + key] if self._versions(store.namespace, key) else []
+        targets = [ITEM_PREFIX + key] if store_items.newest(self._ledger(), store.namespace, key) else []
         if self.include_memory and not key.startswith(ITEM_PREFIX) and key.split(":", 1)[0] in KINDS:
             targets.append(key)  # a record the graph wrote, shown under its id
         for record in store.get(targets):
@@ -312,17 +363,49 @@ class StrataStore(BaseStore):
         return text or _dump(value), True
 
     # the item table ----------------------------------------------------
-    def _insert_version(
-        self, namespace: str, key: str, value: dict[str, Any], text: str, indexed: bool,
-        created: datetime, updated: datetime,
-    ) -> int:
-        return store_items.insert_version(self._ledger(), namespace, key, value, text, indexed, created, updated)
-
     def _delete_versions(self, seqs: list[int]) -> None:
         store_items.delete_versions(self._ledger(), seqs)
 
-    def _versions(self, namespace: str, key: str | None = None) -> list[ItemVersion]:
-        return store_items.versions(self._ledger(), namespace, key)
+    def _live_item(self, store: MemoryStore, namespace: tuple[str, ...], key: str) -> _Candidate | None:
+        """The current value of a key, or None when it was deleted (its record is a tombstone) or is no
+        store item; one or two rows read, however often the key was overwritten."""
+        records = store.get([ITEM_PREFIX + key])
+        if not records or records[0].status != Status.ACTIVE:
+            return None
+        version = store_items.newest(self._ledger(), store.namespace, key)
+        if version is None:
+            return None
+        return self._candidate(store, namespace, records[0], version)
+
+    def _items(self, store: MemoryStore, namespace: tuple[str, ...]) -> list[_Candidate]:
+        """Every live stored item of a namespace: each key's newest version, read by its sequence number."""
+        ledger = self._ledger()
+        newest = store_items.newest_seqs(ledger, store.namespace)
+        if not newest:
+            return []
+        records = {r.id: r for r in store.get(ITEM_PREFIX + key for key in newest)}
+        live = {key: r for key in newest if (r := records.get(ITEM_PREFIX + key)) and r.status == Status.ACTIVE}
+        rows = {v.key: v for v in store_items.by_seq(ledger, [newest[key] for key in live])}
+        found: list[_Candidate] = []
+        for key, record in live.items():
+            version = rows.get(key) or store_items.newest(ledger, store.namespace, key)
+            if version is not None:
+                found.append(self._candidate(store, namespace, record, version))
+        return found
+
+    def _candidate(
+        self, store: MemoryStore, namespace: tuple[str, ...], record: Record, newest: ItemVersion
+    ) -> _Candidate:
+        """The value is the newest version whose text the record holds, so after an undo the value the
+        restored text came from is the one returned (the newest version when none holds it)."""
+        chosen = newest
+        if newest.text != record.text:
+            chosen = store_items.newest(self._ledger(), store.namespace, newest.key, record.text) or newest
+        item = Item(
+            value=dict(chosen.value), key=chosen.key, namespace=namespace, created_at=chosen.created_at,
+            updated_at=chosen.updated_at,
+        )
+        return _Candidate(item=item, record_id=record.id, ranked=chosen.indexed)
 
     # namespaces ----------------------------------------------------------
     def _namespaces(self) -> list[tuple[str, ...]]:
@@ -330,7 +413,7 @@ class StrataStore(BaseStore):
         names = store_items.namespaces(self._ledger())
         if self.include_memory:
             names |= self._chroma_namespaces()
-        return sorted(tuple(name.split(SEPARATOR)) for name in names if name)
+        return sorted(namespace_labels(name) for name in names if name)
 
     def _chroma_namespaces(self) -> set[str]:
         names: set[str] = set()
@@ -352,13 +435,38 @@ class StrataStore(BaseStore):
 
 # namespaces and values -------------------------------------------------------
 def namespace_name(namespace: Sequence[str]) -> str:
-    """The memory namespace of a LangGraph namespace tuple."""
-    for label in namespace:
-        if SEPARATOR in label:
-            raise InvalidNamespaceError(
-                f"namespace label {label!r} contains {SEPARATOR!r}, which joins labels here: use another character"
-            )
-    return SEPARATOR.join(namespace)
+    """The memory namespace of a LangGraph namespace tuple: labels joined by "/", each character a memory
+    namespace does not allow written `.<hex>.` (a label LangGraph accepts holds no "."), so the mapping is
+    reversible and a label of allowed characters is its own name, as it always was."""
+    name = SEPARATOR.join(_encode_label(label) for label in namespace)
+    if len(name) > MAX_LENGTH:
+        raise InvalidNamespaceError(
+            f"namespace {shown_value(namespace)} is {len(name)} characters as a memory namespace (at most "
+            f"{MAX_LENGTH}; a character other than letters, digits and _ - @ + counts as its .<hex>. code): "
+            "use shorter labels"
+        )
+    return name
+
+
+def namespace_labels(name: str) -> tuple[str, ...]:
+    """The LangGraph namespace tuple of a memory namespace name (`namespace_name` undone)."""
+    return tuple(_decode_label(label) for label in name.split(SEPARATOR))
+
+
+def _encode_label(label: str) -> str:
+    return "".join(c if c.isalnum() or c in _PLAIN_MARKS else f".{ord(c):x}." for c in label)
+
+
+def _decode_label(label: str) -> str:
+    """A label written by `_encode_label`, or the label as it is when it was not (a memory's own
+    namespace may hold a "." of its own)."""
+    if "." not in label:
+        return label
+    try:
+        decoded = _ESCAPED.sub(lambda m: chr(int(m[1], 16)), label)
+    except (ValueError, OverflowError):
+        return label
+    return decoded if _encode_label(decoded) == label else label
 
 
 def _namespace_matches(condition: MatchCondition, namespace: tuple[str, ...]) -> bool:
@@ -445,10 +553,12 @@ def _check_op(op: Op) -> None:
             raise InputError(f"a store namespace is a tuple of text labels, e.g. ('users', 'ann'), not {path!r}")
         for label in path:
             check_utf8(label, "a namespace label")
+            _check_nul(label, "a namespace label")
     if isinstance(op, GetOp | PutOp):
         if not isinstance(op.key, str):
             raise InputError(f"a store key is text, not {type(op.key).__name__} ({op.key!r}): use str(key)")
         check_utf8(op.key, "a store key")
+        _check_nul(op.key, "a store key")
     if isinstance(op, PutOp) and not (op.index is None or op.index is False or (
             isinstance(op.index, list) and all(isinstance(f, str) for f in op.index))):
         raise InputError(f"index is False, None or a list of field paths, not {op.index!r}")
@@ -460,9 +570,31 @@ def _check_op(op: Op) -> None:
         if op.filter is not None and not (isinstance(op.filter, dict) and all(isinstance(k, str) for k in op.filter)):
             raise InputError(f"a search filter is a dict of field names, e.g. {{'type': 'note'}}, not {op.filter!r}")
     for name in ("limit", "offset", "max_depth"):
-        value = getattr(op, name, None)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+        if not hasattr(op, name):
+            continue
+        value = getattr(op, name)
+        if value is None and name == "max_depth":
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise InputError(f"{name} must be a whole number of at least 0, not {value!r}")
+
+
+def _check_nul(text: str, what: str) -> None:
+    """NUL is refused on every ledger alike (PostgreSQL cannot store it in text)."""
+    if "\x00" in text:
+        raise InputError(f"{what} holds a NUL character (\\x00) at character {text.index(chr(0)) + 1}: remove it")
+
+
+def _check_no_nul(value: Any) -> None:
+    if isinstance(value, str):
+        _check_nul(value, "a store value")
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _check_nul(k, "a store value's field name")
+            _check_no_nul(v)
+    elif isinstance(value, list):
+        for v in value:
+            _check_no_nul(v)
 
 
 def _json_value(value: Any) -> dict[str, Any]:
@@ -471,7 +603,9 @@ def _json_value(value: Any) -> dict[str, Any]:
     try:
         text = json.dumps(value, ensure_ascii=False)
         check_utf8(text, "a store value")
-        return json.loads(text)
+        loaded: dict[str, Any] = json.loads(text)
+        _check_no_nul(loaded)
+        return loaded
     except InputError:
         raise
     except RecursionError:
@@ -508,28 +642,6 @@ def _item_record(namespace: str, key: str, text: str, now: datetime) -> Record:
     )
 
 
-def _live_item(
-    store: MemoryStore, namespace: tuple[str, ...], key: str, versions: list[ItemVersion]
-) -> _Candidate | None:
-    """The current value of a key, or None when it was deleted (its record is a tombstone).
-
-    The value is the newest version whose text the record holds, so after an
-    undo the value the restored text came from is the one returned.
-    """
-    if not versions:
-        return None
-    records = store.get([ITEM_PREFIX + key])
-    if not records or records[0].status != Status.ACTIVE:
-        return None
-    text = records[0].text
-    chosen = next((v for v in reversed(versions) if v.text == text), versions[-1])
-    item = Item(
-        value=dict(chosen.value), key=key, namespace=namespace, created_at=chosen.created_at,
-        updated_at=chosen.updated_at,
-    )
-    return _Candidate(item=item, record_id=records[0].id, ranked=chosen.indexed)
-
-
 def _record_item(namespace: tuple[str, ...], record: Record) -> Item:
     """A record the memory graph wrote, shown as a store item keyed by its id."""
     data = record.model_dump(mode="json", exclude={"id", "namespace", "status", "version"})
@@ -553,26 +665,27 @@ def _memory_item(store: MemoryStore, namespace: tuple[str, ...], key: str) -> It
     return _record_item(namespace, records[0])
 
 
-def _rank(
-    store: MemoryStore, namespace: tuple[str, ...], query: str, candidates: list[_Candidate], wanted: int,
-    everything: bool,
+def _similarities(
+    store: MemoryStore, vector: np.ndarray, candidates: list[_Candidate], wanted: int
 ) -> dict[tuple[tuple[str, ...], str], float]:
-    """Hybrid (dense + BM25, RRF) scores of a namespace's candidates, searched per granularity.
+    """The cosine similarity of the query and each ranked candidate's stored vector, as LangGraph's
+    stores score: the same measure in every namespace and kind, so the results of many compare.
 
-    With a filter every record is ranked (the filtered few may sit anywhere);
-    without one, a pool a few times the page is enough.
+    A kind's candidates are scored from their own vectors when they are few; else its nearest records
+    are read, enough of them (`wanted` plus every active record that is no candidate) that the best
+    `wanted` candidates are among them, however many other records (turns, unindexed items) the kind holds.
     """
-    key_of = {c.record_id: c.item.key for c in candidates if c.ranked}
-    vector = store.embedder.embed([query])[0]
+    key_of: dict[Kind, dict[str, tuple[tuple[str, ...], str]]] = {}
+    for c in candidates:
+        if c.ranked:
+            key_of.setdefault(kind_of(c.record_id), {})[c.record_id] = (c.item.namespace, c.item.key)
+    query = np.asarray(vector, dtype=np.float32)
+    query = query / (float(np.linalg.norm(query)) or 1.0)
     scores: dict[tuple[tuple[str, ...], str], float] = {}
-    for kind in KINDS:
-        active = sum(1 for rid in key_of if rid.startswith(f"{kind}:"))
-        if active == 0:
-            continue
-        total = len(store.all(kind))
-        k = total if everything else min(total, max(wanted * 3, 50))
-        for hit in store.search(kind, query, k, vector=vector):
-            key = key_of.get(hit.record.id)
-            if key is not None:
-                scores[(namespace, key)] = hit.score
+    for kind, keys in key_of.items():
+        pool = wanted + max(len(store.active(kind)) - len(keys), 0)
+        ids = list(keys) if len(keys) <= pool else [rid for rid, _ in store.dense(kind, query, pool) if rid in keys]
+        for rid, stored in store.vectors(ids).items():
+            norm = float(np.linalg.norm(stored)) or 1.0
+            scores[keys[rid]] = float(np.dot(query, stored)) / norm
     return scores

@@ -4,7 +4,7 @@ The cases follow LangGraph's store test-suite (namespaces with prefix, suffix,
 wildcards, max_depth, limit/offset; put/get/delete; filters with operators;
 query search with pagination and index=False; sync and async), with real
 words instead of character embeddings, plus what this backend adds: LoCoMo
-turns found by hybrid search, durability across a reopen, undoable deletes, and
+turns found by semantic search, durability across a reopen, undoable deletes, and
 use as `compile(store=...)` in a LangGraph app.
 """
 
@@ -17,6 +17,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TypedDict
 
+import numpy as np
 import pytest
 from langgraph.graph import START, StateGraph
 from langgraph.store.base import BaseStore, GetOp, InvalidNamespaceError, ListNamespacesOp, PutOp, SearchOp
@@ -26,7 +27,7 @@ from strata.memory.records import Record
 from strata.memory.registry import close_all, open_store
 from strata.memory.settings import StoreSettings
 
-from strata import Memory
+from strata import Memory, langgraph_store
 from strata.conversations import load_turns
 from strata.langgraph_store import StrataStore
 
@@ -125,7 +126,7 @@ def test_settings_not_given_come_from_the_environment_as_memorys_do(
 
 def test_invalid_namespaces_are_refused(store: StrataStore) -> None:
     doc = {"foo": "bar"}
-    for bad in [(), ("the", "thing.about"), ("some", "fun", ""), ("langgraph", "foo"), ("a/b",)]:
+    for bad in [(), ("the", "thing.about"), ("some", "fun", ""), ("langgraph", "foo")]:
         with pytest.raises(InvalidNamespaceError):
             store.put(bad, "foo", doc)
     with pytest.raises(InvalidNamespaceError):
@@ -137,6 +138,47 @@ def test_invalid_namespaces_are_refused(store: StrataStore) -> None:
     assert store.search(("langgraph", "foo"))[0].value == doc
     store.delete(("langgraph", "foo"), "bar")
     assert store.get(("langgraph", "foo"), "bar") is None
+
+
+def test_labels_langgraph_accepts_map_reversibly_to_memory_namespaces(store: StrataStore, data_dir: Path) -> None:
+    """Labels such as 'auth0|abc123' (an Auth0 user id) were refused; LangGraph's stores accept them."""
+    assert langgraph_store.namespace_name(("users", "ann")) == "users/ann"  # a label valid before keeps its name
+    assert langgraph_store.namespace_name(("a_b-c@d+e", "Zoë")) == "a_b-c@d+e/Zoë"
+    odd = [("memories", "auth0|abc123"), ("a/b",), ("a", "b"), ("with space", "x#y:z"), ("*",)]
+    for n, ns in enumerate(odd):
+        assert langgraph_store.namespace_labels(langgraph_store.namespace_name(ns)) == ns
+        store.put(ns, "k", {"text": f"item {n}"})
+    assert langgraph_store.namespace_name(("memories", "auth0|abc123")) == "memories/auth0.7c.abc123"
+    for n, ns in enumerate(odd):
+        item = store.get(ns, "k")
+        assert item is not None and item.value == {"text": f"item {n}"} and item.namespace == ns
+        assert [r.value["text"] for r in store.search(ns)] == [f"item {n}"]
+    assert sorted(store.list_namespaces()) == sorted(odd)
+    assert [r.key for r in store.search(("memories",), query="item")] == ["k"]
+    assert Memory("memories/auth0.7c.abc123", data_dir=str(data_dir)).store.get(["raw:item:k"])[0].text == "item 0"
+    with pytest.raises(InvalidNamespaceError, match="at most 128"):
+        store.put(("|" * 40,), "k", {"text": "too long once written"})
+
+
+def test_nul_and_missing_limits_are_one_line_errors(store: StrataStore) -> None:
+    """NUL went into the ledger (PostgreSQL refused it with a DataError, SQLite kept it); limit=None and
+    offset=None raised a raw TypeError."""
+    store.put(("n",), "k", {"text": "fine"})
+    for call, says in [
+        (lambda: store.put(("n",), "a\x00b", {"t": "x"}), "store key holds a NUL"),
+        (lambda: store.get(("n",), "a\x00b"), "store key holds a NUL"),
+        (lambda: store.put(("n",), "v", {"t": "a\x00b"}), "store value holds a NUL"),
+        (lambda: store.put(("n",), "v", {"a\x00": "b"}), "field name holds a NUL"),
+        (lambda: store.put(("n",), "v", {"t": ["x", {"y": "\x00"}]}), "store value holds a NUL"),
+        (lambda: store.batch([PutOp(("n\x00",), "v", {"t": "x"})]), "namespace label holds a NUL"),
+        (lambda: store.search(("n",), limit=None), "limit must be a whole number"),  # type: ignore[arg-type]
+        (lambda: store.search(("n",), offset=None), "offset must be a whole number"),  # type: ignore[arg-type]
+        (lambda: store.batch([ListNamespacesOp(limit=None)]), "limit must be a whole number"),  # type: ignore[arg-type]
+    ]:
+        with pytest.raises(InputError, match=says) as error:
+            call()
+        assert len(str(error.value).splitlines()) == 1
+    assert store.get(("n",), "v") is None and [r.key for r in store.search(("n",))] == ["k"]
 
 
 # put / get / delete --------------------------------------------------------------
@@ -166,6 +208,24 @@ def test_put_get_overwrite_delete_and_put_again(store: StrataStore) -> None:
     third = store.get(ns, "m1")
     assert third is not None and third.value == {"content": "Ann is vegan"}
     assert third.created_at > first.created_at  # a new life after the delete
+
+
+def test_a_batch_that_raises_writes_nothing(store: StrataStore) -> None:
+    """A bad put late in a batch left the puts before it applied, and a version row with no record."""
+    store.put(("acct",), "balance", {"text": "balance", "amount": 100})
+    for ops in (
+        [PutOp(("acct",), "balance", {"text": "balance", "amount": 50}),
+         PutOp(("acct",), "log", {"entries": [{"at": object()}]})],
+        [PutOp(("acct",), "balance", {"text": "balance", "amount": 50}), PutOp(("acct",), "fresh", {"text": "x"}),
+         PutOp(("other",), "k", {"text": "y"}), PutOp(("acct",), "bad", {"t": "\ud800"})],
+        [PutOp(("acct",), "balance", {"text": "balance", "amount": 50}), PutOp(("acct", "x.y"), "k", {"t": "v"})],
+    ):
+        with pytest.raises((InputError, InvalidNamespaceError)):
+            store.batch(ops)
+    assert store.get(("acct",), "balance").value == {"text": "balance", "amount": 100}  # type: ignore[union-attr]
+    assert store.get(("acct",), "fresh") is None and store.get(("other",), "k") is None
+    assert [v.key for v in store_items.versions(store._ledger(), "acct")] == ["balance"]
+    assert store_items.versions(store._ledger(), "other") == []
 
 
 def test_batch_reads_before_writes_and_last_put_wins(store: StrataStore) -> None:
@@ -258,6 +318,52 @@ def test_search_with_query_and_filters(store: StrataStore) -> None:
     assert all(r.score is not None and r.score > 0 for r in store.search(("test",), query="fruit"))
 
 
+def test_query_scores_are_cosine_similarities_that_compare_across_namespaces(
+    store: StrataStore, embedder: Any
+) -> None:
+    """Ranks were fused per namespace, so each namespace's best item scored about 1/61 however unrelated,
+    and a threshold such as `score > 0.5` kept nothing."""
+    data = {
+        ("users", "ann"): [("f1", "Ann's favourite food is pizza"), ("f2", "Ann's sister lives in Berlin"),
+                           ("f3", "Ann enjoys a Neapolitan flatbread with tomato and mozzarella")],
+        ("users", "bob"): [("b1", "Bob's car needs new brake pads")],
+        ("users", "cy"): [("c1", "Cy filed the tax return in April")],
+    }
+    texts = {}
+    for ns, items in data.items():
+        for key, text in items:
+            store.put(ns, key, {"text": text})
+            texts[key] = text
+    query = "pizza"
+    found = store.search(("users",), query=query, limit=10)
+    assert len(found) == 5
+    vectors = np.asarray(embedder.embed([query, *(texts[r.key] for r in found)]), dtype=np.float64)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    for result, vector in zip(found, vectors[1:], strict=True):
+        assert result.score == pytest.approx(float(vectors[0] @ vector), abs=1e-4)
+    scores = [r.score for r in found]
+    assert scores == sorted(scores, reverse=True)  # the order is the score's
+    assert found[0].key == "f1" and [r.key for r in found if r.score > 0.5] == ["f1"]  # type: ignore[operator]
+    assert {r.key for r in found[-2:]} <= {"b1", "c1", "f2"}  # another namespace's best is not lifted
+
+
+def test_include_memory_false_ranks_its_items_among_many_turns(data_dir: Path, embedder: Any) -> None:
+    """The items competed with the namespace's turns for a fixed pool and came back unscored."""
+    memory_store = open_store(StoreSettings(data_dir=str(data_dir)), "ann")
+    memory_store.add([
+        Record(id=f"raw:D1:{i}", kind="raw", text=f"I love drinking coffee in the morning, day {i}", namespace="ann",
+               dialogue_id=f"D1:{i}", speaker="Ann")
+        for i in range(200)
+    ])
+    own = StrataStore(data_dir=str(data_dir), include_memory=False)
+    own.put(("ann",), "coffee", {"text": "Ann drinks coffee every morning"})
+    own.put(("ann",), "tea", {"text": "Ann's brother prefers green tea"})
+    own.put(("ann",), "car", {"text": "Ann's car is a red hatchback"})
+    found = own.search(("ann",), query="coffee in the morning", limit=3)
+    assert [r.key for r in found][:1] == ["coffee"] and all(r.score is not None for r in found)
+    assert len(found) == 3
+
+
 def test_update_changes_what_a_query_finds_and_index_false_is_not_ranked(store: StrataStore) -> None:
     store.put(("test",), "doc1", {"text": "zany zebra Xerxes"})
     store.put(("test",), "doc2", {"text": "something about dogs"})
@@ -301,7 +407,7 @@ def test_query_pagination_and_edge_cases(store: StrataStore) -> None:
         assert len(store.search(("test",), query=query, filter={"text": "test document number 3"})) == 1
 
 
-def test_locomo_turns_found_by_hybrid_search(store: StrataStore, locomo_dir: Path) -> None:
+def test_locomo_turns_found_by_semantic_search(store: StrataStore, locomo_dir: Path) -> None:
     conversation = load_turns(locomo_dir / "conv-26.json")
     ns = ("locomo", conversation.conversation_id)
     for turn in conversation.sessions[0].turns:
@@ -364,6 +470,49 @@ def test_delete_and_overwrite_are_in_history_and_undoable(store: StrataStore, da
     memory.undo()  # the overwrite: the older value comes back with its text
     restored = store.get(ns, "home")
     assert restored is not None and restored.value == {"text": "Cy lives in Leeds"}
+
+
+def test_overwrites_keep_one_version_per_text_and_undo_still_finds_each_value(
+    store: StrataStore, data_dir: Path
+) -> None:
+    """Every put kept a version row for good and every read fetched them all: a counter overwritten
+    thousands of times made each get, put and search slower."""
+    ns = ("app", "state")
+    for n in range(30):
+        store.put(ns, "counter", {"text": "visit counter", "n": n})
+    assert [v.value["n"] for v in store_items.versions(store._ledger(), "app/state", "counter")] == [29]
+    assert store.get(ns, "counter").value == {"text": "visit counter", "n": 29}  # type: ignore[union-attr]
+    created = store.get(ns, "counter").created_at  # type: ignore[union-attr]
+
+    store.put(ns, "counter", {"text": "page views", "n": 1})
+    store.put(ns, "counter", {"text": "page views", "n": 2})
+    store.put(ns, "counter", {"text": "visit counter", "n": 30})
+    assert [v.value["n"] for v in store_items.versions(store._ledger(), "app/state", "counter")] == [2, 30]
+    item = store.get(ns, "counter")
+    assert item is not None and item.value["n"] == 30 and item.created_at == created
+
+    memory = Memory("app/state", data_dir=str(data_dir))
+    memory.undo()  # the last overwrite: "page views" comes back with its newest value
+    assert store.get(ns, "counter").value == {"text": "page views", "n": 2}  # type: ignore[union-attr]
+    memory.undo()  # a text's value is its newest version's, as it always was
+    assert store.get(ns, "counter").value == {"text": "visit counter", "n": 30}  # type: ignore[union-attr]
+    assert [r.value["n"] for r in store.search(ns)] == [30]
+
+
+def test_a_turn_and_an_item_never_share_a_record(store: StrataStore, data_dir: Path) -> None:
+    """A turn ingested with dia_id 'item:pet' had the record id of the item 'pet', and a put overwrote it."""
+    memory = Memory("users/ann", data_dir=str(data_dir))
+    with pytest.raises(InputError, match="starts with 'item:'"):
+        memory.add([{"speaker": "Ann", "text": "I adopted a cat called Miso.", "dia_id": "item:pet"}])
+    assert memory.store.get(["raw:item:pet"]) == []
+    # such a turn stored by an earlier version is not overwritten by a put either
+    memory.store.add([Record(id="raw:item:pet", kind="raw", text="I adopted a cat called Miso.",
+                             namespace="users/ann", dialogue_id="item:pet", speaker="Ann")])
+    with pytest.raises(InputError, match="not a store item") as error:
+        store.batch([PutOp(("users", "ann"), "other", {"text": "x"}), PutOp(("users", "ann"), "pet", {"text": "y"})])
+    assert len(str(error.value).splitlines()) == 1
+    assert memory.store.get(["raw:item:pet"])[0].text == "I adopted a cat called Miso."
+    assert store.get(("users", "ann"), "pet") is None and store.get(("users", "ann"), "other") is None
 
 
 def test_records_the_memory_wrote_are_items(store: StrataStore, data_dir: Path, locomo_dir: Path) -> None:
