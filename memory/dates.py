@@ -542,18 +542,26 @@ def _day_without_year(m: re.Match[str], anchor: date | None, text: str) -> _Peri
     if anchor is None or not _capital_ok(word):
         return None
     month, day = _MONTH_INDEX[word.lower()], int(m.group("d1") or m.group("d2"))
-    year = anchor.year
-    try:
-        found = date(year, month, day)
-        if _upcoming(text, m.start(), m.end()):
-            if found < anchor:
-                found = date(year + 1, month, day)
-        elif found > anchor:
-            found = date(year - 1, month, day)
-    except ValueError:
+    found = _nearest_day(month, day, anchor, forward=_upcoming(text, m.start(), m.end()))
+    if found is None:
         return None
     label = day_label(found)
     return _Period(found, found, "day", label, label)
+
+
+def _nearest_day(month: int, day: int, anchor: date, forward: bool) -> date | None:
+    """The first `month`/`day` on or after the anchor (`forward`), else the last one on or before it.
+    29 February falls only in leap years, so the search goes on to the nearest one in that direction
+    (eight years reach it even across 2100, which is no leap year); a day no year has is None."""
+    step = 1 if forward else -1
+    for year in range(anchor.year, anchor.year + step * 9, step):
+        try:
+            found = date(year, month, day)
+        except ValueError:  # 29 February of a common year, 31 April, or a year outside 1 to 9999
+            continue
+        if (found >= anchor) if forward else (found <= anchor):
+            return found
+    return None
 
 
 @_rule(r"\b(?:in|during|over|through|throughout)\s+(?P<the>the\s+)?(?P<s>" + _SEASON_RE + r")\b(?!\s*(?:of\s+)?\d)")

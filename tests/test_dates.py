@@ -411,3 +411,24 @@ def test_a_memory_holding_placeholder_times_keeps_answering(tmp_path: Path) -> N
         assert memory.ask(question).answer
 
 
+# --- dates without a year ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "anchor", "day"),
+    [
+        ("My birthday is on February 29.", datetime(2023, 5, 10), date(2024, 2, 29)),  # the next one
+        ("My birthday is on February 29.", datetime(2024, 5, 10), date(2028, 2, 29)),
+        ("I was born on 29 February.", datetime(2023, 5, 10), date(2020, 2, 29)),  # the last one
+        ("We married on February 29.", datetime(2101, 3, 1), date(2096, 2, 29)),  # 2100 is no leap year
+        ("My birthday is on February 29.", datetime(2024, 1, 10), date(2024, 2, 29)),
+    ],
+)
+def test_a_leap_day_without_a_year_takes_the_nearest_leap_year(text: str, anchor: datetime, day: date) -> None:
+    assert [(f.start, f.end) for f in resolve_relative(text, anchor)] == [(day, day)]
+
+
+def test_a_day_no_year_has_is_not_a_date() -> None:
+    assert resolve_relative("The report is due on April 31.", ANCHOR) == []
+
+
