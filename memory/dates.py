@@ -293,10 +293,40 @@ def _other_day(m: re.Match[str], anchor: date | None, text: str) -> _Period | No
 def _units_ago(m: re.Match[str], anchor: date | None, text: str) -> _Period | None:
     if anchor is None:
         return None
+    sign = 1 if m.group("dir").lower().startswith("from") else -1
+    return _units_away(m, anchor, sign)
+
+
+# "in two weeks", "in about a month": a count of units from the session on, as "two weeks from now" says it.
+_IN_UNITS = (
+    r"\bin\s+(?:(?P<q>about|around|roughly|approximately|maybe|like)\s+)?"
+    rf"(?P<n>{_COUNT_RE})\s+(?:more\s+)?(?P<u>day|week|weekend|month|year|decade)s?\b(?:['’]\s*time\b)?"
+)
+# Before "in": the count is how long since something last happened ("for the first time in two years",
+# "twice in three days"), not a date.
+_SINCE_LAST = re.compile(r"\b(?:times?|once|twice|ever|first|only)\s*$", re.IGNORECASE)
+
+
+@_rule(_IN_UNITS + r"(?!\s+(?:ago|back|from\s+now|old|of)\b)")
+def _in_units(m: re.Match[str], anchor: date | None, text: str) -> _Period | None:
+    """'in two weeks' said of plans ("I'll move in a month", "In three days I start my new job") is that long
+    after the session. Told of the past, or in the present within a sentence, it is mostly a duration ("I
+    did it in two days", "I read a book in a week"): left alone, as a duration has no date to give."""
+    if anchor is None or _SINCE_LAST.search(text, 0, m.start()):
+        return None
+    sentence_start = max((b.end() for b in _SENTENCE_BREAK.finditer(text, 0, m.start())), default=0)
+    opens = not text[sentence_start : m.start()].strip(" \t\"'“‘(")
+    sentence = _sentence_around(text, m.start(), m.end())
+    if not (_FUTURE.search(sentence) or (opens and not _told_in_past(sentence))):
+        return None
+    return _units_away(m, anchor, 1)
+
+
+def _units_away(m: re.Match[str], anchor: date, sign: int) -> _Period:
+    """`n` units before (sign -1) or after (+1) the anchor, from a match with groups `n`, `u` and `q`."""
     n, vague = _count(m.group("n"))
     approximate = vague or bool(m.group("q"))
     unit = m.group("u").lower()
-    sign = 1 if m.group("dir").lower().startswith("from") else -1
     side = "after" if sign > 0 else "before"
     spoken = _spoken(m.group("n"))
     if unit in ("day", "night"):
@@ -671,7 +701,7 @@ def _year(m: re.Match[str], anchor: date | None, text: str) -> _Period | None:
 # Every rule needs one of these words or a digit: texts without any skip the rules (most chat turns).
 _TRIGGER = re.compile(
     r"\d|yesterday|today|tonight|tomorrow|\b(?:last|next|this|past|ago|back|now|other|before|after|coming|following)\b"
-    rf"|\b{_MONTH_RE}\b|\b{_SEASON_RE}\b|\bon\s+(?:{_WEEKDAY_NAME_RE})\b",
+    rf"|\b{_MONTH_RE}\b|\b{_SEASON_RE}\b|\bon\s+(?:{_WEEKDAY_NAME_RE})\b|{_IN_UNITS}",
     re.IGNORECASE,
 )
 

@@ -432,3 +432,39 @@ def test_a_day_no_year_has_is_not_a_date() -> None:
     assert resolve_relative("The report is due on April 31.", ANCHOR) == []
 
 
+# --- "in two weeks" ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expression", "first", "last"),
+    [
+        ("In two weeks I fly to Tokyo.", "In two weeks", date(2023, 7, 24), date(2023, 7, 30)),
+        ("In three days I start my new job.", "In three days", date(2023, 7, 15), date(2023, 7, 15)),
+        ("I'll move in a month.", "in a month", date(2023, 8, 1), date(2023, 8, 31)),
+        ("We're going to Rome in about a week.", "in about a week", date(2023, 7, 17), date(2023, 7, 23)),
+        ("I hope to retire in 10 years.", "in 10 years", date(2033, 1, 1), date(2033, 12, 31)),
+        ("I'll be thirty in two years' time.", "in two years' time", date(2025, 1, 1), date(2025, 12, 31)),
+    ],
+)
+def test_in_a_count_of_units_said_of_plans(text: str, expression: str, first: date, last: date) -> None:
+    """'in two weeks' of something to come is two weeks after the session, like 'two weeks from now'."""
+    found = resolve_relative(text, ANCHOR)
+    assert [(f.expression, f.start, f.end) for f in found] == [(expression, first, last)]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "I did it in two days.",  # told in the past: how long it took
+        "I finished the puzzle in three days!",
+        "Rome wasn't built in a day so keep pushing on",  # conv-30 D18:3
+        "Haven't talked in a few days, wanted to let you know I joined a travel club",  # conv-43 D21:1
+        "I read a book in a week.",  # the present: a habit's duration
+        "I'm going to see him for the first time in three years.",  # how long since, not when
+        "I'll be there twice in two weeks.",
+    ],
+)
+def test_in_a_count_of_units_as_a_duration_is_no_date(text: str) -> None:
+    assert resolve_relative(text, ANCHOR) == []
+
+
