@@ -229,7 +229,8 @@ def natural_order(record_id: str) -> tuple[str | int, ...]:
 
 
 def chronological_key(item: Dated) -> tuple[float, tuple[int, ...], str]:
-    """Chronological order: time, then the numbers of the dialogue id (D3:12 -> (3, 12))."""
-    moment = epoch_seconds(item.time) if item.time else 0.0
+    """Chronological order: time, then the numbers of the dialogue id (D3:12 -> (3, 12)). An undated item
+    sorts before every dated one, those before 1970 (negative epochs) and at its very start included."""
+    moment = epoch_seconds(item.time) if item.time else float("-inf")
     numbers = tuple(int(n) for n in re.findall(r"\d+", item.dialogue_id or item.id))
     return moment, numbers, item.id

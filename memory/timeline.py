@@ -9,6 +9,7 @@ kept by insertion (bisect) and each read is a lookup.
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left, insort
 from datetime import datetime
 
@@ -70,8 +71,8 @@ class Timeline:
         return None
 
     def latest_time(self) -> datetime | None:
-        """The latest time of any turn (undated turns sort first, at epoch 0)."""
-        if self._keys and self._keys[-1][0] != 0.0:
+        """The latest time of any turn (undated turns sort first, before every dated one)."""
+        if self._keys and self._keys[-1][0] != -math.inf:
             return self._records[self._keys[-1][2]].time
         return None
 

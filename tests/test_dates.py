@@ -22,6 +22,8 @@ from strata.memory.dates import (
     with_absolute_dates,
 )
 from strata.memory.moments import read_time
+from strata.memory.records import Record, chronological_key
+from strata.memory.timeline import Timeline
 
 from strata.api import Memory
 
@@ -468,3 +470,29 @@ def test_in_a_count_of_units_as_a_duration_is_no_date(text: str) -> None:
     assert resolve_relative(text, ANCHOR) == []
 
 
+# --- undated turns on the timeline -----------------------------------------------------------------
+
+
+def _turn(dia_id: str, moment: datetime | None) -> Record:
+    return Record(id=f"raw:{dia_id}", kind="raw", text="hi", namespace="ns", dialogue_id=dia_id, speaker="Ann",
+                  time=moment, source_ids=[dia_id])
+
+
+def test_undated_turns_sort_first_even_before_1970() -> None:
+    """An undated turn sorted at epoch 0, after every turn before 1970: one made "now" None (the wall clock
+    then stood in) in a memory of 1969 letters."""
+    landing, bicycle = _turn("L1", datetime(1969, 7, 20, 20, 17)), _turn("L2", datetime(1969, 7, 10, 10))
+    undated, epoch = _turn("L3", None), _turn("L4", datetime(1970, 1, 1))
+    assert sorted([landing, undated, epoch, bicycle], key=chronological_key) == [undated, bicycle, landing, epoch]
+    timeline = Timeline()
+    for turn in (landing, bicycle):
+        timeline.put(turn)
+    assert timeline.latest_time() == datetime(1969, 7, 20, 20, 17)
+    timeline.put(undated)
+    assert timeline.latest_time() == datetime(1969, 7, 20, 20, 17)
+    assert [r.id for r in timeline.records()] == ["raw:L3", "raw:L2", "raw:L1"]
+    timeline.put(epoch)  # a turn at the very start of 1970 is dated, not undated
+    assert timeline.latest_time() == datetime(1970, 1, 1)
+    only_undated = Timeline()
+    only_undated.put(undated)
+    assert only_undated.latest_time() is None
