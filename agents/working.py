@@ -51,12 +51,11 @@ from strata.memory.entities import (
 from strata.memory.facts import single_valued
 from strata.memory.graph.replies import Text
 from strata.memory.lemmas import plural_noun, text_forms
-from strata.memory.moments import utc_now
 from strata.prompts import working as prompts
 
 NOT_IN_MEMORY = "Not in memory."
 
-_NOW = datetime(2000, 1, 1)  # anchor for finding date spans in a question; only absolute ones are kept
+_NOW = datetime(2000, 1, 1)  # anchor for finding date spans where none counts (a question, an undated item)
 _QUESTION_PHRASE = re.compile(
     r"^\W*(?:when|where|who|whom|whose|why|what|which|how (?:many|much|often|long|old|far)|how)\b"
     r"(?:\s+(?:kind|kinds|type|types|sort) of)?", re.IGNORECASE,
@@ -583,8 +582,14 @@ def when_answer(question: Question, best: Candidate, ranked: list[Candidate]) ->
     turns = set(best.item.turn_ids())
     same_turn = [c for c in ranked if c is not best and set(c.item.turn_ids()) & turns and not c.asks]
     for cand in [best, *same_turn]:
-        anchor = cand.item.time or utc_now()
-        found = resolve_relative(cand.sentence, anchor)
+        if cand.item.time is None:
+            # Undated: a relative date has nothing to count from (the wall clock is no stand-in: it gave
+            # "yesterday" said long ago as the day before today), so it is answered as said.
+            found = resolve_relative(cand.sentence, _NOW)
+            if found:
+                return found[0].expression if found[0].relative else found[0].label
+            continue
+        found = resolve_relative(cand.sentence, cand.item.time)
         if found and question.text.lower().lstrip().startswith("how long ago"):
             return found[0].expression  # "how long ago" wants the span of time ("ten years ago")
         if found:

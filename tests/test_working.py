@@ -8,6 +8,7 @@ fake chat models, including the malformed replies real models send.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -346,6 +347,18 @@ def test_questions_in_the_evidence_are_not_answers(conv26: dict[str, Turn]) -> N
     answer, cited = answer_offline("What jobs is Caroline thinking of?", evidence)
     assert "counseling" in answer
     assert cited == ["D1:11"]
+
+
+def _said(dia_id: str, text: str, moment: datetime | None) -> Evidence:
+    return evidence_of(raw_record(Turn(speaker="Ann", text=text, dia_id=dia_id, time=moment)))
+
+
+def test_an_undated_turn_is_answered_with_the_date_as_said() -> None:
+    """With no time to count from, "yesterday" stays "yesterday": the wall clock made it the day before today."""
+    evidence = [_said("m1", "I adopted a dog named Rex yesterday.", None)]
+    assert answer_offline("When did Ann adopt a dog?", evidence) == ("yesterday", ["m1"])
+    stated = [_said("m1", "I adopted a dog named Rex on 8 May 2023.", None)]
+    assert answer_offline("When did Ann adopt a dog?", stated)[0] == "8 May 2023"
 
 
 def test_a_who_question_prefers_the_sentence_that_names_someone() -> None:
