@@ -189,12 +189,13 @@ def working(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     """Write the answer from state.evidence only, citing the turns used; ends the run."""
     question = asked(state, runtime.context).strip()
     evidence = list(state.evidence)
+    window = state.plan.time_window if state.plan is not None else None  # Research's reading of the question
     model = chat_model(runtime.context)
     if model is None or not evidence:
-        answer, cited = answer_offline(question, evidence)
+        answer, cited = answer_offline(question, evidence, window)
         policy = OFFLINE
     else:
-        answer, cited, policy = _answer_with_model(question, evidence, runtime)
+        answer, cited, policy = _answer_with_model(question, evidence, runtime, window)
     summary = f"answered {answer!r} from {len(evidence)} evidence items, citing {', '.join(cited) or 'nothing'}"
     return {"answer": answer, "cited_ids": cited, "stage": "done", "trace": traced(state, "working", policy, summary)}
 
@@ -210,14 +211,14 @@ def asked(state: State, context: Context) -> str:
 
 
 def _answer_with_model(
-    question: str, evidence: list[Evidence], runtime: Runtime[Context]
+    question: str, evidence: list[Evidence], runtime: Runtime[Context], window: tuple[datetime, datetime] | None
 ) -> tuple[str, list[str], str]:
     model = chat_model(runtime.context)
     assert model is not None
     user = prompts.ANSWER_USER.format(evidence=format_evidence(evidence), question=question)
     parsed, _, policy = ask_json(model, prompts.ANSWER_SYSTEM, user, ModelAnswer, runtime.context)
     if parsed is None:  # no usable reply (a blank answer is one: `Text`)
-        offline_answer, cited = answer_offline(question, evidence)
+        offline_answer, cited = answer_offline(question, evidence, window)
         return offline_answer, cited, policy
     answer = " ".join(parsed.answer.split())
     if _abstains(answer):
@@ -288,8 +289,11 @@ class Candidate:
     matched: set[str] = field(default_factory=set)
 
 
-def analyse(question: str, evidence: list[Evidence]) -> Question:
-    """Question type, the participants it names, the period it names, and its content words by specificity."""
+def analyse(question: str, evidence: list[Evidence], window: tuple[datetime, datetime] | None = None) -> Question:
+    """Question type, the participants it names, the period it names, and its content words by specificity.
+
+    The period is `window` when given: Research resolved the question's dates against the conversation's
+    own "now", so "in March" and "last week" count, not only dates that name their year."""
     people = known_people(evidence)
     named = [p for p in people if _names(question, p)]
     name_stems = {stem(part) for p in people for part in tokenize(p)}
@@ -314,8 +318,10 @@ def analyse(question: str, evidence: list[Evidence]) -> Question:
     if not named and _FIRST_PERSON.search(question):
         named = _asker(evidence)
     stated = [d for d in dates if not d.relative]
-    window = (min(d.start for d in stated), max(d.end for d in stated)) if stated else None
-    return Question(text=question, type=kind, people=named, weights=weights, window=window, name=name)
+    period = (min(d.start for d in stated), max(d.end for d in stated)) if stated else None
+    if window is not None:
+        period = (window[0].date(), window[1].date())
+    return Question(text=question, type=kind, people=named, weights=weights, window=period, name=name)
 
 
 def _asker(evidence: list[Evidence]) -> list[str]:
@@ -528,11 +534,15 @@ def asks_current_value(question: Question) -> bool:
     return any(single_valued(word) for word in re.findall(r"[a-z]+", question.text.lower()))
 
 
-def answer_offline(question: str, evidence: list[Evidence]) -> tuple[str, list[str]]:
-    """The extractive answer and the dialogue ids it came from, or "Not in memory."."""
+def answer_offline(
+    question: str, evidence: list[Evidence], window: tuple[datetime, datetime] | None = None
+) -> tuple[str, list[str]]:
+    """The extractive answer and the dialogue ids it came from, or "Not in memory.". `window` is the period
+    the question asks about as Research resolved it (`Plan.time_window`); without it only dates that name
+    their year count."""
     if not question or not evidence:
         return NOT_IN_MEMORY, []
-    parsed = analyse(question, evidence)
+    parsed = analyse(question, evidence, window)
     ranked = candidates(parsed, evidence)
     if not ranked or not parsed.weights:
         return NOT_IN_MEMORY, []

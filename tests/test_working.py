@@ -19,7 +19,7 @@ from langgraph.runtime import Runtime
 from strata.agents.common import evidence_of
 from strata.agents.working import NOT_IN_MEMORY, answer_offline, classify, working
 from strata.graph.context import Context
-from strata.graph.state import Evidence, State
+from strata.graph.state import Evidence, Plan, State
 from strata.memory.records import Record, Turn
 from strata.memory.records import raw_record as stored_turn
 from strata.memory.registry import close_all, open_store
@@ -359,6 +359,28 @@ def test_an_undated_turn_is_answered_with_the_date_as_said() -> None:
     assert answer_offline("When did Ann adopt a dog?", evidence) == ("yesterday", ["m1"])
     stated = [_said("m1", "I adopted a dog named Rex on 8 May 2023.", None)]
     assert answer_offline("When did Ann adopt a dog?", stated)[0] == "8 May 2023"
+
+
+def test_a_period_named_without_a_year_prefers_what_falls_in_it(data_dir: Path) -> None:
+    """"in March" has no year of its own: Research resolves it against the conversation's now and hands the
+    window on in its plan; the reader prefers what was said in it, as it does for "in March 2023"."""
+    evidence = [
+        _said("T1", "I baked sourdough bread with my neighbour.", datetime(2023, 3, 1, 10)),
+        _said("T2", "I baked a carrot cake for my dad.", datetime(2023, 5, 3, 10)),
+    ]
+    march = (datetime(2023, 3, 1), datetime(2023, 3, 31, 23, 59, 59))
+    assert answer_offline("What did Ann bake in March?", evidence, march)[1] == ["T1"]
+    plan = Plan(query="What did Ann bake in March?", time_window=march)
+    state = State(question="What did Ann bake in March?", evidence=evidence, stage="asking", plan=plan)
+    out = working(state, runtime_for(data_dir))
+    assert "sourdough" in str(out["answer"]) and out["cited_ids"] == ["T1"]
+
+
+def test_a_window_at_the_calendar_edge_is_no_error() -> None:
+    """A window from 1 January 1 or to 31 December 9999 (placeholder times made "now") still scores."""
+    evidence = [_said("T1", "I baked sourdough bread.", datetime(1, 1, 2)), _said("T2", "I baked a cake.", None)]
+    for window in ((datetime(1, 1, 1), datetime(1, 1, 31)), (datetime(9999, 12, 1), datetime.max)):
+        assert answer_offline("What did Ann bake this month?", evidence, window)[0] != NOT_IN_MEMORY
 
 
 def test_a_who_question_prefers_the_sentence_that_names_someone() -> None:
