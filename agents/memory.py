@@ -53,7 +53,7 @@ from strata.memory.forgetting import read_forget_request
 from strata.memory.graph import fast_path
 from strata.memory.graph.entities import Mention, normalise
 from strata.memory.graph.evolution import Evolution
-from strata.memory.graph.links import LAST_TURN
+from strata.memory.graph.links import temporal_links
 from strata.memory.graph.notes import Candidate, LinkDecision, Note, note_of
 from strata.memory.graph.replies import ModelNote, Text
 from strata.memory.journal import PENDING
@@ -329,7 +329,8 @@ def _episode(
         return None, segment, Boundary(split=False, reason="already in the open episode"), OFFLINE
     members = [r.text for r in store.get(f"raw:{i}" for i in segment.turn_ids)]
     vectors = store.embedder.embed([raw.text, *members])
-    boundary = detect_boundary(segment, raw.session, raw.text, vectors[0], vectors[1:], context.episode_max_turns)
+    boundary = detect_boundary(segment, raw.session, raw.text, vectors[0], vectors[1:], context.episode_max_turns,
+                               raw.time)
     boundary, policy = _model_boundary(boundary, segment, members, raw, runtime)
     episode = None
     if boundary.split:
@@ -407,9 +408,7 @@ def _model_boundary(
 ) -> tuple[Boundary, str]:
     """With a model, AMA's trigger prompt decides topic shifts; session changes and saturation always split."""
     model = chat_model(runtime.context)
-    if model is None or not segment.turn_ids or raw.session != segment.session:
-        return boundary, OFFLINE
-    if len(segment.turn_ids) >= runtime.context.episode_max_turns:
+    if model is None or not segment.turn_ids or boundary.settled:
         return boundary, OFFLINE
     user = prompts.BOUNDARY_USER.format(history="\n".join(members[-8:]), message=f"{raw.speaker}: {raw.text}")
     parsed, _, policy = ask_json(model, prompts.BOUNDARY_SYSTEM, user, ModelBoundary, runtime.context)
@@ -427,9 +426,8 @@ def _links(
     ns = store.namespace
     links = [Link(namespace=ns, src=f.id, dst=raw.id, type=LinkType.DERIVED_FROM) for f in facts]
     links += [Link(namespace=ns, src=p.id, dst=raw.id, type=LinkType.DERIVED_FROM) for p in personas]
-    previous = store.state(LAST_TURN)
-    if isinstance(previous, str) and previous != raw.id:
-        links.append(Link(namespace=ns, src=previous, dst=raw.id, type=LinkType.TEMPORAL))
+    chain, state_after = temporal_links(store, raw, set(_pending(store)) - {raw.id})
+    links += chain
     named = [f"raw:{i}" if not i.startswith("raw:") else i for i in related_ids]
     named = [r.id for r in store.get(n for n in named if n != raw.id)][:RELATED_FROM_MODEL]
     found = [e.id for e in state.evidence if e.kind == "raw" and e.id != raw.id and len(e.found_by) > 1
@@ -438,7 +436,7 @@ def _links(
     links += [Link(namespace=ns, src=raw.id, dst=r, type=LinkType.RELATED) for r in related]
     if episode is not None:
         links += _episode_links(ns, episode)
-    return links, {LAST_TURN: raw.id}
+    return links, state_after
 
 
 def _graph(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from datetime import datetime
 
 import numpy as np
 from pydantic import BaseModel, Field
@@ -25,6 +26,7 @@ MIN_TURNS_BEFORE_SHIFT = 4
 
 
 OPEN_SEGMENT = "open_episode"  # the ledger state key the episode being written is kept under
+NO_SESSION = "0"  # the session of turns that name none (`Turn.session_label`): a chat, told apart by its days
 
 
 class OpenSegment(BaseModel):
@@ -43,18 +45,24 @@ class Boundary(BaseModel):
 
     split: bool
     reason: str
+    settled: bool = False  # decided by the turns' sessions, times or count: a model's topic judgement cannot undo it
 
 
 def detect_boundary(
-    segment: OpenSegment, session: str, text: str, vector: np.ndarray, member_vectors: np.ndarray, max_turns: int
+    segment: OpenSegment, session: str, text: str, vector: np.ndarray, member_vectors: np.ndarray, max_turns: int,
+    time: datetime | None = None,
 ) -> Boundary:
     """Decide if the incoming turn closes the open segment before joining a new one."""
     if not segment.turn_ids:
         return Boundary(split=False, reason="first turn of an episode")
     if session != segment.session:
-        return Boundary(split=True, reason="session ended")
+        return Boundary(split=True, reason="session ended", settled=True)
+    if time is not None and segment.end is not None and time < segment.end:
+        return Boundary(split=True, reason="said before the episode's last turn (older talk added later)", settled=True)
+    if session == NO_SESSION and time is not None and segment.end is not None and time.date() != segment.end.date():
+        return Boundary(split=True, reason="a new day (the turns name no session)", settled=True)
     if len(segment.turn_ids) >= max_turns:
-        return Boundary(split=True, reason=f"saturation: {max_turns} turns")
+        return Boundary(split=True, reason=f"saturation: {max_turns} turns", settled=True)
     if len(segment.turn_ids) >= 2 and TRANSITION.search(text):
         return Boundary(split=True, reason="explicit transition")
     if len(segment.turn_ids) >= MIN_TURNS_BEFORE_SHIFT and member_vectors.size:

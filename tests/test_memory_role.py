@@ -317,3 +317,25 @@ def test_a_crash_mid_batch_resumes_to_the_same_memory(
     assert not [n for n in report.notes if "already stored" in n]
     assert store.ledger.get_state(NAMESPACE, memory_role.PENDING) == []
     assert _snapshot(store) == expected
+
+
+def test_older_talk_added_later_is_placed_where_it_was_said(data_dir: Path) -> None:
+    """June's chat, then May's backfilled (no session labels): the May turns joined June's episode ("On 10 June
+    ...", ending in May) and the chain of turns ran June -> May, against the links' meaning (src said first)."""
+    memory = Memory("ann", data_dir=str(data_dir))
+    june = [("Ann", "I started a pottery class today.", "2023-06-10T10:00"),
+            ("Bob", "Pottery sounds fun, what are you making?", "2023-06-10T10:01"),
+            ("Ann", "A blue pottery bowl for my mum.", "2023-06-10T10:02")]
+    may = [("Ann", "I signed up for a pottery class yesterday.", "2023-05-02T09:00"),
+           ("Bob", "Which pottery studio?", "2023-05-02T09:01"),
+           ("Ann", "The pottery studio on Pearl Street.", "2023-05-02T09:02")]
+    memory.add([{"speaker": s, "text": t, "time": w} for s, t, w in june])
+    memory.add([{"speaker": s, "text": t, "time": w} for s, t, w in may])
+    memory.add([{"speaker": "Bob", "text": "Did you finish the bowl?", "time": "2023-06-11T09:00"}], end_session=True)
+    store = memory.store
+    episodes = sorted(store.all("episode"), key=lambda e: e.time or datetime.min)
+    assert [e.source_ids for e in episodes] == [["T4", "T5", "T6"], ["T1", "T2", "T3"], ["T7"]]  # a new day too
+    assert all(e.time and e.time_end and e.time <= e.time_end for e in episodes)
+    said = [r.id for r in store.timeline()]
+    chain = {(link.src, link.dst) for link in store.edges(said, [LinkType.TEMPORAL])}
+    assert chain == set(itertools.pairwise(said))  # T4 -> T5 -> T6 -> T1 -> T2 -> T3 -> T7, nothing else

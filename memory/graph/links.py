@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 
 from pydantic import BaseModel
 from strata.memory.graph.entities import Mention
-from strata.memory.records import Link, LinkType, Record, entity_node_id
+from strata.memory.records import Link, LinkType, Record, chronological_key, entity_node_id
 from strata.memory.store import MemoryStore
 
 CATALOGUE = "entity_catalogue"  # ledger state: {key: [label, type]}
@@ -126,3 +126,28 @@ def _id_order(record_id: str) -> tuple[int, ...]:
     import re
 
     return tuple(int(n) for n in re.findall(r"\d+", record_id))
+
+
+def temporal_links(store: MemoryStore, raw: Record, pending: set[str]) -> tuple[list[Link], dict[str, object]]:
+    """The turn's place in the chain of turns said ("src precedes dst"), and the state to save with it.
+
+    A turn said after the last one derived follows it, and is the next one's start. Older talk added later
+    (a backfill) is placed where it was said: linked from the derived turn said just before it and to the one
+    said just after, leaving the chain's end where it was (it was linked after the latest turn, as said later).
+    """
+    previous = store.state(LAST_TURN)
+    last = store.get([previous]) if isinstance(previous, str) and previous != raw.id else []
+    undated = raw.time is None or (bool(last) and last[0].time is None)  # no time to place it by: it comes now
+    if not last or undated or chronological_key(last[0]) <= chronological_key(raw):
+        return [Link(namespace=store.namespace, src=r.id, dst=raw.id, type=LinkType.TEMPORAL) for r in last], {
+            LAST_TURN: raw.id}
+    timeline = store.timeline()
+    at = next((i for i, r in enumerate(timeline) if r.id == raw.id), None)
+    if at is None:
+        return [], {}
+    # a neighbour still to be derived (later in the same input) links to this one itself when derived
+    before = timeline[at - 1] if at > 0 and timeline[at - 1].id not in pending else None
+    after = timeline[at + 1] if at + 1 < len(timeline) and timeline[at + 1].id not in pending else None
+    links = [Link(namespace=store.namespace, src=before.id, dst=raw.id, type=LinkType.TEMPORAL)] if before else []
+    links += [Link(namespace=store.namespace, src=raw.id, dst=after.id, type=LinkType.TEMPORAL)] if after else []
+    return links, {}
