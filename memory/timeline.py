@@ -14,6 +14,7 @@ from bisect import bisect_left, insort
 from datetime import datetime
 
 from strata.memory.records import Record, chronological_key
+from strata.memory.store_items import ITEM_PREFIX
 
 _Key = tuple[float, tuple[int, ...], str]
 
@@ -27,6 +28,7 @@ class Timeline:
         self._filed: dict[str, _Key] = {}
         self._first: dict[str, _Key] = {}  # each speaker's first turn
         self._participants: list[str] | None = None  # speakers in order of first turn; rebuilt when that changes
+        self._latest: list[datetime | None] | None = None  # [latest time], found again when the turns change
 
     def __len__(self) -> int:
         return len(self._keys)
@@ -34,6 +36,7 @@ class Timeline:
     def put(self, record: Record) -> None:
         """File an active turn (or re-file a changed one)."""
         self.remove(record.id)
+        self._latest = None
         key = chronological_key(record)
         insort(self._keys, key)
         self._records[record.id] = record
@@ -47,6 +50,7 @@ class Timeline:
         key = self._filed.pop(record_id, None)
         if key is None:
             return
+        self._latest = None
         del self._keys[bisect_left(self._keys, key)]
         record = self._records.pop(record_id)
         if self._first.get(record.speaker) == key:  # a speaker's first turn left: find their next (rare)
@@ -71,10 +75,14 @@ class Timeline:
         return None
 
     def latest_time(self) -> datetime | None:
-        """The latest time of any turn (undated turns sort first, before every dated one)."""
-        if self._keys and self._keys[-1][0] != -math.inf:
-            return self._records[self._keys[-1][2]].time
-        return None
+        """The latest time of any turn (undated turns sort first, before every dated one). A LangGraph store
+        item is not a turn said: stamped when an app put it, it would make "now" the wall clock of a memory
+        replayed from 2023 ("last week" then meant this week)."""
+        if self._latest is None:
+            said = (k for k in reversed(self._keys) if k[0] == -math.inf or not k[2].startswith(ITEM_PREFIX))
+            last = next(said, None)
+            self._latest = [self._records[last[2]].time if last and last[0] != -math.inf else None]
+        return self._latest[0]
 
     def participants(self) -> list[str]:
         """The distinct speakers, in order of their first turn."""

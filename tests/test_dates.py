@@ -496,3 +496,18 @@ def test_undated_turns_sort_first_even_before_1970() -> None:
     only_undated = Timeline()
     only_undated.put(undated)
     assert only_undated.latest_time() is None
+
+
+def test_a_store_item_put_now_does_not_move_a_memorys_now() -> None:
+    """A LangGraph store item is stamped when an app puts it: counted as a turn, one put made "now" the wall
+    clock of a memory replayed from 2023, and "last week" meant this week."""
+    from strata.memory.records import Record
+    from strata.memory.store_items import ITEM_PREFIX
+
+    timeline = Timeline()
+    timeline.put(_turn("D1:1", datetime(2023, 5, 9, 10)))
+    timeline.put(Record(id=f"{ITEM_PREFIX}prefs", kind="raw", text="likes tea", namespace="ns",
+                        dialogue_id="item:prefs", time=datetime(2026, 11, 27)))
+    assert timeline.latest_time() == datetime(2023, 5, 9, 10)
+    timeline.put(_turn("D1:2", datetime(2023, 5, 10, 9)))
+    assert timeline.latest_time() == datetime(2023, 5, 10, 9)
