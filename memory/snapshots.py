@@ -27,8 +27,9 @@ import orjson
 from pydantic import ValidationError
 from strata.memory.records import Kind, Record
 
-FORMAT = 2
-"""Bumped whenever what a file holds changes, so files of an older layout are ignored."""
+FORMAT = 3
+"""Bumped whenever what a file holds changes, so files of an older layout are ignored (3: the BM25 index's
+tokens of non-ASCII words, which the tokenizer now reads whole, in any script)."""
 MIN_RECORDS = 2_000
 """Smaller collections are read from Chroma in well under a second: no file for them."""
 _TIMES = ("time", "time_end")
