@@ -50,7 +50,7 @@ from strata.memory.erasure import erased_turns, out_of_open_episode, still_telli
 from strata.memory.errors import InputError
 from strata.memory.facts import FactDraft, comparable, extract_facts, single_valued
 from strata.memory.forgetting import ForgetDecision, decide, request_told
-from strata.memory.records import Record, Status, Turn
+from strata.memory.records import Record, Status, Turn, id_numbers
 from strata.memory.store import MemoryStore, kind_of
 from strata.prompts import refresher as prompts
 
@@ -145,7 +145,7 @@ class Group:
         """When a record was said, to order statements of one value: its turn's time, then the dialogue id
         (D1:9 before D1:10 at one session time). Not the fact's own time, which is when the event was ("I
         moved to Denver last year", said in June, is newer than "I live in Boulder", said in May)."""
-        return self.said.get(record.id) or datetime.min, _dialogue_numbers(record.dialogue_id)
+        return self.said.get(record.id) or datetime.min, id_numbers(record.dialogue_id)
 
 
 @dataclass
@@ -401,11 +401,7 @@ def said_later(stored: tuple[datetime, tuple[int, ...]], incoming: Incoming) -> 
         return False
     if when != incoming.time:
         return when > incoming.time
-    return numbers > _dialogue_numbers(incoming.dia_id)
-
-
-def _dialogue_numbers(dialogue_id: str) -> tuple[int, ...]:
-    return tuple(int(n) for n in re.findall(r"\d+", dialogue_id))
+    return numbers > id_numbers(incoming.dia_id)
 
 
 def rewrite_value(record: Record, draft: FactDraft) -> str:

@@ -232,5 +232,9 @@ def chronological_key(item: Dated) -> tuple[float, tuple[int, ...], str]:
     """Chronological order: time, then the numbers of the dialogue id (D3:12 -> (3, 12)). An undated item
     sorts before every dated one, those before 1970 (negative epochs) and at its very start included."""
     moment = epoch_seconds(item.time) if item.time else float("-inf")
-    numbers = tuple(int(n) for n in re.findall(r"\d+", item.dialogue_id or item.id))
-    return moment, numbers, item.id
+    return moment, id_numbers(item.dialogue_id or item.id), item.id
+
+
+def id_numbers(text: str) -> tuple[int, ...]:
+    """The numbers of an id, in order, as they sort ids of one conversation: D3:12 -> (3, 12), T100 after T20."""
+    return tuple(int(n) for n in re.findall(r"\d+", text))

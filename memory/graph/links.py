@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 
 from pydantic import BaseModel
 from strata.memory.graph.entities import Mention
-from strata.memory.records import Link, LinkType, Record, chronological_key, entity_node_id
+from strata.memory.records import Link, LinkType, Record, chronological_key, entity_node_id, id_numbers
 from strata.memory.store import MemoryStore
 
 CATALOGUE = "entity_catalogue"  # ledger state: {key: [label, type]}
@@ -98,7 +98,7 @@ def entity_links(
         weight = specificity(len(others) + 1, total_raw)
         if weight <= 0:
             continue
-        others.sort(key=lambda rid: (order or {}).get(rid) or _id_order(rid))
+        others.sort(key=lambda rid: (order or {}).get(rid) or id_numbers(rid))
         for other in others[-RECENT_MENTIONS:]:
             best[other] = max(best.get(other, 0.0), weight)
     return [
@@ -122,10 +122,6 @@ def catalogue_update(known: dict[str, list[str]], mentions: Sequence[Mention]) -
     return new
 
 
-def _id_order(record_id: str) -> tuple[int, ...]:
-    import re
-
-    return tuple(int(n) for n in re.findall(r"\d+", record_id))
 
 
 def temporal_links(store: MemoryStore, raw: Record, pending: set[str]) -> tuple[list[Link], dict[str, object]]:
