@@ -98,7 +98,7 @@ def narrate(segment: OpenSegment, title: str, max_facts: int = 14) -> str:
     """
     when = segment.start.strftime("%-d %B %Y") if segment.start else "an undated session"
     people = " and ".join(dict.fromkeys(segment.speakers)) or "the participants"
-    facts = list(dict.fromkeys(_sentence(f) for f in segment.facts))
+    facts = list(dict.fromkeys(as_sentence(f) for f in segment.facts))
     if not facts:
         return f"On {when}, {people} exchanged a few words ({title}); nothing was stated as fact."
     shown = " ".join(facts[:max_facts])
@@ -106,6 +106,10 @@ def narrate(segment: OpenSegment, title: str, max_facts: int = 14) -> str:
     return f"On {when}, with {people}: {shown}{more}"
 
 
-def _sentence(fact: str) -> str:
-    fact = fact.strip()
-    return fact if fact.endswith((".", "!", "?")) else fact + "."
+SENTENCE_ENDS = (".", "!", "?", "。", "！", "？", "؟")
+
+
+def as_sentence(text: str) -> str:
+    """A fact told in a narrative: with its own end mark, or a full stop (not one after "。")."""
+    text = text.strip()
+    return text if text.endswith(SENTENCE_ENDS) else text + "."

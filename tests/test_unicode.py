@@ -159,3 +159,11 @@ def test_model_entity_names_of_any_script() -> None:
     beijing, muller, moller = normalise("北京"), normalise("Müller"), normalise("Möller")
     assert beijing is not None and beijing.key == "北京"
     assert muller is not None and moller is not None and muller.key != moller.key
+
+
+def test_a_narrative_keeps_a_fact_s_own_end_mark() -> None:
+    """Episodes and summaries added "." after a sentence ended by "。" ("我搬到了杭州。.")."""
+    from strata.memory.episodes import as_sentence
+
+    assert [as_sentence(t) for t in ("我搬到了杭州。", "هل انتقلت؟", "Ann moved", "Really?")] == [
+        "我搬到了杭州。", "هل انتقلت؟", "Ann moved.", "Really?"]

@@ -20,6 +20,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 from pydantic import BaseModel, Field
+from strata.memory.episodes import as_sentence
 from strata.memory.persona import aspect_of
 from strata.memory.records import Link, LinkType, Record, chronological_key
 
@@ -117,7 +118,7 @@ def narrate(group: Group, raw: dict[str, Record], facts_by_turn: dict[str, list[
         turn = raw[rid]
         said = [f.text for f in facts_by_turn.get(turn.dialogue_id, [])] or [f"{turn.speaker}: {turn.text}"]
         when = turn.time.strftime("%-d %B %Y") if turn.time else "undated"
-        lines.append(f"{when} [{turn.dialogue_id}]: {' '.join(_sentence(s) for s in said[:2])}")
+        lines.append(f"{when} [{turn.dialogue_id}]: {' '.join(as_sentence(s) for s in said[:2])}")
     more = len(group.turn_ids) - MAX_LINES
     tail = f" (and {more} more turns)" if more > 0 else ""
     return f"{group.heading}.\n" + "\n".join(lines) + tail
@@ -152,8 +153,3 @@ def group_digest(group: Group, raw: dict[str, Record], facts_by_turn: dict[str, 
 
 def _slug(text: str) -> str:
     return "-".join(text.lower().replace("'", "").split())[:60]
-
-
-def _sentence(text: str) -> str:
-    text = text.strip()
-    return text if text.endswith((".", "!", "?")) else text + "."
