@@ -113,6 +113,7 @@ _FUTURE = re.compile(
     re.IGNORECASE,
 )
 _SENTENCE_BREAK = re.compile(r"[.!?;\n]")
+_CLAUSE_BREAK = re.compile(r"[.!?;,\n]")
 
 
 class DateReadError(ValueError):
@@ -316,8 +317,11 @@ def _in_units(m: re.Match[str], anchor: date | None, text: str) -> _Period | Non
         return None
     sentence_start = max((b.end() for b in _SENTENCE_BREAK.finditer(text, 0, m.start())), default=0)
     opens = not text[sentence_start : m.start()].strip(" \t\"'“‘(")
-    sentence = _sentence_around(text, m.start(), m.end())
-    if not (_FUTURE.search(sentence) or (opens and not _told_in_past(sentence))):
+    # the clause it is in, not the sentence: "Work is going great, I learned to knit in two weeks" is past
+    left = max((b.end() for b in _CLAUSE_BREAK.finditer(text, 0, m.start())), default=0)
+    right = _CLAUSE_BREAK.search(text, m.end())
+    clause = text[left : right.start() if right else len(text)]
+    if _told_in_past(clause) or not (_FUTURE.search(clause) or opens):
         return None
     return _units_away(m, anchor, 1)
 

@@ -464,6 +464,10 @@ def test_in_a_count_of_units_said_of_plans(text: str, expression: str, first: da
         "I read a book in a week.",  # the present: a habit's duration
         "I'm going to see him for the first time in three years.",  # how long since, not when
         "I'll be there twice in two weeks.",
+        # a word of plans elsewhere in the sentence does not make a past duration a date
+        "Work is going great, I learned to knit in two weeks.",
+        "I want to say I finished the marathon in three days.",
+        "I will tell you, I wrote the whole book in a month.",
     ],
 )
 def test_in_a_count_of_units_as_a_duration_is_no_date(text: str) -> None:
