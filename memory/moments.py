@@ -94,11 +94,14 @@ def read_time(value: object) -> datetime | None:
 
 
 def _short_number(text: str) -> datetime:
-    """Digits no date format reads ("0", "86400"): epoch seconds, as the same number sent as a number is.
-    Four digits alone are a year, which is no instant: refused rather than read as seconds after 1970."""
+    """Fewer than nine digits no date format reads: "0" is the epoch, as the number 0 is; the rest are refused.
+    Read as seconds, a mistyped date ("20231301", "202305") became a time in 1970, stored without a word."""
+    if text.lstrip("-") == "0":
+        return from_epoch(0.0)
     if re.fullmatch(r"\d{4}", text):
         raise ValueError(f"the time {text!r} is a year alone: give a date such as {text}-01-01 or epoch seconds")
-    return from_epoch(float(text))
+    raise ValueError(f"cannot read the time {text!r}: digits alone are epoch seconds from nine digits on "
+                     "(1683626400); give a date such as 2023-05-08")
 
 
 # What a caller may send, as the schemas say it (Studio's forms, the server's input check): the text

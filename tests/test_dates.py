@@ -110,11 +110,14 @@ def test_an_offset_past_the_calendar_says_so_and_digits_read_as_the_number_they_
             read_time(sent)
         assert "\n" not in str(caught.value)
     assert read_time("0") == read_time(0) == datetime(1970, 1, 1)
-    assert read_time("86400") == read_time(86400) == datetime(1970, 1, 2)
+    assert read_time(86400) == datetime(1970, 1, 2) and read_time("1683626400") == read_time(1683626400)
     assert read_time("20230508") == datetime(2023, 5, 8)  # a date in ISO's basic form stays a date
     with pytest.raises(ValueError, match="a year alone") as caught:
         read_time("2023")
     assert "\n" not in str(caught.value)
+    for mistyped in ("20231301", "202305", "230508", "12", "86400"):  # read as seconds, they were dates in 1970
+        with pytest.raises(ValueError, match="nine digits"):
+            read_time(mistyped)
 
 
 # --- resolve_relative on real turns -------------------------------------------------------------
