@@ -211,8 +211,9 @@ def refresher(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
                 if forgets and forgotten is None:
                     forgotten = note.change_id
         if forgotten is not None and incoming.forget is not None:
+            asked = sum(n.action == "delete" for n in notes)  # what the request forgot, not what retold it
             notes += tell_without_forgotten(store, notes, forgotten, incoming.cause)
-            notes += tell_request_without_words(store, incoming, incoming.forget, notes, forgotten)
+            notes += tell_request_without_words(store, incoming, incoming.forget, asked, forgotten)
     people = shown_people(store.participants(), context)
     evidence = refreshed_evidence(state.evidence, store, notes, people)
     counts = {a: sum(n.action == a for n in notes) for a in ("update", "delete", "noop")}
@@ -575,7 +576,7 @@ def tell_without_forgotten(store: MemoryStore, notes: list[ChangeNote], lead: in
 
 
 def tell_request_without_words(
-    store: MemoryStore, incoming: Incoming, decision: ForgetDecision, notes: list[ChangeNote], lead: int
+    store: MemoryStore, incoming: Incoming, decision: ForgetDecision, deleted: int, lead: int
 ) -> list[ChangeNote]:
     """A carried-out request to forget keeps its turn, told without its words ("forget that I adopted a
     puppy named Coco" named the puppy a search would find there), in a change that follows the request's
@@ -584,7 +585,6 @@ def tell_request_without_words(
     if not request_id or not store.has(request_id):
         return []
     request = store.get_one(request_id)
-    deleted = sum(n.action == "delete" for n in notes)
     told = request_told(deleted)
     if request.status != Status.ACTIVE or request.text == told:
         return []

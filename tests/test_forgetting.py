@@ -307,3 +307,18 @@ def test_a_request_that_deletes_nothing_keeps_its_words(data_dir: Path) -> None:
     memory.chat("Please forget that Ann adopted a puppy named Coco.", speaker="Bob")  # not Bob's to forget
     assert memory.get(["raw:D1:1"])[0].status == Status.ACTIVE
     assert any(r.text == "Please forget that Ann adopted a puppy named Coco." for r in memory.store.all("raw"))
+
+
+def test_an_episode_of_nothing_but_the_forgotten_turn_goes_and_is_not_counted_as_forgotten(data_dir: Path) -> None:
+    memory = Memory("bob", data_dir=str(data_dir))
+    memory.add([{"speaker": "Bob", "text": "I adopted a puppy named Coco last week.", "dia_id": "D1:1",
+                 "time": "2023-05-01T10:00"}], end_session=True)
+    memory.add([{"speaker": "Bob", "text": "I work as a chef in Boston.", "dia_id": "D2:1",
+                 "time": "2023-05-08T10:00"}])
+    [episode] = memory.store.all("episode")
+    memory.chat("Please forget that I adopted a puppy named Coco.", speaker="Bob")
+    assert memory.get([episode.id])[0].status == Status.DELETED
+    told = [r.text for r in memory.store.all("raw") if r.text.startswith("[asked")]
+    assert told == [request_told(3)]  # the turn and its two facts
+    memory.undo()
+    assert memory.get([episode.id])[0].status == Status.ACTIVE
