@@ -35,6 +35,7 @@ import asyncio
 import json
 import re
 import threading
+import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -454,7 +455,20 @@ def namespace_labels(name: str) -> tuple[str, ...]:
 
 
 def _encode_label(label: str) -> str:
-    return "".join(c if c.isalnum() or c in _PLAIN_MARKS else f".{ord(c):x}." for c in label)
+    """A label as a memory namespace's: composed (NFC) when it is not plain, so "José" typed with a separate
+    accent is the namespace `Memory("users/José")` opens; a combining mark after a letter, digit or mark stays
+    as it is (memory/namespaces.py), any other character the rule refuses becomes `.<hex>.`."""
+    if not all(c.isalnum() or c in _PLAIN_MARKS for c in label):
+        label = unicodedata.normalize("NFC", label)
+    kept: list[str] = []
+    for c in label:
+        mark = unicodedata.category(c).startswith("M") and bool(kept) and (kept[-1].isalnum() or _is_mark(kept[-1]))
+        kept.append(c if c.isalnum() or c in _PLAIN_MARKS or mark else f".{ord(c):x}.")
+    return "".join(kept)
+
+
+def _is_mark(text: str) -> bool:
+    return len(text) == 1 and unicodedata.category(text).startswith("M")
 
 
 def _decode_label(label: str) -> str:
@@ -465,6 +479,8 @@ def _decode_label(label: str) -> str:
     try:
         decoded = _ESCAPED.sub(lambda m: chr(int(m[1], 16)), label)
     except (ValueError, OverflowError):
+        return label
+    if "\x00" in decoded or "." in decoded:  # no LangGraph label holds these: "v1.0.1" is a memory's own name
         return label
     return decoded if _encode_label(decoded) == label else label
 

@@ -11,6 +11,7 @@ use as `compile(store=...)` in a LangGraph app.
 from __future__ import annotations
 
 import asyncio
+import unicodedata
 import uuid
 from collections.abc import Iterator
 from datetime import datetime
@@ -158,6 +159,14 @@ def test_labels_langgraph_accepts_map_reversibly_to_memory_namespaces(store: Str
     assert Memory("memories/auth0.7c.abc123", data_dir=str(data_dir)).store.get(["raw:item:k"])[0].text == "item 0"
     with pytest.raises(InvalidNamespaceError, match="at most 128"):
         store.put(("|" * 40,), "k", {"text": "too long once written"})
+    # "José" typed with a separate accent is the namespace Memory opens for either spelling, not "Jose.301."
+    decomposed = unicodedata.normalize("NFD", "José")
+    assert langgraph_store.namespace_name(("users", decomposed)) == "users/José"
+    store.put(("users", decomposed), "k", {"text": "likes tea"})
+    found = store.get(("users", "José"), "k")
+    assert found is not None and found.value == {"text": "likes tea"}
+    assert Memory(f"users/{decomposed}", data_dir=str(data_dir)).store.has("raw:item:k")
+    assert langgraph_store.namespace_labels("app/v1.0.1") == ("app", "v1.0.1")  # a memory's own dots, no NUL
 
 
 def test_nul_and_missing_limits_are_one_line_errors(store: StrataStore) -> None:
