@@ -359,12 +359,15 @@ class Ledger:
             )
             # the window keeps the latest turns said, not the latest sent: older talk backfilled after today's
             # does not push today's out
-            session.execute(
-                "DELETE FROM working WHERE namespace = ? AND participant = ? AND arrival NOT IN ("
-                "SELECT arrival FROM working WHERE namespace = ? AND participant = ? "
-                "ORDER BY time DESC NULLS LAST, arrival DESC LIMIT ?)",
-                (namespace, participant, namespace, participant, size),
-            )
+            rows = session.execute(
+                "SELECT seq, time, arrival FROM working WHERE namespace = ? AND participant = ?",
+                (namespace, participant),
+            ).fetchall()
+            # undated first, then by time; rows of an import without an arrival order as the oldest sent
+            rows.sort(key=lambda r: (r[1] is not None, r[1] or "", r[2] is not None, r[2] or 0, r[0]))
+            for row in rows[: max(len(rows) - size, 0)]:
+                session.execute("DELETE FROM working WHERE namespace = ? AND participant = ? AND seq = ?",
+                                (namespace, participant, row[0]))
 
     def working(self, namespace: str) -> list[dict[str, str]]:
         """Every participant's recent turns, oldest first (by time, then by arrival)."""

@@ -279,4 +279,10 @@ def test_the_working_window_keeps_the_latest_turns_said_not_the_latest_sent(tmp_
     ledger.push_working("ns", "Ann", "D9:1", "undated", None, 2)  # no time: taken as the earliest, so it goes
     ledger.push_working("ns", "Ann", "D5:1", "later", june + timedelta(days=1), 2)
     assert [w["text"] for w in ledger.working("ns")] == ["turn 1", "later"]
+    with ledger.transaction() as session:  # rows an imported document gave no arrival (its format allows it)
+        session.execute("INSERT INTO working (namespace, participant, seq, dia_id, text, time, arrival) "
+                        "VALUES ('ns', 'Ann', 99, 'D8:1', 'imported', ?, NULL)",
+                        ((june + timedelta(days=2)).isoformat(),))
+    ledger.push_working("ns", "Ann", "D6:1", "latest", june + timedelta(days=3), 2)
+    assert [w["text"] for w in ledger.working("ns")] == ["imported", "latest"]
     ledger.close()
