@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import select
@@ -40,7 +41,7 @@ from strata.memory.errors import UnavailableError
 from strata.memory.ledger import Ledger, open_ledger
 from strata.memory.ledger_postgres import CONNECT_TIMEOUT, PostgresBackend
 from strata.memory.ledger_sql import SCHEMA_VERSION
-from strata.memory.records import Action, Change, Link, LinkType, Status
+from strata.memory.records import Action, Change, Link, LinkType, Status, chronological_key
 
 from strata.api import Memory
 from strata.langgraph_store import StrataStore
@@ -278,8 +279,13 @@ def test_four_processes_writing_250_turns_each_into_one_namespace(
             "SELECT src, dst FROM links WHERE namespace = 'crowd' AND type = 'temporal'").fetchall()
         derived = {src for (src,) in session.execute(
             "SELECT src FROM links WHERE namespace = 'crowd' AND type = 'derived_from' AND src LIKE 'fact:%'")}
-    # one chain through every turn, in the order the four writers' derivations took turns
-    assert len(temporal) == 999 and len({dst for _, dst in temporal}) == 999
+    # one chain through every turn in the order they were said (the four conversations' dates interleave), each
+    # link from a turn said earlier; a turn derived before the turns said just before it also keeps the link it
+    # got from the latest turn derived then, which skips them but still runs forward
+    said = store.timeline()
+    order = {r.id: chronological_key(r) for r in said}
+    assert all(order[src] < order[dst] for src, dst in temporal)
+    assert set(itertools.pairwise(r.id for r in said)) <= set(temporal) and len(said) == 1000
     facts = {r.id for r in store.all("fact", include_inactive=True)}
     assert facts and facts == derived  # every fact linked to its turn
     derived_turns = {f"raw:{fid.split(':', 1)[1].rsplit(':', 1)[0]}" for fid in facts}
