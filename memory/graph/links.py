@@ -122,8 +122,6 @@ def catalogue_update(known: dict[str, list[str]], mentions: Sequence[Mention]) -
     return new
 
 
-
-
 def temporal_links(store: MemoryStore, raw: Record, pending: set[str]) -> tuple[list[Link], dict[str, object]]:
     """The turn's place in the chain of turns said ("src precedes dst"), and the state to save with it.
 
@@ -137,13 +135,12 @@ def temporal_links(store: MemoryStore, raw: Record, pending: set[str]) -> tuple[
     if not last or undated or chronological_key(last[0]) <= chronological_key(raw):
         return [Link(namespace=store.namespace, src=r.id, dst=raw.id, type=LinkType.TEMPORAL) for r in last], {
             LAST_TURN: raw.id}
-    timeline = store.timeline()
-    at = next((i for i, r in enumerate(timeline) if r.id == raw.id), None)
-    if at is None:
-        return [], {}
     # a neighbour still to be derived (later in the same input) links to this one itself when derived
-    before = timeline[at - 1] if at > 0 and timeline[at - 1].id not in pending else None
-    after = timeline[at + 1] if at + 1 < len(timeline) and timeline[at + 1].id not in pending else None
-    links = [Link(namespace=store.namespace, src=before.id, dst=raw.id, type=LinkType.TEMPORAL)] if before else []
-    links += [Link(namespace=store.namespace, src=raw.id, dst=after.id, type=LinkType.TEMPORAL)] if after else []
+    before = store.adjacent([raw.id], -1).get(raw.id)
+    after = store.adjacent([raw.id], 1).get(raw.id)
+    links: list[Link] = []
+    if before is not None and before.id not in pending:
+        links.append(Link(namespace=store.namespace, src=before.id, dst=raw.id, type=LinkType.TEMPORAL))
+    if after is not None and after.id not in pending:
+        links.append(Link(namespace=store.namespace, src=raw.id, dst=after.id, type=LinkType.TEMPORAL))
     return links, {}
