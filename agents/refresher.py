@@ -567,8 +567,9 @@ def tell_without_forgotten(store: MemoryStore, notes: list[ChangeNote], lead: in
     episode of other turns too is told again without it, the rest are deleted, in changes that follow the
     request's first delete (one undo brings their words back with the records)."""
     gone = {n.record_id for n in notes if n.action == "delete"}
-    out_of_open_episode(store, erased_turns(store.get(sorted(gone))), gone)  # the episode being written, too
-    again, emptied = still_telling(store, gone)
+    turns = erased_turns(store.get(sorted(gone)))
+    out_of_open_episode(store, turns, gone)  # the episode being written, too
+    again, emptied = still_telling(store, turns, gone)
     steps = [Step("update", store.get_one(told.id), "it told of what a request forgot: told without it",
                   new_text=told.text) for told in again]
     steps += [Step("delete", record, "it retold what a request forgot") for record in store.get(emptied)]

@@ -215,12 +215,11 @@ def retold(store: MemoryStore, turns: set[str], gone: set[str] = frozenset()) ->
     return found
 
 
-def still_telling(store: MemoryStore, gone: set[str]) -> tuple[list[Record], list[str]]:
-    """What still tells records a request to forget deleted (`gone`, their ids; they stay in the store as
-    tombstones): the live episodes that also tell of turns that stay, told again without them (`retold`), and
-    the live episodes that tell of nothing else and the summaries that retell them, to be deleted too (the
-    next consolidation writes a summary of what is left)."""
-    turns = erased_turns(store.get(sorted(gone)))
+def still_telling(store: MemoryStore, turns: set[str], gone: set[str]) -> tuple[list[Record], list[str]]:
+    """What still tells records a request to forget deleted (`gone`, their ids, and `turns`, the dialogue ids
+    of the turns among them; they stay in the store as tombstones): the live episodes that also tell of turns
+    that stay, told again without them (`retold`), and the live episodes that tell of nothing else and the
+    summaries that retell them, to be deleted too (the next consolidation writes a summary of what is left)."""
     again = [e for e in retold(store, turns, gone) if e.status == Status.ACTIVE]
     told = turns | _fact_turns(store, gone)
     kept = {e.id for e in again} | gone
