@@ -209,7 +209,10 @@ def _derive(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
                 "notes": [*state.notes, f"{turn.dia_id} was derived by another run meanwhile: skipped"],
                 "trace": traced(state, "memory", OFFLINE, f"{turn.dia_id} derived by another run meanwhile")}
     raw = store.get_one(f"raw:{turn.dia_id}")
-    drafts, policy, related = _facts(turn, state, runtime, store)
+    # an instruction to the memory (the Refresher carries it out), not something to remember: its words are what
+    # it asks to forget, so they give no facts, note, entities or links
+    instruction = _asks_to_forget(turn)
+    drafts, policy, related = ([], OFFLINE, []) if instruction else _facts(turn, state, runtime, store)
     facts = [
         Record(
             id=f"fact:{turn.dia_id}:{i}", kind="fact", text=d.text, namespace=store.namespace,
@@ -223,8 +226,7 @@ def _derive(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     episode, segment, boundary, boundary_policy = _episode(store, raw, facts, context, runtime)
     records = [*facts, *personas, *([episode] if episode else [])]
     links, state_after = _links(store, raw, facts, personas, episode, state, related)
-    # an instruction to the memory gets no note, entities or links either: its words are what it asks to forget
-    graph, graph_policy = (fast_path.TurnGraph(links=[]), OFFLINE) if _asks_to_forget(turn) else _graph(
+    graph, graph_policy = (fast_path.TurnGraph(links=[]), OFFLINE) if instruction else _graph(
         store, raw, facts, turn, runtime)  # the note and evolutions are written at once
     links += graph.links
     state_after.update(graph.state)
@@ -267,8 +269,6 @@ def _facts(
     turn: Turn, state: State, runtime: Runtime[Context], store: MemoryStore
 ) -> tuple[list[FactDraft], str, list[str]]:
     """The turn's facts, the policy that wrote them, and the earlier dialogue ids the model said it refers to."""
-    if _asks_to_forget(turn):
-        return [], OFFLINE, []  # an instruction to the memory, not something to remember (the Refresher acts on it)
     model = chat_model(runtime.context)
     if model is None:
         return extract_facts(turn, turn.time, turn.listener), OFFLINE, []
