@@ -71,13 +71,16 @@ def _with_marks(label: str) -> str | None:
     """The first character refused when a combining mark may follow a letter, a digit or another mark."""
     previous = ""
     for c in label:
-        mark = unicodedata.category(c).startswith("M") and (previous.isalnum() or _is_mark(previous))
-        if not (c.isalnum() or c in _LABEL_MARKS or mark):
+        if not (c.isalnum() or c in _LABEL_MARKS or mark_after(previous, c)):
             return c
         previous = c
     return None
 
 
-def _is_mark(c: str) -> bool:
-    return bool(c) and unicodedata.category(c).startswith("M")
+def mark_after(previous: str, c: str) -> bool:
+    """Whether `c` is a combining mark a label keeps: one that follows a letter, a digit or another mark."""
+    return unicodedata.category(c).startswith("M") and (previous.isalnum() or _is_mark(previous))
 
+
+def _is_mark(c: str) -> bool:
+    return len(c) == 1 and unicodedata.category(c).startswith("M")

@@ -63,7 +63,7 @@ from strata.memory import store_items
 from strata.memory.chroma import open_client
 from strata.memory.errors import InputError, check_utf8, shown_value
 from strata.memory.ledger import Ledger
-from strata.memory.namespaces import MAX_LENGTH
+from strata.memory.namespaces import MAX_LENGTH, mark_after
 from strata.memory.records import KINDS, Kind, Record, Status
 from strata.memory.registry import ledger_for, open_store
 from strata.memory.reindex import REBUILT_SUFFIX
@@ -462,13 +462,10 @@ def _encode_label(label: str) -> str:
         label = unicodedata.normalize("NFC", label)
     kept: list[str] = []
     for c in label:
-        mark = unicodedata.category(c).startswith("M") and bool(kept) and (kept[-1].isalnum() or _is_mark(kept[-1]))
-        kept.append(c if c.isalnum() or c in _PLAIN_MARKS or mark else f".{ord(c):x}.")
+        # the character written before it: an escape ends in ".", which no mark may follow
+        previous = kept[-1][-1] if kept else ""
+        kept.append(c if c.isalnum() or c in _PLAIN_MARKS or mark_after(previous, c) else f".{ord(c):x}.")
     return "".join(kept)
-
-
-def _is_mark(text: str) -> bool:
-    return len(text) == 1 and unicodedata.category(text).startswith("M")
 
 
 def _decode_label(label: str) -> str:
