@@ -195,9 +195,10 @@ def _is_future(text: str, start: int, end: int) -> bool:
     return bool(_FUTURE.search(_sentence_around(text, start, end)))
 
 
-def _sentence_around(text: str, start: int, end: int) -> str:
-    left = max((m.end() for m in _SENTENCE_BREAK.finditer(text, 0, start)), default=0)
-    right_match = _SENTENCE_BREAK.search(text, end)
+def _sentence_around(text: str, start: int, end: int, breaks: re.Pattern[str] = _SENTENCE_BREAK) -> str:
+    """The sentence (or, with `_CLAUSE_BREAK`, the clause) that holds text[start:end]."""
+    left = max((m.end() for m in breaks.finditer(text, 0, start)), default=0)
+    right_match = breaks.search(text, end)
     return text[left : right_match.start() if right_match else len(text)]
 
 
@@ -318,9 +319,7 @@ def _in_units(m: re.Match[str], anchor: date | None, text: str) -> _Period | Non
     sentence_start = max((b.end() for b in _SENTENCE_BREAK.finditer(text, 0, m.start())), default=0)
     opens = not text[sentence_start : m.start()].strip(" \t\"'“‘(")
     # the clause it is in, not the sentence: "Work is going great, I learned to knit in two weeks" is past
-    left = max((b.end() for b in _CLAUSE_BREAK.finditer(text, 0, m.start())), default=0)
-    right = _CLAUSE_BREAK.search(text, m.end())
-    clause = text[left : right.start() if right else len(text)]
+    clause = _sentence_around(text, m.start(), m.end(), _CLAUSE_BREAK)
     if _told_in_past(clause) or not (_FUTURE.search(clause) or opens):
         return None
     return _units_away(m, anchor, 1)
