@@ -45,7 +45,7 @@ from strata.agents.common import (
 )
 from strata.agents.llm import ask_json, chat_model, one_of
 from strata.graph.context import Context
-from strata.graph.state import ChangeNote, Evidence, State
+from strata.graph.state import ChangeNote, Evidence, State, validate_turns
 from strata.memory.erasure import erased_turns, out_of_open_episode, still_telling
 from strata.memory.errors import InputError
 from strata.memory.facts import FactDraft, comparable, extract_facts, single_valued
@@ -246,8 +246,7 @@ def incoming_of(state: State, mode: str = "ingest") -> Incoming:
         return Incoming(text=state.question)
     storing = mode in ("ingest", "chat")
     if storing and state.turns and state.cursor < len(state.turns):
-        item: Any = state.turns[state.cursor]
-        turn = item if isinstance(item, Turn) else Turn.model_validate(item)
+        turn = validate_turns([state.turns[state.cursor]])[0]  # a server dict checked as the Memory role checks it
         return Incoming(text=turn.text, speaker=turn.speaker, dia_id=turn.dia_id or "", time=turn.time,
                         listener=turn.listener, is_turn=True)
     return Incoming(text=current_turn_text(state, mode),

@@ -36,7 +36,7 @@ from strata.agents.common import (
 )
 from strata.agents.llm import ask_json, chat_model
 from strata.graph.context import Context
-from strata.graph.state import Evidence, State
+from strata.graph.state import Evidence, State, validate_turns
 from strata.memory.dates import day_label, resolve_relative
 from strata.memory.entities import (
     CHAT_WORDS,
@@ -205,8 +205,7 @@ def asked(state: State, context: Context) -> str:
     if context.mode == "ask" and state.question.strip():
         return state.question
     if context.mode == "chat" and state.turns:
-        last: Any = state.turns[-1]
-        return str(last.text if hasattr(last, "text") else last.get("text", ""))
+        return validate_turns(state.turns[-1:])[0].text  # a server dict checked as the Memory role checks it
     return current_turn_text(state, context.mode)
 
 
