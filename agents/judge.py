@@ -49,6 +49,7 @@ from strata.memory.entities import (
 from strata.memory.facts import FactDraft, extract_facts, single_valued
 from strata.memory.forgetting import decide
 from strata.memory.lemmas import forms, text_forms
+from strata.memory.names import unaccented
 from strata.memory.records import Record, Status, Turn
 from strata.memory.speakers import resolve_participant
 from strata.memory.store import MemoryStore
@@ -263,10 +264,10 @@ def content_words(question: str, participants: Sequence[str]) -> list[str]:
     text = question
     for found in reversed(resolve_relative(question, datetime(2000, 1, 1))):
         text = text[: found.char_start] + " " + text[found.char_end :]
-    names = {t for p in participants for t in tokenize(p)}
+    names = {unaccented(t) for p in participants for t in tokenize(p)}  # "Emile" is a name as "Émile" is
     return [
         w for w in dict.fromkeys(plain_words(text))
-        if stem(w) not in names and stem(w) not in _LIGHT and not w.isdigit()
+        if unaccented(stem(w)) not in names and stem(w) not in _LIGHT and not w.isdigit()
     ]
 
 

@@ -51,6 +51,8 @@ from strata.memory.entities import (
 from strata.memory.facts import single_valued
 from strata.memory.graph.replies import Text
 from strata.memory.lemmas import plural_noun, text_forms
+from strata.memory.names import unaccented
+from strata.memory.speakers import resolve_participant
 from strata.prompts import working as prompts
 
 NOT_IN_MEMORY = "Not in memory."
@@ -295,7 +297,7 @@ def analyse(question: str, evidence: list[Evidence], window: tuple[datetime, dat
     own "now", so "in March" and "last week" count, not only dates that name their year."""
     people = known_people(evidence)
     named = [p for p in people if _names(question, p)]
-    name_stems = {stem(part) for p in people for part in tokenize(p)}
+    name_stems = {unaccented(stem(part)) for p in people for part in tokenize(p)}  # "Emile" names Émile too
     kind = classify(question)
     dates = resolve_relative(question, _NOW)
     words = question
@@ -306,7 +308,8 @@ def analyse(question: str, evidence: list[Evidence], window: tuple[datetime, dat
     documents = [set(tokenize(f"{item.text} {item.label}")) for item in evidence] or [set()]
     weights: dict[str, float] = {}
     for token in dict.fromkeys(tokenize(asked)):
-        if token in name_stems or any(p.lower().startswith(token) and len(token) >= 3 for p in people):
+        bare = unaccented(token)
+        if bare in name_stems or any(unaccented(p.lower()).startswith(bare) and len(bare) >= 3 for p in people):
             continue
         if token in _LIGHT:
             weights[token] = 0.3
@@ -332,14 +335,9 @@ def _asker(evidence: list[Evidence]) -> list[str]:
 
 
 def _names(question: str, person: str) -> bool:
-    """The question names the person, in full or by a short form ("Mel" for Melanie)."""
-    if re.search(rf"\b{re.escape(person)}\b", question, re.IGNORECASE):
-        return True
-    first = person.split()[0]
-    return any(
-        len(word) >= 3 and first.lower().startswith(word.lower()) and word[0].isupper()
-        for word in re.findall(r"[A-Za-z]+", question)
-    )
+    """The question names the person: in full, by a first or last name, or by a short form ("Mel" for
+    Melanie), with or without the name's accents (`resolve_participant`)."""
+    return bool(resolve_participant(question, [person]))
 
 
 def known_people(evidence: list[Evidence]) -> list[str]:
@@ -396,8 +394,9 @@ def about(sentence: str, item: Evidence, people: list[str]) -> set[str]:
 
 
 def _mentions(sentence: str, person: str) -> bool:
-    """A name used as a subject or object, not as a vocative ("Thanks, Mel!", "Wow, Caroline!")."""
-    name = re.escape(person)
+    """A name used as a subject or object, not as a vocative ("Thanks, Mel!", "Wow, Caroline!"); written
+    with its accents or without them."""
+    name, sentence = re.escape(unaccented(person)), unaccented(sentence)
     for match in re.finditer(rf"\b{name}\b", sentence, re.IGNORECASE):
         before, after = sentence[: match.start()].rstrip(), sentence[match.end() :].lstrip()
         vocative_after = not after or after[0] in ",!?."

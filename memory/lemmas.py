@@ -13,6 +13,7 @@ from functools import lru_cache
 
 from lemminflect import getAllLemmas, getInflection
 from strata.memory.entities import plain_words, stem
+from strata.memory.names import unaccented
 
 
 @lru_cache(maxsize=50_000)
@@ -26,8 +27,9 @@ def forms(word: str) -> frozenset[str]:
     """Everything a lowercase word may stand for: its light stem, each lemma, and each lemma's stem.
 
     Two words share a meaning when their forms meet: "sold" -> {sold, sell}, "selling" -> {sell}.
-    Names and words the lexicon lacks keep their stem alone (what BM25 would match)."""
-    out = {stem(word)}
+    Names and words the lexicon lacks keep their stem alone (what BM25 would match), and a word with accents
+    its stem without them too: "Emile", typed without the accent, meets "Émile"."""
+    out = {stem(word), stem(unaccented(word))}
     for found in lemmas(word).values():
         for lemma in found:
             out.update((lemma.lower(), stem(lemma.lower())))

@@ -61,6 +61,19 @@ def canonical_name(name: str) -> str:
     return " ".join(canonical_text(name).split())
 
 
+_ACCENTS = re.compile("[\u0300-\u036f]")  # the combining accents of Latin, Greek and Cyrillic letters
+
+
+@lru_cache(maxsize=65_536)
+def unaccented(text: str) -> str:
+    """Text without the accents of Latin, Greek and Cyrillic letters ("émile" -> "emile", "zoë" -> "zoe"): how
+    a question typed on a keyboard without them still names a participant. Marks that are letters' vowels
+    (Devanagari, Thai) stay. For finding who is meant, never for erasing: two names may differ by an accent."""
+    if text.isascii():
+        return text
+    return unicodedata.normalize("NFC", _ACCENTS.sub("", unicodedata.normalize("NFD", text)))
+
+
 def same_name(a: str, b: str) -> bool:
     """Whether two non-empty names are one spelling of the same name."""
     key = canonical_name(a)

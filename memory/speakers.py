@@ -13,7 +13,7 @@ import re
 from functools import lru_cache
 
 from strata.memory.entities import CHAT_WORDS, STOPWORDS, wordset
-from strata.memory.names import canonical_text, composed, spaceless
+from strata.memory.names import canonical_text, composed, spaceless, unaccented
 
 _TOKEN = re.compile(r"[A-Za-z]+(?:['’][A-Za-z]+)*|\d+|\s+|.", re.DOTALL)
 
@@ -298,7 +298,7 @@ def resolve_participant(question: str, participants: list[str]) -> list[str]:
     """
     found: list[tuple[int, str]] = []
     question = composed(question)  # "Émile" typed as E + a combining accent is still Émile
-    lowered = canonical_text(question).replace("’", "'")
+    lowered = unaccented(canonical_text(question)).replace("’", "'")  # and "Emile", typed without it
     for person in participants:
         name = composed(person).strip()
         if not name:
@@ -314,18 +314,18 @@ _QUESTION_WORD = re.compile(r"[^\W\d_](?:[^\W\d_]|['’-])*")  # letters of any 
 
 def _mention(question: str, lowered: str, name: str) -> int | None:
     """Where `name` is first mentioned in the question, or None."""
-    key = canonical_text(name)
+    key = unaccented(canonical_text(name))
     if spaceless(key):  # "李明住在哪里": Chinese and Japanese put no space after a name
         where = lowered.find(key)
         return where if where >= 0 else None
     full = re.search(rf"\b{re.escape(key)}\b", lowered)
     if full:
         return full.start()
-    parts = [canonical_text(p) for p in name.split() if len(p) > 1]
+    parts = [unaccented(canonical_text(p)) for p in name.split() if len(p) > 1]
     for match in _QUESTION_WORD.finditer(question):
         word = match.group().replace("’", "'")
         bare = re.sub(r"'s?$", "", word)
-        low = canonical_text(bare)
+        low = unaccented(canonical_text(bare))
         if low in parts:
             return match.start()
         if (

@@ -115,6 +115,19 @@ def test_questions_name_accented_and_cjk_participants() -> None:
     assert resolve_participant("李明住在哪里？", people) == ["李明"]
 
 
+def test_a_question_typed_without_accents_names_the_participant(data_dir: Path) -> None:
+    """'Emile' on a keyboard without accents is Émile to a question (not to an erasure: see the test above)."""
+    assert resolve_participant("What is Emile's job?", ["Bob Stone", "Émile Durand"]) == ["Émile Durand"]
+    assert resolve_participant("What did Zoe adopt?", ["Zoë", "Bob"]) == ["Zoë"]
+    memory = Memory("u", data_dir=str(data_dir))
+    memory.add([
+        {"speaker": "Émile", "text": "I work as a carpenter in Lyon these days.", "time": "2023-05-08T13:56"},
+        {"speaker": "Bob", "text": "Nice! I work as a nurse at the hospital.", "time": "2023-05-08T13:57"},
+    ])
+    accented, plain = memory.ask("What is Émile's job?"), memory.ask("What is Emile's job?")
+    assert "carpenter" in plain.answer and plain.cited_ids == accented.cited_ids == ["T1"]
+
+
 def test_relations_of_non_ascii_names_and_places() -> None:
     """Bug 8: the Refresher's relation for 'Émile lives in Paris' and 'Ann lives in 北京'."""
     assert relation_of("Émile lives in Paris now.", ("Émile",)) == ("Émile", "lives_in", "Paris")
