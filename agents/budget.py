@@ -93,7 +93,7 @@ class Candidate:
         return self.unit.record.text
 
     def day(self) -> str:
-        return day_of(self.unit.record.time)
+        return day_of(self.unit.record.local_time())
 
     def evidence(self) -> Evidence:
         item = unit_evidence(self.unit, self.people, self.line)

@@ -76,6 +76,7 @@ def evidence_of(
         source_ids=list(record.source_ids),
         speaker=record.speaker,
         time=record.time,
+        utc_offset=record.utc_offset,
         score=float(score),
         found_by=list(found_by),
         label=record.label(),

@@ -85,7 +85,7 @@ def model_summary_policy(context: Context, failures: list[str]) -> SummaryPolicy
 
     def policy(group: Group, members: Sequence[Record], offline_text: str) -> tuple[str, str] | None:
         lines = "\n".join(
-            f"[{r.dialogue_id}] {r.time.strftime('%Y-%m-%d') if r.time else 'undated'} {r.speaker}: {r.text}"
+            f"[{r.dialogue_id}] {r.said_on()} {r.speaker}: {r.text}"
             for r in members
         )
         new_unit(context)  # `max_model_calls` per group, not per run

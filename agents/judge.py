@@ -282,7 +282,7 @@ def coverage(words: Sequence[str], item: Evidence) -> float:
 def states_time(item: Evidence) -> bool:
     """An explicit date, or a relative one the item's own date turns into one value ('yesterday')."""
     text = item.text
-    anchor = item.time or datetime(2000, 1, 1)
+    anchor = item.local_time() or datetime(2000, 1, 1)
     for found in resolve_relative(text, anchor):
         if not found.approximate and (not found.relative or item.time is not None):
             return True
@@ -421,7 +421,8 @@ class Situation:
         self.forget = decide(self.store, context.mode, self.text, self.speaker, listener, context.owner, self.exclude)
         self.drafts: list[FactDraft] = []
         if self.turn is not None and not is_question(self.text) and self.forget is None:
-            self.drafts = [d for d in extract_facts(self.turn, self.turn.time, self.turn.listener) if d.attribute]
+            drafts = extract_facts(self.turn, self.turn.local_time(), self.turn.listener)
+            self.drafts = [d for d in drafts if d.attribute]
         self.facts = facts_behind(self.store, self.evidence)
         known = {f.id for f in self.facts}
         self.facts += [f for f in same_slot_facts(self.store, self.drafts) if f.id not in known]

@@ -57,7 +57,7 @@ from strata.memory.graph.links import temporal_links
 from strata.memory.graph.notes import Candidate, LinkDecision, Note, note_of
 from strata.memory.graph.replies import ModelNote, Text
 from strata.memory.journal import PENDING
-from strata.memory.moments import utc_now
+from strata.memory.moments import local, utc_now
 from strata.memory.persona import aspect_of, persona_id
 from strata.memory.records import Link, LinkType, Record, Turn, natural_order, raw_record
 from strata.memory.store import MemoryStore
@@ -219,6 +219,8 @@ def _derive(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
             dialogue_id=turn.dia_id or "", session=raw.session, speaker=turn.speaker, time=d.time or turn.time,
             source_ids=[turn.dia_id or ""], subject=d.subject, attribute=d.attribute, value=d.value,
             entities=list(d.entities), policy=policy,
+            # the turn's clock when the fact keeps the turn's time; a date its words named is that day already
+            utc_offset=turn.utc_offset if d.time in (None, turn.time) else None,
         )
         for i, d in enumerate(drafts)
     ]
@@ -271,16 +273,16 @@ def _facts(
     """The turn's facts, the policy that wrote them, and the earlier dialogue ids the model said it refers to."""
     model = chat_model(runtime.context)
     if model is None:
-        return extract_facts(turn, turn.time, turn.listener), OFFLINE, []
+        return extract_facts(turn, turn.local_time(), turn.listener), OFFLINE, []
     user = prompts.FACTS_USER.format(
-        session_date=turn.time.strftime("%Y-%m-%d %H:%M") if turn.time else "unknown",
+        session_date=said.strftime("%Y-%m-%d %H:%M") if (said := turn.local_time()) else "unknown",
         speaker=turn.speaker, listener=turn.listener or "unknown", window=format_window(store),
         evidence=format_evidence(state.evidence), dia_id=turn.dia_id, text=turn.text,
         caption=f"\n(shared a photo: {turn.image_caption})" if turn.image_caption else "",
     )
     parsed, _, policy = ask_json(model, prompts.FACTS_SYSTEM, user, ModelFacts, runtime.context)
     if parsed is None:
-        return extract_facts(turn, turn.time, turn.listener), policy, []
+        return extract_facts(turn, turn.local_time(), turn.listener), policy, []
     # AMA's Constructor gives the time the facts are about (when the turn states one) and the earlier turns it refers to
     stated = parse_datetime(parsed.timestamp) if parsed.timestamp.strip().lower() not in ("", "empty") else None
     drafts = [
@@ -305,7 +307,7 @@ def _persona(facts: list[Record], turn: Turn) -> list[Record]:
             Record(
                 id=persona_id(participant, aspect, fact.value), kind="persona", text=fact.text,
                 namespace=fact.namespace, dialogue_id=fact.dialogue_id, session=fact.session,
-                speaker=participant, participant=participant, aspect=aspect, time=fact.time,
+                speaker=participant, participant=participant, aspect=aspect, time=fact.time, utc_offset=fact.utc_offset,
                 source_ids=list(fact.source_ids), subject=fact.subject, attribute=fact.attribute,
                 value=fact.value, policy=fact.policy,
             )
@@ -330,7 +332,7 @@ def _episode(
     members = [r.text for r in store.get(f"raw:{i}" for i in segment.turn_ids)]
     vectors = store.embedder.embed([raw.text, *members])
     boundary = detect_boundary(segment, raw.session, raw.text, vectors[0], vectors[1:], context.episode_max_turns,
-                               raw.time)
+                               raw.time, raw.utc_offset)
     boundary, policy = _model_boundary(boundary, segment, members, raw, runtime)
     episode = None
     if boundary.split:
@@ -342,7 +344,8 @@ def _episode(
     segment.facts.extend(f.text for f in facts)
     if raw.image_caption and not facts:
         segment.facts.append(photo_line(raw.speaker, raw.image_caption))
-    segment.start = segment.start or raw.time
+    if segment.start is None:
+        segment.start, segment.utc_offset = raw.time, raw.utc_offset
     segment.end = raw.time or segment.end
     return episode, segment, boundary, policy
 
@@ -390,7 +393,8 @@ def _close(store: MemoryStore, segment: OpenSegment, boundary: Boundary, runtime
         members = store.get(f"raw:{i}" for i in segment.turn_ids)
         turns = "\n".join(f"[{r.dialogue_id}] {r.speaker}: {r.text}" for r in members)
         user = prompts.EPISODE_USER.format(
-            session_date=segment.start.strftime("%Y-%m-%d %H:%M") if segment.start else "unknown",
+            session_date=start.strftime("%Y-%m-%d %H:%M") if (start := local(segment.start, segment.utc_offset))
+            else "unknown",
             reason=boundary.reason, conversation=turns,
         )
         parsed, _, policy = ask_json(model, prompts.EPISODE_SYSTEM, user, ModelEpisode, runtime.context)
@@ -400,6 +404,7 @@ def _close(store: MemoryStore, segment: OpenSegment, boundary: Boundary, runtime
         id=episode_id(segment), kind="episode", text=text, namespace=store.namespace,
         dialogue_id=segment.turn_ids[0], session=segment.session, speaker=", ".join(segment.speakers),
         time=segment.start, time_end=segment.end, source_ids=list(segment.turn_ids), title=title, policy=policy,
+        utc_offset=segment.utc_offset,
     )
 
 
@@ -453,7 +458,7 @@ def _graph(
     model = chat_model(context)
     if model is not None:
         user = graph_prompts.NOTE_USER.format(
-            date=raw.time.strftime("%Y-%m-%d") if raw.time else "unknown", speaker=raw.speaker,
+            date=raw.said_on("unknown"), speaker=raw.speaker,
             listener=turn.listener or "unknown", dia_id=raw.dialogue_id, text=raw.text,
             candidates="\n".join(
                 f"[{c.record.id}] (similarity {c.similarity:.2f}) {c.record.speaker}: {c.record.text}" for c in nearby
@@ -525,7 +530,8 @@ def _with_ids(store: MemoryStore, turns: list[Turn]) -> list[Turn]:
                                                                             turn.image_caption or None) \
                 or (turn.time is not None and turn.time != record.time):
             break
-        named[n] = turn.model_copy(update={"dia_id": record.dialogue_id, "time": turn.time or record.time})
+        named[n] = turn.model_copy(update={"dia_id": record.dialogue_id, "time": turn.time or record.time,
+                                           "utc_offset": turn.utc_offset if turn.time else record.utc_offset})
     missing = sum(1 for turn in named if not turn.dia_id)
     if not missing:
         return named
@@ -563,7 +569,7 @@ def _prefetch(store: MemoryStore, turns: list[Turn], offline: bool) -> None:
     facts: list[str] = []
     try:
         for turn in turns if offline else ():
-            facts.extend(d.text for d in extract_facts(turn, turn.time, turn.listener))
+            facts.extend(d.text for d in extract_facts(turn, turn.local_time(), turn.listener))
     except Exception:
         return
     store.embedder.prefetch(facts, background=True)

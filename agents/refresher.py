@@ -105,6 +105,7 @@ class Incoming:
     speaker: str = "user"
     dia_id: str = ""
     time: datetime | None = None
+    utc_offset: int | None = None  # the speaker's clock (`Turn.utc_offset`)
     listener: str | None = None
     is_turn: bool = False  # a stored turn (ingest, chat) rather than a question
     forget: ForgetDecision | None = None  # what the turn may delete (`memory.forgetting`), None: no request
@@ -123,7 +124,7 @@ class Incoming:
 
     def turn(self) -> Turn:
         return Turn(speaker=self.speaker, text=self.text, time=self.time, dia_id=self.dia_id or None,
-                    listener=self.listener)
+                    listener=self.listener, utc_offset=self.utc_offset)
 
     def people(self) -> tuple[str, ...]:
         return tuple(p for p in (self.speaker, self.listener or "") if p and p.lower() not in ("user", "assistant"))
@@ -248,7 +249,7 @@ def incoming_of(state: State, mode: str = "ingest") -> Incoming:
     if storing and state.turns and state.cursor < len(state.turns):
         turn = validate_turns([state.turns[state.cursor]])[0]  # a server dict checked as the Memory role checks it
         return Incoming(text=turn.text, speaker=turn.speaker, dia_id=turn.dia_id or "", time=turn.time,
-                        listener=turn.listener, is_turn=True)
+                        utc_offset=turn.utc_offset, listener=turn.listener, is_turn=True)
     return Incoming(text=current_turn_text(state, mode),
                     is_turn=storing and not state.question.strip() and bool(state.turns))
 
@@ -332,7 +333,7 @@ def stored_conflicts(group: Group) -> list[Step]:
     for older, newest in same_slot_pairs(group):
         if not _disagree(older, newest.value) or not _replaces(comparable(older.attribute), newest.text, older, newest):
             continue
-        when = newest.time.strftime("%Y-%m-%d") if newest.time else "later"
+        when = newest.said_on("later")
         steps.append(Step(
             "supersede", older,
             f"superseded by {newest.id} ({when}): {older.attribute} {older.value!r} -> {newest.value!r}",
@@ -372,7 +373,8 @@ def incoming_conflicts(group: Group, incoming: Incoming) -> list[Step]:
     """A stored fact whose single-valued attribute the incoming turn states anew: rewrite its value."""
     if not group.has_new or not incoming.is_statement():
         return []
-    drafts = extract_facts(incoming.turn(), incoming.time, incoming.listener)
+    turn = incoming.turn()
+    drafts = extract_facts(turn, turn.local_time(), incoming.listener)
     steps: list[Step] = []
     for record in group.records:
         if record.kind == "raw" or not (record.subject and record.attribute and record.value):
@@ -444,7 +446,7 @@ def model_plan(group: Group, incoming: Incoming, runtime: Runtime[Context]) -> P
     user = prompts.REFRESH_USER.format(
         memories="\n".join(_memory_line(r) for r in group.records),
         dia_id=incoming.dia_id or "input", speaker=incoming.speaker, text=incoming.text,
-        date=incoming.time.strftime("%Y-%m-%d %H:%M") if incoming.time else "unknown",
+        date=said.strftime("%Y-%m-%d %H:%M") if (said := incoming.turn().local_time()) else "unknown",
     )
     parsed, _, name = ask_json(model, prompts.REFRESH_SYSTEM, user, ModelRefresh, runtime.context)
     if parsed is None:
@@ -487,7 +489,7 @@ def _fallback(group: Group, incoming: Incoming, problem: str) -> Plan:
 
 
 def _memory_line(record: Record) -> str:
-    when = record.time.strftime("%Y-%m-%d") if record.time else "undated"
+    when = record.said_on()
     who = f"{record.speaker}: " if record.kind == "raw" and record.speaker else ""
     return f"{record.id} | {when} | {record.kind} | {who}{record.text}"
 

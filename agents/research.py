@@ -41,7 +41,7 @@ from strata.memory.dates import time_window
 from strata.memory.entities import wordset
 from strata.memory.graph.replies import Text
 from strata.memory.graph.traversal import edge_weights, focus_of
-from strata.memory.moments import utc_now
+from strata.memory.moments import local, utc_now
 from strata.memory.records import Kind, LinkType, Record, Status
 from strata.memory.search import SEARCHABLE, Searcher, strip_names
 from strata.memory.speakers import resolve_participant
@@ -326,13 +326,13 @@ def research(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
         exclude |= {f"raw:{t.dia_id}" for t in state.turns[state.cursor + 1 :] if t.dia_id}
     store = store_of(runtime)
     participants = store.participants()
-    now = _now_of(state, store, context)
+    now, clock = _now_of(state, store, context)
     kinds = [k for k in context.kinds() if k in SEARCHABLE]
     plan = None if fresh else state.plan
     first = rounds == 0 or plan is None
     if first or plan is None:
         offline = offline_plan(text, participants, store.working(), now, kinds, speaker)
-        plan = model_plan(text, offline, participants, store, now, context)
+        plan = _in_utc(model_plan(text, offline, participants, store, now, context), clock)
     # A stored turn is searched with its own words: its vector is already cached from the write.
     dense_text = text if context.mode == "ingest" else strip_names(plan.query, participants)
     searcher = Searcher(store, plan, dense_text, exclude, compact=reads_facts(plan.query))
@@ -349,13 +349,26 @@ def research(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     return {**update, "plan": plan, "evidence": evidence, "rounds": rounds + 1, "trace": trace}
 
 
-def _now_of(state: State, store: MemoryStore, context: Context) -> datetime | None:
-    """'Now' for relative dates: the turn's time, else the latest time in memory (replayed dialogues)."""
+def _now_of(state: State, store: MemoryStore, context: Context) -> tuple[datetime, int | None]:
+    """'Now' for relative dates, on the clock it was said on, and that clock (`Turn.utc_offset`): the turn's
+    time, else the time of the turn said last (replayed dialogues), else the wall clock (UTC)."""
     if context.mode in ("ingest", "chat") and state.turns and state.cursor < len(state.turns):
-        turn_time = state.turns[state.cursor].time
-        if turn_time is not None:
-            return turn_time
-    return store.latest_time() or utc_now()
+        turn = state.turns[state.cursor]
+        said = turn.local_time()
+        if said is not None:
+            return said, turn.utc_offset
+    latest = store.latest_turn()
+    said = latest.local_time() if latest is not None else None
+    return (said, latest.utc_offset) if said is not None and latest is not None else (utc_now(), None)
+
+
+def _in_utc(plan: Plan, clock: int | None) -> Plan:
+    """The plan with its time window, read in days on the speaker's clock, as the UTC instants records are
+    stored at ("last week" said in Denver is Denver's week)."""
+    if plan.time_window is None or not clock:
+        return plan
+    start, end = plan.time_window
+    return plan.model_copy(update={"time_window": (local(start, -clock), local(end, -clock))})
 
 
 def _first_round(

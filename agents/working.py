@@ -481,10 +481,11 @@ def _previous_question(item: Evidence, by_turn: dict[str, Evidence]) -> Evidence
 
 def _window_bonus(question: Question, item: Evidence) -> float:
     """Items said within a period the question names ("in October 2023") are preferred."""
-    if question.window is None or item.time is None:
+    said = item.local_time()
+    if question.window is None or said is None:
         return 0.0
     first, last = question.window
-    day = item.time.date()  # differences of days, not shifted bounds: a window may start on 1 January 1
+    day = said.date()  # differences of days, not shifted bounds: a window may start on 1 January 1
     return 0.15 if (first - day).days <= 7 and (day - last).days <= 7 else 0.0
 
 
@@ -597,13 +598,14 @@ def when_answer(question: Question, best: Candidate, ranked: list[Candidate]) ->
             if found:
                 return found[0].expression if found[0].relative else found[0].label
             continue
-        found = resolve_relative(cand.sentence, cand.item.time)
+        found = resolve_relative(cand.sentence, cand.item.local_time() or _NOW)
         if found and question.text.lower().lstrip().startswith("how long ago"):
             return found[0].expression  # "how long ago" wants the span of time ("ten years ago")
         if found:
             return found[0].label
-    if best.item.time is not None:
-        return day_label(best.item.time.date())
+    said = best.item.local_time()
+    if said is not None:
+        return day_label(said.date())
     return ""
 
 

@@ -19,7 +19,7 @@ from langgraph.runtime import Runtime
 from pydantic import BaseModel, Field, ValidationError
 from strata.graph.context import Context
 from strata.memory.errors import InputError, shown_value
-from strata.memory.moments import MaybeUtcTime, UtcTime
+from strata.memory.moments import MaybeUtcTime, UtcTime, local
 from strata.memory.names import clean_name
 from strata.memory.records import Kind, Turn
 
@@ -60,6 +60,7 @@ class Evidence(BaseModel):
     source_ids: list[str] = Field(default_factory=list)
     speaker: str = ""
     time: MaybeUtcTime = None
+    utc_offset: int | None = Field(None, description="Minutes east of UTC of the clock it was said on.")
     score: float = 0.0
     found_by: list[str] = Field(default_factory=list, description="dense, bm25, link, persona ...")
     label: str = Field("", description="How the item is shown on its own: id, date, kind, text.")
@@ -67,8 +68,13 @@ class Evidence(BaseModel):
     path: list[PathStep] = Field(default_factory=list, description="How the item was reached (anchor, then edges).")
 
     def day(self) -> str:
-        """The heading the item's line is grouped under in a context (`day_of`)."""
-        return day_of(self.time)
+        """The heading the item's line is grouped under in a context (`day_of`): the day it was said on the
+        speaker's clock."""
+        return day_of(self.local_time())
+
+    def local_time(self) -> datetime | None:
+        """`time` on the clock of the one who said it: what the item's "yesterday" counts from."""
+        return local(self.time, self.utc_offset)
 
     def turn_ids(self) -> list[str]:
         """The dialogue turns this item stands for (for evidence recall and citations)."""

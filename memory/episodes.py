@@ -15,7 +15,7 @@ from datetime import datetime
 
 import numpy as np
 from pydantic import BaseModel, Field
-from strata.memory.moments import MaybeUtcTime
+from strata.memory.moments import MaybeUtcTime, local
 
 TRANSITION = re.compile(
     r"^\s*(by the way|btw|anyway|anyways|on another note|speaking of|changing the subject|oh,? also|so,? what about)\b",
@@ -38,6 +38,7 @@ class OpenSegment(BaseModel):
     facts: list[str] = Field(default_factory=list)
     start: MaybeUtcTime = None
     end: MaybeUtcTime = None
+    utc_offset: int | None = None  # the clock of its first turn (`Turn.utc_offset`): the day it is told under
 
 
 class Boundary(BaseModel):
@@ -50,7 +51,7 @@ class Boundary(BaseModel):
 
 def detect_boundary(
     segment: OpenSegment, session: str, text: str, vector: np.ndarray, member_vectors: np.ndarray, max_turns: int,
-    time: datetime | None = None,
+    time: datetime | None = None, utc_offset: int | None = None,
 ) -> Boundary:
     """Decide if the incoming turn closes the open segment before joining a new one."""
     if not segment.turn_ids:
@@ -59,7 +60,7 @@ def detect_boundary(
         return Boundary(split=True, reason="session ended", settled=True)
     if time is not None and segment.end is not None and time < segment.end:
         return Boundary(split=True, reason="said before the episode's last turn (older talk added later)", settled=True)
-    if session == NO_SESSION and time is not None and segment.end is not None and time.date() != segment.end.date():
+    if session == NO_SESSION and _another_day(time, utc_offset, segment):
         return Boundary(split=True, reason="a new day (the turns name no session)", settled=True)
     if len(segment.turn_ids) >= max_turns:
         return Boundary(split=True, reason=f"saturation: {max_turns} turns", settled=True)
@@ -72,6 +73,12 @@ def detect_boundary(
         if similarity < SHIFT_SIMILARITY:
             return Boundary(split=True, reason=f"topic shift (similarity {similarity:.2f})")
     return Boundary(split=False, reason="same topic")
+
+
+def _another_day(time: datetime | None, utc_offset: int | None, segment: OpenSegment) -> bool:
+    """Whether a turn was said on another day than the segment's last turn, on the speaker's clock."""
+    said, last = local(time, utc_offset), local(segment.end, segment.utc_offset)
+    return said is not None and last is not None and said.date() != last.date()
 
 
 def photo_line(speaker: str, caption: str) -> str:
@@ -96,7 +103,8 @@ def narrate(segment: OpenSegment, title: str, max_facts: int = 14) -> str:
     The facts already name their subject and carry absolute dates (memory/facts.py), so the
     narrative is the session's date and people, then the facts in the order they were said.
     """
-    when = segment.start.strftime("%-d %B %Y") if segment.start else "an undated session"
+    start = local(segment.start, segment.utc_offset)
+    when = start.strftime("%-d %B %Y") if start else "an undated session"
     people = " and ".join(dict.fromkeys(segment.speakers)) or "the participants"
     facts = list(dict.fromkeys(as_sentence(f) for f in segment.facts))
     if not facts:

@@ -61,7 +61,7 @@ from strata.memory.graph.links import CATALOGUE, LAST_TURN, still_mentioned
 from strata.memory.journal import PENDING
 from strata.memory.locks import hold_folder, release_folder
 from strata.memory.names import canonical_name
-from strata.memory.records import KINDS, Link, LinkType, Record, Status
+from strata.memory.records import KINDS, Link, LinkType, Record, Status, chronological_key
 from strata.memory.reindex import CHROMA_DB, open_chroma_db
 from strata.memory.store import MemoryStore
 
@@ -210,6 +210,7 @@ def retold(store: MemoryStore, turns: set[str], gone: set[str] = frozenset()) ->
             "text": narrate(segment, title), "title": title, "source_ids": kept, "dialogue_id": kept[0],
             "speaker": ", ".join(segment.speakers),  # as ingest names an episode's speakers (agents/memory.py)
             "time": segment.start or episode.time, "time_end": segment.end or episode.time_end,
+            "utc_offset": segment.utc_offset if segment.start else episode.utc_offset,
             "version": episode.version + 1, "keywords": [], "tags": [], "context": "",
         }))
     return found
@@ -241,11 +242,12 @@ def told_again(
 ) -> OpenSegment:
     """An episode's segment as the turns that stay make it: their speakers, facts (`_told_facts`) and span."""
     records = store.get(f"raw:{t}" for t in kept)
-    times = [r.time for r in records if r.time is not None]
+    dated = sorted((r for r in records if r.time is not None), key=chronological_key)
     return OpenSegment(session=session, turn_ids=list(kept),
                        speakers=list(dict.fromkeys(r.speaker for r in records if r.speaker)),
-                       facts=_told_facts(store, records, erased, gone), start=min(times, default=None),
-                       end=max(times, default=None))
+                       facts=_told_facts(store, records, erased, gone),
+                       start=dated[0].time if dated else None, end=dated[-1].time if dated else None,
+                       utc_offset=dated[0].utc_offset if dated else None)  # told on its first turn's clock
 
 
 class _Unfinished(BaseModel):

@@ -14,13 +14,20 @@ rule are normalised as they are read:
   keeps its own clock, since all of its turns are read the same way);
 - a number is seconds since 1970-01-01 UTC; one above `MILLISECONDS_FROM`
   is milliseconds (JavaScript's `Date.now()`), as pydantic reads them.
+
+The offset a turn's time was sent with is not lost: a turn keeps it as
+`utc_offset` (minutes east of UTC, `offset_of`), and so do the records made
+from it. Order, windows and "now" use UTC; the day a turn was said, and the
+days its "yesterday" or "last Friday" name, are read on the speaker's clock
+(`local`): "I went hiking yesterday", said at 20:00 in Denver on 8 May
+(02:00 UTC on 9 May), happened on 7 May.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from datetime import UTC, date, datetime, time
+from datetime import UTC, date, datetime, time, timedelta
 from typing import Annotated
 
 from pydantic import BeforeValidator, WithJsonSchema
@@ -41,6 +48,38 @@ def utc(moment: datetime) -> datetime:
     except OverflowError:  # 0001-01-01T00:00+05:00 is in the year 0 in UTC, which datetime cannot hold
         raise ValueError(f"the time {moment.isoformat()} falls outside the years 1 to 9999 in UTC: "
                          "give a time within them") from None
+
+
+MAX_OFFSET_MINUTES = 18 * 60  # the widest offset ISO 8601 and Python allow (+-18:00; real zones span -12 to +14)
+
+
+def offset_of(value: object) -> int | None:
+    """The offset, in minutes east of UTC, that a time was sent with (`-06:00` -> -360); None when it names
+    none, or names UTC itself (`Z`, `+00:00`): such a turn is read on the UTC clock, as every turn was before."""
+    if isinstance(value, str):
+        text = value.strip()
+        if not text or not text[:1].isdigit() or _NUMBER_TEXT.match(text):
+            return None
+        try:
+            value = datetime.fromisoformat(text[:-1] + "+00:00" if text[-1] in "Zz" else text)
+        except ValueError:
+            return None
+    if not isinstance(value, datetime) or value.tzinfo is None:
+        return None
+    shift = value.utcoffset()
+    minutes = round(shift.total_seconds() / 60) if shift is not None else 0
+    return minutes or None
+
+
+def local(moment: datetime | None, offset: int | None) -> datetime | None:
+    """A stored (UTC) time on the clock of the one who said it, `offset` minutes east of UTC; the time
+    itself when there is no offset, or when the shift would leave the calendar (years 1 to 9999)."""
+    if moment is None or not offset:
+        return moment
+    try:
+        return moment + timedelta(minutes=offset)
+    except OverflowError:
+        return moment
 
 
 def utc_now() -> datetime:

@@ -13,8 +13,16 @@ from enum import StrEnum
 from functools import lru_cache
 from typing import Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
-from strata.memory.moments import MaybeUtcTime, UtcTime, epoch_seconds, utc_now
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from strata.memory.moments import (
+    MAX_OFFSET_MINUTES,
+    MaybeUtcTime,
+    UtcTime,
+    epoch_seconds,
+    local,
+    offset_of,
+    utc_now,
+)
 
 Kind = Literal["raw", "fact", "episode", "persona", "summary"]
 KINDS: tuple[Kind, ...] = ("raw", "fact", "episode", "persona", "summary")
@@ -53,6 +61,25 @@ class Turn(BaseModel):
     session: str | None = Field(None, description="Session label such as '1'; derived from dia_id when absent.")
     listener: str | None = Field(None, description="Who it was said to; resolves 'you'.")
     image_caption: str | None = Field(None, description="Caption of a photo shared with the turn.")
+    utc_offset: int | None = Field(
+        None, ge=-MAX_OFFSET_MINUTES, le=MAX_OFFSET_MINUTES,
+        description="The speaker's clock, in minutes east of UTC (-360 for -06:00): read from the time's own offset "
+        "when not given; give it with a UTC time ('...Z') to have days such as 'yesterday' read on that clock.",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _offset_from_time(cls, data: object) -> object:
+        """The offset the time was sent with, before the time is converted to UTC and the offset dropped."""
+        if isinstance(data, dict) and data.get("utc_offset") is None and data.get("time") is not None:
+            offset = offset_of(data["time"])
+            if offset is not None:
+                return {**data, "utc_offset": offset}
+        return data
+
+    def local_time(self) -> datetime | None:
+        """When it was said on the speaker's clock: the time the day of 'yesterday' is counted from."""
+        return local(self.time, self.utc_offset)
 
     @field_validator("text")
     @classmethod
@@ -95,15 +122,25 @@ class Record(BaseModel):
     participant: str = ""  # persona
     aspect: str = ""  # persona
     image_caption: str = ""  # raw
+    utc_offset: int | None = None  # minutes east of UTC of the clock `time` was said on (a turn's); None: UTC
     entities: list[str] = Field(default_factory=list)
     # A-MEM note attributes (memory/graph/notes.py); tags and context may evolve as later notes arrive
     keywords: list[str] = Field(default_factory=list)
     tags: list[str] = Field(default_factory=list)
     context: str = ""
 
+    def local_time(self) -> datetime | None:
+        """`time` on the clock of the one who said it (`utc_offset`): the day the record is told under."""
+        return local(self.time, self.utc_offset)
+
+    def said_on(self, undated: str = "undated") -> str:
+        """The day it was said, on the speaker's clock, as YYYY-MM-DD (what prompts and labels show)."""
+        said = self.local_time()
+        return said.strftime("%Y-%m-%d") if said else undated
+
     def label(self) -> str:
         """How the record is shown on its own (CLI, tools): id, date, kind and text."""
-        when = self.time.strftime("%Y-%m-%d") if self.time else "undated"
+        when = self.said_on()
         return f"[{self.dialogue_id or self.id} | {when} | {self.kind}] {self._said()}"
 
     def line(self, text: str | None = None) -> str:
@@ -209,7 +246,7 @@ def raw_record(turn: Turn, namespace: str, entities: list[str] | None = None) ->
     return Record(
         id=f"raw:{dia}", kind="raw", text=turn.text, namespace=namespace, dialogue_id=dia,
         session=turn.session_label(), speaker=turn.speaker, time=turn.time, source_ids=[dia],
-        image_caption=turn.image_caption or "", entities=list(entities or []),
+        image_caption=turn.image_caption or "", entities=list(entities or []), utc_offset=turn.utc_offset,
     )
 
 

@@ -744,6 +744,12 @@ class MemoryStore:
         with self._lock:
             return self._timeline.latest_time()
 
+    def latest_turn(self) -> Record | None:
+        """The active turn said last (its time, and the clock it was said on), None when no turn is dated."""
+        self._load("raw")
+        with self._lock:
+            return self._timeline.latest_turn()
+
     def participants(self) -> list[str]:
         """Who takes part: the distinct speakers of the stored turns, in order of appearance."""
         self._load("raw")

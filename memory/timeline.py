@@ -28,7 +28,7 @@ class Timeline:
         self._filed: dict[str, _Key] = {}
         self._first: dict[str, _Key] = {}  # each speaker's first turn
         self._participants: list[str] | None = None  # speakers in order of first turn; rebuilt when that changes
-        self._latest: list[datetime | None] | None = None  # [latest time], found again when the turns change
+        self._latest: list[Record | None] | None = None  # [latest turn said], found again when the turns change
 
     def __len__(self) -> int:
         return len(self._keys)
@@ -75,13 +75,18 @@ class Timeline:
         return None
 
     def latest_time(self) -> datetime | None:
-        """The latest time of any turn (undated turns sort first, before every dated one). A LangGraph store
-        item is not a turn said: stamped when an app put it, it would make "now" the wall clock of a memory
-        replayed from 2023 ("last week" then meant this week)."""
+        """The latest time of any turn (undated turns sort first, before every dated one)."""
+        latest = self.latest_turn()
+        return latest.time if latest is not None else None
+
+    def latest_turn(self) -> Record | None:
+        """The turn said last, None when no turn is dated. A LangGraph store item is not a turn said: stamped
+        when an app put it, it would make "now" the wall clock of a memory replayed from 2023 ("last week"
+        then meant this week)."""
         if self._latest is None:
             said = (k for k in reversed(self._keys) if k[0] == -math.inf or not k[2].startswith(ITEM_PREFIX))
             last = next(said, None)
-            self._latest = [self._records[last[2]].time if last and last[0] != -math.inf else None]
+            self._latest = [self._records[last[2]] if last and last[0] != -math.inf else None]
         return self._latest[0]
 
     def participants(self) -> list[str]:

@@ -59,7 +59,7 @@ def note_of(record: Record, mentions: Sequence[Mention]) -> Note:
 
 
 def context_line(record: Record, words: Sequence[str]) -> str:
-    when = record.time.strftime("%-d %B %Y") if record.time else "an unknown date"
+    when = said.strftime("%-d %B %Y") if (said := record.local_time()) else "an unknown date"
     about = ", ".join(words[:4]) or "small talk"
     return f"{record.speaker or 'someone'} on {when}, about {about}"
 

@@ -117,7 +117,8 @@ def narrate(group: Group, raw: dict[str, Record], facts_by_turn: dict[str, list[
     for rid in group.turn_ids[:MAX_LINES]:
         turn = raw[rid]
         said = [f.text for f in facts_by_turn.get(turn.dialogue_id, [])] or [f"{turn.speaker}: {turn.text}"]
-        when = turn.time.strftime("%-d %B %Y") if turn.time else "undated"
+        day = turn.local_time()
+        when = day.strftime("%-d %B %Y") if day else "undated"
         lines.append(f"{when} [{turn.dialogue_id}]: {' '.join(as_sentence(s) for s in said[:2])}")
     more = len(group.turn_ids) - MAX_LINES
     tail = f" (and {more} more turns)" if more > 0 else ""
@@ -133,7 +134,7 @@ def summary_record(group: Group, text: str, title: str, namespace: str, raw: dic
         id=group.id, kind="summary", text=text, namespace=namespace, dialogue_id=first.dialogue_id,
         session=first.session, speaker=group.participant or ", ".join(speakers), time=first.time,
         time_end=last.time, source_ids=[raw[i].dialogue_id for i in group.turn_ids], title=title,
-        participant=group.participant, aspect=group.aspect, policy=policy,
+        participant=group.participant, aspect=group.aspect, policy=policy, utc_offset=first.utc_offset,
     )
 
 

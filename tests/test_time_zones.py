@@ -1,0 +1,80 @@
+"""The speaker's clock: a time sent with an offset keeps it, and the days a turn names are that speaker's days.
+
+At 20:00 in Denver (-06:00) it is already 02:00 the next day in UTC. Stored as
+UTC alone, "I went hiking yesterday" said that evening became a hike on the day
+it was said, and the turn was told under the next day's heading.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+from strata.agents.memory import open_segment
+from strata.agents.research import _in_utc
+from strata.graph.state import Plan, validate_turns
+from strata.memory.errors import InputError
+from strata.memory.records import Turn
+
+from strata import Memory
+
+EVENING = "2023-05-08T20:00:00-06:00"  # 02:00 on 9 May in UTC
+
+
+def test_a_turn_keeps_the_offset_its_time_was_sent_with() -> None:
+    turn = Turn(speaker="Ann", text="hi", time=EVENING)
+    assert (turn.time, turn.utc_offset, turn.local_time()) == (
+        datetime(2023, 5, 9, 2, 0), -360, datetime(2023, 5, 8, 20, 0))
+    assert Turn(speaker="Ann", text="hi", time="2023-05-08T20:00:00Z").utc_offset is None  # UTC: as before
+    assert Turn(speaker="Ann", text="hi", time=1683597600).utc_offset is None  # epoch seconds name no clock
+    given = Turn(speaker="Ann", text="hi", time="2023-05-09T02:00:00Z", utc_offset=-360)  # a JavaScript client
+    assert given.local_time() == datetime(2023, 5, 8, 20, 0)
+    assert Turn(speaker="Ann", text="hi", time="2023-05-08T20:00+05:30").utc_offset == 330
+
+
+def test_an_offset_past_any_clock_is_one_line(data_dir: Path) -> None:
+    with pytest.raises(InputError, match=r"^turn 1: utc_offset: .*1080"):
+        validate_turns([{"speaker": "Ann", "text": "hi", "utc_offset": 5000}])
+    memory = Memory("u", data_dir=str(data_dir))
+    with pytest.raises(InputError) as refused:
+        memory.add([{"speaker": "Ann", "text": "hi", "utc_offset": "west"}])
+    assert "\n" not in str(refused.value)
+
+
+def test_yesterday_is_the_speakers_yesterday(data_dir: Path) -> None:
+    memory = Memory("u", data_dir=str(data_dir))
+    memory.add([
+        {"speaker": "Ann", "text": "I went hiking yesterday at Pikes Peak.", "time": EVENING},
+        {"speaker": "Bob", "text": "Which trail did you take?", "time": "2023-05-08T20:01:00-06:00"},
+    ])
+    facts = [r.text for r in memory.store.all("fact")]
+    assert "Ann went hiking on 7 May 2023 at Pikes Peak." in facts, facts  # not 8 May, the UTC day
+    found = memory.retrieve("When did Ann go hiking?")
+    turn = next(e for e in found.evidence if e.id == "raw:T1")
+    assert turn.day() == "8 May 2023" and "2023-05-08" in turn.label  # told under the day it was said there
+    assert memory.ask("When did Ann go hiking?").answer == "7 May 2023"
+    copy = Memory("copy", data_dir=str(data_dir))
+    copy.import_from(memory.export())
+    assert copy.store.get_one("raw:T1").utc_offset == -360  # an export keeps the clock
+
+
+def test_an_evening_chat_is_one_day_on_the_speakers_clock(data_dir: Path) -> None:
+    """Turns that name no session start a new episode each day: the speaker's day, not UTC's."""
+    memory = Memory("u", data_dir=str(data_dir))
+    memory.add([
+        {"speaker": "Ann", "text": "I adopted a puppy named Coco today.", "time": "2023-05-08T17:30:00-06:00"},
+        {"speaker": "Ann", "text": "Coco already chewed my slippers.", "time": "2023-05-08T21:00:00-06:00"},
+    ])
+    assert open_segment(memory.store).turn_ids == ["T1", "T2"]  # 23:30 and 03:00 UTC: one evening in Denver
+    memory.add([{"speaker": "Ann", "text": "Coco slept through the night.", "time": "2023-05-09T08:00:00-06:00"}])
+    assert open_segment(memory.store).turn_ids == ["T3"]
+    [episode] = memory.store.all("episode")
+    assert episode.text.startswith("On 8 May 2023") and episode.utc_offset == -360, episode.text
+
+
+def test_a_question_window_is_read_in_the_speakers_days() -> None:
+    """'On 1 May' asked of a memory said in Denver spans 1 May there: 06:00 UTC to 05:59 the next day."""
+    plan = Plan(query="q", time_window=(datetime(2023, 5, 1), datetime(2023, 5, 1, 23, 59, 59)))
+    assert _in_utc(plan, -360).time_window == (datetime(2023, 5, 1, 6), datetime(2023, 5, 2, 5, 59, 59))
+    assert _in_utc(plan, None) is plan
