@@ -8,15 +8,17 @@ not validate, the reply's text is read by a tolerant parser (JSON in prose or
 code fences, trailing commas, Python literals). Calls go through `agents.wire`:
 retries with backoff on rate limits and server errors, a timeout, and a cap per
 question. When nothing usable comes back `ask_json` returns None and the role
-falls back to its offline policy, so a bad reply or a model that is down never
-crashes a run or loses a turn; the policy label it returns says which path
-produced the output.
+falls back to its offline policy, so a bad reply, a prompt the server refuses
+(a content filter, a prompt too long for the model) or a model that is down
+never crashes a run or loses a turn; the policy label it returns says which
+path produced the output.
 """
 
 from __future__ import annotations
 
 import inspect
 import json
+import logging
 import re
 import threading
 import time
@@ -39,14 +41,29 @@ from strata.agents.wire import (
     status_of,
 )
 from strata.graph.context import Context
-from strata.memory.errors import ConfigError, shown_value
+from strata.memory.errors import ConfigError, StrataError, shown_value
 
 Schema = TypeVar("Schema", bound=BaseModel)
 
 _MODELS: dict[tuple[str, str, float, float], BaseChatModel] = {}
 _LOCK = threading.Lock()
-# models whose server refused a structured request: later calls send plain text (id -> weak reference)
+# models whose server refused a structured request and then answered it in text: later calls send plain text
 _TEXT_ONLY: dict[int, weakref.ref[BaseChatModel]] = {}
+# models whose server has answered a structured request: it supports them, so a later 400 is about the prompt
+_STRUCTURED_OK: dict[int, weakref.ref[BaseChatModel]] = {}
+# client errors that may depend on the prompt: a filter, a prompt too long, a request the server cannot process
+_PROMPT_STATUS = frozenset({400, 413, 422})
+# error codes (or phrases of the message) that name the prompt itself as the problem
+_PROMPT_CODE = re.compile(r"content_filter|content_policy_violation|context_length_exceeded|"
+                          r"string_above_max_length|invalid_prompt|prompt is too long", re.IGNORECASE)
+# error codes of a 400 that no prompt can cause: a setting to fix
+_CONFIG_CODES = frozenset({"unsupported_parameter", "unsupported_value", "model_not_found", "invalid_api_key",
+                           "invalid_model"})
+# words of an error that blame the structured part of a request (its response_format, its tools)
+_ABOUT_STRUCTURED = re.compile(r"response_format|json_schema|tool", re.IGNORECASE)
+# exception types that say code is wrong wherever they come from: no reply's content raises them
+_BUGS = (NameError, ImportError, AssertionError, NotImplementedError, RecursionError)
+_LOG = logging.getLogger(__name__)
 # providers whose client takes `timeout` and `max_retries` (retries are ours: the client's own are turned off)
 _CLIENT_SETTINGS = frozenset({"openai", "azure_openai", "anthropic"})
 TEXT = "text"
@@ -104,6 +121,7 @@ def ask_json(
     method = _structured_method(model, context)
     notes: list[str] = []
     attempt = 0
+    in_text_after_refusal = False
     while True:
         budget = budget_of(context) if context is not None else None
         if budget is not None and budget.down:
@@ -114,16 +132,23 @@ def ask_json(
             return None, problem, fallback_policy(problem)
         try:
             outcome = _call(model, messages, schema, method)
-        except ConfigError:
+        except StrataError:
             raise
         except Exception as exc:
+            if _is_bug(exc):
+                raise
+            refused = _refusal(exc, method, _remembered(_STRUCTURED_OK, model))
+            if refused:
+                return None, refused, fallback_policy(refused)
             if method != TEXT and is_rejection(exc):
                 notes.append(f"{method} refused (HTTP {status_of(exc)})")
-                _TEXT_ONLY[id(model)] = weakref.ref(model)
-                method = TEXT
+                method, in_text_after_refusal = TEXT, True
                 continue
             if not is_transient(exc):
-                raise _unreachable(exc, context) from exc
+                failed = _client_failure(exc)
+                if failed is None:
+                    raise _unreachable(exc, context) from exc
+                return None, failed, fallback_policy(failed)
             retries = context.model_retries if context is not None else 0
             wait = backoff(attempt, context.model_backoff if context is not None else 0.0, retry_after(exc))
             if attempt >= retries or wait is None:
@@ -138,10 +163,110 @@ def ask_json(
             attempt += 1
             continue
         outcome, method = outcome
+        if method != TEXT:
+            _remember(_STRUCTURED_OK, model)
+        elif in_text_after_refusal and not _remembered(_STRUCTURED_OK, model):
+            # the server refused structured output and took the same prompt in text: it has none, ask in text
+            # from now on (a server that answered structured requests before refused only this role's schema)
+            _remember(_TEXT_ONLY, model)
         parsed, problem, path = _read(outcome, schema, method)
         if parsed is not None:
             return parsed, "", _label(name, method, path, notes)
         return None, problem, fallback_policy(problem)
+
+
+def _remember(registry: dict[int, weakref.ref[BaseChatModel]], model: BaseChatModel) -> None:
+    """Note a model in a registry by weak reference, so that a model dropped by its app is not kept alive."""
+    registry[id(model)] = weakref.ref(model)
+
+
+def _remembered(registry: dict[int, weakref.ref[BaseChatModel]], model: BaseChatModel) -> bool:
+    """Whether this model (not another that reused a dead one's id) is in the registry."""
+    ref = registry.get(id(model))
+    return ref is not None and ref() is model
+
+
+def _refusal(exc: Exception, method: str, answered_structured: bool) -> str:
+    """Why the server refused this prompt (`refused (400 content_filter)`), or "" when the refusal may not be
+    about the prompt.
+
+    A 400, 413 or 422 is about the prompt when its code says so (a content filter, a context too long), when
+    it is a 413, when the request was already plain text, or when the server has answered structured requests
+    before and the error does not blame the structured part. Such a refusal comes back on every try of the
+    same prompt, so it is an unusable reply for that one call: the role falls back and the run goes on.
+    Other refusals stay configuration errors (or a switch to text for a structured request)."""
+    status = status_of(exc)
+    if status not in _PROMPT_STATUS:
+        return ""
+    code = _error_code(exc)
+    if code in _CONFIG_CODES:
+        return ""
+    about_prompt = (status == 413 or bool(_PROMPT_CODE.fullmatch(code)) or method == TEXT
+                    or (answered_structured and not _ABOUT_STRUCTURED.search(_error_text(exc))))
+    if not about_prompt:
+        return ""
+    return f"refused ({status} {code})" if code else f"refused (HTTP {status})"
+
+
+def _error_code(exc: BaseException) -> str:
+    """The provider's error code (`content_filter`), else a prompt problem its message names; "" if neither."""
+    for candidate in _causes(exc):
+        code = getattr(candidate, "code", None)
+        if isinstance(code, str) and code.strip() and not code.strip().isdigit():
+            return code.strip()
+    found = _PROMPT_CODE.search(_error_text(exc))
+    return found.group(0).lower() if found else ""
+
+
+def _error_text(exc: BaseException) -> str:
+    """The messages (and `param`, when the client gives one) of an error and its causes, to search."""
+    parts: list[str] = []
+    for candidate in _causes(exc):
+        parts += [str(candidate), str(getattr(candidate, "param", None) or "")]
+    return " ".join(parts)
+
+
+def _causes(exc: BaseException) -> list[BaseException]:
+    """The error and what it was raised from (a provider's error wrapped by LangChain), nearest first."""
+    chain: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and current not in chain and len(chain) < 6:
+        chain.append(current)
+        current = current.__cause__ or current.__context__
+    return chain
+
+
+def _is_bug(exc: Exception) -> bool:
+    """A programming error of ours, to be raised as it is (traceback and all) instead of read as a bad reply.
+
+    A client that fails on a broken response raises whatever its parser hit: KeyError('choices'), a
+    ValueError, and as often a TypeError or AttributeError (openai's parser iterates `choices: None`). Those
+    come from the client's code, are about one reply, and become unusable output (logged with their
+    traceback). An error whose innermost frame is strata's own code (`_call`, or our code the client calls
+    back) is our bug whatever its type, and a NameError, ImportError, AssertionError, NotImplementedError or
+    RecursionError is a bug wherever it comes from: reading those as bad replies would hide them behind
+    offline fallbacks on every call, so they are raised."""
+    if isinstance(exc, _BUGS):
+        return True
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    module = tb.tb_frame.f_globals.get("__name__", "") if tb is not None else ""
+    return isinstance(module, str) and module.startswith("strata.")
+
+
+def _client_failure(exc: Exception) -> str | None:
+    """Why the client gave no reply when it failed without an HTTP error (a response it could not read), as an
+    unusable reply; None for what no other prompt would change (an HTTP error, a missing key, a refused
+    permission, an unknown model, a local OSError): those are configuration errors."""
+    status = status_of(exc)
+    name = type(exc).__name__
+    if status is not None and not 200 <= status < 300:
+        return None
+    if isinstance(exc, OSError) or any(word in name for word in ("Auth", "Permission", "NotFound")):
+        return None
+    _LOG.warning("the chat model's client failed on a reply; the role falls back", exc_info=exc)
+    return f"the client could not read the reply ({name}: {_first_line(exc)})"
 
 
 def _label(name: str, method: str, path: str, notes: list[str]) -> str:
@@ -157,8 +282,7 @@ def _structured_method(model: BaseChatModel, context: Context | None) -> str:
     wanted = context.structured_output if context is not None else "auto"
     if wanted == TEXT:
         return TEXT
-    ref = _TEXT_ONLY.get(id(model))
-    if ref is not None and ref() is model:
+    if _remembered(_TEXT_ONLY, model):
         return TEXT
     if type(model).bind_tools is BaseChatModel.bind_tools and (
         type(model).with_structured_output is BaseChatModel.with_structured_output
@@ -184,7 +308,7 @@ def _call(model: BaseChatModel, messages: list[BaseMessage], schema: type[BaseMo
     try:
         runnable = model.with_structured_output(json_schema, **kwargs)
     except (NotImplementedError, ValueError, TypeError):
-        _TEXT_ONLY[id(model)] = weakref.ref(model)
+        _remember(_TEXT_ONLY, model)
         return model.invoke(messages), TEXT
     return runnable.invoke(messages), method
 
@@ -224,16 +348,28 @@ def _raw_texts(raw: BaseMessage) -> list[str]:
 
 
 def _text_of(message: BaseMessage) -> str:
-    return message.content if isinstance(message.content, str) else json.dumps(message.content)
+    """The reply's text. A reply may be a list of content blocks (Anthropic with thinking, the OpenAI
+    Responses API, Gemini): only its text blocks are the answer, so LangChain's `.text` joins those and
+    leaves reasoning, signatures and tool-use blocks out (read as JSON, the block list hid the answer)."""
+    return str(message.text)
 
 
 def parse_json(text: str, schema: type[Schema]) -> tuple[Schema | None, str]:
-    """Find the JSON object in a reply (fences, prose around it, braces in the prose) and validate it:
-    each object the reply holds is tried in turn, and the first problem is reported when none fits."""
+    """Find the JSON object in a reply (fences, prose around it, braces in the prose) and validate it.
+
+    A reasoning model's `<think>` block is left out first: a draft it holds is not the answer. Of the objects
+    left, the last one that validates wins (a fenced one before any other): a model that writes several
+    writes its final answer last, after its drafts or working. An object that sets none of the schema's fields
+    (`{"content": ...}` from the prose, where every field has a default) is taken only when nothing else
+    validates. When none fits, the problem reported is that of the object that would have been taken."""
     if not text or not text.strip():
         return None, "empty reply"
+    answer = _without_thinking(text)
+    if not answer.strip():
+        return None, "no answer after the reply's reasoning (<think> block)"
     first_problem = ""
-    for candidate in _objects(text):
+    fallback: Schema | None = None
+    for candidate in _objects(answer):
         try:
             data = json.loads(candidate)
         except json.JSONDecodeError:
@@ -246,10 +382,31 @@ def parse_json(text: str, schema: type[Schema]) -> tuple[Schema | None, str]:
             first_problem = first_problem or "the reply is JSON but not an object"
             continue
         parsed, problem = validated(data, schema)
-        if parsed is not None:
+        if parsed is not None and parsed.model_fields_set:
             return parsed, ""
+        if parsed is not None and fallback is None:
+            fallback = parsed
         first_problem = first_problem or problem
+    if fallback is not None:
+        return fallback, ""
     return None, first_problem or "no JSON object in the reply"
+
+
+_THINKING = re.compile(r"<(think|thinking)>.*?</\1\s*>", re.DOTALL | re.IGNORECASE)
+_THINKING_END = re.compile(r"</(?:think|thinking)\s*>", re.IGNORECASE)
+_THINKING_START = re.compile(r"\s*<(?:think|thinking)>", re.IGNORECASE)
+
+
+def _without_thinking(text: str) -> str:
+    """The reply without its reasoning: `<think>...</think>` and `<thinking>...</thinking>` blocks (DeepSeek-R1
+    and QwQ behind vLLM or Ollama put them in the content). A closing tag left alone (a chat template that puts
+    the opening one in the prompt) ends the reasoning; an opening one never closed at the start of the reply
+    (a reply cut off while thinking) leaves no answer."""
+    text = _THINKING.sub(" ", text)
+    ends = list(_THINKING_END.finditer(text))
+    if ends:
+        text = text[ends[-1].end():]
+    return "" if _THINKING_START.match(text) else text
 
 
 def validated(data: dict[str, Any], schema: type[Schema]) -> tuple[Schema | None, str]:
@@ -298,11 +455,16 @@ def one_of(value: object, choices: dict[str, str]) -> object:
     return choices.get(re.sub(r"[^a-z]", "", value.lower()), value)
 
 
-def _objects(text: str) -> Iterator[str]:
-    """The reply's JSON-looking objects, best first: a fenced one, then each balanced `{...}` in order."""
-    fenced = re.search(r"```(?:json)?\s*(\{.*?\})\s*```", text, flags=re.DOTALL)
-    if fenced:
-        yield fenced.group(1)
+def _objects(text: str) -> list[str]:
+    """The reply's JSON-looking objects, best first: the fenced ones, last first, then each balanced `{...}`
+    from the last to the first (the final answer comes after any draft)."""
+    fenced = [m.group(1) for m in re.finditer(r"```(?:json)?\s*(\{.*?\})\s*```", text, flags=re.DOTALL)]
+    balanced = list(_balanced(text))
+    return list(dict.fromkeys([*reversed(fenced), *reversed(balanced)]))  # a fenced one is balanced too: once
+
+
+def _balanced(text: str) -> Iterator[str]:
+    """Each balanced `{...}` of the text in order, outermost only (braces inside strings are skipped)."""
     start = text.find("{")
     while start != -1:
         depth, in_string, escaped = 0, False, False

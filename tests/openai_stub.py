@@ -2,7 +2,7 @@
 
 `OpenAIStub` serves `POST /v1/chat/completions` from a thread. Each request is
 recorded (its JSON body) and answered from a queue of scripted replies first
-(`content`, `tool_call`, `status`, `hang`), then by `role_reply`: a plausible
+(`content`, `tool_call`, `status`, `refused`, `broken`, `hang`), then by `role_reply`: a plausible
 reply for whichever role sent the request (recognised by its system prompt),
 following that role's output contract in `strata.prompts`. Like a real server,
 it answers a `response_format` request with JSON content and a forced tool
@@ -53,6 +53,8 @@ class Scripted:
     tool_args: str | None = None  # arguments of a tool call (raw text: may be malformed on purpose)
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0
+    error_code: str | None = None  # the error body's `code` (a provider's `content_filter`); else the status
+    body: dict[str, Any] | None = None  # a whole response body sent as it is (a broken completion)
 
 
 def content(text: str) -> Scripted:
@@ -65,6 +67,16 @@ def tool_call(arguments: str) -> Scripted:
 
 def status(code: int, headers: dict[str, str] | None = None) -> Scripted:
     return Scripted(status=code, headers=headers or {})
+
+
+def refused(code: str, status: int = 400) -> Scripted:
+    """An error like a provider's refusal of one prompt (`content_filter`, `context_length_exceeded`)."""
+    return Scripted(status=status, content=f"the request was refused ({code})", error_code=code)
+
+
+def broken(body: dict[str, Any]) -> Scripted:
+    """A 200 whose body is not a chat completion (a proxy's reply, a truncated response)."""
+    return Scripted(body=body)
 
 
 def hang(seconds: float) -> Scripted:
@@ -151,6 +163,7 @@ class OpenAIStub:
         self.served: list[int] = []  # status of each reply, in order
         self.lock = threading.Lock()
         self.reject_structured = False  # answer response_format/tools with 400, like a server without them
+        self.filtered = ""  # a word that gets a 400 content_filter when a prompt asks about it (its last line)
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
@@ -180,14 +193,18 @@ class OpenAIStub:
             self.requests.clear()
             self.served.clear()
             self.reject_structured = False
+            self.filtered = ""
 
     def answer(self, body: dict[str, Any]) -> Scripted:
         with self.lock:
             self.requests.append(body)
             scripted = self.queue.pop(0) if self.queue else None
             reject = self.reject_structured
+            filtered = self.filtered
         if scripted is not None:
             return scripted
+        if filtered and filtered in current_input(user_prompt(body)):
+            return refused("content_filter")
         if reject and ("response_format" in body or "tools" in body):
             return Scripted(status=400, content="response_format json_schema and tools are not supported by this "
                                                 "server")
@@ -212,7 +229,9 @@ class OpenAIStub:
                 if scripted.status != 200:
                     payload = {"error": {"message": scripted.content or f"status {scripted.status}",
                                          "type": "invalid_request_error" if scripted.status < 500 else "server_error",
-                                         "code": scripted.status}}
+                                         "code": scripted.error_code or scripted.status}}
+                elif scripted.body is not None:
+                    payload = scripted.body
                 else:
                     payload = completion(body, scripted)
                 data = json.dumps(payload).encode()

@@ -7,19 +7,26 @@ calls, the response_format or tools each carried) and what the graph produced
 output). Covered: JSON-schema structured output, tool-call replies, malformed
 replies (read by the text parser, or the offline fallback), a server without
 structured output, 429 then success (Retry-After honoured), 500 until the
-retries run out, a hang past the timeout, the per-question call cap, and an
-authentication error (one line, no traceback).
+retries run out, a hang past the timeout, the per-question call cap, an
+authentication error (one line, no traceback), a prompt the server refuses (a
+content filter: that role falls back, the ingest goes on), a client that cannot
+read a reply, replies of content blocks, and a draft inside a `<think>` block.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from openai_stub import OpenAIStub, content, hang, status, tool_call
+from langchain_core.language_models import BaseChatModel
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.outputs import ChatResult
+from openai_stub import OpenAIStub, broken, content, hang, refused, status, tool_call
 from strata.graph.context import Context
 from strata.graph.graph import graph
 from strata.graph.state import RoleNote
@@ -237,3 +244,147 @@ def test_backoff_grows_with_jitter_and_honours_retry_after() -> None:
     assert retry_after(error({"Retry-After": "3"})) == 3.0
     assert 0.0 <= retry_after(error({"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"})) <= 0.0  # a date in the past
     assert retry_after(error({})) is None
+
+
+def test_a_prompt_the_server_refuses_falls_back_and_the_ingest_goes_on(stub: OpenAIStub, data_dir: Path) -> None:
+    """A content filter (or a prompt too long) refuses one turn's prompts, on every try: that turn's roles use
+    their offline policies, the next turns still ask the model, and the model keeps its structured output."""
+    stub.filtered = "BLOCKED-WORD"
+    turns = [*TURNS, {"speaker": "Ann", "listener": "Ben", "text": "My neighbour said BLOCKED-WORD yesterday.",
+                      "dia_id": "D1:3", "time": "2023-06-01 10:02"},
+             {"speaker": "Ann", "listener": "Ben", "text": "I adopted a puppy named Coco.", "dia_id": "D1:4",
+              "time": "2023-06-01 10:03"}]
+    memory = Memory("ann", data_dir=str(data_dir), model="openai:filtered-model", base_url=stub.url,
+                    model_backoff=0.01)
+    memory.add(turns)
+    assert 400 in stub.served and memory.store.state("pending_derive", []) == []
+    policy = {f.id: f.policy for f in memory.store.all("fact")}
+    assert policy["fact:D1:3:0"] == "offline (model output unusable: refused (400 content_filter))"
+    assert policy["fact:D1:4:0"] == "model:openai:filtered-model (json_schema)"  # the turn after it
+    refusals = [body for body, code in zip(stub.requests, stub.served, strict=True) if code == 400]
+    assert all("response_format" in body for body in refusals)  # refused once per role: not asked again in text
+    assert all("response_format" in body for body in stub.requests)  # and never marked text-only
+
+
+def test_a_refusal_before_any_structured_reply_is_tried_in_text_once(stub: OpenAIStub, memory_dir: Path) -> None:
+    """A 400 on a model that never answered a structured request may mean it has none: the same prompt is
+    sent as text. When the text is refused too, the prompt is the problem: that one role falls back, and the
+    model is not marked text-only (that takes a text reply after the refusal)."""
+    stub.script(status(400), status(400))
+    result = graph.invoke({"question": QUESTION}, context=wired(stub, memory_dir, name="refusing-model"))
+    assert [kind for _, kind, _ in formats(stub)] == ["json_schema", "text", "json_schema"]
+    got = labels(result["trace"])
+    assert got["judge"] == "offline (model output unusable: refused (HTTP 400))"
+    assert got["working"] == "model:openai:refusing-model (json_schema)"
+    assert "Boston" in result["answer"]
+
+
+def test_errors_no_prompt_causes_stay_configuration_errors(stub: OpenAIStub, memory_dir: Path) -> None:
+    """401/403/404 and a 400 naming a setting (`unsupported_parameter`) fail the same on every prompt."""
+    for reply in (status(403), status(404), refused("unsupported_parameter"), refused("model_not_found", 404)):
+        stub.reset()
+        stub.script(reply)
+        with pytest.raises(ConfigError) as error:
+            graph.invoke({"question": QUESTION},
+                         context=wired(stub, memory_dir, name="text-model", structured_output="text"))
+        assert "\n" not in str(error.value) and len(stub.requests) == 1
+
+
+class Raising(BaseChatModel):
+    """A chat model whose every call raises `error` (a client failing on a response it cannot read); without
+    one, it calls strata's code wrongly, as a callback of ours with a bug would."""
+
+    error: Exception | None = None
+    calls: int = 0
+
+    @property
+    def _llm_type(self) -> str:
+        return "raising"
+
+    def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None, run_manager: Any = None,
+                  **kwargs: Any) -> ChatResult:
+        self.calls += 1
+        if self.error is None:
+            from strata.agents.llm import parse_json
+
+            parse_json("{}", None)  # type: ignore[arg-type]
+        raise self.error or AssertionError("unreachable")
+
+
+def test_a_client_that_cannot_read_a_reply_falls_back_but_a_bug_is_raised(
+    stub: OpenAIStub, memory_dir: Path
+) -> None:
+    """KeyError('choices'), a ValueError or a TypeError the client hits on a broken response is one unusable
+    reply; an error raised in strata's own code, or a NameError, is a bug that would fail every call, so it is
+    raised as it is, not hidden behind offline fallbacks."""
+    for error in (KeyError("choices"), ValueError("unexpected end of response"), RuntimeError("stream closed"),
+                  TypeError("'NoneType' object is not iterable")):
+        model = Raising(error=error)
+        result = graph.invoke({"question": QUESTION}, context=Context(
+            namespace="ann", mode="ask", data_dir=str(memory_dir), chat_model=model))
+        got = labels(result["trace"])
+        assert got["judge"] == ("offline (model output unusable: the client could not read the reply "
+                                f"({type(error).__name__}: {str(error).splitlines()[0]}))")
+        assert got["working"].startswith("offline (model output unusable") and model.calls == 2
+        assert "Boston" in result["answer"]  # the offline answer
+
+    for bug, kind in ((None, AttributeError), (NameError("name 'choice' is not defined"), NameError)):
+        with pytest.raises(kind):
+            graph.invoke({"question": QUESTION}, context=Context(
+                namespace="ann", mode="ask", data_dir=str(memory_dir), chat_model=Raising(error=bug)))
+
+    # the real client on a 200 whose body is not a completion
+    stub.script(broken({"id": "chatcmpl-x", "object": "chat.completion"}))
+    result = graph.invoke({"question": QUESTION}, context=wired(stub, memory_dir))
+    got = labels(result["trace"])
+    assert got["judge"].startswith("offline (model output unusable: the client could not read the reply (")
+    assert got["working"] == "model:openai:stub-model (json_schema)"
+
+
+def test_a_reply_of_content_blocks_is_read_from_its_text_blocks(memory_dir: Path) -> None:
+    """Anthropic with thinking, the OpenAI Responses API and Gemini reply with a list of blocks: the answer
+    is in the text blocks, the reasoning and signature blocks are not part of it."""
+    verdict = json.dumps({"Action": "Pass", "reason": "D1:1 says where Ann lives", "confidence": 0.9})
+    answer = json.dumps({"answer": "Ann lives in Boston.", "cited_ids": ["D1:1"]})
+    model = GenericFakeChatModel(messages=iter([
+        AIMessage(content=[{"type": "thinking", "thinking": "Ann said {\"Action\": \"Retry\"}?", "signature": "s"},
+                           {"type": "text", "text": verdict}]),
+        AIMessage(content=[{"type": "reasoning", "summary": []},
+                           {"type": "text", "text": answer, "annotations": []}]),
+    ]))
+    result = graph.invoke({"question": QUESTION}, context=Context(
+        namespace="ann", mode="ask", data_dir=str(memory_dir), chat_model=model))
+    got = labels(result["trace"])
+    assert got["judge"] == got["working"] == "model:GenericFakeChatModel"
+    assert result["verdict"].action == "Pass"
+    assert result["answer"] == "Ann lives in Boston." and result["cited_ids"] == ["D1:1"]
+
+
+def test_the_final_json_wins_over_a_draft_in_the_reasoning(memory_dir: Path) -> None:
+    """A reasoning model (DeepSeek-R1 or QwQ behind vLLM or Ollama) writes `<think>` into the content: a draft
+    there is not the answer, and of several objects the last (the final answer) is taken."""
+    judge = ('<think>Maybe {"Action": "Retry", "reason": "unclear"}? No: D1:1 states it.</think>\n'
+             '{"Action": "Pass", "reason": "D1:1 states where Ann lives", "confidence": 0.9}')
+    answer = ('<thinking>First draft: {"answer": "Denver", "cited_ids": ["D1:2"]}. But D1:2 is Ben.</thinking>\n'
+              '{"answer": "Boston", "cited_ids": ["D1:1"]}')
+    model = GenericFakeChatModel(messages=iter([AIMessage(content=judge), AIMessage(content=answer)]))
+    result = graph.invoke({"question": QUESTION}, context=Context(
+        namespace="ann", mode="ask", data_dir=str(memory_dir), chat_model=model))
+    assert labels(result["trace"])["judge"] == "model:GenericFakeChatModel"
+    assert result["verdict"].action == "Pass" and result["answer"] == "Boston" and result["cited_ids"] == ["D1:1"]
+
+    from strata.agents.llm import parse_json
+    from strata.agents.memory import ModelFacts
+    from strata.agents.working import ModelAnswer
+
+    def said(text: str) -> str | None:
+        parsed, _ = parse_json(text, ModelAnswer)
+        return parsed.answer if parsed is not None else None
+
+    assert said('Draft: {"answer": "a"}. Final: {"answer": "b"}') == "b"  # no tags: still the last one
+    assert said('{"answer": "a"}</think>{"answer": "b"}') == "b"  # the template put the opening tag in the prompt
+    assert said('<think>{"answer": "a"} and then the reply was cut off') is None
+    assert said('```json\n{"answer": "a"}\n```\nas in {"answer": "example"}') == "a"  # a fenced one first
+    # an object that sets none of the schema's fields (every field has a default) is not the answer
+    facts, _ = parse_json('{"facts": [{"content": "Ann moved."}]} (each fact like {"content": "..."})', ModelFacts)
+    assert facts is not None and [f.content for f in facts.facts] == ["Ann moved."]
