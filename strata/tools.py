@@ -77,11 +77,12 @@ def describe_search(query: str, answer: Answer) -> str:
 
 
 def describe_changes(changes: list[ChangeNote], notes: Sequence[str] = ()) -> str:
-    done = [c for c in changes if c.action != "noop"]
+    # the deletes alone: the request's own turn, rewritten to say it was carried out, is not a record forgotten
+    done = [c for c in changes if c.action == "delete"]
     if not done:
         why = next((n for n in reversed(notes) if "forget" in n), "no stored record matched the request")
         return f"Nothing was forgotten: {why}."
-    lines = [f"Forgot {len(done)} record(s); undo with Memory.undo(change_id):"]
+    lines = [f"Forgot {len(done)} record(s); the application can restore them by change id (Memory.undo):"]
     for change in done:
         lines.append(f"- change {change.change_id}: {change.action} {change.record_id}: {change.old_text!r}")
     return "\n".join(lines)

@@ -165,6 +165,7 @@ def test_forget_goes_through_the_refresher_and_undo_restores(memory: Memory) -> 
     deleted = [c for c in memory.history() if c.action.value == "delete"]
     assert deleted, reply
     assert all(f"change {c.id}:" in reply for c in deleted)
+    assert reply.startswith(f"Forgot {len(deleted)} record(s)") and "update" not in reply  # the request's rewrite
     assert all(c.policy == "offline" and "forgotten on request" in c.reason for c in deleted)
     gone = {c.record_id for c in deleted}
     assert "raw:D1:14" in gone or any(r.startswith("fact:D1:14") for r in gone)
