@@ -205,6 +205,9 @@ class Context:
                 source[spec.name] = f"STRATA_{spec.name.upper()}"
                 value = _setting(spec.name, env, types[spec.name], source[spec.name])
             setattr(self, spec.name, value)
+        blank = isinstance(self.chat_model, str) and not self.chat_model.strip()
+        if blank or self.chat_model == {}:  # a form's empty field (Studio sends every field): not given
+            self.chat_model = None
         if self.chat_model is not None and not callable(getattr(self.chat_model, "invoke", None)):
             raise InputError("chat_model must be a LangChain chat model object: from Studio or the server, set model")
         outside_chroma(real_folder(check_folder(self.data_dir)))

@@ -537,3 +537,10 @@ def test_a_stopped_run_resumes_only_under_its_own_namespace(tmp_path: Path) -> N
     facts = Memory("ann", data_dir=str(tmp_path)).store.all("fact")
     assert {f.dialogue_id for f in facts} == {"D1:1", "D1:2"}
     assert Memory("bob", data_dir=str(tmp_path)).stats()["fact"]["active"] == 0
+
+
+@pytest.mark.parametrize("empty", ["", "   ", {}])
+def test_an_empty_chat_model_field_of_a_form_is_not_given(empty: object, tmp_path: Path) -> None:
+    """A run's context from a form sends `chat_model` empty: offline, as every other empty field is not given."""
+    context = Context(namespace="ann", data_dir=str(tmp_path), chat_model=empty)
+    assert context.chat_model is None
