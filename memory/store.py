@@ -256,8 +256,9 @@ class MemoryStore:
         began = self.state(IMPORTING)
         if began is not None:
             raise InputError(f"an import into the namespace {self.namespace!r} has not finished (begun with an "
-                             f"export of {began}; a stopped import leaves it half written): run the import again "
-                             "to finish it, or drop the namespace (Memory.drop()); nothing else reads or writes it")
+                             f"export of {began}): wait for it if it is still running; if it was stopped, run the "
+                             "import again to finish it, or drop the namespace (Memory.drop()). Until then nothing "
+                             "else reads or writes it")
         if not self._halves_agree:
             self._check_halves()
 

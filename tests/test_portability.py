@@ -249,7 +249,7 @@ def test_a_namespace_an_import_has_not_finished_is_neither_read_nor_written_unti
                  lambda: target.erasure_plan(about="Caroline")):
         with pytest.raises(InputError, match="has not finished") as error:
             call()
-        assert "\n" not in str(error.value) and "import again" in str(error.value)
+        assert "\n" not in str(error.value) and "import again" in str(error.value) and "wait for it" in str(error.value)
     assert target.store.get(["raw:B1:1"]) == []  # (direct access: the calls above refuse)
 
     report = target.import_from(document)  # the next import writes it all
