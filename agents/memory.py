@@ -21,10 +21,10 @@ batch's turns pending, to be derived again from the state of the last write.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from langgraph.runtime import Runtime
-from pydantic import BaseModel, Field, field_validator
+from pydantic import Field, field_validator
 from strata.agents.common import (
     OFFLINE,
     format_evidence,
@@ -55,7 +55,20 @@ from strata.memory.graph.entities import Mention, normalise
 from strata.memory.graph.evolution import Evolution
 from strata.memory.graph.links import temporal_links
 from strata.memory.graph.notes import Candidate, LinkDecision, Note, note_of
-from strata.memory.graph.replies import ModelNote, Text
+from strata.memory.graph.replies import (
+    MAX_ITEMS,
+    SOME_USABLE,
+    Advisory,
+    Ids,
+    Line,
+    ModelNote,
+    Name,
+    Reply,
+    Story,
+    Weight,
+    at_most,
+    collected,
+)
 from strata.memory.journal import PENDING
 from strata.memory.moments import local, utc_now
 from strata.memory.persona import aspect_of, persona_id
@@ -68,19 +81,19 @@ from strata.prompts import memory as prompts
 RELATED_FROM_MODEL = 3  # at most this many earlier turns the Constructor names as related are linked
 
 
-class ModelFact(BaseModel):
-    content: Text
-    subject: str = ""
-    attribute: str = ""
-    value: str = ""
+class ModelFact(Reply):
+    content: Line
+    subject: Name = ""
+    attribute: Name = ""
+    value: Name = ""
 
 
-class ModelFacts(BaseModel):
+class ModelFacts(Reply):
     """AMA's Constructor output contract, plus subject/attribute/value for conflict checks."""
 
-    facts: list[ModelFact] = Field(default_factory=list)
-    related_id: list[str] = Field(default_factory=list)
-    timestamp: str = "empty"
+    facts: Annotated[list[ModelFact], SOME_USABLE, at_most(MAX_ITEMS)] = Field(default_factory=list)
+    related_id: Ids = Field(default_factory=list)
+    timestamp: Advisory = "empty"
 
     @field_validator("facts", mode="before")
     @classmethod
@@ -95,21 +108,21 @@ class ModelFacts(BaseModel):
         return kept
 
 
-class ModelBoundary(BaseModel):
+class ModelBoundary(Reply):
     """AMA's episode trigger output."""
 
     T_t: int = Field(..., ge=0, le=1)
-    reason: str = ""
-    confidence: float = 0.5
-    topic_summary: str = ""
+    reason: Advisory = ""
+    confidence: Weight = 0.5
+    topic_summary: Advisory = ""
 
 
-class ModelEpisode(BaseModel):
+class ModelEpisode(Reply):
     """AMA's episode writer output."""
 
-    title: Text
-    content: Text
-    timestamp: str = ""
+    title: Line
+    content: Story
+    timestamp: Advisory = ""
 
 
 def memory(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
@@ -212,24 +225,25 @@ def _derive(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     # an instruction to the memory (the Refresher carries it out), not something to remember: its words are what
     # it asks to forget, so they give no facts, note, entities or links
     instruction = _asks_to_forget(turn)
-    drafts, policy, related = ([], OFFLINE, []) if instruction else _facts(turn, state, runtime, store)
-    facts = [
-        Record(
-            id=f"fact:{turn.dia_id}:{i}", kind="fact", text=d.text, namespace=store.namespace,
-            dialogue_id=turn.dia_id or "", session=raw.session, speaker=turn.speaker, time=d.time or turn.time,
-            source_ids=[turn.dia_id or ""], subject=d.subject, attribute=d.attribute, value=d.value,
-            entities=list(d.entities), policy=policy,
-            # the turn's clock when the fact keeps the turn's time; a date its words named is that day already
-            utc_offset=turn.utc_offset if d.time in (None, turn.time) else None,
-        )
-        for i, d in enumerate(drafts)
-    ]
-    personas = _persona(facts, turn)
-    episode, segment, boundary, boundary_policy = _episode(store, raw, facts, context, runtime)
-    records = [*facts, *personas, *([episode] if episode else [])]
-    links, state_after = _links(store, raw, facts, personas, episode, state, related)
-    graph, graph_policy = (fast_path.TurnGraph(links=[]), OFFLINE) if instruction else _graph(
-        store, raw, facts, turn, runtime)  # the note and evolutions are written at once
+    with collected() as cuts:  # what the limits cut from the model's replies (memory/graph/replies.py)
+        drafts, policy, related = ([], OFFLINE, []) if instruction else _facts(turn, state, runtime, store)
+        facts = [
+            Record(
+                id=f"fact:{turn.dia_id}:{i}", kind="fact", text=d.text, namespace=store.namespace,
+                dialogue_id=turn.dia_id or "", session=raw.session, speaker=turn.speaker, time=d.time or turn.time,
+                source_ids=[turn.dia_id or ""], subject=d.subject, attribute=d.attribute, value=d.value,
+                entities=list(d.entities), policy=policy,
+                # the turn's clock when the fact keeps the turn's time; a date its words named is that day already
+                utc_offset=turn.utc_offset if d.time in (None, turn.time) else None,
+            )
+            for i, d in enumerate(drafts)
+        ]
+        personas = _persona(facts, turn)
+        episode, segment, boundary, boundary_policy = _episode(store, raw, facts, context, runtime)
+        records = [*facts, *personas, *([episode] if episode else [])]
+        links, state_after = _links(store, raw, facts, personas, episode, state, related)
+        graph, graph_policy = (fast_path.TurnGraph(links=[]), OFFLINE) if instruction else _graph(
+            store, raw, facts, turn, runtime)  # the note and evolutions are written at once
     links += graph.links
     state_after.update(graph.state)
     state_after[OPEN_SEGMENT] = segment.model_dump(mode="json")
@@ -251,6 +265,8 @@ def _derive(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
             f"; graph by {graph_policy}: {graph.mentions} entity mentions, {graph.entity} entity links, "
             f"{graph.semantic} semantic links, {graph.evolved} notes evolved"
         )
+    if cuts:
+        summary += f"; cut from the model's replies: {'; '.join(cuts)}"
     trace = traced(state, "memory", policy, summary)
     return {
         "cursor": cursor,

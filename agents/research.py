@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from langgraph.runtime import Runtime
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
@@ -39,7 +39,7 @@ from strata.graph.state import Evidence, PathStep, Plan, RoleNote, State, fresh_
 from strata.memory import search
 from strata.memory.dates import time_window
 from strata.memory.entities import wordset
-from strata.memory.graph.replies import Text
+from strata.memory.graph.replies import MAX_STORY_CHARS, Reply, Text, clipped
 from strata.memory.graph.traversal import edge_weights, focus_of
 from strata.memory.moments import local, utc_now
 from strata.memory.records import Kind, LinkType, Record, Status
@@ -237,12 +237,14 @@ class IntentFlags(BaseModel):
         return [self.b_fine, self.b_abs, self.b_event, self.b_atomic]
 
 
-class ModelPlan(BaseModel):
+class ModelPlan(Reply):
     """AMA's Retriever output contract (appendix C, figure 9)."""
 
     model_config = ConfigDict(extra="ignore")
 
-    rewrite_query: Text = Field(..., validation_alias=AliasChoices("rewrite_query", "rewritten_query", "query"))
+    # as long as a question may be (`max_question_chars`' default), not the megabytes a looping model writes
+    rewrite_query: Annotated[Text, clipped(MAX_STORY_CHARS)] = Field(
+        ..., validation_alias=AliasChoices("rewrite_query", "rewritten_query", "query"))
     intent_vector: IntentFlags = Field(..., validation_alias=AliasChoices("intent_vector", "intent"))
     memory_type: Literal["raw", "fact", "episode"] | None = None
     K_dyn: int = Field(5, validation_alias=AliasChoices("K_dyn", "k_dyn", "K"))

@@ -25,7 +25,7 @@ from functools import lru_cache
 from typing import Any
 
 from langgraph.runtime import Runtime
-from pydantic import BaseModel, Field, field_validator
+from pydantic import Field
 from strata.agents.common import (
     OFFLINE,
     QuestionType,
@@ -49,7 +49,7 @@ from strata.memory.entities import (
     wordset,
 )
 from strata.memory.facts import single_valued
-from strata.memory.graph.replies import Text
+from strata.memory.graph.replies import Ids, Line, Reply, collected
 from strata.memory.lemmas import plural_noun, text_forms
 from strata.memory.names import unaccented
 from strata.memory.speakers import resolve_participant
@@ -174,16 +174,11 @@ _LEADING_FILLER = re.compile(
 
 
 # --- the model's output contract ---------------------------------------------------------------
-class ModelAnswer(BaseModel):
-    """A brief answer and the dialogue ids it rests on."""
+class ModelAnswer(Reply):
+    """A brief answer and the dialogue ids it rests on (one id, null or a number is read as the Judge reads them)."""
 
-    answer: Text
-    cited_ids: list[str] = Field(default_factory=list)
-
-    @field_validator("cited_ids", mode="before")
-    @classmethod
-    def _one_or_many(cls, value: object) -> object:
-        return [value] if isinstance(value, str) else value
+    answer: Line
+    cited_ids: Ids = Field(default_factory=list)
 
 
 # --- the node ------------------------------------------------------------------------------
@@ -193,12 +188,16 @@ def working(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     evidence = list(state.evidence)
     window = state.plan.time_window if state.plan is not None else None  # Research's reading of the question
     model = chat_model(runtime.context)
+    cuts: list[str] = []
     if model is None or not evidence:
         answer, cited = answer_offline(question, evidence, window)
         policy = OFFLINE
     else:
-        answer, cited, policy = _answer_with_model(question, evidence, runtime, window)
+        with collected() as cuts:
+            answer, cited, policy = _answer_with_model(question, evidence, runtime, window)
     summary = f"answered {answer!r} from {len(evidence)} evidence items, citing {', '.join(cited) or 'nothing'}"
+    if cuts:
+        summary += f"; cut from the model's reply: {'; '.join(cuts)}"
     return {"answer": answer, "cited_ids": cited, "stage": "done", "trace": traced(state, "working", policy, summary)}
 
 
@@ -218,7 +217,7 @@ def _answer_with_model(
     assert model is not None
     user = prompts.ANSWER_USER.format(evidence=format_evidence(evidence), question=question)
     parsed, _, policy = ask_json(model, prompts.ANSWER_SYSTEM, user, ModelAnswer, runtime.context)
-    if parsed is None:  # no usable reply (a blank answer is one: `Text`)
+    if parsed is None:  # no usable reply (a blank answer is one: `Line`)
         offline_answer, cited = answer_offline(question, evidence, window)
         return offline_answer, cited, policy
     answer = " ".join(parsed.answer.split())
