@@ -33,7 +33,7 @@ from strata.agents.common import (
     traced,
 )
 from strata.agents.llm import ask_json, chat_model
-from strata.agents.wire import new_question
+from strata.agents.wire import new_question, new_unit
 from strata.graph.context import Context
 from strata.graph.state import RoleNote, State, fresh_run, input_print, validate_turns
 from strata.memory.dates import parse_datetime
@@ -352,7 +352,7 @@ def _episode(
     boundary, policy = _model_boundary(boundary, segment, members, raw, runtime)
     episode = None
     if boundary.split:
-        episode = _close(store, segment, boundary, runtime)
+        episode = _close(store, segment, boundary, runtime.context)
         segment = OpenSegment(session=raw.session)
     segment.session = raw.session
     segment.turn_ids.append(raw.dialogue_id)
@@ -372,7 +372,7 @@ def open_segment(store: MemoryStore) -> OpenSegment:
 
 
 def close_open_episode(
-    store: MemoryStore, reason: str = "session ended", last_turn: str | None = None
+    store: MemoryStore, reason: str = "session ended", last_turn: str | None = None, context: Context | None = None
 ) -> Record | None:
     """Write the open segment as an episode now (end of a session or of an import).
 
@@ -380,14 +380,19 @@ def close_open_episode(
     import that skips a session already stored must not close the episode of a
     later session it had started. The episode is written before the segment is
     cleared, under an id taken from its first turn, so a crash in between
-    closes the same episode again rather than losing or doubling it.
+    closes the same episode again rather than losing or doubling it. With the
+    run's `context`, its chat model writes the episode, as at a boundary found
+    while deriving (a close is one more unit of `max_model_calls`); without it,
+    the offline narrative does.
     """
     with store.writing():
         store.flush()
         segment = open_segment(store)
         if not segment.turn_ids or (last_turn is not None and segment.turn_ids[-1] != last_turn):
             return None
-        episode = _close(store, segment, Boundary(split=True, reason=reason), None)
+        if context is not None:
+            new_unit(context)  # its own call budget; a model that gave out in this run stays out
+        episode = _close(store, segment, Boundary(split=True, reason=reason), context)
         store.add([episode])
         with store.ledger.transaction() as conn:
             store.ledger.add_links(_episode_links(store.namespace, episode), conn)
@@ -401,11 +406,13 @@ def episode_id(segment: OpenSegment) -> str:
     return f"episode:{segment.turn_ids[0]}"
 
 
-def _close(store: MemoryStore, segment: OpenSegment, boundary: Boundary, runtime: Runtime[Context] | None) -> Record:
+def _close(store: MemoryStore, segment: OpenSegment, boundary: Boundary, context: Context | None) -> Record:
+    """The segment as an episode: written by the context's chat model, else (or when its reply is unusable)
+    narrated from its facts."""
     title = title_of(segment.facts, segment.speakers)
     text, policy = narrate(segment, title), OFFLINE
-    model = chat_model(runtime.context) if runtime is not None else None
-    if model is not None and runtime is not None:
+    model = chat_model(context) if context is not None else None
+    if model is not None and context is not None:
         members = store.get(f"raw:{i}" for i in segment.turn_ids)
         turns = "\n".join(f"[{r.dialogue_id}] {r.speaker}: {r.text}" for r in members)
         user = prompts.EPISODE_USER.format(
@@ -413,7 +420,7 @@ def _close(store: MemoryStore, segment: OpenSegment, boundary: Boundary, runtime
             else "unknown",
             reason=boundary.reason, conversation=turns,
         )
-        parsed, _, policy = ask_json(model, prompts.EPISODE_SYSTEM, user, ModelEpisode, runtime.context)
+        parsed, _, policy = ask_json(model, prompts.EPISODE_SYSTEM, user, ModelEpisode, context)
         if parsed is not None:
             title, text = parsed.title, parsed.content
     return Record(
