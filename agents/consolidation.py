@@ -16,7 +16,7 @@ from strata.agents.wire import new_unit
 from strata.graph.context import Context
 from strata.memory.graph import causal
 from strata.memory.graph.consolidation import CausalPolicy, ConsolidationReport, SummaryPolicy, consolidate
-from strata.memory.graph.replies import ModelCausal, ModelSummary
+from strata.memory.graph.replies import ModelCausal, ModelSummary, collected
 from strata.memory.graph.summaries import Group
 from strata.memory.records import Record
 from strata.memory.store import MemoryStore
@@ -32,17 +32,21 @@ def run(store: MemoryStore, context: Context, limit: int | None = None) -> Conso
     summary_policy: SummaryPolicy | None = None
     policy = OFFLINE
     failures: list[str] = []
+    fallbacks: dict[str, str] = {}  # summary id -> the label of the offline text told instead of the model's
     if model is not None:
         policy = model_policy_name(context)
         causal_policy = model_causal_policy(store, context, failures)
-        summary_policy = model_summary_policy(context, failures)
-    report = consolidate(
-        store, causal_on=context.causal_links, entities_on=context.entity_graph, summaries_on=context.summaries,
-        causal_policy=causal_policy, summary_policy=summary_policy, policy=policy, limit=limit,
-        semantic_on=context.semantic_links,
-    )
+        summary_policy = model_summary_policy(context, failures, fallbacks)
+    with collected() as cuts:  # what the limits cut from the model's replies (memory/graph/replies.py)
+        report = consolidate(
+            store, causal_on=context.causal_links, entities_on=context.entity_graph, summaries_on=context.summaries,
+            causal_policy=causal_policy, summary_policy=summary_policy, policy=policy, limit=limit,
+            semantic_on=context.semantic_links, fallbacks=fallbacks,
+        )
     if failures:
         report.policy = f"{policy}; offline for {len(failures)} unusable replies (first: {failures[0]})"
+    if cuts:
+        report.policy += f"; the limits cut {len(cuts)} part(s) of the model's replies (first: {cuts[0]})"
     return report
 
 
@@ -79,7 +83,11 @@ def model_causal_policy(store: MemoryStore, context: Context, failures: list[str
     return policy
 
 
-def model_summary_policy(context: Context, failures: list[str]) -> SummaryPolicy:
+def model_summary_policy(
+    context: Context, failures: list[str], fallbacks: dict[str, str] | None = None
+) -> SummaryPolicy:
+    """The merge prompt over a group's turns; None (the offline text) when the reply is unusable, with the
+    fallback's label, which says why, put in `fallbacks` under the group's id for the summary to keep."""
     model = chat_model(context)
     assert model is not None
 
@@ -89,12 +97,14 @@ def model_summary_policy(context: Context, failures: list[str]) -> SummaryPolicy
             for r in members
         )
         new_unit(context)  # `max_model_calls` per group, not per run
-        parsed, problem, _ = ask_json(
+        parsed, problem, label = ask_json(
             model, prompts.SUMMARY_SYSTEM, prompts.SUMMARY_USER.format(heading=group.heading, turns=lines),
             ModelSummary, context,
         )
         if parsed is None:
             failures.append(problem)
+            if fallbacks is not None:
+                fallbacks[group.id] = label
             return None
         return parsed.title, parsed.content
 

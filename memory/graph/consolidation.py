@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from pydantic import BaseModel, Field
 from strata.memory.graph import causal, fast_path, summaries
@@ -82,9 +82,11 @@ def offline_causal(store: MemoryStore) -> CausalPolicy:
 def consolidate(
     store: MemoryStore, causal_on: bool = True, entities_on: bool = True, summaries_on: bool = True,
     causal_policy: CausalPolicy | None = None, summary_policy: SummaryPolicy | None = None, policy: str = "offline",
-    limit: int | None = None, semantic_on: bool = True,
+    limit: int | None = None, semantic_on: bool = True, fallbacks: Mapping[str, str] | None = None,
 ) -> ConsolidationReport:
-    """Run the slow path over every filed turn not consolidated yet (at most `limit` of them)."""
+    """Run the slow path over every filed turn not consolidated yet (at most `limit` of them). `fallbacks`:
+    the label a summary told offline is stored with when `summary_policy` could not write it, by group id
+    (the policy fills it in as it goes: `offline (model output unusable: ...)`); plain `offline` otherwise."""
     started = time.perf_counter()
     report = ConsolidationReport(policy=policy)
     ns = store.namespace
@@ -122,7 +124,7 @@ def consolidate(
         report.causal += sum(link.type == LinkType.CAUSAL for link in added)
         report.entity += sum(link.type == LinkType.ENTITY for link in added)
     if summaries_on:
-        written, unchanged = _summarise(store, timeline, summary_policy, policy)
+        written, unchanged = _summarise(store, timeline, summary_policy, policy, {} if fallbacks is None else fallbacks)
         report.summaries, report.summaries_unchanged = written, unchanged
     report.seconds = time.perf_counter() - started
     return report
@@ -158,7 +160,8 @@ def _densify(store: MemoryStore, batch: Sequence[Record], order: dict[str, int])
 
 
 def _summarise(
-    store: MemoryStore, timeline: Sequence[Record], policy_fn: SummaryPolicy | None, policy: str
+    store: MemoryStore, timeline: Sequence[Record], policy_fn: SummaryPolicy | None, policy: str,
+    fallbacks: Mapping[str, str],
 ) -> tuple[int, int]:
     """Regroup topics and persona aspects; write the groups whose turns changed. (written, unchanged)."""
     ns = store.namespace
@@ -186,21 +189,20 @@ def _summarise(
             unchanged += 1
             continue
         members = [raw[i] for i in group.turn_ids]
-        title, text, used = group.heading, "", "offline"  # the offline text is told below
-        if policy_fn is not None:
-            drafted = policy_fn(group, members, summaries.narrate(group, raw, facts_by_turn))
-            if drafted is not None:
-                title, text, used = drafted[0], drafted[1], policy
+        drafted = policy_fn(group, members, summaries.narrate(group, raw, facts_by_turn)) if policy_fn else None
+        if drafted is not None:
+            title, text, used = drafted[0], drafted[1], policy
+        else:  # from the facts read when the groups were made; the label says why, when a policy fell back
+            title, text = group.heading, summaries.narrate(group, raw, facts_by_turn)
+            used = fallbacks.get(group.id, "offline")
         # Embedded first, so a remote embedder's wait holds up no writer (the write finds the vector
         # cached). Then written under the namespace's write lock, checked first: an erase that ran since
         # the groups were made (it holds the same lock) removed turns or facts this summary would tell.
-        if used == "offline":  # from the facts read when the groups were made
-            text = summaries.narrate(group, raw, facts_by_turn)
         store.embedder.embed([text])
         with store.writing():
             if not all(store.has(i) for i in group.turn_ids):
                 continue  # the next run regroups what stays
-            if used == "offline":  # from the facts stored now (the same text unless an erase came between)
+            if drafted is None:  # from the facts stored now (the same text unless an erase came between)
                 text = _told_offline(store, group, raw)
             record = summaries.summary_record(group, text, title, ns, raw, used)
             store.add([record])
