@@ -58,6 +58,7 @@ from strata.prompts import judge as prompts
 NEW = "new"  # the incoming turn inside a conflict group (the Refresher's name for it)
 MIN_COVERAGE = 0.5  # share of the question's content words an item must hold to count as relevant
 MAX_GROUPS = 6
+MAX_LISTED = 8  # ids a trace line lists before "..."
 # The filter never drops the better-scored share of the context: the search's own ranking stands for it.
 # Chosen leave-conversations-out from 0.5, 0.7 and 0.9 (docs/evaluation.md): a lower share saves tokens
 # but costs recall.
@@ -382,10 +383,62 @@ def _adjacent_ids(item: Evidence) -> list[str]:
     return [f"{head}{number - 1}", f"{head}{number + 1}"]
 
 
+# --- the names the model was shown ----------------------------------------------------------------
+_SHOWN = re.compile(r"^\[([^\]]+)\]")
+
+
+def _key(name: str) -> str:
+    """A name as compared: no brackets, single spaces, case folded ("[D1:1  Fact]" is "d1:1 fact")."""
+    return " ".join(re.sub(r"[\[\]]", " ", name).split()).casefold()
+
+
+def shown_names(evidence: Sequence[Evidence]) -> dict[str, list[str]]:
+    """Every name the prompt gives an item, to the ids of all the items it stands for. The context shows an
+    item by the label in its line's brackets (`Record.line`: the dialogue id, and the kind unless it is a raw
+    turn: "D1:1", "D1:1 fact"; `context_lines` falls back to the item's `label`), never its record id, and a
+    turn's facts share one label; the record id is accepted too."""
+    names: dict[str, list[str]] = {}
+    for e in evidence:
+        tag = "" if e.kind == "raw" else f" {e.kind}"
+        given = [e.id, f"{e.dialogue_id or e.id}{tag}"]
+        shown = _SHOWN.match(e.line or e.label)
+        if shown:
+            given.append(shown.group(1))
+        for name in dict.fromkeys(_key(g) for g in given):
+            names.setdefault(name, []).append(e.id)
+    return names
+
+
+def resolve_names(named: Iterable[str], evidence: Sequence[Evidence]) -> tuple[list[str], list[str]]:
+    """(the evidence ids the model's names stand for, the names that stand for none). A name is read as
+    shown; a bare dialogue id no item is shown by ("D1:1" where only "[D1:1 fact]" lines are) stands for
+    every item of that dialogue id: the model left the kind out."""
+    names = shown_names(evidence)
+    by_dialogue: dict[str, list[str]] = {}
+    for e in evidence:
+        if e.dialogue_id:
+            by_dialogue.setdefault(_key(e.dialogue_id), []).append(e.id)
+    ids: list[str] = []
+    unknown: list[str] = []
+    for name in named:
+        found = names.get(_key(name)) or by_dialogue.get(_key(name))
+        if found:
+            ids += found
+        elif name.strip():
+            unknown.append(name.strip())
+    return list(dict.fromkeys(ids)), list(dict.fromkeys(unknown))
+
+
 def model_irrelevant(named: Sequence[str], evidence: Sequence[Evidence]) -> list[str]:
-    """The model's irrelevant ids, read as record ids or the dialogue ids the context shows; others ignored."""
-    by_name = {e.id: e.id for e in evidence} | {e.dialogue_id: e.id for e in evidence if e.dialogue_id}
-    return list(dict.fromkeys(by_name[n.strip().strip("[]")] for n in named if n.strip().strip("[]") in by_name))
+    """The evidence ids the model's irrelevant names stand for (`resolve_names`); names that match no item are
+    ignored (the judge node's trace lists them)."""
+    return resolve_names(named, evidence)[0]
+
+
+def listed(names: Sequence[str]) -> str:
+    """Names for a trace line: the first MAX_LISTED, each cut short (the model's text has no bound)."""
+    shown = [n if len(n) <= 40 else n[:39] + "…" for n in names[:MAX_LISTED]]
+    return ", ".join(shown) + (" ..." if len(names) > MAX_LISTED else "")
 
 
 def filtered(
@@ -459,9 +512,12 @@ def _describe_conflicts(groups: list[list[str]], s: Situation) -> str:
     return "conflicting facts: " + "; ".join(parts)
 
 
-def model_verdict(s: Situation, offline: Verdict, retry_left: bool = True) -> tuple[Verdict, list[str] | None]:
+def model_verdict(
+    s: Situation, offline: Verdict, retry_left: bool = True
+) -> tuple[Verdict, list[str] | None, list[str]]:
     """Ask the chat model (AMA's Judge contract); the offline verdict stands in when its reply is unusable.
-    Also returns the ids the model found irrelevant (None when the offline policy decided).
+    Also returns the names the model found irrelevant (None when the offline policy decided) and the names
+    in its conflict groups that stand for nothing it was shown (the trace says they were ignored).
 
     A question with no Retry round left is answered from what was found whatever
     the model would say about sufficiency, so the model is not asked; conflicts
@@ -469,9 +525,9 @@ def model_verdict(s: Situation, offline: Verdict, retry_left: bool = True) -> tu
     """
     model = chat_model(s.context)
     if model is None:
-        return offline, None
+        return offline, None, []
     if s.question and not retry_left:
-        return offline.model_copy(update={"policy": decided_offline("no Retry round left")}), None
+        return offline.model_copy(update={"policy": decided_offline("no Retry round left")}), None, []
     new_facts = "\n".join(f"- {d.text} ({d.subject} | {d.attribute} | {d.value})" for d in s.drafts) or "(none)"
     when = s.turn.time if s.turn is not None and s.turn.time else None
     user = prompts.JUDGE_USER.format(
@@ -480,39 +536,59 @@ def model_verdict(s: Situation, offline: Verdict, retry_left: bool = True) -> tu
     )
     parsed, _, policy = ask_json(model, prompts.JUDGE_SYSTEM, user, ModelVerdict, s.context)
     if parsed is None:
-        return offline.model_copy(update={"policy": policy}), None
+        return offline.model_copy(update={"policy": policy}), None, []
     action: Action = parsed.action
     reason = parsed.reason.strip() or "model decision"
     if action == "Retry" and not s.question:
         action, reason = "Pass", f"{reason} (not a question: Retry does not apply)"
     conflicts: list[list[str]] = []
+    ignored: list[str] = []
     if action == "Refresh":
-        conflicts = _valid_groups(parsed.conflicts, s) or offline.conflicts
+        groups, ignored = _valid_groups(parsed.conflicts, s)
+        conflicts = groups or offline.conflicts
     verdict = Verdict(
         action=action, reason=reason, confidence=parsed.confidence, conflicts=conflicts,
         missing=offline.missing if action == "Retry" else [], policy=policy,
     )
-    return verdict, list(parsed.irrelevant)
+    return verdict, list(parsed.irrelevant), ignored
 
 
-def _valid_groups(groups: list[list[str]], s: Situation) -> list[list[str]]:
-    """Keep ids that name the incoming turn or a record the Judge was shown; drop groups left empty of
-    stored ids. Not any record of the namespace: text the model read (a stored turn, the incoming one)
+def _valid_groups(groups: list[list[str]], s: Situation) -> tuple[list[list[str]], list[str]]:
+    """(groups as record ids, names that stand for nothing shown). A name is read as the prompt showed it
+    (`resolve_names`: "D1:1" is the turn, "D1:1 fact" every fact shown so); a stored fact behind the evidence
+    counts by its record id. A raw turn brings the live facts drawn from it: the Refresher never rewrites a
+    turn, so a conflict the model sees in a turn is settled on its facts; not on a request to forget, where
+    a forgotten turn takes its facts along (the Refresher's `follow_turn`). Groups left without a stored id
+    are dropped. Not any record of the namespace: text the model read (a stored turn, the incoming one)
     could name another person's fact for the Refresher to rewrite, one it never saw."""
-    known = {e.id for e in s.evidence} | {f.id for f in s.facts}
+    kinds = {e.id: (e.kind, e.dialogue_id) for e in s.evidence}
+    behind = {f.id for f in s.facts}
+    facts_of: dict[str, list[str]] = {}
+    for f in s.facts:
+        for dia in f.source_ids:
+            facts_of.setdefault(dia, []).append(f.id)
     valid: list[list[str]] = []
+    ignored: list[str] = []
     for group in groups:
         ids: list[str] = []
         for raw_id in group:
-            record_id = str(raw_id).strip()
-            if record_id.lower() == NEW or record_id in s.exclude:
+            name = str(raw_id).strip()
+            if name.lower() == NEW or name in s.exclude:
                 ids.append(NEW)
-            elif record_id in known:
+                continue
+            found, unknown = resolve_names([name], s.evidence)
+            if not found and name in behind:
+                found, unknown = [name], []
+            ignored += unknown
+            for record_id in found:
                 ids.append(record_id)
+                kind, dia = kinds.get(record_id, ("fact", ""))
+                if kind == "raw" and dia and s.forget is None:
+                    ids += facts_of.get(dia, [])
         ids = list(dict.fromkeys(ids))
         if any(i != NEW for i in ids):
             valid.append(ids)
-    return valid
+    return valid, list(dict.fromkeys(ignored))
 
 
 # --- the node ---------------------------------------------------------------------------------
@@ -521,7 +597,7 @@ def judge(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     context = runtime.context
     situation = Situation(state, runtime)
     offline = offline_verdict(situation)
-    verdict, model_ids = model_verdict(situation, offline, retry_allowed(state, context))
+    verdict, model_ids, ignored = model_verdict(situation, offline, retry_allowed(state, context))
     notes = list(state.notes)
     if situation.forget is not None:
         notes.append(situation.forget.reason())
@@ -537,8 +613,12 @@ def judge(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
         kept, dropped, policy = filtered(situation, verdict, model_ids)
         if dropped:
             update["evidence"] = kept
-            shown = ", ".join(dropped[:8]) + (" ..." if len(dropped) > 8 else "")
-            summary += f" | filter ({policy}): {len(dropped)} irrelevant item(s) left out ({shown}); {len(kept)} kept"
+            summary += f" | filter ({policy}): {len(dropped)} irrelevant item(s) left out ({listed(dropped)}); "
+            summary += f"{len(kept)} kept"
+        if model_ids is not None:
+            ignored += resolve_names(model_ids, situation.evidence)[1]
+    if ignored:  # the model named what it was not shown: said, not silently dropped
+        summary += f" | ignored ids the evidence does not hold: {listed(list(dict.fromkeys(ignored)))}"
     update["trace"] = traced(state, "judge", verdict.policy, summary)
     refreshing = verdict.action == "Refresh" and refresh_allowed(context)
     if verdict.action == "Refresh" and not refreshing and context.mode in ("ask", "retrieve"):

@@ -2,17 +2,21 @@
 
 The output contract is AMA's Judge (AMA, appendix C, figure 10): an action
 among Pass, Retry and Refresh, a reason and a confidence. We add an optional
-list of conflicting record ids so the Refresher knows which entries to edit,
-and the ids of items that do not help the question, which leave the context
-before the answer is written (AMA's relevance filter H_r).
+list of conflicting items so the Refresher knows which entries to edit, the
+items that do not help the question, which leave the context before the answer
+is written (AMA's relevance filter H_r). Items are named by the
+label their line shows ("D1:1", "D1:1 fact"); `agents/judge.py` reads a label
+as every item shown with it.
 The wording is the project's own.
 """
 
 JUDGE_SYSTEM = """You check retrieved memory before it is used.
 
-Memory items are grouped under a (date) heading, the day they were said or happened;
-each item starts with its [id], followed by its kind unless it is a verbatim turn.
-Decide one action.
+Memory items are grouped under a (date) heading, the day they were said or happened.
+Each item starts with a label in brackets: the id of the turn it comes from,
+followed by its kind unless it is a verbatim turn ("[D1:1]" is a turn, "[D1:1 fact]"
+a fact drawn from it). Name items by their label as shown, without the brackets;
+a label that several items share names them all. Decide one action.
 
 Conflict check (first). Two or more items conflict when they state incompatible
 things about the same person, thing, event or time: a different city someone
@@ -42,14 +46,14 @@ Reply with one JSON object only:
 {"Action": "Pass" | "Retry" | "Refresh",
  "reason": "<one short sentence>",
  "confidence": 0.0-1.0,
- "conflicts": [["<id>", "<id or new>"]],
- "irrelevant": ["<id>"]}
-List in "conflicts" the ids of the items that disagree, one group per conflict;
+ "conflicts": [["<label>", "<label or new>"]],
+ "irrelevant": ["<label>"]}
+List in "conflicts" the labels of the items that disagree, one group per conflict;
 write "new" for the current input. Leave it empty unless the action is Refresh.
-When the current input is a question, list in "irrelevant" the ids of items that
-say nothing that helps answer it (another topic, small talk); they are removed
-before the answer is written. Keep any item that might hold part of the answer
-or a date or name it needs; when unsure, leave the id out."""
+When the current input is a question, list in "irrelevant" the labels of items
+that say nothing that helps answer it (another topic, small talk); they are
+removed before the answer is written. Keep any item that might hold part of the
+answer or a date or name it needs; when unsure, leave the label out."""
 
 JUDGE_USER = """Mode: {mode}
 Date of the current input: {now}

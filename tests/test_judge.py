@@ -293,13 +293,28 @@ def test_unusable_model_verdicts_fall_back_to_the_offline_rules(memory_dir: Path
 
 
 def test_model_refresh_keeps_only_ids_that_exist(memory_dir: Path) -> None:
+    """A raw turn brings the facts drawn from it (the Refresher rewrites facts, never turns); an id that
+    stands for nothing shown is left out, and the trace says so."""
     reply = json.dumps({"Action": "Refresh", "reason": "two homes", "confidence": 0.8,
                         "conflicts": ["fact:D1:1:0", "raw:D2:1", "fact:nowhere:9"]})
     state, _ = researched(memory_dir, "Where does Caroline live?", namespace=MOVES, mode="ask")
     rt = runtime(memory_dir, MOVES, mode="ask", chat_model=FakeListChatModel(responses=[reply]))
-    verdict = judge(state, rt)["verdict"]
-    assert verdict.action == "Refresh" and verdict.conflicts == [["fact:D1:1:0", "raw:D2:1"]]
+    out = judge(state, rt)
+    verdict = out["verdict"]
+    assert verdict.action == "Refresh" and verdict.conflicts == [["fact:D1:1:0", "raw:D2:1", "fact:D2:1:0"]]
     assert verdict.policy == "model:FakeListChatModel"
+    assert out["trace"][-1].summary.endswith("| ignored ids the evidence does not hold: fact:nowhere:9")
+
+
+def test_model_refresh_reads_the_labels_its_prompt_showed(memory_dir: Path) -> None:
+    """The prompt shows "[D1:1]" and "[D2:1]" (the turns the facts came as), never a record id."""
+    state, _ = researched(memory_dir, "Where does Caroline live?", namespace=MOVES, mode="ask")
+    model = GenericFakeChatModel(messages=iter([AIMessage(content=json.dumps({
+        "Action": "Refresh", "reason": "New York City and Boston", "confidence": 0.8,
+        "conflicts": [["D1:1", "D2:1"]], "irrelevant": [], "missing": []}))]))
+    out = judge(state, runtime(memory_dir, MOVES, mode="ask", chat_model=model))
+    assert out["verdict"].conflicts == [["raw:D1:1", "fact:D1:1:0", "raw:D2:1", "fact:D2:1:0"]]
+    assert "ignored" not in out["trace"][-1].summary
 
 
 def test_model_retry_while_ingesting_becomes_pass(memory_dir: Path) -> None:

@@ -1,0 +1,209 @@
+"""The model Judge names items as its prompt shows them.
+
+The Judge's prompt shows an item by the label in its line's brackets ("[D1:1]" a
+turn, "[D1:1 fact]" a fact drawn from it), never by its record id. A model that
+answers with those labels must reach the Refresher and the filter just as a
+record id does; a name that stands for nothing shown is said in the trace.
+Models are LangChain fake chat models whose replies are written only from what
+their prompt shows.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import strata.graph  # noqa: F401  (loads the graph package before the role modules it wires)
+from langchain_core.language_models.fake_chat_models import FakeListChatModel, GenericFakeChatModel
+from langchain_core.messages import AIMessage, BaseMessage, SystemMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from langgraph.runtime import Runtime
+from openai_stub import ROLE_OF_SYSTEM_PROMPT, current_input
+from pydantic import Field
+from strata.agents.common import evidence_of, format_evidence
+from strata.agents.judge import judge, resolve_names
+from strata.graph.context import Context
+from strata.graph.state import Evidence, State
+from strata.memory.records import Record
+
+from strata.api import Memory
+
+Reply = str | Callable[[str], str]
+MAY_8 = datetime(2023, 5, 8, 10)
+OTHERS: dict[str, str] = {  # what the roles this file does not test reply: little, and usable
+    "facts": json.dumps({"facts": [], "related_id": [], "timestamp": "empty"}),
+    "boundary": json.dumps({"T_t": 0, "reason": "same topic", "confidence": 0.8, "topic_summary": "work"}),
+    "episode": json.dumps({"title": "Work news", "content": "Ann talked about work.", "timestamp": "empty"}),
+    "judge": json.dumps({"Action": "Pass", "reason": "the items state it", "confidence": 0.9}),
+    "refresh": json.dumps({"Action": "No-Op", "memory_type": "fact", "dataList": [], "reason": "nothing to change"}),
+    "answer": json.dumps({"answer": "Not in memory.", "cited_ids": []}),
+    "note": json.dumps({"entities": [], "keywords": [], "tags": [], "context": "a turn", "links": [], "evolve": []}),
+    "causal": json.dumps({"links": []}),
+    "summary": json.dumps({"title": "A topic", "content": "What the turns say."}),
+}
+
+
+class ScriptedModel(GenericFakeChatModel):
+    """Answers each role (told by its system prompt) from its script; the last reply repeats."""
+
+    messages: Iterator[AIMessage | str] = Field(default_factory=lambda: iter(()))
+    scripts: dict[str, list[Reply]] = Field(default_factory=dict)
+    prompts: list[tuple[str, str]] = Field(default_factory=list, description="(role, user prompt) of every call")
+
+    def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None, run_manager: Any = None,
+                  **kwargs: Any) -> ChatResult:
+        system = next(str(m.content) for m in messages if isinstance(m, SystemMessage))
+        role = ROLE_OF_SYSTEM_PROMPT[system]
+        user = str(messages[-1].content)
+        self.prompts.append((role, user))
+        if role == "plan":
+            reply: Reply = json.dumps({"rewrite_query": current_input(user), "memory_type": "fact", "K_dyn": 4,
+                                       "intent_vector": {"b_fine": 0, "b_abs": 0, "b_event": 0, "b_atomic": 1}})
+        else:
+            script = self.scripts.get(role) or [OTHERS[role]]
+            reply = script.pop(0) if len(script) > 1 else script[0]
+        text = reply(user) if callable(reply) else reply
+        return ChatResult(generations=[ChatGeneration(message=AIMessage(content=text))])
+
+    def calls(self, role: str) -> list[str]:
+        return [user for r, user in self.prompts if r == role]
+
+
+def turn(text: str, dia_id: str, time: str, speaker: str = "Ann", listener: str = "Ben") -> dict[str, str]:
+    return {"speaker": speaker, "text": text, "dia_id": dia_id, "time": time, "listener": listener}
+
+
+def label_of(prompt: str, words: str) -> str:
+    """The bracketed label of the first context line holding `words`, as a model reading the prompt sees it."""
+    found = re.search(rf"^\[([^\]]+)\][^\n]*{re.escape(words)}", prompt, re.MULTILINE)
+    assert found, f"no line with {words!r} in the prompt:\n{prompt}"
+    return found.group(1)
+
+
+@pytest.fixture
+def nurse(data_dir: Path, embedder: Any) -> Path:
+    """Ann's memory, stored offline: she works as a nurse at City Hospital (and Ben is a teacher)."""
+    Memory("ann", data_dir=str(data_dir)).add([
+        turn("I work as a nurse at City Hospital.", "D1:1", "2023-05-08T10:00"),
+        turn("Cool! I'm a teacher.", "D1:2", "2023-05-08T10:01", "Ben", "Ann"),
+    ])
+    return data_dir
+
+
+# --- conflicts named as shown reach the Refresher ------------------------------------------------
+def test_a_conflict_named_by_the_turns_label_updates_its_fact(nurse: Path) -> None:
+    """The model names the stored turn as it saw it ("D1:1"); the Refresher gets that turn and the fact
+    drawn from it, and the fact is updated (it used to be dropped as an unknown id, silently)."""
+    def judge_reply(prompt: str) -> str:
+        return json.dumps({"Action": "Refresh", "reason": "Ann no longer works at the hospital", "confidence": 0.9,
+                           "conflicts": [[label_of(prompt, "nurse"), "new"]], "irrelevant": [], "missing": []})
+
+    def refresh_reply(prompt: str) -> str:  # the Refresher's prompt shows record ids: "fact:D1:1:0 | ..."
+        fact_id = re.search(r"^(fact:\S+) \|[^\n]*nurse", prompt, re.MULTILINE)
+        assert fact_id, prompt
+        return json.dumps({"Action": "Update", "memory_type": "fact", "reason": "Ann flies planes now",
+                           "dataList": [{"id": fact_id.group(1), "new_content": "Ann works as a pilot for Delta."}]})
+
+    model = ScriptedModel(scripts={"judge": [judge_reply], "refresh": [refresh_reply]})
+    memory = Memory("ann", data_dir=str(nurse), chat_model=model)
+    result = memory.chat("Big news: I quit the hospital and I'm flying planes for Delta these days.", speaker="Ann")
+    [shown] = model.calls("judge")
+    assert "[D1:1] Ann: I work as a nurse at City Hospital." in shown and "raw:D1:1" not in shown
+    [judged] = [n for n in result.trace if n.role == "judge"]
+    assert "conflicts: raw:D1:1, fact:D1:1:0, new" in judged.summary and "ignored" not in judged.summary
+    assert len(model.calls("refresh")) == 1
+    assert memory.store.get_one("fact:D1:1:0").text == "Ann works as a pilot for Delta."
+    assert memory.store.get_one("raw:D1:1").text == "I work as a nurse at City Hospital."  # a turn stays verbatim
+
+
+def test_a_request_to_forget_named_by_the_turns_label_deletes_the_turn(nurse: Path) -> None:
+    """On a request to forget, "D1:1" is the turn alone: a forgotten turn takes its facts along."""
+    def judge_reply(prompt: str) -> str:
+        return json.dumps({"Action": "Refresh", "reason": "Ann asks to forget her job", "confidence": 0.9,
+                           "conflicts": [[label_of(prompt, "nurse"), "new"]]})
+
+    def delete_reply(prompt: str) -> str:
+        turn_id = re.search(r"^(raw:\S+) \|[^\n]*nurse", prompt, re.MULTILINE)
+        assert turn_id, prompt
+        return json.dumps({"Action": "Delete", "memory_type": "raw", "reason": "Ann asked to forget it",
+                           "dataList": [{"id": turn_id.group(1), "new_content": ""}]})
+
+    model = ScriptedModel(scripts={"judge": [judge_reply], "refresh": [delete_reply]})
+    memory = Memory("ann", data_dir=str(nurse), chat_model=model)
+    result = memory.chat("Please forget that I work as a nurse at City Hospital.", speaker="Ann")
+    [judged] = [n for n in result.trace if n.role == "judge"]
+    assert "conflicts: raw:D1:1, new" in judged.summary
+    deleted = [c.record_id for c in result.changes if c.action == "delete"]
+    assert deleted[:2] == ["raw:D1:1", "fact:D1:1:0"]
+
+
+def shown_evidence(memory_dir: Path) -> list[Evidence]:
+    """The turn D1:1 and both facts drawn from it, as the Judge's context shows them."""
+    store = Memory("ann", data_dir=str(memory_dir)).store
+    if store.get(["fact:D1:1:1"]) == []:  # a second fact of the turn, beside the one the offline ingest drew
+        store.add([Record(id="fact:D1:1:1", kind="fact", text="Ann loves jazz.", namespace="ann", dialogue_id="D1:1",
+                          speaker="Ann", time=MAY_8, source_ids=["D1:1"])])
+    ids = ["raw:D1:1", "fact:D1:1:0", "fact:D1:1:1", "raw:D1:2"]
+    return [evidence_of(store.get_one(i)) for i in ids]
+
+
+def judged(memory_dir: Path, reply: dict[str, Any], evidence: list[Evidence], **settings: Any) -> dict[str, Any]:
+    model = FakeListChatModel(responses=[json.dumps(reply)])
+    context = Context(data_dir=str(memory_dir), namespace="ann", chat_model=model, **settings)
+    return judge(State(question="What job does Ann have?", evidence=evidence), Runtime(context=context))
+
+
+@pytest.mark.parametrize(
+    ("names", "group"),
+    [
+        (["D1:1 fact", "new"], ["fact:D1:1:0", "fact:D1:1:1", "new"]),  # a label facts share names them all
+        (["[D1:1]", "new"], ["raw:D1:1", "fact:D1:1:0", "fact:D1:1:1", "new"]),  # a turn brings its facts
+        (["fact:D1:1:1", "new"], ["fact:D1:1:1", "new"]),  # a record id still counts
+        (["D1:1  FACT", "new"], ["fact:D1:1:0", "fact:D1:1:1", "new"]),  # case and spacing are not names
+    ],
+)
+def test_conflict_names_are_read_as_the_prompt_shows_them(
+    nurse: Path, names: list[str], group: list[str]
+) -> None:
+    evidence = shown_evidence(nurse)
+    assert "[D1:1 fact] Ann loves jazz." in format_evidence(evidence)
+    reply = {"Action": "Refresh", "reason": "the job changed", "confidence": 0.8, "conflicts": [names]}
+    out = judged(nurse, reply, evidence, mode="retrieve")
+    assert out["verdict"].conflicts == [group]
+    assert "ignored" not in out["trace"][-1].summary
+
+
+def test_names_that_stand_for_nothing_shown_are_said_in_the_trace(nurse: Path) -> None:
+    reply = {"Action": "Refresh", "reason": "the job changed", "confidence": 0.8,
+             "conflicts": [["D1:1 fact", "D7:7", "new"], ["D9:9 fact", "new"]], "irrelevant": ["Z3:3"]}
+    out = judged(nurse, reply, shown_evidence(nurse), mode="retrieve")
+    assert out["verdict"].conflicts == [["fact:D1:1:0", "fact:D1:1:1", "new"]]  # the group of nothing shown is gone
+    assert out["trace"][-1].summary.endswith("| ignored ids the evidence does not hold: D7:7, D9:9 fact, Z3:3")
+
+
+# --- the filter drops what the label stands for, no more ------------------------------------------
+@pytest.mark.parametrize(
+    ("irrelevant", "dropped"),
+    [
+        (["D1:1"], ["raw:D1:1"]),  # the turn shown as [D1:1], not a fact that shares its dialogue id
+        (["D1:1 fact"], ["fact:D1:1:0", "fact:D1:1:1"]),  # every item shown as [D1:1 fact]
+        (["fact:D1:1:1", "[D1:2]"], ["fact:D1:1:1", "raw:D1:2"]),
+    ],
+)
+def test_the_filter_reads_labels_as_shown(nurse: Path, irrelevant: list[str], dropped: list[str]) -> None:
+    reply = {"Action": "Pass", "reason": "the items state it", "confidence": 0.9, "irrelevant": irrelevant}
+    evidence = shown_evidence(nurse)
+    out = judged(nurse, reply, evidence, mode="ask")
+    assert [e.id for e in out["evidence"]] == [e.id for e in evidence if e.id not in dropped]
+    assert resolve_names(irrelevant, evidence) == (dropped, [])
+
+
+def test_a_bare_dialogue_id_with_no_turn_shown_names_the_items_of_that_turn(nurse: Path) -> None:
+    """Only "[D1:1 fact]" lines are shown: "D1:1" is read as those items (the model left the kind out)."""
+    facts = shown_evidence(nurse)[1:3]
+    assert resolve_names(["D1:1", "D2:2"], facts) == (["fact:D1:1:0", "fact:D1:1:1"], ["D2:2"])
