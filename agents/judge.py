@@ -58,6 +58,7 @@ from strata.prompts import judge as prompts
 NEW = "new"  # the incoming turn inside a conflict group (the Refresher's name for it)
 MIN_COVERAGE = 0.5  # share of the question's content words an item must hold to count as relevant
 MAX_GROUPS = 6
+MAX_MISSING = 5  # phrases of the model's "missing" kept for the sub-question
 MAX_LISTED = 8  # ids a trace line lists before "..."
 # The filter never drops the better-scored share of the context: the search's own ranking stands for it.
 # Chosen leave-conversations-out from 0.5, 0.7 and 0.9 (docs/evaluation.md): a lower share saves tokens
@@ -115,6 +116,7 @@ class ModelVerdict(BaseModel):
     confidence: float = 0.5
     conflicts: list[list[str]] = Field(default_factory=list)
     irrelevant: list[str] = Field(default_factory=list)
+    missing: list[str] = Field(default_factory=list)
 
     @field_validator("irrelevant", mode="before")
     @classmethod
@@ -125,6 +127,16 @@ class ModelVerdict(BaseModel):
         if isinstance(value, list):
             return [str(v) for v in value if isinstance(v, str | int)]
         return []
+
+    @field_validator("missing", mode="before")
+    @classmethod
+    def _missing(cls, value: object) -> list[str]:
+        """What the evidence lacks, as a list of short phrases; one phrase as a string; null or anything
+        else as nothing (advisory: a Retry without it still gets a sub-question, from its reason)."""
+        items = [value] if isinstance(value, str) else value if isinstance(value, list) else []
+        said = [v for v in items if isinstance(v, str | int | float) and not isinstance(v, bool)]
+        phrases = (" ".join(str(v).split()) for v in said)
+        return list(dict.fromkeys(p for p in phrases if p))[:MAX_MISSING]
 
     @field_validator("action", mode="before")
     @classmethod
@@ -546,9 +558,12 @@ def model_verdict(
     if action == "Refresh":
         groups, ignored = _valid_groups(parsed.conflicts, s)
         conflicts = groups or offline.conflicts
+    missing: list[str] = []
+    if action == "Retry":  # what the sub-question searches for: the model's words, else the rule's, else its reason
+        missing = parsed.missing or offline.missing or ([parsed.reason.strip()] if parsed.reason.strip() else [])
     verdict = Verdict(
-        action=action, reason=reason, confidence=parsed.confidence, conflicts=conflicts,
-        missing=offline.missing if action == "Retry" else [], policy=policy,
+        action=action, reason=reason, confidence=parsed.confidence, conflicts=conflicts, missing=missing,
+        policy=policy,
     )
     return verdict, list(parsed.irrelevant), ignored
 

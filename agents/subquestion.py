@@ -3,7 +3,8 @@
 AdaMem's research loop (AdaMem, section 3.3: plan, search, integrate, reflect)
 does not repeat a search that came up short; it asks a narrower question about
 the part still missing. The Judge's verdict names that part (`missing`: a kind
-of value such as time or place, or the question's words no item holds), and
+of value such as time or place, or the question's words no item holds; from a
+model Judge, its own few words, or its reason when it gave none), and
 this module turns it into the text the next round searches with. Offline, the
 sub-question is the question's uncovered words, with the asked-for kind of
 value spelled out; with a chat model, the model writes it (prompt in

@@ -4,7 +4,8 @@ The output contract is AMA's Judge (AMA, appendix C, figure 10): an action
 among Pass, Retry and Refresh, a reason and a confidence. We add an optional
 list of conflicting items so the Refresher knows which entries to edit, the
 items that do not help the question, which leave the context before the answer
-is written (AMA's relevance filter H_r). Items are named by the
+is written (AMA's relevance filter H_r), and, on Retry, what the items lack, for
+the next round's sub-question (AdaMem's research loop). Items are named by the
 label their line shows ("D1:1", "D1:1 fact"); `agents/judge.py` reads a label
 as every item shown with it.
 The wording is the project's own.
@@ -47,13 +48,17 @@ Reply with one JSON object only:
  "reason": "<one short sentence>",
  "confidence": 0.0-1.0,
  "conflicts": [["<label>", "<label or new>"]],
- "irrelevant": ["<label>"]}
+ "irrelevant": ["<label>"],
+ "missing": ["<what is still needed>"]}
 List in "conflicts" the labels of the items that disagree, one group per conflict;
 write "new" for the current input. Leave it empty unless the action is Refresh.
 When the current input is a question, list in "irrelevant" the labels of items
 that say nothing that helps answer it (another topic, small talk); they are
 removed before the answer is written. Keep any item that might hold part of the
-answer or a date or name it needs; when unsure, leave the label out."""
+answer or a date or name it needs; when unsure, leave the label out.
+When the action is Retry, list in "missing" what the answer needs that no item
+states, a few words each ("the sister's name", "the date of the trip"); the next
+search looks for it. Leave it empty otherwise."""
 
 JUDGE_USER = """Mode: {mode}
 Date of the current input: {now}

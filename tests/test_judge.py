@@ -317,6 +317,14 @@ def test_model_refresh_reads_the_labels_its_prompt_showed(memory_dir: Path) -> N
     assert "ignored" not in out["trace"][-1].summary
 
 
+def test_model_retry_says_what_is_missing(memory_dir: Path) -> None:
+    said = {"Action": "Retry", "reason": "the items give no date", "confidence": 0.6}
+    assert with_model(memory_dir, json.dumps({**said, "missing": ["the date of the meeting"]}))[
+        "verdict"].missing == ["the date of the meeting"]
+    assert with_model(memory_dir, json.dumps({**said, "missing": None}))["verdict"].missing == [
+        "the items give no date"]  # the offline rule would Pass: nothing of its own to add
+
+
 def test_model_retry_while_ingesting_becomes_pass(memory_dir: Path) -> None:
     model = FakeListChatModel(responses=[json.dumps({"Action": "Retry", "reason": "need more", "confidence": 0.6})])
     turn = Turn(speaker="Melanie", text="I took the kids to the museum.", time=JUNE_9, dia_id="D9:5")
@@ -331,3 +339,4 @@ def test_schema_accepts_amas_action_key_and_lowercase() -> None:
     assert ModelVerdict.model_validate({"Action": "refresh"}).action == "Refresh"
     assert ModelVerdict.model_validate({"action": "Pass", "conflicts": "fact:X1:0"}).conflicts == [["fact:X1:0"]]
     assert ModelVerdict.model_validate({"Action": "Pass", "confidence": -3}).confidence == 0.0
+    assert ModelVerdict.model_validate({"Action": "Retry", "missing": "a date"}).missing == ["a date"]

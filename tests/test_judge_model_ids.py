@@ -1,11 +1,12 @@
-"""The model Judge names items as its prompt shows them.
+"""The model Judge names items as its prompt shows them, and its Retry says what to look for.
 
 The Judge's prompt shows an item by the label in its line's brackets ("[D1:1]" a
 turn, "[D1:1 fact]" a fact drawn from it), never by its record id. A model that
 answers with those labels must reach the Refresher and the filter just as a
-record id does; a name that stands for nothing shown is said in the trace.
-Models are LangChain fake chat models whose replies are written only from what
-their prompt shows.
+record id does; a name that stands for nothing shown is said in the trace. On
+Retry, the model's "missing" (or, without it, its reason) is what the next
+round's sub-question is written for. Models are LangChain fake chat models
+whose replies are written only from what their prompt shows.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from langgraph.runtime import Runtime
 from openai_stub import ROLE_OF_SYSTEM_PROMPT, current_input
 from pydantic import Field
 from strata.agents.common import evidence_of, format_evidence
-from strata.agents.judge import judge, resolve_names
+from strata.agents.judge import ModelVerdict, judge, resolve_names
 from strata.graph.context import Context
 from strata.graph.state import Evidence, State
 from strata.memory.records import Record
@@ -207,3 +208,47 @@ def test_a_bare_dialogue_id_with_no_turn_shown_names_the_items_of_that_turn(nurs
     """Only "[D1:1 fact]" lines are shown: "D1:1" is read as those items (the model left the kind out)."""
     facts = shown_evidence(nurse)[1:3]
     assert resolve_names(["D1:1", "D2:2"], facts) == (["fact:D1:1:0", "fact:D1:1:1"], ["D2:2"])
+
+
+# --- a model's Retry says what the sub-question looks for -----------------------------------------
+@pytest.fixture
+def pottery(data_dir: Path, embedder: Any) -> Path:
+    Memory("ann", data_dir=str(data_dir)).add([
+        turn("I went to the pottery workshop with my sister.", "D1:1", "2023-05-08T10:00"),
+        turn("It was on a Sunday, the 14th of May.", "D1:2", "2023-05-20T10:00"),
+    ])
+    return data_dir
+
+
+@pytest.mark.parametrize(
+    ("said", "missing"),
+    [
+        ({"missing": ["the sister's name"]}, "the sister's name"),
+        ({"missing": "the name of Ann's sister"}, "the name of Ann's sister"),  # one phrase as a string
+        ({"missing": None}, "no item names the sister; her name is missing"),  # none said: the reason stands in
+        ({}, "no item names the sister; her name is missing"),
+    ],
+)
+def test_a_model_retry_reaches_the_sub_question(pottery: Path, said: dict[str, Any], missing: str) -> None:
+    """The offline rule would Pass here (an item names "my sister"), so its `missing` is empty; the model's
+    Retry used to carry that, and the retry searched the same words again without a sub-question."""
+    retry = json.dumps({"Action": "Retry", "reason": "no item names the sister; her name is missing",
+                        "confidence": 0.8, "conflicts": [], **said})
+    sub = json.dumps({"question": "What is the name of Ann's sister?"})
+    model = ScriptedModel(scripts={"judge": [retry, OTHERS["judge"]], "subquestion": [sub]})
+    answer = Memory("ann", data_dir=str(pottery), chat_model=model).ask("Who went to the pottery workshop with Ann?")
+    [asked] = model.calls("subquestion")
+    assert f"Missing: {missing}\n" in asked
+    research = [n.summary for n in answer.trace if n.role == "research"]
+    assert len(research) == 2 and "sub-question \"What is the name of Ann's sister?\"" in research[1]
+
+
+def test_missing_is_read_leniently() -> None:
+    def read(value: object) -> list[str]:
+        return ModelVerdict.model_validate({"Action": "Retry", "missing": value}).missing
+
+    assert read(None) == [] and read("") == [] and read({"what": "a date"}) == [] and read(True) == []
+    assert read("  the   date ") == ["the date"]
+    assert read(["the date", None, 3, "", "the date", "the place"]) == ["the date", "3", "the place"]
+    assert read([f"thing {i}" for i in range(9)]) == [f"thing {i}" for i in range(5)]
+    assert ModelVerdict.model_validate({"Action": "Pass"}).missing == []
