@@ -198,16 +198,38 @@ def start_run(state: State, runtime: Runtime[Context]) -> dict[str, object]:
                          "invoke(..., context=Context(namespace='ann'))")
     update: dict[str, object] = {**fresh_run(), "stage": "done", "namespace": runtime.context.namespace,
                                  "finished": False}
-    turns, question = state.turns, state.question
+    turns, question = _as_turns(state.turns), state.question
+    if turns is not state.turns:
+        update["turns"] = turns
     if not state.finished and state.namespace and state.namespace != runtime.context.namespace:
         # the last run stopped before finish_run (an error, an interrupt), so its input is still on the thread:
-        # what this run's input did not replace is that run's, of another namespace (see finish_run)
-        if input_print(turns) == state.turns_seen:
+        # what this run's input did not replace is that run's, of another namespace (see finish_run). Its
+        # turns are held as Turns (`_as_turns`): the same turns sent again come as dicts and are this run's.
+        left = bool(turns) or bool(question)
+        if input_print(state.turns) == state.turns_seen:
             turns = update["turns"] = []
         if input_print(question) == state.question_seen:
             question = update["question"] = ""
+        if left and not turns and not question:  # the same input sent again reads as the stopped run's
+            raise InputError(
+                f"this thread's last run, in namespace {shown_value(state.namespace)}, stopped with this same "
+                f"input, so it is not taken as input for {shown_value(runtime.context.namespace)}: send it on a "
+                "new thread (or resume that run in its own namespace)")
     update.update(turns_seen=input_print(turns), question_seen=input_print(question))
     return update
+
+
+def _as_turns(turns: list[Any]) -> list[Any]:
+    """The run's turns as Turn objects. A run's input comes as dicts (the server's JSON) and is kept on the
+    thread as Turns: sent again for another namespace after a run that stopped, the same dicts then read
+    as new input, not as that run's leftover (equal values, which LangGraph writes alike, could not be
+    told apart). Turns that do not validate stay as sent, for the Memory role's one-line error."""
+    if not isinstance(turns, list) or all(isinstance(t, Turn) for t in turns):
+        return turns  # (not a list: the Memory role says what to send)
+    try:
+        return validate_turns(turns)
+    except InputError:
+        return turns
 
 
 def resumed_as_begun(node: Node) -> Node:

@@ -349,6 +349,24 @@ def test_a_runs_input_leaves_the_thread_with_it(threaded: tuple[Any, dict[str, A
     assert resumed["answer"] is not None
 
 
+def test_the_same_input_sent_for_another_namespace_after_a_stopped_run(
+    threaded: tuple[Any, dict[str, Any], str],
+) -> None:
+    """A run that stopped leaves its input on the thread. Sent again as it was, for another namespace, the
+    turns are that run's input (they come as dicts, the thread holds Turns); the same question cannot be
+    told from the one left, and is refused in one line rather than answered as "needs a question"."""
+    app, config, data_dir = threaded
+    other = turn("I live in Paris.", "D1:1", "2023-05-08T10:00")  # ann's D1:1 has other words: refused there
+    with pytest.raises(InputError, match="D1:1"):
+        app.invoke({"turns": [other]}, config, context=context(data_dir, "ingest", "ann"))
+    app.invoke({"turns": [other]}, config, context=context(data_dir, "ingest", "bob"))
+    assert [r.text for r in Memory("bob", data_dir=data_dir).store.all("raw")] == ["I live in Paris."]
+    asked = {"question": "Where does Ann live?"}
+    app.invoke(asked, config, context=context(data_dir, "ask", "ann"), interrupt_after=["research"])
+    with pytest.raises(InputError, match=r"stopped with this same input.*new thread"):
+        app.invoke(asked, config, context=context(data_dir, "ask", "bob"))
+
+
 def test_retrieve_then_ask_on_a_thread(threaded: tuple[Any, dict[str, Any], str]) -> None:
     app, config, data_dir = threaded
     found = app.invoke({"question": "Where does Ann live?"}, config, context=context(data_dir, "retrieve", "ann"))
