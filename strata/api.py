@@ -150,7 +150,7 @@ class Memory:
         if end_session:
             from strata.agents.memory import close_open_episode
 
-            close_open_episode(self._whole(), last_turn=batch[-1].dia_id or None)
+            close_open_episode(self._whole(), last_turn=batch[-1].dia_id or None, context=self.context("ingest"))
         return IngestReport(
             turns=len(batch), stored_ids=result.get("stored_ids", []), changes=result.get("changes", []),
             notes=result.get("notes", []),
@@ -160,7 +160,7 @@ class Memory:
         """Close the open episode now (a session ended); returns the episode written, if any."""
         from strata.agents.memory import close_open_episode
 
-        return close_open_episode(self._whole())
+        return close_open_episode(self._whole(), context=self.context("ingest"))
 
     def consolidate(self, limit: int | None = None) -> ConsolidationReport:
         """The slow path (causal links, denser entity links, summaries) over what was stored since the last run.

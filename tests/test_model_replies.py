@@ -197,6 +197,16 @@ def test_an_episode_closed_at_the_end_of_a_session_is_written_by_the_model(data_
     assert memory.store.get_one("episode:D1:1").text == episode["content"]
 
 
+def test_memory_add_ending_a_session_asks_the_model_for_its_episode(data_dir: Path, embedder: Any) -> None:
+    """What the CLI and a LoCoMo ingest do for every session: `add(..., end_session=True)`."""
+    episode = {"title": "Ann's home", "content": "Ann told Ben she lives in Boston and loves it."}
+    model = RoleModel(scripts={"episode": [json.dumps(episode)]})
+    memory = Memory("ann", data_dir=str(data_dir), chat_model=model)
+    memory.add([turn("I live in Boston.", "D1:1", "2023-05-08T10:00"),
+                turn("Nice, I love Boston!", "D1:2", "2023-05-08T10:01", "Ben", "Ann")], end_session=True)
+    assert memory.store.get_one("episode:D1:1").policy == MODEL and len(model.calls("episode")) == 1
+
+
 # --- 10. a summary told offline because the model's reply was unusable says why -------------------------
 def test_a_summary_that_fell_back_keeps_the_reason(data_dir: Path, embedder: Any) -> None:
     Memory("ann", data_dir=str(data_dir)).add([
