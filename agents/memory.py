@@ -241,14 +241,14 @@ def _derive(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
         personas = _persona(facts, turn)
         episode, segment, boundary, boundary_policy = _episode(store, raw, facts, context, runtime)
         records = [*facts, *personas, *([episode] if episode else [])]
-        links, state_after = _links(store, raw, facts, personas, episode, state, related)
+        links, state_after, replaced = _links(store, raw, facts, personas, episode, state, related)
         graph, graph_policy = (fast_path.TurnGraph(links=[]), OFFLINE) if instruction else _graph(
             store, raw, facts, turn, runtime)  # the note and evolutions are written at once
     links += graph.links
     state_after.update(graph.state)
     state_after[OPEN_SEGMENT] = segment.model_dump(mode="json")
     state_after[PENDING] = sorted(set(_pending(store)) - {raw.id})
-    full = store.stage([*records, *graph.records], links, state_after)  # graph.records: the raw turn's note
+    full = store.stage([*records, *graph.records], links, state_after, replaced)  # graph.records: the turn's note
     cursor = state.cursor + 1
     more = cursor < len(state.turns)
     if full or not more or context.mode == "chat":
@@ -449,12 +449,12 @@ def _model_boundary(
 def _links(
     store: MemoryStore, raw: Record, facts: list[Record], personas: list[Record], episode: Record | None, state: State,
     related_ids: list[str],
-) -> tuple[list[Link], dict[str, object]]:
+) -> tuple[list[Link], dict[str, object], list[Link]]:
     """The turn's edges, and the link-tracking state to save with them (the last turn)."""
     ns = store.namespace
     links = [Link(namespace=ns, src=f.id, dst=raw.id, type=LinkType.DERIVED_FROM) for f in facts]
     links += [Link(namespace=ns, src=p.id, dst=raw.id, type=LinkType.DERIVED_FROM) for p in personas]
-    chain, state_after = temporal_links(store, raw, set(_pending(store)) - {raw.id})
+    chain, state_after, replaced = temporal_links(store, raw, set(_pending(store)) - {raw.id})
     links += chain
     named = [f"raw:{i}" if not i.startswith("raw:") else i for i in related_ids]
     named = [r.id for r in store.get(n for n in named if n != raw.id)][:RELATED_FROM_MODEL]
@@ -464,7 +464,7 @@ def _links(
     links += [Link(namespace=ns, src=raw.id, dst=r, type=LinkType.RELATED) for r in related]
     if episode is not None:
         links += _episode_links(ns, episode)
-    return links, state_after
+    return links, state_after, replaced
 
 
 def _graph(

@@ -39,6 +39,9 @@ class StagedWrites(BaseModel):
     records: dict[str, Record] = Field(default_factory=dict)
     vectors: dict[str, np.ndarray] = Field(default_factory=dict)
     links: dict[tuple[str, str, str], Link] = Field(default_factory=dict)
+    unlinks: dict[tuple[str, str, str], Link] = Field(
+        default_factory=dict, description="Links the batch removes (a chain link a backfilled turn came between)."
+    )
     state: dict[str, object] = Field(default_factory=dict)
     turns: int = 0
     before: dict[str, Record | None] = Field(
@@ -46,11 +49,11 @@ class StagedWrites(BaseModel):
     )
 
     def __bool__(self) -> bool:
-        return bool(self.records or self.links or self.state)
+        return bool(self.records or self.links or self.unlinks or self.state)
 
     def put(
         self, records: Sequence[Record], vectors: np.ndarray | None, links: Iterable[Link], state: dict[str, object],
-        stored: dict[str, Record] | None = None,
+        stored: dict[str, Record] | None = None, unlinks: Iterable[Link] = (),
     ) -> None:
         """Stage one turn's derived writes (a later version of an id or a key replaces the earlier one);
         without `vectors`, the records' vectors are filled in when first needed (`unresolved`). `stored`
@@ -63,8 +66,14 @@ class StagedWrites(BaseModel):
                 self.vectors.pop(record.id, None)
             else:
                 self.vectors[record.id] = vectors[i]
+        for link in unlinks:  # an earlier turn of the batch may have staged it
+            key = (link.src, link.dst, link.type.value)
+            self.links.pop(key, None)
+            self.unlinks[key] = link
         for link in links:
-            self.links[(link.src, link.dst, link.type.value)] = link
+            key = (link.src, link.dst, link.type.value)
+            self.links[key] = link
+            self.unlinks.pop(key, None)
         self.state.update(state)
         self.turns += 1
 

@@ -647,10 +647,11 @@ class MemoryStore:
         return self._max_batch
 
     def stage(
-        self, records: Sequence[Record], links: Iterable[Link] = (), state: dict[str, object] | None = None
+        self, records: Sequence[Record], links: Iterable[Link] = (), state: dict[str, object] | None = None,
+        unlinks: Iterable[Link] = (),
     ) -> bool:
-        """Hold one turn's derived records, links and small ledger state for the next `flush`
-        (readable at once); True when the batch is full and should be flushed now.
+        """Hold one turn's derived records, links (and links it removes) and small ledger state for the
+        next `flush` (readable at once); True when the batch is full and should be flushed now.
 
         The records' vectors are computed on the embedder's background thread while the next
         turns are derived, and filled in when a search of their kind or the flush needs them."""
@@ -658,7 +659,7 @@ class MemoryStore:
         with self._lock:
             mirrors = {kind: self._load(kind) for kind in {r.kind for r in records}}
             stored = {r.id: mirrors[r.kind][r.id] for r in records if r.id in mirrors[r.kind]}
-            self._staged.put(records, None, links, state or {}, stored)
+            self._staged.put(records, None, links, state or {}, stored, unlinks)
             for record in records:
                 self._remember(record)
             return self._staged.turns >= self._batch_turns
@@ -682,6 +683,7 @@ class MemoryStore:
                                                created=[i for i, r in before.items() if r is None]), session)
                 self.add(records, np.vstack([staged.vectors[r.id] for r in records]))
             with self.ledger.transaction() as conn:
+                self.ledger.remove_links(staged.unlinks.values(), conn)
                 self.ledger.add_links(staged.links.values(), conn)
                 for key, value in staged.state.items():
                     self.ledger.set_state(self.namespace, key, value, conn)

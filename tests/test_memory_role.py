@@ -339,3 +339,18 @@ def test_older_talk_added_later_is_placed_where_it_was_said(data_dir: Path) -> N
     said = [r.id for r in store.timeline()]
     chain = {(link.src, link.dst) for link in store.edges(said, [LinkType.TEMPORAL])}
     assert chain == set(itertools.pairwise(said))  # T4 -> T5 -> T6 -> T1 -> T2 -> T3 -> T7, nothing else
+
+
+def test_a_turn_backfilled_between_two_takes_the_place_of_their_link(data_dir: Path) -> None:
+    """Older talk said between two stored turns: the link from the one before to the one after goes (it
+    no longer follows it), whether the backfilled turns come one by one or several in one input."""
+    memory = Memory("ann", data_dir=str(data_dir))
+    said = [("I started a pottery class.", "2023-06-01T10:00"), ("The bowl came out of the kiln.", "2023-06-10T10:00")]
+    memory.add([{"speaker": "Ann", "text": t, "time": w} for t, w in said])
+    memory.add([{"speaker": "Ann", "text": "I shaped my first bowl.", "time": "2023-06-04T10:00"},
+                {"speaker": "Ann", "text": "I glazed the bowl blue.", "time": "2023-06-06T10:00"}])
+    memory.add([{"speaker": "Ann", "text": "The kiln was fired today.", "time": "2023-06-08T10:00"}])
+    order = [r.id for r in memory.store.timeline()]
+    assert order == ["raw:T1", "raw:T3", "raw:T4", "raw:T5", "raw:T2"]
+    chain = {(link.src, link.dst) for link in memory.store.edges(order, [LinkType.TEMPORAL])}
+    assert chain == set(itertools.pairwise(order))  # not also T1 -> T2, T4 -> T2

@@ -122,19 +122,24 @@ def catalogue_update(known: dict[str, list[str]], mentions: Sequence[Mention]) -
     return new
 
 
-def temporal_links(store: MemoryStore, raw: Record, pending: set[str]) -> tuple[list[Link], dict[str, object]]:
-    """The turn's place in the chain of turns said ("src precedes dst"), and the state to save with it.
+def temporal_links(
+    store: MemoryStore, raw: Record, pending: set[str]
+) -> tuple[list[Link], dict[str, object], list[Link]]:
+    """The turn's place in the chain of turns said ("src precedes dst"), the state to save with it, and the
+    link it replaces.
 
     A turn said after the last one derived follows it, and is the next one's start. Older talk added later
     (a backfill) is placed where it was said: linked from the derived turn said just before it and to the one
     said just after, leaving the chain's end where it was (it was linked after the latest turn, as said later).
+    The link between those two goes: they no longer follow each other (a walk from the one before would
+    otherwise skip the backfilled turn, and a turn gained a second "previous turn").
     """
     previous = store.state(LAST_TURN)
     last = store.get([previous]) if isinstance(previous, str) and previous != raw.id else []
     undated = raw.time is None or (bool(last) and last[0].time is None)  # no time to place it by: it comes now
     if not last or undated or chronological_key(last[0]) <= chronological_key(raw):
         return [Link(namespace=store.namespace, src=r.id, dst=raw.id, type=LinkType.TEMPORAL) for r in last], {
-            LAST_TURN: raw.id}
+            LAST_TURN: raw.id}, []
     # a neighbour still to be derived (later in the same input) links to this one itself when derived
     before = store.adjacent([raw.id], -1).get(raw.id)
     after = store.adjacent([raw.id], 1).get(raw.id)
@@ -143,4 +148,15 @@ def temporal_links(store: MemoryStore, raw: Record, pending: set[str]) -> tuple[
         links.append(Link(namespace=store.namespace, src=before.id, dst=raw.id, type=LinkType.TEMPORAL))
     if after is not None and after.id not in pending:
         links.append(Link(namespace=store.namespace, src=raw.id, dst=after.id, type=LinkType.TEMPORAL))
-    return links, {}
+    first, then = _derived_beside(store, before, -1, pending), _derived_beside(store, after, 1, pending)
+    replaced = [Link(namespace=store.namespace, src=first.id, dst=then.id, type=LinkType.TEMPORAL)] \
+        if first is not None and then is not None else []
+    return links, {}, replaced
+
+
+def _derived_beside(store: MemoryStore, turn: Record | None, step: int, pending: set[str]) -> Record | None:
+    """`turn`, or the first turn past it (in the direction of `step`) that is derived: the ends of the link
+    a backfilled turn comes between, when its own neighbours are still to be derived (later in its input)."""
+    while turn is not None and turn.id in pending:
+        turn = store.adjacent([turn.id], step).get(turn.id)
+    return turn
