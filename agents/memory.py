@@ -21,6 +21,7 @@ batch's turns pending, to be derived again from the state of the last write.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Annotated, Any
 
 from langgraph.runtime import Runtime
@@ -558,13 +559,30 @@ def _with_ids(store: MemoryStore, turns: list[Turn]) -> list[Turn]:
     missing = sum(1 for turn in named if not turn.dia_id)
     if not missing:
         return named
-    number = store.ledger.bump(store.namespace, TURN_COUNTER, missing) - missing
+    # numbers the counter hands out, less those a caller already gave a turn ("T1" in a turn list, an import)
+    given = {turn.dia_id for turn in named if turn.dia_id}
+    free: list[int] = []
+    while len(free) < missing:
+        wanted = missing - len(free)
+        top = store.ledger.bump(store.namespace, TURN_COUNTER, wanted)
+        handed = range(top - wanted + 1, top + 1)
+        taken = {n for n in handed if f"T{n}" in given or store.has(f"raw:T{n}")}
+        free += [n for n in handed if n not in taken]
+        if taken:  # past every number a caller gave at once, not one counter step per given id
+            highest = max(_numbered(given), _numbered(r.dialogue_id for r in store.all("raw", include_inactive=True)))
+            if highest > top:
+                store.ledger.bump(store.namespace, TURN_COUNTER, highest - top)
+    numbers = iter(free)
     now = utc_now()
     for n, turn in enumerate(named):
         if not turn.dia_id:
-            number += 1
-            named[n] = turn.model_copy(update={"dia_id": f"T{number}", "time": turn.time or now})
+            named[n] = turn.model_copy(update={"dia_id": f"T{next(numbers)}", "time": turn.time or now})
     return named
+
+
+def _numbered(ids: Iterable[str]) -> int:
+    """The highest n of the ids written T<n>, the form ids given to turns without one take; 0 for none."""
+    return max((int(i[1:]) for i in ids if i[:1] == "T" and i[1:].isdigit()), default=0)
 
 
 def _still_pending(store: MemoryStore, raw_id: str) -> bool:

@@ -354,3 +354,20 @@ def test_a_turn_backfilled_between_two_takes_the_place_of_their_link(data_dir: P
     assert order == ["raw:T1", "raw:T3", "raw:T4", "raw:T5", "raw:T2"]
     chain = {(link.src, link.dst) for link in memory.store.edges(order, [LinkType.TEMPORAL])}
     assert chain == set(itertools.pairwise(order))  # not also T1 -> T2, T4 -> T2
+
+
+def test_ids_given_to_turns_without_one_pass_ids_callers_chose(data_dir: Path) -> None:
+    """A turn list that names its turns T1, T2 (the form given ids take) was followed by chat lines refused
+    as 'T1 is already stored with other words': the id handed out was one a caller had already used."""
+    memory = Memory("ann", data_dir=str(data_dir))
+    memory.add([{"speaker": "Ann", "text": "I adopted a cat named Miso.", "dia_id": "T1"},
+                {"speaker": "Bob", "text": "Lovely!", "dia_id": "T2"},
+                {"speaker": "Ann", "text": "She is three.", "dia_id": "T40"}])
+    memory.add([{"speaker": "Ann", "text": "I also have a dog called Rex."},
+                {"speaker": "Ann", "text": "Rex likes the park.", "dia_id": "T41"},
+                {"speaker": "Ann", "text": "Rex is five."}])
+    texts = {r.dialogue_id: r.text for r in memory.store.all("raw")}
+    assert texts["T1"] == "I adopted a cat named Miso." and texts["T41"] == "Rex likes the park."
+    new = sorted((d for d, t in texts.items() if t in ("I also have a dog called Rex.", "Rex is five.")),
+                 key=lambda d: int(d[1:]))
+    assert len(new) == 2 and all(int(d[1:]) > 41 for d in new), texts
