@@ -242,7 +242,7 @@ def _derive(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
         personas = _persona(facts, turn)
         episode, segment, boundary, boundary_policy = _episode(store, raw, facts, context, runtime)
         records = [*facts, *personas, *([episode] if episode else [])]
-        links, state_after, replaced = _links(store, raw, facts, personas, episode, state, related)
+        links, state_after, replaced = _links(store, raw, facts, personas, episode, state, related, instruction)
         graph, graph_policy = (fast_path.TurnGraph(links=[]), OFFLINE) if instruction else _graph(
             store, raw, facts, turn, runtime)  # the note and evolutions are written at once
     links += graph.links
@@ -449,9 +449,10 @@ def _model_boundary(
 # links ---------------------------------------------------------------------
 def _links(
     store: MemoryStore, raw: Record, facts: list[Record], personas: list[Record], episode: Record | None, state: State,
-    related_ids: list[str],
+    related_ids: list[str], instruction: bool = False,
 ) -> tuple[list[Link], dict[str, object], list[Link]]:
-    """The turn's edges, and the link-tracking state to save with them (the last turn)."""
+    """The turn's edges, and the link-tracking state to save with them (the last turn). A request to forget
+    keeps only its place in the chain of turns: what it found is what it asks to forget."""
     ns = store.namespace
     links = [Link(namespace=ns, src=f.id, dst=raw.id, type=LinkType.DERIVED_FROM) for f in facts]
     links += [Link(namespace=ns, src=p.id, dst=raw.id, type=LinkType.DERIVED_FROM) for p in personas]
@@ -461,7 +462,7 @@ def _links(
     named = [r.id for r in store.get(n for n in named if n != raw.id)][:RELATED_FROM_MODEL]
     found = [e.id for e in state.evidence if e.kind == "raw" and e.id != raw.id and len(e.found_by) > 1
              and store.has(e.id)][:3]  # found before the lock: an erase may have removed it since
-    related = list(dict.fromkeys([*named, *found]))
+    related = [] if instruction else list(dict.fromkeys([*named, *found]))
     links += [Link(namespace=ns, src=raw.id, dst=r, type=LinkType.RELATED) for r in related]
     if episode is not None:
         links += _episode_links(ns, episode)

@@ -321,6 +321,15 @@ def request_told(count: int) -> str:
     return f"[asked the memory to forget {count} record(s); done]"
 
 
+_TOLD = re.compile(r"^\[asked the memory to forget \d+ record\(s\); done\]$")
+
+
+def is_request(text: str) -> bool:
+    """Whether a turn is an instruction to the memory rather than something to remember: a request to forget,
+    before or after it was carried out (`request_told`). Nothing is derived from it: no facts, note or links."""
+    return bool(_TOLD.match(text)) or read_forget_request(text) is not None
+
+
 def previous_turn(store: MemoryStore, speaker: str, exclude: Iterable[str] = ()) -> tuple[str, str]:
     """The speaker's turn before the current one (working memory, in the order said) and its dia_id,
     or two ''."""

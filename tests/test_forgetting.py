@@ -322,3 +322,18 @@ def test_an_episode_of_nothing_but_the_forgotten_turn_goes_and_is_not_counted_as
     assert told == [request_told(3)]  # the turn and its two facts
     memory.undo()
     assert memory.get([episode.id])[0].status == Status.ACTIVE
+
+
+def test_a_request_to_forget_is_never_filed_nor_linked_to_what_it_found(data_dir: Path) -> None:
+    """A request is an instruction, not a memory: the slow path filed it as a turn an earlier version stored
+    without a note (entities, links to unrelated turns), and its derive linked it to the turns it found."""
+    memory = Memory("bob", data_dir=str(data_dir))
+    memory.add([{"speaker": "Bob", "text": "I joined a pottery class.", "time": "2023-05-01T10:00"},
+                {"speaker": "Ann", "text": "Pottery sounds fun!", "time": "2023-05-01T10:01"}])
+    memory.chat("Please forget that I joined a pottery class.", speaker="Bob")
+    report = memory.consolidate()
+    [request] = [r for r in memory.store.all("raw") if r.text.startswith("[asked the memory to forget")]
+    assert not request.context and not request.keywords and not request.entities
+    assert report.filed == 0
+    edges = memory.store.edges([request.id])
+    assert {e.type.value for e in edges} <= {"temporal"}, edges

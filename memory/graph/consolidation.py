@@ -30,6 +30,7 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 
 from pydantic import BaseModel, Field
+from strata.memory.forgetting import is_request
 from strata.memory.graph import causal, fast_path, summaries
 from strata.memory.graph import links as entity_graph
 from strata.memory.journal import PENDING
@@ -264,7 +265,8 @@ def file_unfiled_turns(
     def waiting() -> set[str]:
         return set(store.state(PENDING, []) or [])  # type: ignore[call-overload]
 
-    for raw in [r for r in store.timeline() if not r.context and r.id not in waiting()][:limit]:
+    unfiled = [r for r in store.timeline() if not r.context and r.id not in waiting() and not is_request(r.text)]
+    for raw in unfiled[:limit]:  # (a request to forget is an instruction, never filed: agents/memory.py)
         with store.edits():  # a turn's evolutions stand with its note, or neither does
             current = store.get([raw.id])
             if not current or current[0].context or raw.id in waiting():
