@@ -146,11 +146,13 @@ class Memory:
             raise InputError(f"on_turn must be a function taking the number of turns done, not "
                              f"{type(on_turn).__name__}")
         batch = _as_turns(turns, speaker)
-        result = self._run("ingest", {"turns": batch}, on_turn)
-        if end_session:
-            from strata.agents.memory import close_open_episode
+        with self.store.input_lock:  # another add of this namespace in this process waits for this one to end
+            result = self._run("ingest", {"turns": batch}, on_turn)
+            if end_session:
+                from strata.agents.memory import close_open_episode
 
-            close_open_episode(self._whole(), last_turn=batch[-1].dia_id or None, context=self.context("ingest"))
+                close_open_episode(self._whole(), last_turn=batch[-1].dia_id or None,
+                                   context=self.context("ingest"))
         return IngestReport(
             turns=len(batch), stored_ids=result.get("stored_ids", []), changes=result.get("changes", []),
             notes=result.get("notes", []),

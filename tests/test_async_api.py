@@ -128,6 +128,34 @@ def test_concurrent_async_adds_lose_nothing(locomo_dir: Path, data_dir: Path, em
     assert stored == sorted(t.dia_id for t in turns)
 
 
+def test_two_inputs_added_at_once_are_stored_one_after_the_other(
+    locomo_dir: Path, data_dir: Path, embedder: object,
+) -> None:
+    """Two sessions added at once took turns turn by turn: each turn closed the other session's open episode,
+    so one ingest of 60 turns wrote 48 episodes, 38 of a single turn. Adds of one namespace now take turns
+    whole: the episodes are those of the two inputs added one after the other, in one order or the other."""
+    sessions = load_turns(locomo_dir / "conv-26.json").sessions
+    first, second = sessions[0].turns[:8], sessions[1].turns[:8]
+
+    def episodes(memory: Memory) -> set[tuple[str, ...]]:
+        return {tuple(e.source_ids) for e in memory.store.all("episode")} | {
+            tuple(memory.store.state("open_episode", {}).get("turn_ids", []))}
+
+    orders = []
+    for name, inputs in (("ab", (first, second)), ("ba", (second, first))):
+        alone = Memory(name, data_dir=str(data_dir))
+        for part in inputs:
+            alone.add(part)
+        orders.append(episodes(alone))
+    together = Memory("together", data_dir=str(data_dir))
+
+    async def scenario() -> None:
+        await asyncio.gather(together.aadd(first), together.aadd(second))
+
+    asyncio.run(scenario())
+    assert episodes(together) in orders
+
+
 def test_a_cancelled_add_still_stores_every_turn_it_was_given(
     locomo_dir: Path, data_dir: Path, embedder: object
 ) -> None:
