@@ -79,8 +79,10 @@ class _ConsolidateBody(BaseModel):
     limit: Any = None
 
 
-def route(handler: Handler) -> Callable[[Request], Awaitable[JSONResponse]]:
-    """A handler behind the token check and the one-line errors, given the namespace's memory."""
+def route(handler: Handler, reads: bool = False) -> Callable[[Request], Awaitable[JSONResponse]]:
+    """A handler behind the token check and the one-line errors, given the namespace's memory. A route that
+    `reads` answers 404 for a namespace that holds nothing: a misspelt name gave zeros, and an export of it a
+    backup that looked whole."""
 
     async def endpoint(request: Request) -> JSONResponse:
         refused = _refused(request)
@@ -88,6 +90,8 @@ def route(handler: Handler) -> Callable[[Request], Awaitable[JSONResponse]]:
             return refused
         try:
             memory = Memory(_namespace(request))
+            if reads and await asyncio.to_thread(_holds_nothing, memory):
+                return _error(404, f"the namespace {memory.store.namespace!r} holds no memory: check its spelling")
             return JSONResponse(_plain(await handler(request, memory)))
         except NotFoundError as error:
             return _error(404, str(error))
@@ -98,6 +102,25 @@ def route(handler: Handler) -> Callable[[Request], Awaitable[JSONResponse]]:
         except Exception as error:  # the server's log has the traceback; the caller gets one line
             LOG.exception("strata admin route %s failed", request.url.path)
             return _error(500, f"the memory could not do this ({type(error).__name__}); the server's log says why")
+
+    return endpoint
+
+
+def _holds_nothing(memory: Memory) -> bool:
+    """No record of any kind or status, no history and no link: a namespace never written (or erased whole)."""
+    counts = memory.stats()
+    return not counts["history"] and not counts["links"] and not any(
+        sum(by_status.values()) for kind, by_status in counts.items() if isinstance(by_status, dict)
+        and kind != "links")
+
+
+def _wrong_method(allowed: str) -> Callable[[Request], Awaitable[JSONResponse]]:
+    """A route's other methods: 405 with the one-line error every route gives, not the server's bare 404."""
+
+    async def endpoint(request: Request) -> JSONResponse:
+        response = _error(405, f"{request.method} is not how to call {request.url.path}: use {allowed}")
+        response.headers["Allow"] = allowed
+        return response
 
     return endpoint
 
@@ -275,14 +298,20 @@ async def _delete_threads(threads: list[str], deleted: list[str]) -> None:
         deleted.append(thread_id)
 
 
+_ROUTES: list[tuple[str, Handler, str, bool]] = [  # path, handler, method, reads (404 for an empty namespace)
+    ("/strata/stats", stats, "GET", True),
+    ("/strata/records", records, "GET", True),
+    ("/strata/history", history, "GET", True),
+    ("/strata/undo", undo, "POST", False),
+    ("/strata/erase", erase, "POST", False),
+    ("/strata/graph", graph, "GET", True),
+    ("/strata/export", export, "GET", True),
+    ("/strata/import", import_document, "POST", False),
+    ("/strata/consolidate", consolidate, "POST", False),
+]
+_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
 app = Starlette(routes=[
-    Route("/strata/stats", route(stats), methods=["GET"]),
-    Route("/strata/records", route(records), methods=["GET"]),
-    Route("/strata/history", route(history), methods=["GET"]),
-    Route("/strata/undo", route(undo), methods=["POST"]),
-    Route("/strata/erase", route(erase), methods=["POST"]),
-    Route("/strata/graph", route(graph), methods=["GET"]),
-    Route("/strata/export", route(export), methods=["GET"]),
-    Route("/strata/import", route(import_document), methods=["POST"]),
-    Route("/strata/consolidate", route(consolidate), methods=["POST"]),
+    *(Route(path, route(handler, reads), methods=[method]) for path, handler, method, reads in _ROUTES),
+    *(Route(path, _wrong_method(method), methods=[m for m in _METHODS if m != method])
+      for path, _, method, _ in _ROUTES),
 ])

@@ -130,6 +130,11 @@ def test_a_wrong_request_gets_one_line_and_changes_nothing(memory: Memory, clien
         ("GET", f"/strata/history?namespace={NAMESPACE}&limit=%C2%B2", None, 400),  # "²", a digit to isdigit()
         ("GET", f"/strata/graph?namespace={NAMESPACE}&person=Caroline&question=Who", None, 400),
         ("POST", f"/strata/erase?namespace={NAMESPACE}", {"ids": ["raw:D1:3"], "confirm": "yes"}, 400),  # not true
+        ("POST", f"/strata/stats?namespace={NAMESPACE}", None, 405),  # the wrong method
+        ("GET", f"/strata/undo?namespace={NAMESPACE}", None, 405),
+        ("DELETE", f"/strata/export?namespace={NAMESPACE}", None, 405),
+        ("GET", "/strata/stats?namespace=conv-62", None, 404),  # a misspelt namespace: not an empty memory
+        ("GET", "/strata/export?namespace=conv-62", None, 404),  # nor a backup that looks whole
     ]
     for method, path, body, status in wrong:
         sent = {"json": body} if isinstance(body, dict) else {"content": body} if body else {}
