@@ -10,7 +10,11 @@ every record again with the target's embedder: moving a laptop's memory to a
 deployment, or to another embedder, is an export and an import.
 
 History ids are the target ledger's own (other namespaces share its counter), so the
-links between changes (`undoes`, `follows`) are renumbered with them. The records go to
+links between changes (`undoes`, `follows`) are renumbered with them.
+
+An import writes a whole memory or nothing: a document whose links, history or working memory
+name records it does not hold is refused in one line (see `MemoryDocument.check_references`),
+and the report counts what was stored. The records go to
 Chroma first, then the rest in one ledger transaction; a mark in the ledger's state says
 an import is under way, so an import stopped halfway (the process killed) is not taken
 for a memory: no Memory call or graph run reads or writes the namespace until an import finishes
@@ -43,7 +47,7 @@ from strata.memory.graph.links import CATALOGUE, LAST_TURN
 from strata.memory.journal import PENDING
 from strata.memory.ledger_sql import LARGEST_INTEGER
 from strata.memory.moments import utc_now
-from strata.memory.records import KINDS, Change, Link, Record
+from strata.memory.records import ENTITY_NODE, KINDS, Change, Link, Record, Status
 from strata.memory.store import IMPORTING, MemoryStore
 from strata.memory.store_items import ItemVersion
 from strata.memory.turn_ids import TURN_COUNTER
@@ -100,7 +104,8 @@ class MemoryDocument(BaseModel):
         """What the stores keep once: a record id, a working-memory place, a history entry."""
         for what, keys in (("record id", [r.id for r in self.records]),
                            ("working-memory turn", [(w.participant, w.seq) for w in self.working]),
-                           ("history entry", [c.id for c in self.history if c.id is not None])):
+                           ("history entry", [c.id for c in self.history if c.id is not None]),
+                           ("link", [(k.src, k.dst, k.type.value) for k in self.links])):
             twice = [key for key, count in Counter(keys).items() if count > 1]
             if twice:
                 raise ValueError(f"the {what} {twice[0]} is there twice")
@@ -134,6 +139,40 @@ class MemoryDocument(BaseModel):
                 raise ValueError(f"the state {key!r} is not what the memory wrote there "
                                  f"({error.errors()[0].get('msg', 'wrong shape')})") from None
         return self
+
+    def check_references(self) -> None:
+        """Raise `ValueError` when the links, history or working memory name a record the document does not
+        hold: imported, they made a namespace no command could use, nor a later import repair.
+
+        Not a validator: an export of a memory must never fail on what that memory holds, and one thing
+        leaves such names in a real memory: `MemoryStore.purge`, which removes tombstones (each deleted
+        by a history entry that says so) and keeps their links, history and working-memory rows. Names
+        of such records are accepted; entity nodes (`entity:<key>`, link ends) are not records."""
+        held = {r.id for r in self.records}
+        purged = {c.record_id for c in self.history if c.new_status == Status.DELETED} - held
+
+        def known(record_id: str) -> bool:
+            return record_id in held or record_id in purged
+
+        if not self.records and (self.links or self.history or self.working):
+            raise ValueError(f"it holds no records, yet {len(self.links)} links, {len(self.history)} history "
+                             f"entries and {len(self.working)} working-memory turns (was its \"records\" list cut "
+                             "out?)")
+        for link in self.links:
+            missing = next((end for end in (link.src, link.dst)
+                            if not end.startswith(ENTITY_NODE) and not known(end)), None)
+            if missing is not None:
+                raise ValueError(f"the {link.type.value} link {link.src} -> {link.dst} names the record "
+                                 f"{missing!r}, which it does not hold")
+        for change in self.history:
+            if not known(change.record_id):
+                raise ValueError(f"the history entry {change.id} is about the record {change.record_id!r}, "
+                                 "which it does not hold")
+        turns = {r.dialogue_id for r in self.records if r.kind == "raw"}
+        for row in self.working:
+            if row.dia_id not in turns and not known(f"raw:{row.dia_id}"):
+                raise ValueError(f"{row.participant}'s working memory holds the turn {row.dia_id!r}, which it "
+                                 "does not hold")
 
 
 class ImportReport(BaseModel):
@@ -215,6 +254,11 @@ def import_memory(store: MemoryStore, document: MemoryDocument) -> ImportReport:
     if document.about is not None:
         raise InputError(f"this export is {document.about}'s copy of their data, not a backup of the memory: "
                          "import a whole export (`strata export` without --about)")
+    try:
+        document.check_references()
+    except ValueError as error:
+        raise InputError(f"the export is damaged: {error}; export the memory again (`strata export`); nothing "
+                         "was imported") from None
     ns = store.namespace
     records = [r.model_copy(update={"namespace": ns}) for r in document.records]
     store.importer = threading.get_ident()
@@ -232,10 +276,22 @@ def import_memory(store: MemoryStore, document: MemoryDocument) -> ImportReport:
             except BaseException:
                 store.drop()  # the namespace was empty: it is again (a killed process leaves the mark instead)
                 raise
+            return _stored(store)
     finally:
         store.importer = None
-    return ImportReport(records=len(records), links=len(document.links), history=len(document.history),
-                        working=len(document.working), state=len(document.state), items=len(document.items))
+
+
+def _stored(store: MemoryStore) -> ImportReport:
+    """What the namespace holds once the import is written: the report counts that, not the document."""
+    ns = store.namespace
+    with store.ledger.reading() as session:
+        working, items = (int(session.execute(f"SELECT COUNT(*) FROM {table} WHERE namespace = ?",
+                                              (ns,)).fetchone()[0]) for table in ("working", "store_items"))
+        state = sum(1 for row in session.execute("SELECT key FROM state WHERE namespace = ?", (ns,))
+                    if row[0] in _STATE_SHAPES)  # the graph's own values, not a journal
+    return ImportReport(records=sum(store.count(kind) for kind in KINDS),
+                        links=sum(store.ledger.count_links(ns).values()), history=store.ledger.count_history(ns),
+                        working=working, state=state, items=items)
 
 
 def _write(store: MemoryStore, document: MemoryDocument, records: list[Record]) -> None:

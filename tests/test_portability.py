@@ -256,3 +256,59 @@ def test_a_namespace_an_import_has_not_finished_is_neither_read_nor_written_unti
 
     assert report.records == len(document.records) and _contents(target.export()) == _contents(document)
     assert target.retrieve(QUESTIONS[0]).evidence
+
+
+def _namespace_holds(memory: Memory) -> tuple[int, int, int, int]:
+    """Records, links, history rows and working-memory rows of a memory's namespace, read from the stores."""
+    store, ns = memory.store, memory.store.namespace
+    with store.ledger.reading() as session:
+        working = session.execute("SELECT COUNT(*) FROM working WHERE namespace = ?", (ns,)).fetchone()[0]
+    return (sum(store.count(kind) for kind in ("raw", "fact", "episode", "persona", "summary")),
+            sum(store.ledger.count_links(ns).values()), store.ledger.count_history(ns), int(working))
+
+
+def test_an_import_naming_records_it_does_not_hold_is_refused_and_writes_nothing(
+    memory: Memory, tmp_path: Path
+) -> None:
+    """An export without its records imported 'successfully' and left a namespace no command could use nor a
+    later import repair; links, history and working memory naming a missing record went in without a word."""
+    document = json.loads(memory.export().model_dump_json())
+    assert any(link["dst"].startswith("entity:") for link in document["links"])  # a node, not a record: imported
+    no_records = {key: value for key, value in document.items() if key != "records"}
+    ghost_link = json.loads(json.dumps(document))
+    ghost_link["links"].append({"namespace": "conv-26", "src": "raw:GHOST", "dst": "raw:D1:1", "type": "temporal",
+                                "weight": 1.0})
+    ghost_change = json.loads(json.dumps(document))
+    ghost_change["history"][0]["record_id"] = "raw:GHOST"
+    ghost_turn = json.loads(json.dumps(document))
+    ghost_turn["working"].append({**ghost_turn["working"][0], "seq": 999, "dia_id": "GHOST", "text": "never said"})
+    link_twice = json.loads(json.dumps(document))
+    link_twice["links"].append(link_twice["links"][0])  # stored once: the report said one more than it wrote
+    target = Memory("target", data_dir=str(tmp_path / "target"))
+    for bad, says in ((no_records, "no records"), (ghost_link, "raw:GHOST"), (ghost_change, "raw:GHOST"),
+                      (ghost_turn, "GHOST"), (link_twice, "twice")):
+        with pytest.raises(InputError, match=says) as error:
+            target.import_from(bad)
+        assert "\n" not in str(error.value) and "nothing was imported" in str(error.value)
+        assert _namespace_holds(target) == (0, 0, 0, 0)
+    report = target.import_from(document)  # the namespace is still empty and usable: the real export goes in
+    assert (report.records, report.links, report.history, report.working) == _namespace_holds(target)
+    assert target.stats()["history"] == len(document["history"])
+
+
+def test_a_memory_after_a_purge_and_an_erase_still_moves(memory: Memory, tmp_path: Path) -> None:
+    """What a real memory holds is never refused: a purge keeps the links, history and working-memory rows of
+    the tombstones it removes; an erase takes its records' rows along. The report counts what was stored."""
+    turn = memory.store.all("raw")[-1]
+    memory.store.delete(turn.id, reason="a request to forget")
+    assert memory.store.purge() == 1
+    memory.erase([memory.store.all("raw")[5].id])
+    document = memory.export()
+    held = {r.id for r in document.records}
+    assert turn.id not in held and any(c.record_id == turn.id for c in document.history)
+
+    moved = Memory("moved", data_dir=str(tmp_path / "target"))
+    report = moved.import_from(document)
+
+    assert (report.records, report.links, report.history, report.working) == _namespace_holds(moved)
+    assert _contents(moved.export()) == _contents(document)
