@@ -10,7 +10,9 @@ every record again with the target's embedder: moving a laptop's memory to a
 deployment, or to another embedder, is an export and an import.
 
 History ids are the target ledger's own (other namespaces share its counter), so the
-links between changes (`undoes`, `follows`) are renumbered with them.
+links between changes (`undoes`, `follows`) are renumbered with them, and so is the change an
+undo's reason names ("undo of change 18" becomes the new id: `strata undo` takes the ids
+history shows).
 
 An import writes a whole memory or nothing: a document whose links, history or working memory
 name records it does not hold is refused in one line (see `MemoryDocument.check_references`),
@@ -32,6 +34,7 @@ and cannot be imported.
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections import Counter
 from datetime import datetime
@@ -47,7 +50,7 @@ from strata.memory.graph.links import CATALOGUE, LAST_TURN
 from strata.memory.journal import PENDING
 from strata.memory.ledger_sql import LARGEST_INTEGER
 from strata.memory.moments import utc_now
-from strata.memory.records import ENTITY_NODE, KINDS, Change, Link, Record, Status
+from strata.memory.records import ENTITY_NODE, KINDS, Action, Change, Link, Record, Status
 from strata.memory.store import IMPORTING, MemoryStore
 from strata.memory.store_items import ItemVersion
 from strata.memory.turn_ids import TURN_COUNTER
@@ -55,6 +58,7 @@ from strata.memory.turn_ids import TURN_COUNTER
 FORMAT = "strata-memory"
 VERSION = 1
 EMBED_BATCH = 512  # records embedded and written per step of an import
+UNDO_REASON = re.compile(r"undo of change (\d+)")  # the reason MemoryStore._reverse gives an undo
 
 
 class WorkingRow(BaseModel):
@@ -307,6 +311,7 @@ def _write(store: MemoryStore, document: MemoryDocument, records: list[Record]) 
                 "namespace": ns, "id": None,
                 "undoes": new_ids.get(change.undoes) if change.undoes is not None else None,
                 "follows": new_ids.get(change.follows) if change.follows is not None else None,
+                "reason": _renumbered_reason(change, new_ids),
             })
             new_ids[int(change.id or 0)] = store.ledger.record_change(renumbered)
         session.executemany(
@@ -320,6 +325,15 @@ def _write(store: MemoryStore, document: MemoryDocument, records: list[Record]) 
             store_items.insert_version(store.ledger, ns, item.key, item.value, item.text, item.indexed,
                                        item.created_at, item.updated_at)
         store.ledger.clear_state(ns, IMPORTING)
+
+
+def _renumbered_reason(change: Change, new_ids: dict[int, int]) -> str:
+    """An undo's reason naming the change it undid by this ledger's id: `strata undo N` takes what it says."""
+    found = UNDO_REASON.fullmatch(change.reason) if change.action == Action.UNDO else None
+    if found is None:
+        return change.reason
+    new = new_ids.get(int(found.group(1)))
+    return f"undo of change {new}" if new is not None else "undo of a change no longer in the history"
 
 
 def _working(store: MemoryStore) -> list[WorkingRow]:

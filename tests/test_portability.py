@@ -312,3 +312,22 @@ def test_a_memory_after_a_purge_and_an_erase_still_moves(memory: Memory, tmp_pat
 
     assert (report.records, report.links, report.history, report.working) == _namespace_holds(moved)
     assert _contents(moved.export()) == _contents(document)
+
+
+def test_an_undo_imported_names_the_change_it_undid_by_its_new_id(memory: Memory, tmp_path: Path) -> None:
+    """History ids are renumbered on import; an undo's reason ('undo of change 18') named the old id, which
+    `strata undo` then did not find (or found another change of that number)."""
+    fact = memory.store.all("fact")[3]
+    memory.store.delete(fact.id, reason="a request to forget")
+    memory.undo()
+    document = memory.export()
+    undo = next(c for c in document.history if c.undoes is not None)
+    assert undo.reason == f"undo of change {undo.undoes}"
+
+    moved = Memory("moved", data_dir=str(tmp_path / "source"))  # the same ledger: new ids, after the source's
+    moved.import_from(document)
+
+    undos = [c for c in moved.export().history if c.undoes is not None]
+    assert undos and all(c.reason == f"undo of change {c.undoes}" for c in undos)
+    assert {c.undoes for c in undos}.isdisjoint({c.undoes for c in document.history if c.undoes is not None})
+    assert all(moved.store.ledger.get_change("moved", int(c.undoes or 0)) is not None for c in undos)
