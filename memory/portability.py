@@ -12,7 +12,8 @@ deployment, or to another embedder, is an export and an import.
 History ids are the target ledger's own (other namespaces share its counter), so the
 links between changes (`undoes`, `follows`) are renumbered with them, and so is the change an
 undo's reason names ("undo of change 18" becomes the new id: `strata undo` takes the ids
-history shows).
+history shows). The counter of automatic turn ids is raised past every stored `T<n>` turn, so
+the next turn without an id never takes a stored one's.
 
 An import writes a whole memory or nothing: a document whose links, history or working memory
 name records it does not hold is refused in one line (see `MemoryDocument.check_references`),
@@ -59,6 +60,7 @@ FORMAT = "strata-memory"
 VERSION = 1
 EMBED_BATCH = 512  # records embedded and written per step of an import
 UNDO_REASON = re.compile(r"undo of change (\d+)")  # the reason MemoryStore._reverse gives an undo
+AUTOMATIC_TURN = re.compile(r"raw:T(\d{1,18})")  # a turn numbered by the memory (agents/memory.py: T1, T2, ...)
 
 
 class WorkingRow(BaseModel):
@@ -321,6 +323,9 @@ def _write(store: MemoryStore, document: MemoryDocument, records: list[Record]) 
         )
         for key, value in document.state.items():
             store.ledger.set_state(ns, key, value)
+        counter = _turn_counter(document)
+        if counter != document.state.get(TURN_COUNTER, 0):
+            store.ledger.set_state(ns, TURN_COUNTER, counter)
         for item in document.items:
             store_items.insert_version(store.ledger, ns, item.key, item.value, item.text, item.indexed,
                                        item.created_at, item.updated_at)
@@ -334,6 +339,15 @@ def _renumbered_reason(change: Change, new_ids: dict[int, int]) -> str:
         return change.reason
     new = new_ids.get(int(found.group(1)))
     return f"undo of change {new}" if new is not None else "undo of a change no longer in the history"
+
+
+def _turn_counter(document: MemoryDocument) -> int:
+    """The counter of automatic turn ids, at least the highest `T<n>` the document names (a turn purged
+    too): the next turn without an id is numbered past it, not refused for a stored turn's id."""
+    numbers = [int(found.group(1)) for record_id in [*(r.id for r in document.records),
+                                                      *(c.record_id for c in document.history)]
+               if (found := AUTOMATIC_TURN.fullmatch(record_id))]
+    return max([int(document.state.get(TURN_COUNTER, 0)), *numbers])
 
 
 def _working(store: MemoryStore) -> list[WorkingRow]:

@@ -331,3 +331,29 @@ def test_an_undo_imported_names_the_change_it_undid_by_its_new_id(memory: Memory
     assert undos and all(c.reason == f"undo of change {c.undoes}" for c in undos)
     assert {c.undoes for c in undos}.isdisjoint({c.undoes for c in document.history if c.undoes is not None})
     assert all(moved.store.ledger.get_change("moved", int(c.undoes or 0)) is not None for c in undos)
+
+
+@pytest.mark.parametrize("counter", [None, 0])
+def test_an_import_numbers_the_next_turn_past_the_stored_ones(
+    memory: Memory, tmp_path: Path, counter: int | None
+) -> None:
+    """An export's state is optional: without its turn counter (or with it behind), the next turn without an id
+    was given a stored turn's id (T1) and refused."""
+    from strata.memory.turn_ids import TURN_COUNTER
+
+    memory.add([{"speaker": "Caroline", "text": "I started learning the cello."},
+                {"speaker": "Melanie", "text": "That sounds lovely."}])  # raw:T1, raw:T2
+    document = json.loads(memory.export().model_dump_json())
+    assert document["state"][TURN_COUNTER] == 2
+    if counter is None:
+        del document["state"][TURN_COUNTER]
+    else:
+        document["state"][TURN_COUNTER] = counter
+    moved = Memory("moved", data_dir=str(tmp_path / "target"))
+    moved.import_from(document)
+    assert moved.store.state(TURN_COUNTER) == 2
+
+    moved.add([{"speaker": "Caroline", "text": "My teacher is patient."}])
+
+    assert [r.text for r in moved.get(["raw:T3"])] == ["My teacher is patient."]
+    assert [r.text for r in moved.get(["raw:T1"])] == ["I started learning the cello."]
