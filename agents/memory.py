@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Annotated, Any
+from zoneinfo import ZoneInfo
 
 from langgraph.runtime import Runtime
 from pydantic import Field, field_validator
@@ -71,7 +72,7 @@ from strata.memory.graph.replies import (
     collected,
 )
 from strata.memory.journal import PENDING
-from strata.memory.moments import local, utc_now
+from strata.memory.moments import local, offset_in, utc_now, zone_of
 from strata.memory.persona import aspect_of, persona_id
 from strata.memory.records import Link, LinkType, Record, Turn, natural_order, raw_record
 from strata.memory.store import MemoryStore
@@ -155,6 +156,7 @@ def _intake(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     turns = state.turns
     if cursor == 0:
         checked = validate_turns(turns, max_chars=runtime.context.max_turn_chars)  # all, before any write
+        checked = on_clock(checked, zone_of(runtime.context.timezone))
         store.flush()  # what an earlier run derived but did not write (it stopped mid-batch)
         turns = _with_ids(store, checked)
         _prefetch(store, turns, chat_model(runtime.context) is None)
@@ -579,6 +581,15 @@ def _with_ids(store: MemoryStore, turns: list[Turn]) -> list[Turn]:
         if not turn.dia_id:
             named[n] = turn.model_copy(update={"dia_id": f"T{next(numbers)}", "time": turn.time or now})
     return named
+
+
+def on_clock(turns: list[Turn], zone: ZoneInfo | None) -> list[Turn]:
+    """The turns whose time names no offset, on the memory's time zone (`Context.timezone`): its offset at
+    that instant (daylight saving included). A turn's own offset stands."""
+    if zone is None:
+        return turns
+    return [turn.model_copy(update={"utc_offset": offset_in(turn.time, zone)})
+            if turn.time is not None and turn.utc_offset is None else turn for turn in turns]
 
 
 def _numbered(ids: Iterable[str]) -> int:

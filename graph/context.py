@@ -20,6 +20,7 @@ from pydantic import TypeAdapter, ValidationError
 from strata.memory.embeddings import DEFAULT_EMBEDDER
 from strata.memory.errors import ConfigError, InputError, shown_value
 from strata.memory.ledger_sql import LARGEST_INTEGER
+from strata.memory.moments import zone_of
 from strata.memory.namespaces import check_namespace
 from strata.memory.settings import DEFAULT_DATA_DIR, StoreSettings, check_folder, outside_chroma, real_folder
 
@@ -131,6 +132,14 @@ class Context:
     max_question_chars: int = field(
         default=8_000, metadata={"description": "Longest question asked, in characters; a longer one is refused."}
     )
+    timezone: str = field(
+        default="",
+        metadata={
+            "description": "The speakers' time zone (IANA, e.g. America/Denver) for turns whose time names no offset "
+            "(UTC 'Z' times, epoch numbers, times without one): their 'yesterday' and their day are read on that "
+            "clock. Empty: on UTC. A turn's own offset (-06:00, or utc_offset) always wins."
+        },
+    )
     owner: str = field(
         default="",
         metadata={
@@ -220,6 +229,7 @@ class Context:
                     f"at least {least}" if number < least else f"at most {most} (a 64-bit whole number)")
                 raise ConfigError(f"{source[name]} must be {bound}, got {number!r}")
         self._check_wire()
+        zone_of(self.timezone, source["timezone"])
         unknown = set(self.kinds()) - {"raw", "fact", "episode", "summary"}
         if unknown or not self.kinds():
             raise InputError(f"granularities {self.granularities!r}: list some of raw, fact, episode, summary")

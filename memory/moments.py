@@ -29,6 +29,7 @@ import math
 import re
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Annotated
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BeforeValidator, WithJsonSchema
 
@@ -80,6 +81,30 @@ def local(moment: datetime | None, offset: int | None) -> datetime | None:
         return moment + timedelta(minutes=offset)
     except OverflowError:
         return moment
+
+
+def zone_of(name: str, where: str = "timezone") -> ZoneInfo | None:
+    """The IANA time zone a setting names (None for ''), or a one-line ConfigError."""
+    from strata.memory.errors import ConfigError
+
+    if not name.strip():
+        return None
+    try:
+        return ZoneInfo(name.strip())
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ConfigError(f"{where}: no time zone is called {name[:60]!r}: give an IANA name such as "
+                          "America/Denver or Europe/Paris (or '' for UTC)") from None
+
+
+def offset_in(moment: datetime, zone: ZoneInfo) -> int | None:
+    """The offset, in minutes east of UTC, of `zone`'s clock at the UTC instant `moment` (daylight saving
+    included); None where that clock is UTC's."""
+    try:
+        shift = moment.replace(tzinfo=UTC).astimezone(zone).utcoffset()
+    except (OverflowError, ValueError):  # at the calendar's edges
+        return None
+    minutes = round(shift.total_seconds() / 60) if shift is not None else 0
+    return minutes or None
 
 
 def utc_now() -> datetime:

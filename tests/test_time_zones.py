@@ -14,7 +14,7 @@ import pytest
 from strata.agents.memory import open_segment
 from strata.agents.research import _in_utc
 from strata.graph.state import Plan, validate_turns
-from strata.memory.errors import InputError
+from strata.memory.errors import ConfigError, InputError
 from strata.memory.records import Turn
 
 from strata import Memory
@@ -78,3 +78,23 @@ def test_a_question_window_is_read_in_the_speakers_days() -> None:
     plan = Plan(query="q", time_window=(datetime(2023, 5, 1), datetime(2023, 5, 1, 23, 59, 59)))
     assert _in_utc(plan, -360).time_window == (datetime(2023, 5, 1, 6), datetime(2023, 5, 2, 5, 59, 59))
     assert _in_utc(plan, None) is plan
+
+
+def test_a_memory_s_time_zone_is_the_clock_of_turns_sent_in_utc(data_dir: Path) -> None:
+    """A JavaScript app sends `toISOString()` (UTC, 'Z'): the memory's `timezone` says whose clock it was,
+    with daylight saving (-06:00 in May, -07:00 in January); a turn's own offset still wins."""
+    memory = Memory("u", data_dir=str(data_dir), timezone="America/Denver")
+    memory.add([
+        {"speaker": "Ann", "text": "I went hiking yesterday at Pikes Peak.", "time": "2023-05-09T02:00:00Z"},
+        {"speaker": "Ann", "text": "I went skiing yesterday at Vail.", "time": "2024-01-10T03:00:00Z"},
+        {"speaker": "Ann", "text": "I flew to Paris yesterday.", "time": "2024-02-01T20:00:00+01:00"},
+    ])
+    raw = {r.dialogue_id: r.utc_offset for r in memory.store.all("raw")}
+    assert raw == {"T1": -360, "T2": -420, "T3": 60}
+    facts = " ".join(r.text for r in memory.store.all("fact"))
+    assert "7 May 2023" in facts and "8 January 2024" in facts and "31 January 2024" in facts, facts
+
+
+def test_an_unknown_time_zone_is_one_line(data_dir: Path) -> None:
+    with pytest.raises(ConfigError, match=r"no time zone is called 'Mars/Olympus'.*IANA"):
+        Memory("u", data_dir=str(data_dir), timezone="Mars/Olympus").add([{"speaker": "Ann", "text": "hi"}])
