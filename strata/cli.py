@@ -12,6 +12,7 @@ import argparse
 import contextlib
 import json
 import os
+import stat
 import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
@@ -30,12 +31,14 @@ from strata.conversations import (
     load_turns,
 )
 from strata.demo import SAMPLE_CONVERSATION, run_demo
+from strata.graph.state import validate_turns
 from strata.ingestion import ingest_conversation, select_sessions
 from strata.memory.erasure import compact_chroma
 from strata.memory.errors import ConfigError, InputError, StrataError
 from strata.memory.forgetting import shown_ids
 from strata.memory.records import KINDS, Change
 from strata.memory.registry import close_all
+from strata.memory.store import IMPORTING, MemoryStore
 
 PROG = "strata"
 EXIT_USER_ERROR = 2
@@ -78,7 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog=PROG, parents=[_settings_options(suppress=False)],
         description="Long-term memory for LLM agents: store conversations, then ask about them.",
-        epilog="Start with `strata demo`. Every subcommand has its own --help.",
+        epilog="Start with `strata demo`. Every subcommand has its own --help. Exit codes: 0 done (a listing "
+        "without --yes too), 2 a user error (one line), 130 interrupted, 141 the output's reader went away.",
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     common = [_settings_options(suppress=True)]
@@ -117,7 +121,8 @@ def build_parser() -> argparse.ArgumentParser:
     scope.add_argument("--question", metavar="QUESTION", help="only the evidence of this question and its paths")
     scope.add_argument("--person", metavar="NAME", help="only what memory holds about this participant")
     graph_cmd.add_argument("--out", type=Path, default=Path("graph-export"), help="folder (default graph-export)")
-    graph_cmd.add_argument("--formats", default="json,graphml,png", help="some of json,graphml,png (default all)")
+    graph_cmd.add_argument("--formats", default="json,graphml,png",
+                           help="some of json,graphml,png, comma-separated (default all)")
 
     chat = command("chat", _chat, "talk: every line you type is stored and answered (/quit or EOF ends)")
     chat.add_argument("--speaker", default="user", help="who is typing (default: user)")
@@ -138,11 +143,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     erase_cmd.add_argument("ids", nargs="*", metavar="ID", help="records to erase (e.g. raw:D1:3)")
     erase_cmd.add_argument("--about", metavar="NAME", help="erase everything said by or about this participant")
-    erase_cmd.add_argument("--yes", action="store_true", help="erase; without it, only list what would go")
-    erase_cmd.add_argument("--json", action="store_true", help="print the report as JSON")
+    erase_cmd.add_argument("--yes", action="store_true",
+                           help="erase; without it, only list what would go (exit 0, nothing changed)")
+    erase_cmd.add_argument("--json", action="store_true", help="print the report (or the listing) as JSON")
+
+    drop_cmd = command(
+        "drop", _drop,
+        "delete the namespace's whole memory: records, links, history, working memory (cannot be undone)",
+    )
+    drop_cmd.add_argument("--yes", action="store_true",
+                          help="drop it; without it, only say what would go (exit 0, nothing changed)")
 
     export_cmd = command("export", _export, "write the namespace's whole memory as one JSON file (a backup, a move)")
-    export_cmd.add_argument("--out", type=Path, required=True, metavar="FILE", help="the file to write")
+    export_cmd.add_argument(
+        "--out", type=Path, required=True, metavar="FILE",
+        help="the file to write (through a link, to the file it names), or - for stdout (./- for a file named -)",
+    )
     export_cmd.add_argument("--about", metavar="NAME",
                             help="only what is said by or about this participant (their copy; not importable)")
 
@@ -180,6 +196,29 @@ def _memory(args: argparse.Namespace, namespace: str | None = None, **overrides:
     if chosen is None:
         return Memory(**{**_settings(args), **overrides})  # STRATA_NAMESPACE, then 'default'
     return Memory(chosen, **{**_settings(args), **overrides})
+
+
+def _stored_memory(args: argparse.Namespace) -> Memory:
+    """The memory of a command that reads or changes what is stored (every one but ingest, chat and import):
+    opening a memory creates its folder and files, so a mistyped --data-dir, read, left an empty memory
+    behind and printed zeros. A folder holding none of a memory's files is one line; nothing is created."""
+    memory = _memory(args)
+    settings = memory.context("ask").store_settings()
+    kept_here = [path for path, local in ((settings.ledger_path, not settings.ledger_url),
+                                          (settings.chroma_path, not settings.chroma_host)) if local]
+    if not kept_here:  # both halves on servers: nothing on this disk to look at
+        return memory
+    folder = kept_here[0].parent
+    try:
+        if folder.exists() and not folder.is_dir():
+            return memory  # opening it says, in one line, that a file is in the way
+        if any(path.exists() for path in kept_here):
+            return memory
+        why = "a folder holding no memory" if folder.exists() else "no such folder"
+    except OSError:  # a name the file system cannot hold: opening says so in one line
+        return memory
+    raise InputError(f"{folder} holds no memories yet ({why}): check --data-dir, or store a conversation first "
+                     "(`strata ingest FILE`, `strata chat` or `strata import FILE`); nothing was created")
 
 
 def _where(memory: Memory) -> str:
@@ -266,7 +305,7 @@ def _ingest(args: argparse.Namespace) -> int:
 def _ask(args: argparse.Namespace) -> int:
     if not args.question.strip():
         raise InputError('the question is empty: ask something, e.g. strata ask "Where does Ann live?"')
-    memory = _memory(args)
+    memory = _stored_memory(args)
     _require_memories(memory)
     read = memory.retrieve if args.retrieve_only else memory.ask
     answer = read(args.question, refresh=args.refresh)
@@ -280,7 +319,7 @@ def _ask(args: argparse.Namespace) -> int:
 def _explain(args: argparse.Namespace) -> int:
     if not args.question.strip():
         raise InputError('the question is empty: e.g. strata explain "Where does Ann live?"')
-    memory = _memory(args)
+    memory = _stored_memory(args)
     _require_memories(memory)
     answer = memory.explain(args.question)
     print(answer.model_dump_json(indent=2, include={"question", "evidence", "trace", "notes"}) if args.json
@@ -289,13 +328,18 @@ def _explain(args: argparse.Namespace) -> int:
 
 
 def _graph(args: argparse.Namespace) -> int:
-    from strata.memory.graph.export import write_graph
+    from strata.memory.graph.export import FORMATS, write_graph
 
     formats = [f.strip() for f in args.formats.split(",") if f.strip()]
+    if not formats:  # it wrote nothing and said so with exit 0
+        raise InputError(f"--formats names no format: use some of {','.join(FORMATS)}")
+    unknown = [f for f in formats if f not in FORMATS]
+    if unknown:  # before the graph is worked out, not after
+        raise InputError(f"unknown graph format(s) {', '.join(unknown)}: use some of {','.join(FORMATS)}")
     if args.question is not None and not args.question.strip():
         raise InputError('the question is empty: e.g. strata graph --question "Where does Ann live?", or leave '
                          "--question out for the whole graph")
-    memory = _memory(args)
+    memory = _stored_memory(args)
     _require_memories(memory)
     exported = memory.graph(question=args.question, person=args.person)
     stem = "question" if args.question else f"person-{args.person.lower()}" if args.person else "namespace"
@@ -314,6 +358,12 @@ def _graph(args: argparse.Namespace) -> int:
 
 
 def _chat(args: argparse.Namespace) -> int:
+    if sys.stdin is None:  # `strata chat <&-`: Python gives no stream at all
+        raise InputError("stdin is closed: type the lines, or send them in (strata chat < lines.txt)")
+    try:  # checked once, before anything is read: otherwise every line was refused for it and the chat went on
+        validate_turns([{"speaker": args.speaker, "text": "-"}])
+    except InputError as error:
+        raise InputError(f"--speaker {args.speaker!r}: {str(error).removeprefix('turn 1: ')}") from None
     memory = _memory(args)
     interactive = sys.stdin.isatty()
     if interactive:
@@ -342,7 +392,7 @@ def _chat(args: argparse.Namespace) -> int:
 
 
 def _stats(args: argparse.Namespace) -> int:
-    memory = _memory(args)
+    memory = _stored_memory(args)
     counts = memory.stats()
     if args.json:
         print(json.dumps(counts, indent=2, default=str))
@@ -364,7 +414,7 @@ def _stats(args: argparse.Namespace) -> int:
 
 
 def _consolidate(args: argparse.Namespace) -> int:
-    memory = _memory(args)
+    memory = _stored_memory(args)
     report = memory.consolidate(args.limit)
     if args.json:
         print(report.model_dump_json(indent=2))
@@ -383,7 +433,7 @@ def _consolidate(args: argparse.Namespace) -> int:
 def _history(args: argparse.Namespace) -> int:
     if args.limit < 1:
         raise InputError(f"--limit must be at least 1, got {args.limit}")
-    memory = _memory(args)
+    memory = _stored_memory(args)
     changes = memory.history(args.record, args.limit)
     if not changes:
         subject = f"record {args.record!r}" if args.record else _where(memory)
@@ -394,7 +444,7 @@ def _history(args: argparse.Namespace) -> int:
 
 
 def _undo(args: argparse.Namespace) -> int:
-    memory = _memory(args)
+    memory = _stored_memory(args)
     change = memory.undo(args.change_id)
     print(f"undid change #{change.undoes} on {change.record_id}: it is {change.new_status.value} again")
     print(f"text now: {change.new_text}")
@@ -405,16 +455,19 @@ def _undo(args: argparse.Namespace) -> int:
 def _erase(args: argparse.Namespace) -> int:
     if not args.ids and not args.about:
         raise InputError("name the records to erase (e.g. strata erase raw:D1:3) or a participant (--about NAME)")
-    memory = _memory(args)
-    if not args.yes:
+    memory = _stored_memory(args)
+    if not args.yes:  # the listing asked for: a success (it exited 1, which no help mentioned)
         plan = memory.erasure_plan(args.ids, args.about)
+        threads = threads_holding(memory.context("ask").data_dir, plan.said, memory.store.namespace)
+        if args.json:
+            print(json.dumps({"erased": False, "targets": plan.targets, "threads": threads}, indent=2))
+            return 0
         print(f"would erase {len(plan.targets)} records for good (with their links and history): "
               f"{', '.join(plan.targets)}")
-        threads = threads_holding(memory.context("ask").data_dir, plan.said, memory.store.namespace)
         if threads:
             print(f"and delete {len(threads)} saved threads that hold them: {shown_ids(threads)}")
         print("nothing was erased: run again with --yes to erase them")
-        return 1
+        return 0
     report = memory.erase(args.ids, args.about)
     settings = memory.context("ask").store_settings()
     close_all()  # the embedded Chroma file can be rebuilt only with no client open on it
@@ -430,6 +483,29 @@ def _erase(args: argparse.Namespace) -> int:
     return 0
 
 
+def _held(store: MemoryStore) -> dict[str, int]:
+    """What a namespace holds, read as it is: an unfinished import or a Chroma half gone missing (the states
+    whose one-line errors say to drop it) included, which every `Memory` call refuses to read."""
+    ledger, namespace = store.ledger, store.namespace
+    return {"records": sum(store.count(kind) for kind in KINDS), "links": sum(ledger.count_links(namespace).values()),
+            "history entries": ledger.count_history(namespace), "working-memory turns": len(ledger.working(namespace))}
+
+
+def _drop(args: argparse.Namespace) -> int:
+    """`Memory.drop()`: the way out that several errors name, which the command line lacked."""
+    memory = _stored_memory(args)
+    store = memory.store
+    held = ", ".join(f"{count} {what}" for what, count in _held(store).items())
+    unfinished = " (an import of it had not finished)" if store.state(IMPORTING) is not None else ""
+    if not args.yes:
+        print(f"would drop {_where(memory)} for good: {held}{unfinished}")
+        print("nothing was deleted: run again with --yes to drop it")
+        return 0
+    memory.drop()
+    print(f"dropped {_where(memory)}: {held}{unfinished}; the namespace is empty and can be used again")
+    return 0
+
+
 def _outside_memory(out: Path, memory: Memory) -> Path:
     """`out` itself, unless writing there would replace one of the memory's own files (the ledger, Chroma's
     folder and lock, the saved threads, or their journals): then one line, before anything is written."""
@@ -438,7 +514,7 @@ def _outside_memory(out: Path, memory: Memory) -> Path:
     databases = [settings.ledger_path, checkpoint_path(context.data_dir)]
     own = [*databases, *(p.with_name(p.name + end) for p in databases for end in ("-wal", "-shm", "-journal")),
            settings.chroma_path.with_name("chroma.lock")]
-    target = out.resolve()
+    target = _resolved(out)
     chroma = settings.chroma_path.resolve()
     if target.is_relative_to(chroma) or target in {p.resolve() for p in own}:
         name = "chroma" if target.is_relative_to(chroma) else target.name
@@ -446,31 +522,83 @@ def _outside_memory(out: Path, memory: Memory) -> Path:
     return out
 
 
-def _export(args: argparse.Namespace) -> int:
-    memory = _memory(args)
-    out = _outside_memory(args.out.expanduser(), memory)
-    if out.is_dir():
+def _resolved(out: Path) -> Path:
+    """`out` with its links followed (not strict: a link to a file not yet there names where to write)."""
+    try:
+        return out.resolve()
+    except (OSError, RuntimeError) as error:  # a loop of links (RuntimeError before Python 3.13)
+        raise InputError(f"--out {out} is a link that leads nowhere ({_one_line(error)}): name a file or "
+                         "folder") from None
+
+
+def _export_target(out: Path) -> tuple[Path, int | None]:
+    """The file `--out` names, links followed, and its permission bits when it exists. The file is written
+    beside that target and renamed over it: renamed over the path as given, a link became a file and the
+    file it named kept the old export; a pipe or a device (/dev/stdout, /dev/full) was replaced by a file."""
+    target = _resolved(out)
+    try:
+        mode = target.stat().st_mode
+    except FileNotFoundError:
+        return target, None
+    except OSError as error:
+        raise ConfigError(f"cannot use --out {out} ({error.strerror or type(error).__name__}): choose a writable "
+                          "path") from None
+    if stat.S_ISDIR(mode):
         raise InputError(f"--out {out} is a folder: name the file to write, e.g. {out / 'memory.json'}")
-    document = memory.export(args.about)
-    partial = out.with_name(f".{out.name}.partial")
-    try:  # written beside and renamed over: a failed write leaves an earlier file at `out` whole
-        out.parent.mkdir(parents=True, exist_ok=True)
-        partial.write_text(document.model_dump_json(), encoding="utf-8")
-        os.replace(partial, out)
+    if not stat.S_ISREG(mode):
+        raise InputError(f"--out {out} is not a regular file (a pipe, a device or a socket): name a file, or give "
+                         "--out - to write to stdout; nothing was written")
+    return target, stat.S_IMODE(mode)
+
+
+def _write_beside(target: Path, text: str, mode: int | None) -> None:
+    """`text` into `target`, written beside it and renamed over it: a failed write leaves an earlier file
+    whole. The partial file is created afresh (never written through whatever holds its name) and keeps
+    the permissions the replaced file had."""
+    partial = target.with_name(f".{target.name}.partial")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial.unlink(missing_ok=True)  # a stopped run's leftover
+        descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        with os.fdopen(descriptor, "w", encoding="utf-8") as file:
+            file.write(text)
+            file.flush()
+            os.fsync(file.fileno())  # a backup that a crash right after the rename empties is no backup
+        if mode is not None:
+            os.chmod(partial, mode)
+        os.replace(partial, target)
     except OSError as error:
         with contextlib.suppress(OSError):  # on a read-only disk the cleanup fails as the write did
             partial.unlink(missing_ok=True)
-        raise ConfigError(f"cannot write {out} ({error.strerror or type(error).__name__}): choose a writable path"
-                          ) from None
+        raise ConfigError(f"cannot write {target} ({error.strerror or type(error).__name__}): choose a writable "
+                          "path") from None
+
+
+def _export(args: argparse.Namespace) -> int:
+    to_stdout = str(args.out) == "-"  # it wrote a file named '-'
+    if to_stdout and sys.stdout is None:
+        raise InputError("stdout is closed: give --out FILE")
+    memory = _stored_memory(args)
+    if to_stdout:
+        document = memory.export(args.about)
+        sys.stdout.write(document.model_dump_json() + "\n")
+        sys.stdout.flush()
+        shown, report = "stdout", sys.stderr  # stdout holds the document alone
+    else:
+        out = _outside_memory(args.out.expanduser(), memory)
+        target, mode = _export_target(out)
+        document = memory.export(args.about)
+        _write_beside(target, document.model_dump_json(), mode)
+        shown, report = (f"{out} (-> {target})" if target != out.absolute() else str(out)), sys.stdout
     whose = f"{args.about}'s records" if args.about else "the memory"
-    print(f"wrote {whose} of {_where(memory)} to {out}: {len(document.records)} records, {len(document.links)} links, "
-          f"{len(document.history)} history entries")
+    print(f"wrote {whose} of {_where(memory)} to {shown}: {len(document.records)} records, {len(document.links)} "
+          f"links, {len(document.history)} history entries", file=report)
     return 0
 
 
 def _import(args: argparse.Namespace) -> int:
     memory = _memory(args)
-    report = memory.import_from(args.file)
+    report = memory.import_from(Path(args.file))  # a path always: as text, '[2024-05-01] backup.json' read as JSON
     print(f"{report.summary()} into {_where(memory)}")
     return 0
 
@@ -544,7 +672,8 @@ def _printable_streams() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit code (0 ok, 2 a user error, 130 interrupted)."""
+    """Run the command line; returns the exit code (0 ok, a listing without --yes included; 2 a user error;
+    130 interrupted; 141 the output's reader went away)."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # the model's weight-loading bar is noise here
     _printable_streams()

@@ -1,0 +1,178 @@
+"""The command line's edges the CLI audit found (/tmp/audit/cli/report.md, findings 3-5, 7-9): where `export
+--out` writes, a closed stdin, file names that look like JSON, reads on a mistyped --data-dir, the exit code
+of a listing, an empty --formats, and `strata drop`, the way out that several one-line errors name.
+
+Each runs `python -m strata` on a real memory, offline, and checks the exit code, the one stderr line of an
+error and that nothing stored was lost or created.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from strata.memory.registry import close_all
+
+from strata.api import Memory
+
+REPO = Path(__file__).resolve().parents[1]
+TURNS = [
+    {"speaker": "Ann", "text": "I adopted a cat named Miso last week.", "dia_id": "D1:1", "time": "2024-05-01"},
+    {"speaker": "Bo", "text": "Lovely! I moved to Porto in March.", "dia_id": "D1:2", "time": "2024-05-01"},
+    {"speaker": "Ann", "text": "I work as a nurse at the city hospital.", "dia_id": "D1:3", "time": "2024-05-01"},
+]
+
+
+def run(*args: str, env: dict[str, str], cwd: Path, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    """`python -m strata ARGS` in `cwd` (a test's own folder: an old `--out -` wrote a file named '-' there)."""
+    return subprocess.run([sys.executable, "-m", "strata", *args], cwd=cwd, env=env, input=stdin,
+                          capture_output=True, text=True, timeout=300)
+
+
+def one_line_error(result: subprocess.CompletedProcess[str], *words: str) -> str:
+    """Exit 2 and one stderr line `strata: error: ...` holding `words`, no traceback."""
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2, (result.returncode, result.stderr[-600:])
+    assert len(lines) == 1 and lines[0].startswith("strata: error: "), result.stderr[-600:]
+    for word in words:
+        assert word in lines[0], lines[0]
+    return lines[0]
+
+
+def stored(data_dir: Path, namespace: str = "m") -> Path:
+    """A folder holding a small memory (three turns in `namespace`), written in this process and closed."""
+    Memory(namespace, data_dir=str(data_dir)).add(TURNS)
+    close_all()  # an embedded folder is one process's at a time: hand it to the command line
+    return data_dir
+
+
+def test_export_writes_through_a_link_refuses_a_pipe_and_writes_stdout_on_dash(
+    tmp_path: Path, offline_env: dict[str, str]
+) -> None:
+    """Finding 3: a link became an ordinary file (its target kept the old export), a FIFO was replaced by a
+    file, and `--out -` wrote a file named '-'."""
+    base = ["--data-dir", str(stored(tmp_path / "mem")), "--namespace", "m", "export", "--out"]
+    (tmp_path / "real").mkdir()
+    target = tmp_path / "real" / "backup.json"
+    target.write_text('{"old": true}', encoding="utf-8")
+    target.chmod(0o600)
+    link = tmp_path / "latest.json"
+    link.symlink_to(Path("real") / "backup.json")
+    wrote = run(*base, str(link), env=offline_env, cwd=tmp_path)
+    assert wrote.returncode == 0, wrote.stderr[-600:]
+    assert link.is_symlink() and link.readlink() == Path("real") / "backup.json", "the link stays a link"
+    assert json.loads(target.read_text(encoding="utf-8"))["format"] == "strata-memory", "its target is written"
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600, "the file keeps its permissions"
+    assert sorted(p.name for p in (tmp_path / "real").iterdir()) == ["backup.json"], "no partial file left"
+
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    refused = run(*base, str(pipe), env=offline_env, cwd=tmp_path)
+    one_line_error(refused, "not a regular file", "--out -")
+    assert stat.S_ISFIFO(pipe.lstat().st_mode), "the FIFO is still a FIFO"
+    through = tmp_path / "to-pipe"
+    through.symlink_to(pipe)
+    one_line_error(run(*base, str(through), env=offline_env, cwd=tmp_path), "not a regular file")
+    assert through.is_symlink() and stat.S_ISFIFO(pipe.lstat().st_mode)
+
+    dash = run(*base, "-", env=offline_env, cwd=tmp_path)
+    assert dash.returncode == 0, dash.stderr[-600:]
+    document = json.loads(dash.stdout)  # stdout holds the document alone; the summary goes to stderr
+    assert document["format"] == "strata-memory" and len(document["records"]) >= 3
+    assert "to stdout" in dash.stderr and not (tmp_path / "-").exists()
+
+
+def test_chat_with_stdin_closed_or_an_empty_speaker_is_one_line(
+    tmp_path: Path, offline_env: dict[str, str]
+) -> None:
+    """Finding 4: `strata chat <&-` crashed with AttributeError on isatty; `--speaker ''` was refused line by
+    line while the chat went on (exit 0)."""
+    data_dir = tmp_path / "mem"
+    command = f"exec {sys.executable} -m strata --data-dir {data_dir} chat <&-"
+    closed = subprocess.run(["bash", "-c", command], cwd=tmp_path, env=offline_env, capture_output=True,
+                            text=True, timeout=300)
+    one_line_error(closed, "stdin is closed")
+    for speaker in ("", "   "):
+        nameless = run("--data-dir", str(data_dir), "chat", "--speaker", speaker, env=offline_env, cwd=tmp_path,
+                       stdin="I moved to Porto.\n")
+        one_line_error(nameless, "--speaker")
+    assert not data_dir.exists(), "refused before the memory was opened: nothing stored, nothing created"
+
+
+@pytest.mark.parametrize("name", ["[2024-05-01] backup.json", "{old}.json"])
+def test_import_reads_a_file_whose_name_looks_like_json(
+    name: str, tmp_path: Path, offline_env: dict[str, str]
+) -> None:
+    """Finding 5: a relative file name starting with '[' or '{' was parsed as JSON text."""
+    memory = Memory("m", data_dir=str(tmp_path / "mem"))
+    memory.add(TURNS)
+    (tmp_path / name).write_text(memory.export().model_dump_json(), encoding="utf-8")
+    close_all()
+    result = run("--data-dir", str(tmp_path / "target"), "--namespace", "moved", "import", name,
+                 env=offline_env, cwd=tmp_path)
+    assert result.returncode == 0 and result.stdout.startswith("imported "), result.stderr[-600:]
+    assert not result.stdout.startswith("imported 0 records"), result.stdout
+
+
+def test_reads_on_a_folder_without_a_memory_say_so_and_create_nothing(
+    tmp_path: Path, offline_env: dict[str, str]
+) -> None:
+    """Finding 7: `stats` on a mistyped --data-dir printed zeros and left chroma/, chroma.lock and
+    ledger.sqlite3 behind; `ask` and the rest created them too."""
+    missing, empty = tmp_path / "nonexist" / "deeper", tmp_path / "empty"
+    empty.mkdir()
+    for command in (["stats"], ["history"], ["ask", "hi"], ["erase", "raw:D1:1"], ["drop"]):
+        for folder in (missing, empty):
+            one_line_error(run("--data-dir", str(folder), *command, env=offline_env, cwd=tmp_path),
+                           "holds no memories", "--data-dir")
+    assert not (tmp_path / "nonexist").exists() and not any(empty.iterdir()), "nothing was created"
+
+
+def test_an_erase_listing_exits_0_and_honours_json(tmp_path: Path, offline_env: dict[str, str]) -> None:
+    """Finding 8: without --yes, `erase` exited 1 (documented nowhere) and printed text under --json."""
+    base = ["--data-dir", str(stored(tmp_path / "mem")), "--namespace", "m", "erase", "raw:D1:2"]
+    listed = run(*base, "--json", env=offline_env, cwd=tmp_path)
+    assert listed.returncode == 0, listed.stderr[-600:]
+    plan = json.loads(listed.stdout)
+    assert plan["erased"] is False and "raw:D1:2" in plan["targets"] and plan["threads"] == []
+    text = run(*base, env=offline_env, cwd=tmp_path)
+    assert text.returncode == 0 and "would erase" in text.stdout and "--yes" in text.stdout
+    assert Memory("m", data_dir=str(tmp_path / "mem")).get(["raw:D1:2"]), "a listing erases nothing"
+
+
+def test_graph_with_no_format_is_refused(tmp_path: Path, offline_env: dict[str, str]) -> None:
+    """Finding 9: `graph --formats ''` exited 0 having written nothing."""
+    base = ["--data-dir", str(stored(tmp_path / "mem")), "--namespace", "m", "graph", "--out", str(tmp_path / "g")]
+    for formats in ("", ","):
+        one_line_error(run(*base, "--formats", formats, env=offline_env, cwd=tmp_path), "--formats names no format")
+    assert not (tmp_path / "g").exists()
+
+
+def test_drop_lists_then_deletes_even_a_namespace_no_other_command_can_open(
+    tmp_path: Path, offline_env: dict[str, str]
+) -> None:
+    """The errors for a namespace whose Chroma half is gone (or whose import never finished) say to drop it;
+    the command line had no way to. Without --yes, `drop` only lists (exit 0)."""
+    data_dir = stored(tmp_path / "mem")
+    stored(data_dir, "other")
+    shutil.rmtree(data_dir / "chroma")  # the Chroma half lost: the ledger still remembers both namespaces
+    base = ["--data-dir", str(data_dir), "--namespace", "m"]
+    one_line_error(run(*base, "stats", env=offline_env, cwd=tmp_path), "drop the namespace")
+    listed = run(*base, "drop", env=offline_env, cwd=tmp_path)
+    assert listed.returncode == 0 and "would drop namespace 'm'" in listed.stdout, listed.stderr[-600:]
+    assert "nothing was deleted" in listed.stdout and "history entries" in listed.stdout
+    one_line_error(run(*base, "stats", env=offline_env, cwd=tmp_path), "drop the namespace")  # still there
+    dropped = run(*base, "drop", "--yes", env=offline_env, cwd=tmp_path)
+    assert dropped.returncode == 0 and "dropped namespace 'm'" in dropped.stdout, dropped.stderr[-600:]
+    counts = json.loads(run(*base, "stats", "--json", env=offline_env, cwd=tmp_path).stdout)
+    assert counts["history"] == 0 and counts["raw"]["active"] == 0 and not counts["links"]
+    added = run(*base, "chat", "--speaker", "Ann", env=offline_env, cwd=tmp_path, stdin="I moved to Porto.\n")
+    assert added.returncode == 0 and "error" not in added.stderr, added.stderr[-600:]  # usable again at once
+    one_line_error(run("--data-dir", str(data_dir), "--namespace", "other", "stats", env=offline_env, cwd=tmp_path),
+                   "drop the namespace")  # another namespace is not touched
