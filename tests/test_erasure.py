@@ -265,7 +265,7 @@ def test_erase_from_the_command_line_lists_first_and_erases_with_yes(
     base = [sys.executable, "-m", "strata", "--data-dir", data_dir.name, "--namespace", "conv-26", "erase"]
     run = partial(subprocess.run, capture_output=True, text=True, env=offline_env, timeout=300, cwd=data_dir.parent)
     listed = run([*base, "raw:D1:5"])
-    assert listed.returncode == 1 and "raw:D1:5" in listed.stdout and "--yes" in listed.stdout
+    assert listed.returncode == 0 and "raw:D1:5" in listed.stdout and "--yes" in listed.stdout
     assert "delete 1 saved threads that hold them: t-5" in listed.stdout
     wrong = run([*base, "raw:D9:99", "--yes"])
     assert wrong.returncode == 2 and len(wrong.stderr.strip().splitlines()) == 1 and "Traceback" not in wrong.stderr
