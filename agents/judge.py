@@ -48,6 +48,7 @@ from strata.memory.entities import (
 )
 from strata.memory.facts import FactDraft, extract_facts, single_valued
 from strata.memory.forgetting import decide
+from strata.memory.graph.replies import weight
 from strata.memory.lemmas import forms, text_forms
 from strata.memory.names import unaccented
 from strata.memory.records import Record, Status, Turn
@@ -151,21 +152,8 @@ class ModelVerdict(BaseModel):
     @field_validator("confidence", mode="before")
     @classmethod
     def _confidence(cls, value: object) -> float:
-        """Clamp to 0..1; read "0.8", "80%" and 80; anything unreadable is 0.5 (the field is advisory)."""
-        number: float | None = None
-        if isinstance(value, bool):
-            number = None
-        elif isinstance(value, int | float):
-            number = float(value)
-        elif isinstance(value, str):
-            match = re.search(r"-?\d+(?:\.\d+)?", value)
-            if match:
-                number = float(match.group()) / (100.0 if "%" in value else 1.0)
-        if number is None or number != number:  # NaN
-            return 0.5
-        if 10.0 < number <= 100.0:  # a percentage written without its sign
-            number /= 100.0
-        return min(1.0, max(0.0, number))
+        """Read as every weight a model writes is (`replies.weight`: "0.8", "80%" and 80; 0.5 if unreadable)."""
+        return weight(value)
 
     @field_validator("conflicts", mode="before")
     @classmethod

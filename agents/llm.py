@@ -35,6 +35,7 @@ from strata.agents.wire import (
     UNAVAILABLE,
     backoff,
     budget_of,
+    error_chain,
     is_rejection,
     is_transient,
     retry_after,
@@ -210,7 +211,7 @@ def _refusal(exc: Exception, method: str, answered_structured: bool) -> str:
 
 def _error_code(exc: BaseException) -> str:
     """The provider's error code (`content_filter`), else a prompt problem its message names; "" if neither."""
-    for candidate in _causes(exc):
+    for candidate in error_chain(exc):
         code = getattr(candidate, "code", None)
         if isinstance(code, str) and code.strip() and not code.strip().isdigit():
             return code.strip()
@@ -221,19 +222,9 @@ def _error_code(exc: BaseException) -> str:
 def _error_text(exc: BaseException) -> str:
     """The messages (and `param`, when the client gives one) of an error and its causes, to search."""
     parts: list[str] = []
-    for candidate in _causes(exc):
+    for candidate in error_chain(exc):
         parts += [str(candidate), str(getattr(candidate, "param", None) or "")]
     return " ".join(parts)
-
-
-def _causes(exc: BaseException) -> list[BaseException]:
-    """The error and what it was raised from (a provider's error wrapped by LangChain), nearest first."""
-    chain: list[BaseException] = []
-    current: BaseException | None = exc
-    while current is not None and current not in chain and len(chain) < 6:
-        chain.append(current)
-        current = current.__cause__ or current.__context__
-    return chain
 
 
 def _is_bug(exc: Exception) -> bool:

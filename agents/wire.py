@@ -73,7 +73,7 @@ def new_unit(context: Context) -> None:
 
 def status_of(exc: BaseException) -> int | None:
     """The HTTP status of a provider error, whichever client raised it."""
-    for candidate in _chain(exc):
+    for candidate in error_chain(exc):
         for name in ("status_code", "status", "http_status"):
             value = getattr(candidate, name, None)
             if isinstance(value, int) and 100 <= value < 600:
@@ -89,7 +89,7 @@ def is_transient(exc: BaseException) -> bool:
     status = status_of(exc)
     if status is not None:
         return status in TRANSIENT_STATUS or status >= 500
-    for candidate in _chain(exc):
+    for candidate in error_chain(exc):
         if isinstance(candidate, ConnectionError | TimeoutError):
             return True
         name = type(candidate).__name__
@@ -105,7 +105,7 @@ def is_rejection(exc: BaseException) -> bool:
 
 def retry_after(exc: BaseException) -> float | None:
     """Seconds the server asked to wait (Retry-After, or retry-after-ms), if it said."""
-    for candidate in _chain(exc):
+    for candidate in error_chain(exc):
         headers = getattr(getattr(candidate, "response", None), "headers", None)
         if headers is None:
             continue
@@ -139,7 +139,8 @@ def backoff(attempt: int, base: float, asked: float | None) -> float | None:
     return step * random.uniform(0.5, 1.0)
 
 
-def _chain(exc: BaseException) -> list[BaseException]:
+def error_chain(exc: BaseException) -> list[BaseException]:
+    """The error and what it was raised from (a provider's error wrapped by LangChain), nearest first."""
     seen: list[BaseException] = []
     current: BaseException | None = exc
     while current is not None and current not in seen and len(seen) < 6:

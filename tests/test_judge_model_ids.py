@@ -13,70 +13,24 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 import strata.graph  # noqa: F401  (loads the graph package before the role modules it wires)
-from langchain_core.language_models.fake_chat_models import FakeListChatModel, GenericFakeChatModel
-from langchain_core.messages import AIMessage, BaseMessage, SystemMessage
-from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.language_models.fake_chat_models import FakeListChatModel
 from langgraph.runtime import Runtime
-from openai_stub import ROLE_OF_SYSTEM_PROMPT, current_input
-from pydantic import Field
 from strata.agents.common import evidence_of, format_evidence
 from strata.agents.judge import ModelVerdict, judge, resolve_names
 from strata.graph.context import Context
 from strata.graph.state import Evidence, State
 from strata.memory.records import Record
+from test_graph_fake_models import DEFAULTS, RoleModel, turn
 
 from strata.api import Memory
 
-Reply = str | Callable[[str], str]
 MAY_8 = datetime(2023, 5, 8, 10)
-OTHERS: dict[str, str] = {  # what the roles this file does not test reply: little, and usable
-    "facts": json.dumps({"facts": [], "related_id": [], "timestamp": "empty"}),
-    "boundary": json.dumps({"T_t": 0, "reason": "same topic", "confidence": 0.8, "topic_summary": "work"}),
-    "episode": json.dumps({"title": "Work news", "content": "Ann talked about work.", "timestamp": "empty"}),
-    "judge": json.dumps({"Action": "Pass", "reason": "the items state it", "confidence": 0.9}),
-    "refresh": json.dumps({"Action": "No-Op", "memory_type": "fact", "dataList": [], "reason": "nothing to change"}),
-    "answer": json.dumps({"answer": "Not in memory.", "cited_ids": []}),
-    "note": json.dumps({"entities": [], "keywords": [], "tags": [], "context": "a turn", "links": [], "evolve": []}),
-    "causal": json.dumps({"links": []}),
-    "summary": json.dumps({"title": "A topic", "content": "What the turns say."}),
-}
-
-
-class ScriptedModel(GenericFakeChatModel):
-    """Answers each role (told by its system prompt) from its script; the last reply repeats."""
-
-    messages: Iterator[AIMessage | str] = Field(default_factory=lambda: iter(()))
-    scripts: dict[str, list[Reply]] = Field(default_factory=dict)
-    prompts: list[tuple[str, str]] = Field(default_factory=list, description="(role, user prompt) of every call")
-
-    def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None, run_manager: Any = None,
-                  **kwargs: Any) -> ChatResult:
-        system = next(str(m.content) for m in messages if isinstance(m, SystemMessage))
-        role = ROLE_OF_SYSTEM_PROMPT[system]
-        user = str(messages[-1].content)
-        self.prompts.append((role, user))
-        if role == "plan":
-            reply: Reply = json.dumps({"rewrite_query": current_input(user), "memory_type": "fact", "K_dyn": 4,
-                                       "intent_vector": {"b_fine": 0, "b_abs": 0, "b_event": 0, "b_atomic": 1}})
-        else:
-            script = self.scripts.get(role) or [OTHERS[role]]
-            reply = script.pop(0) if len(script) > 1 else script[0]
-        text = reply(user) if callable(reply) else reply
-        return ChatResult(generations=[ChatGeneration(message=AIMessage(content=text))])
-
-    def calls(self, role: str) -> list[str]:
-        return [user for r, user in self.prompts if r == role]
-
-
-def turn(text: str, dia_id: str, time: str, speaker: str = "Ann", listener: str = "Ben") -> dict[str, str]:
-    return {"speaker": speaker, "text": text, "dia_id": dia_id, "time": time, "listener": listener}
 
 
 def label_of(prompt: str, words: str) -> str:
@@ -110,7 +64,7 @@ def test_a_conflict_named_by_the_turns_label_updates_its_fact(nurse: Path) -> No
         return json.dumps({"Action": "Update", "memory_type": "fact", "reason": "Ann flies planes now",
                            "dataList": [{"id": fact_id.group(1), "new_content": "Ann works as a pilot for Delta."}]})
 
-    model = ScriptedModel(scripts={"judge": [judge_reply], "refresh": [refresh_reply]})
+    model = RoleModel(scripts={"judge": [judge_reply], "refresh": [refresh_reply]})
     memory = Memory("ann", data_dir=str(nurse), chat_model=model)
     result = memory.chat("Big news: I quit the hospital and I'm flying planes for Delta these days.", speaker="Ann")
     [shown] = model.calls("judge")
@@ -134,7 +88,7 @@ def test_a_request_to_forget_named_by_the_turns_label_deletes_the_turn(nurse: Pa
         return json.dumps({"Action": "Delete", "memory_type": "raw", "reason": "Ann asked to forget it",
                            "dataList": [{"id": turn_id.group(1), "new_content": ""}]})
 
-    model = ScriptedModel(scripts={"judge": [judge_reply], "refresh": [delete_reply]})
+    model = RoleModel(scripts={"judge": [judge_reply], "refresh": [delete_reply]})
     memory = Memory("ann", data_dir=str(nurse), chat_model=model)
     result = memory.chat("Please forget that I work as a nurse at City Hospital.", speaker="Ann")
     [judged] = [n for n in result.trace if n.role == "judge"]
@@ -235,7 +189,7 @@ def test_a_model_retry_reaches_the_sub_question(pottery: Path, said: dict[str, A
     retry = json.dumps({"Action": "Retry", "reason": "no item names the sister; her name is missing",
                         "confidence": 0.8, "conflicts": [], **said})
     sub = json.dumps({"question": "What is the name of Ann's sister?"})
-    model = ScriptedModel(scripts={"judge": [retry, OTHERS["judge"]], "subquestion": [sub]})
+    model = RoleModel(scripts={"judge": [retry, DEFAULTS["judge"]], "subquestion": [sub]})
     answer = Memory("ann", data_dir=str(pottery), chat_model=model).ask("Who went to the pottery workshop with Ann?")
     [asked] = model.calls("subquestion")
     assert f"Missing: {missing}\n" in asked
