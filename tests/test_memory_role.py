@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -371,3 +372,21 @@ def test_ids_given_to_turns_without_one_pass_ids_callers_chose(data_dir: Path) -
     new = sorted((d for d, t in texts.items() if t in ("I also have a dog called Rex.", "Rex is five.")),
                  key=lambda d: int(d[1:]))
     assert len(new) == 2 and all(int(d[1:]) > 41 for d in new), texts
+
+
+def test_an_add_from_an_on_turn_callback_of_the_same_memory_returns(data_dir: Path) -> None:
+    """Adds of one namespace take turns (MemoryStore.input_lock); the same thread adding again inside its own
+    add (an `on_turn` callback storing a note) must not wait on itself for ever."""
+    memory = Memory("ann", data_dir=str(data_dir))
+    done: list[int] = []
+
+    def noted(n: int) -> None:
+        if not done:
+            done.append(n)
+            memory.add([{"speaker": "Ann", "text": "A note from the callback.", "dia_id": "N1"}])
+
+    worker = threading.Thread(target=lambda: memory.add([{"speaker": "Ann", "text": "I live in Boston."}],
+                                                        on_turn=noted), daemon=True)
+    worker.start()
+    worker.join(timeout=120)
+    assert not worker.is_alive() and memory.store.get(["raw:N1"]), "the nested add waited on itself"
