@@ -52,6 +52,9 @@ _LOCK = threading.Lock()
 _TEXT_ONLY: dict[int, weakref.ref[BaseChatModel]] = {}
 # models whose server has answered a structured request: it supports them, so a later 400 is about the prompt
 _STRUCTURED_OK: dict[int, weakref.ref[BaseChatModel]] = {}
+# models whose server has answered any request: a 400 on its first request may be a setting (a proxy's unknown
+# model), one after it has answered is about the prompt it was sent
+_ANSWERED: dict[int, weakref.ref[BaseChatModel]] = {}
 # client errors that may depend on the prompt: a filter, a prompt too long, a request the server cannot process
 _PROMPT_STATUS = frozenset({400, 413, 422})
 # error codes (or phrases of the message) that name the prompt itself as the problem
@@ -138,7 +141,7 @@ def ask_json(
         except Exception as exc:
             if _is_bug(exc):
                 raise
-            refused = _refusal(exc, method, _remembered(_STRUCTURED_OK, model))
+            refused = _refusal(exc, method, _remembered(_STRUCTURED_OK, model), _remembered(_ANSWERED, model))
             if refused:
                 return None, refused, fallback_policy(refused)
             if method != TEXT and is_rejection(exc):
@@ -164,6 +167,7 @@ def ask_json(
             attempt += 1
             continue
         outcome, method = outcome
+        _remember(_ANSWERED, model)
         if method != TEXT:
             _remember(_STRUCTURED_OK, model)
         elif in_text_after_refusal and not _remembered(_STRUCTURED_OK, model):
@@ -187,14 +191,16 @@ def _remembered(registry: dict[int, weakref.ref[BaseChatModel]], model: BaseChat
     return ref is not None and ref() is model
 
 
-def _refusal(exc: Exception, method: str, answered_structured: bool) -> str:
+def _refusal(exc: Exception, method: str, answered_structured: bool, answered: bool) -> str:
     """Why the server refused this prompt (`refused (400 content_filter)`), or "" when the refusal may not be
     about the prompt.
 
     A 400, 413 or 422 is about the prompt when its code says so (a content filter, a context too long), when
-    it is a 413, when the request was already plain text, or when the server has answered structured requests
-    before and the error does not blame the structured part. Such a refusal comes back on every try of the
-    same prompt, so it is an unusable reply for that one call: the role falls back and the run goes on.
+    it is a 413, when the request was already plain text and the server has answered a request before (on
+    the first one, a bare 400 may be a setting: a proxy's unknown model), or when the server has answered
+    structured requests before and the error does not blame the structured part. Such a refusal comes back
+    on every try of the same prompt, so it is an unusable reply for that one call: the role falls back and
+    the run goes on.
     Other refusals stay configuration errors (or a switch to text for a structured request)."""
     status = status_of(exc)
     if status not in _PROMPT_STATUS:
@@ -202,7 +208,7 @@ def _refusal(exc: Exception, method: str, answered_structured: bool) -> str:
     code = _error_code(exc)
     if code in _CONFIG_CODES:
         return ""
-    about_prompt = (status == 413 or bool(_PROMPT_CODE.fullmatch(code)) or method == TEXT
+    about_prompt = (status == 413 or bool(_PROMPT_CODE.fullmatch(code)) or (method == TEXT and answered)
                     or (answered_structured and not _ABOUT_STRUCTURED.search(_error_text(exc))))
     if not about_prompt:
         return ""
@@ -358,6 +364,16 @@ def parse_json(text: str, schema: type[Schema]) -> tuple[Schema | None, str]:
     answer = _without_thinking(text)
     if not answer.strip():
         return None, "no answer after the reply's reasoning (<think> block)"
+    parsed, problem = _best_object(answer, schema)
+    if parsed is None and answer != text:  # a tag quoted inside the answer's own text ("... </think> ...")
+        again, _ = _best_object(text, schema)
+        if again is not None:
+            return again, ""
+    return parsed, problem
+
+
+def _best_object(answer: str, schema: type[Schema]) -> tuple[Schema | None, str]:
+    """The last object of the text that validates and sets a field, else one that validates, else why not."""
     first_problem = ""
     fallback: Schema | None = None
     for candidate in _objects(answer):

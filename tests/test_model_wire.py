@@ -268,14 +268,23 @@ def test_a_prompt_the_server_refuses_falls_back_and_the_ingest_goes_on(stub: Ope
 
 def test_a_refusal_before_any_structured_reply_is_tried_in_text_once(stub: OpenAIStub, memory_dir: Path) -> None:
     """A 400 on a model that never answered a structured request may mean it has none: the same prompt is
-    sent as text. When the text is refused too, the prompt is the problem: that one role falls back, and the
-    model is not marked text-only (that takes a text reply after the refusal)."""
+    sent as text. When the text is refused too, on a server that never answered, the 400 may be a setting (a
+    proxy's unknown model): one line of ConfigError. Once it has answered, a refused prompt is that prompt's:
+    that one role falls back, and the model is not marked text-only (that takes a text reply after the
+    refusal)."""
     stub.script(status(400), status(400))
-    result = graph.invoke({"question": QUESTION}, context=wired(stub, memory_dir, name="refusing-model"))
-    assert [kind for _, kind, _ in formats(stub)] == ["json_schema", "text", "json_schema"]
+    with pytest.raises(ConfigError) as error:
+        graph.invoke({"question": QUESTION}, context=wired(stub, memory_dir, name="never-answered"))
+    assert "\n" not in str(error.value)
+    stub.reset()
+    answered = wired(stub, memory_dir, name="refusing-model", structured_output="text")
+    graph.invoke({"question": QUESTION}, context=answered)  # it answers in text: a server that works
+    stub.reset()
+    stub.script(status(400))
+    result = graph.invoke({"question": QUESTION}, context=answered)
     got = labels(result["trace"])
     assert got["judge"] == "offline (model output unusable: refused (HTTP 400))"
-    assert got["working"] == "model:openai:refusing-model (json_schema)"
+    assert got["working"] == "model:openai:refusing-model"
     assert "Boston" in result["answer"]
 
 
@@ -384,6 +393,8 @@ def test_the_final_json_wins_over_a_draft_in_the_reasoning(memory_dir: Path) -> 
     assert said('Draft: {"answer": "a"}. Final: {"answer": "b"}') == "b"  # no tags: still the last one
     assert said('{"answer": "a"}</think>{"answer": "b"}') == "b"  # the template put the opening tag in the prompt
     assert said('<think>{"answer": "a"} and then the reply was cut off') is None
+    quoted = '{"answer": "She said the model printed </think> before its answer."}'  # a tag inside the answer
+    assert said(quoted) == "She said the model printed </think> before its answer."
     assert said('```json\n{"answer": "a"}\n```\nas in {"answer": "example"}') == "a"  # a fenced one first
     # an object that sets none of the schema's fields (every field has a default) is not the answer
     facts, _ = parse_json('{"facts": [{"content": "Ann moved."}]} (each fact like {"content": "..."})', ModelFacts)
