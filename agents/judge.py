@@ -529,7 +529,7 @@ def model_verdict(
     if s.question and not retry_left:
         return offline.model_copy(update={"policy": decided_offline("no Retry round left")}), None, []
     new_facts = "\n".join(f"- {d.text} ({d.subject} | {d.attribute} | {d.value})" for d in s.drafts) or "(none)"
-    when = s.turn.time if s.turn is not None and s.turn.time else None
+    when = s.turn.local_time() if s.turn is not None else None  # on the speaker's clock, as the facts prompt
     user = prompts.JUDGE_USER.format(
         mode=s.context.mode, now=when.strftime("%Y-%m-%d %H:%M") if when else "unknown",
         evidence=format_evidence(s.evidence), new_facts=new_facts, speaker=s.speaker or "user", text=s.text,

@@ -156,9 +156,8 @@ def _intake(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     turns = state.turns
     if cursor == 0:
         checked = validate_turns(turns, max_chars=runtime.context.max_turn_chars)  # all, before any write
-        checked = on_clock(checked, zone_of(runtime.context.timezone))
         store.flush()  # what an earlier run derived but did not write (it stopped mid-batch)
-        turns = _with_ids(store, checked)
+        turns = on_clock(_with_ids(store, checked), zone_of(runtime.context.timezone))  # (an undated turn: now)
         _prefetch(store, turns, chat_model(runtime.context) is None)
         _write_ahead(store, turns)
     # the turns with their ids, once (graph/state.py); saved again at every later step, they cost as much

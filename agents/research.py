@@ -26,6 +26,7 @@ import re
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Annotated, Any, Literal
+from zoneinfo import ZoneInfo
 
 from langgraph.runtime import Runtime
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
@@ -41,7 +42,7 @@ from strata.memory.dates import time_window
 from strata.memory.entities import wordset
 from strata.memory.graph.replies import MAX_STORY_CHARS, Reply, Text, clipped
 from strata.memory.graph.traversal import edge_weights, focus_of
-from strata.memory.moments import local, utc_now
+from strata.memory.moments import local, offset_in, utc_now, zone_of
 from strata.memory.records import Kind, LinkType, Record, Status
 from strata.memory.search import SEARCHABLE, Searcher, strip_names
 from strata.memory.speakers import resolve_participant
@@ -334,7 +335,7 @@ def research(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     first = rounds == 0 or plan is None
     if first or plan is None:
         offline = offline_plan(text, participants, store.working(), now, kinds, speaker)
-        plan = _in_utc(model_plan(text, offline, participants, store, now, context), clock)
+        plan = _in_utc(model_plan(text, offline, participants, store, now, context), clock, zone_of(context.timezone))
     # A stored turn is searched with its own words: its vector is already cached from the write.
     dense_text = text if context.mode == "ingest" else strip_names(plan.query, participants)
     searcher = Searcher(store, plan, dense_text, exclude, compact=reads_facts(plan.query))
@@ -364,13 +365,21 @@ def _now_of(state: State, store: MemoryStore, context: Context) -> tuple[datetim
     return (said, latest.utc_offset) if said is not None and latest is not None else (utc_now(), None)
 
 
-def _in_utc(plan: Plan, clock: int | None) -> Plan:
-    """The plan with its time window, read in days on the speaker's clock, as the UTC instants records are
-    stored at ("last week" said in Denver is Denver's week)."""
-    if plan.time_window is None or not clock:
+def _in_utc(plan: Plan, clock: int | None, zone: ZoneInfo | None = None) -> Plan:
+    """The plan with its time window, read in days on the speaker's clock, widened to hold both kinds of
+    stored time: a turn's, a UTC instant ("last week" said in Denver is Denver's week, 06:00 UTC on), and a
+    fact dated by its words ("on 7 May"), which is that day already. Each end shifts by the offset of the
+    memory's `timezone` at that day (daylight saving), else by the clock of the turn said last."""
+    if plan.time_window is None or not (clock or zone):
         return plan
     start, end = plan.time_window
-    return plan.model_copy(update={"time_window": (local(start, -clock), local(end, -clock))})
+
+    def shifts(bound: datetime) -> int:
+        return (offset_in(bound, zone) if zone is not None else clock) or 0
+
+    first = min(start, local(start, -shifts(start)) or start)
+    last = max(end, local(end, -shifts(end)) or end)
+    return plan.model_copy(update={"time_window": (first, last)})
 
 
 def _first_round(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import pytest
 from strata.agents.memory import open_segment
@@ -74,10 +75,27 @@ def test_an_evening_chat_is_one_day_on_the_speakers_clock(data_dir: Path) -> Non
 
 
 def test_a_question_window_is_read_in_the_speakers_days() -> None:
-    """'On 1 May' asked of a memory said in Denver spans 1 May there: 06:00 UTC to 05:59 the next day."""
+    """'On 1 May' asked of a memory said in Denver spans 1 May there: turns said from 06:00 UTC to 05:59 the
+    next day, and facts dated '1 May' by their words (that day already, at its midnight)."""
     plan = Plan(query="q", time_window=(datetime(2023, 5, 1), datetime(2023, 5, 1, 23, 59, 59)))
-    assert _in_utc(plan, -360).time_window == (datetime(2023, 5, 1, 6), datetime(2023, 5, 2, 5, 59, 59))
+    assert _in_utc(plan, -360).time_window == (datetime(2023, 5, 1), datetime(2023, 5, 2, 5, 59, 59))
+    assert _in_utc(plan, 120).time_window == (datetime(2023, 4, 30, 22), datetime(2023, 5, 1, 23, 59, 59))
     assert _in_utc(plan, None) is plan
+    winter = Plan(query="q", time_window=(datetime(2024, 1, 10), datetime(2024, 1, 10, 23, 59, 59)))
+    denver = ZoneInfo("America/Denver")  # January is -07:00 there, whatever the clock of the latest turn (May)
+    assert _in_utc(winter, -360, denver).time_window == (datetime(2024, 1, 10), datetime(2024, 1, 11, 6, 59, 59))
+
+
+def test_a_fact_dated_by_its_words_is_found_in_a_window_of_that_day(data_dir: Path) -> None:
+    memory = Memory("u", data_dir=str(data_dir))
+    memory.add([{"speaker": "Ann", "text": "I went hiking yesterday at Pikes Peak.", "time": "2023-05-08T12:00-06:00"},
+                {"speaker": "Ann", "text": "My legs still hurt.", "time": "2023-05-08T12:05-06:00"}])
+    fact = memory.store.get_one("fact:T1:0")
+    assert (fact.text, fact.time, fact.utc_offset) == (
+        "Ann went hiking on 7 May 2023 at Pikes Peak.", datetime(2023, 5, 7), None)  # that day already
+    day = Plan(query="q", time_window=(datetime(2023, 5, 7), datetime(2023, 5, 7, 23, 59, 59)))
+    window = _in_utc(day, memory.store.latest_turn().utc_offset).time_window  # as Research reads "on 7 May"
+    assert [i for i, _ in memory.store.lexical("fact", "hiking Pikes Peak", 10, window)] == ["fact:T1:0"]
 
 
 def test_a_memory_s_time_zone_is_the_clock_of_turns_sent_in_utc(data_dir: Path) -> None:
@@ -93,6 +111,13 @@ def test_a_memory_s_time_zone_is_the_clock_of_turns_sent_in_utc(data_dir: Path) 
     assert raw == {"T1": -360, "T2": -420, "T3": 60}
     facts = " ".join(r.text for r in memory.store.all("fact"))
     assert "7 May 2023" in facts and "8 January 2024" in facts and "31 January 2024" in facts, facts
+
+
+def test_a_turn_sent_without_a_time_is_said_now_on_the_memorys_clock(data_dir: Path) -> None:
+    """`strata chat`: no time, so the time is now, and the memory's time zone is its clock too."""
+    memory = Memory("u", data_dir=str(data_dir), timezone="America/Denver")
+    memory.add([{"speaker": "Ann", "text": "I went hiking yesterday."}])
+    assert memory.store.get_one("raw:T1").utc_offset in (-360, -420)  # daylight saving or not, as today is
 
 
 def test_an_unknown_time_zone_is_one_line(data_dir: Path) -> None:
