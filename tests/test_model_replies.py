@@ -65,6 +65,22 @@ def test_a_turn_may_not_have_the_model_rewrite_another_speakers_fact(pair: Path)
     assert "update of fact:D1:2:0 refused: it is about Ben" in trace_of(result, "refresher")
 
 
+def test_a_question_with_refresh_may_settle_two_facts_of_the_person_they_are_about(data_dir: Path) -> None:
+    """`ask(..., refresh=True)`: the asker states nothing, but the conflict holds the person's own later words."""
+    Memory("ann", data_dir=str(data_dir), refresher=False).add([
+        turn("I live in Boston.", "D1:1", "2023-05-08T10:00"),
+        turn("I live in Denver now.", "D2:1", "2023-07-08T10:00"),
+    ])
+    judged = {"Action": "Refresh", "reason": "two homes", "confidence": 0.9,
+              "conflicts": [["fact:D1:1:0", "fact:D2:1:0"]]}
+    update = {"Action": "Update", "memory_type": "fact", "reason": "she moved",
+              "dataList": [{"id": "fact:D1:1:0", "new_content": "Ann lived in Boston before moving to Denver."}]}
+    model = RoleModel(scripts={"judge": [json.dumps(judged)], "refresh": [json.dumps(update)]})
+    memory = Memory("ann", data_dir=str(data_dir), chat_model=model)
+    memory.ask("Where does Ann live?", refresh=True)
+    assert memory.store.get_one("fact:D1:1:0").text == "Ann lived in Boston before moving to Denver."
+
+
 def test_a_turn_that_states_another_persons_attribute_again_may_update_it(pair: Path) -> None:
     model = RoleModel(scripts=refresh("fact:D1:2:0", "Ben works as a chef."))
     memory = Memory("pair", data_dir=str(pair), chat_model=model)
