@@ -156,7 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     export_cmd = command("export", _export, "write the namespace's whole memory as one JSON file (a backup, a move)")
     export_cmd.add_argument(
-        "--out", type=Path, required=True, metavar="FILE",
+        "--out", type=str, required=True, metavar="FILE",  # text: Path("./-") would read as "-"
         help="the file to write (through a link, to the file it names), or - for stdout (./- for a file named -)",
     )
     export_cmd.add_argument("--about", metavar="NAME",
@@ -575,7 +575,7 @@ def _write_beside(target: Path, text: str, mode: int | None) -> None:
 
 
 def _export(args: argparse.Namespace) -> int:
-    to_stdout = str(args.out) == "-"  # it wrote a file named '-'
+    to_stdout = args.out == "-"  # it wrote a file named '-'
     if to_stdout and sys.stdout is None:
         raise InputError("stdout is closed: give --out FILE")
     memory = _stored_memory(args)
@@ -585,7 +585,7 @@ def _export(args: argparse.Namespace) -> int:
         sys.stdout.flush()
         shown, report = "stdout", sys.stderr  # stdout holds the document alone
     else:
-        out = _outside_memory(args.out.expanduser(), memory)
+        out = _outside_memory(Path(args.out).expanduser(), memory)
         target, mode = _export_target(out)
         document = memory.export(args.about)
         _write_beside(target, document.model_dump_json(), mode)

@@ -86,6 +86,8 @@ def test_export_writes_through_a_link_refuses_a_pipe_and_writes_stdout_on_dash(
     document = json.loads(dash.stdout)  # stdout holds the document alone; the summary goes to stderr
     assert document["format"] == "strata-memory" and len(document["records"]) >= 3
     assert "to stdout" in dash.stderr and not (tmp_path / "-").exists()
+    named = run(*base, "./-", env=offline_env, cwd=tmp_path)  # as --help says: a file named '-'
+    assert named.returncode == 0 and not named.stdout.startswith("{") and (tmp_path / "-").is_file()
 
 
 def test_chat_with_stdin_closed_or_an_empty_speaker_is_one_line(
