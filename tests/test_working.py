@@ -465,7 +465,7 @@ def test_model_abstention_is_normalised(support_group: list[Evidence], data_dir:
         ("I think she went there the day before.", "no JSON object"),
         ('{"cited_ids": ["D1:3"]}', "field answer"),
         ('{"answer": 7, "cited_ids": ["D1:3"]}', "field answer"),
-        ('{"answer": "7 May", "cited_ids": 3}', "field cited_ids"),
+        ('{"answer": ["7 May"], "cited_ids": ["D1:3"]}', "field answer"),  # (cited_ids: 3 is read: no citation)
         ('{"answer": "   ", "cited_ids": []}', "field answer"),  # only spaces: no answer
     ],
 )
