@@ -48,7 +48,7 @@ from strata.memory.entities import (
 )
 from strata.memory.facts import FactDraft, extract_facts, single_valued
 from strata.memory.forgetting import decide
-from strata.memory.graph.replies import weight
+from strata.memory.graph.replies import Ids, weight
 from strata.memory.lemmas import forms, text_forms
 from strata.memory.names import unaccented
 from strata.memory.records import Record, Status, Turn
@@ -116,18 +116,8 @@ class ModelVerdict(BaseModel):
     reason: str = ""
     confidence: float = 0.5
     conflicts: list[list[str]] = Field(default_factory=list)
-    irrelevant: list[str] = Field(default_factory=list)
+    irrelevant: Ids = Field(default_factory=list)  # one id as a string; null or anything else as none
     missing: list[str] = Field(default_factory=list)
-
-    @field_validator("irrelevant", mode="before")
-    @classmethod
-    def _irrelevant(cls, value: object) -> list[str]:
-        """Ids as a list, one id as a string, anything else (null, a number, a dict) as none."""
-        if isinstance(value, str):
-            return [value] if value.strip() else []
-        if isinstance(value, list):
-            return [str(v) for v in value if isinstance(v, str | int)]
-        return []
 
     @field_validator("missing", mode="before")
     @classmethod
@@ -429,12 +419,6 @@ def resolve_names(named: Iterable[str], evidence: Sequence[Evidence]) -> tuple[l
     return list(dict.fromkeys(ids)), list(dict.fromkeys(unknown))
 
 
-def model_irrelevant(named: Sequence[str], evidence: Sequence[Evidence]) -> list[str]:
-    """The evidence ids the model's irrelevant names stand for (`resolve_names`); names that match no item are
-    ignored (the judge node's trace lists them)."""
-    return resolve_names(named, evidence)[0]
-
-
 def listed(names: Sequence[str]) -> str:
     """Names for a trace line: the first MAX_LISTED, each cut short (the model's text has no bound)."""
     shown = [n if len(n) <= 40 else n[:39] + "…" for n in names[:MAX_LISTED]]
@@ -442,11 +426,12 @@ def listed(names: Sequence[str]) -> str:
 
 
 def filtered(
-    s: Situation, verdict: Verdict, model_ids: list[str] | None
+    s: Situation, verdict: Verdict, model_drop: list[str] | None
 ) -> tuple[list[Evidence], list[str], str]:
-    """(kept evidence, dropped ids, policy) for a question; the model's list when it gave a usable reply."""
-    if model_ids is not None:
-        dropped, policy = model_irrelevant(model_ids, s.evidence), verdict.policy
+    """(kept evidence, dropped ids, policy) for a question; the evidence ids the model's irrelevant names stand
+    for (`resolve_names`) when it gave a usable reply."""
+    if model_drop is not None:
+        dropped, policy = model_drop, verdict.policy
     else:
         dropped, policy = irrelevant_items(s.text, s.evidence, s.participants), OFFLINE
     gone = set(dropped)
@@ -474,8 +459,7 @@ class Situation:
         self.forget = decide(self.store, context.mode, self.text, self.speaker, listener, context.owner, self.exclude)
         self.drafts: list[FactDraft] = []
         if self.turn is not None and not is_question(self.text) and self.forget is None:
-            drafts = extract_facts(self.turn, self.turn.local_time(), self.turn.listener)
-            self.drafts = [d for d in drafts if d.attribute]
+            self.drafts = [d for d in extract_facts(self.turn) if d.attribute]  # (on the speaker's clock)
         self.facts = facts_behind(self.store, self.evidence)
         known = {f.id for f in self.facts}
         self.facts += [f for f in same_slot_facts(self.store, self.drafts) if f.id not in known]
@@ -613,13 +597,14 @@ def judge(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
         summary += " | conflicts: " + "; ".join(", ".join(g) for g in verdict.conflicts)
     update: dict[str, Any] = {"verdict": verdict, "notes": notes}
     if context.judge_filter and situation.question and context.mode != "ingest":
-        kept, dropped, policy = filtered(situation, verdict, model_ids)
+        named = resolve_names(model_ids, situation.evidence) if model_ids is not None else None
+        kept, dropped, policy = filtered(situation, verdict, named[0] if named is not None else None)
         if dropped:
             update["evidence"] = kept
             summary += f" | filter ({policy}): {len(dropped)} irrelevant item(s) left out ({listed(dropped)}); "
             summary += f"{len(kept)} kept"
-        if model_ids is not None:
-            ignored += resolve_names(model_ids, situation.evidence)[1]
+        if named is not None:
+            ignored += named[1]
     if ignored:  # the model named what it was not shown: said, not silently dropped
         summary += f" | ignored ids the evidence does not hold: {listed(list(dict.fromkeys(ignored)))}"
     update["trace"] = traced(state, "judge", verdict.policy, summary)
