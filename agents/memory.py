@@ -21,7 +21,6 @@ batch's turns pending, to be derived again from the state of the last write.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Annotated, Any
 from zoneinfo import ZoneInfo
 
@@ -76,7 +75,7 @@ from strata.memory.moments import local, offset_in, utc_now, zone_of
 from strata.memory.persona import aspect_of, persona_id
 from strata.memory.records import Link, LinkType, Record, Turn, natural_order, raw_record
 from strata.memory.store import MemoryStore
-from strata.memory.turn_ids import TURN_COUNTER, check_turn_ids
+from strata.memory.turn_ids import TURN_COUNTER, check_turn_ids, highest_numbered
 from strata.prompts import graph as graph_prompts
 from strata.prompts import memory as prompts
 
@@ -291,7 +290,7 @@ def _facts(
     """The turn's facts, the policy that wrote them, and the earlier dialogue ids the model said it refers to."""
     model = chat_model(runtime.context)
     if model is None:
-        return extract_facts(turn, turn.local_time(), turn.listener), OFFLINE, []
+        return extract_facts(turn), OFFLINE, []
     user = prompts.FACTS_USER.format(
         session_date=said.strftime("%Y-%m-%d %H:%M") if (said := turn.local_time()) else "unknown",
         speaker=turn.speaker, listener=turn.listener or "unknown", window=format_window(store),
@@ -300,7 +299,7 @@ def _facts(
     )
     parsed, _, policy = ask_json(model, prompts.FACTS_SYSTEM, user, ModelFacts, runtime.context)
     if parsed is None:
-        return extract_facts(turn, turn.local_time(), turn.listener), policy, []
+        return extract_facts(turn), policy, []
     # AMA's Constructor gives the time the facts are about (when the turn states one) and the earlier turns it refers to
     stated = parse_datetime(parsed.timestamp) if parsed.timestamp.strip().lower() not in ("", "empty") else None
     drafts = [
@@ -571,7 +570,7 @@ def _with_ids(store: MemoryStore, turns: list[Turn]) -> list[Turn]:
         taken = {n for n in handed if f"T{n}" in given or store.has(f"raw:T{n}")}
         free += [n for n in handed if n not in taken]
         if taken:  # past every number a caller gave at once, not one counter step per given id
-            highest = max(_numbered(given), _numbered(r.dialogue_id for r in store.all("raw", include_inactive=True)))
+            highest = highest_numbered([*given, *(r.dialogue_id for r in store.all("raw", include_inactive=True))])
             if highest > top:
                 store.ledger.bump(store.namespace, TURN_COUNTER, highest - top)
     numbers = iter(free)
@@ -589,11 +588,6 @@ def on_clock(turns: list[Turn], zone: ZoneInfo | None) -> list[Turn]:
         return turns
     return [turn.model_copy(update={"utc_offset": offset_in(turn.time, zone)})
             if turn.time is not None and turn.utc_offset is None else turn for turn in turns]
-
-
-def _numbered(ids: Iterable[str]) -> int:
-    """The highest n of the ids written T<n>, the form ids given to turns without one take; 0 for none."""
-    return max((int(i[1:]) for i in ids if i[:1] == "T" and i[1:].isdigit()), default=0)
 
 
 def _still_pending(store: MemoryStore, raw_id: str) -> bool:
@@ -621,7 +615,7 @@ def _prefetch(store: MemoryStore, turns: list[Turn], offline: bool) -> None:
     facts: list[str] = []
     try:
         for turn in turns if offline else ():
-            facts.extend(d.text for d in extract_facts(turn, turn.local_time(), turn.listener))
+            facts.extend(d.text for d in extract_facts(turn))
     except Exception:
         return
     store.embedder.prefetch(facts, background=True)

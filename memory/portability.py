@@ -54,13 +54,12 @@ from strata.memory.moments import utc_now
 from strata.memory.records import ENTITY_NODE, KINDS, Action, Change, Link, Record, Status
 from strata.memory.store import IMPORTING, MemoryStore
 from strata.memory.store_items import ItemVersion
-from strata.memory.turn_ids import TURN_COUNTER
+from strata.memory.turn_ids import TURN_COUNTER, highest_numbered
 
 FORMAT = "strata-memory"
 VERSION = 1
 EMBED_BATCH = 512  # records embedded and written per step of an import
 UNDO_REASON = re.compile(r"undo of change (\d+)")  # the reason MemoryStore._reverse gives an undo
-AUTOMATIC_TURN = re.compile(r"raw:T(\d{1,18})")  # a turn numbered by the memory (agents/memory.py: T1, T2, ...)
 
 
 class WorkingRow(BaseModel):
@@ -344,10 +343,9 @@ def _renumbered_reason(change: Change, new_ids: dict[int, int]) -> str:
 def _turn_counter(document: MemoryDocument) -> int:
     """The counter of automatic turn ids, at least the highest `T<n>` the document names (a turn purged
     too): the next turn without an id is numbered past it, not refused for a stored turn's id."""
-    numbers = [int(found.group(1)) for record_id in [*(r.id for r in document.records),
-                                                      *(c.record_id for c in document.history)]
-               if (found := AUTOMATIC_TURN.fullmatch(record_id))]
-    return max([int(document.state.get(TURN_COUNTER, 0)), *numbers])
+    ids = [r.id for r in document.records] + [c.record_id for c in document.history]
+    turns = [i.removeprefix("raw:") for i in ids if i.startswith("raw:")]
+    return max(int(document.state.get(TURN_COUNTER, 0)), highest_numbered(turns))
 
 
 def _working(store: MemoryStore) -> list[WorkingRow]:

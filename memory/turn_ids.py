@@ -10,7 +10,8 @@ a dia_id starting with `item:`: its record id would be a LangGraph store item's 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Iterable, Sequence
 from textwrap import shorten
 
 from strata.memory.errors import InputError
@@ -20,6 +21,13 @@ from strata.memory.store_items import ITEM_PREFIX
 
 ITEM_DIA_PREFIX = ITEM_PREFIX.removeprefix("raw:")  # a turn's record is raw:<dia_id>; raw:item:<key> is a store item
 TURN_COUNTER = "turn_counter"  # ledger state: the last number given to a turn without an id (T1, T2, ...)
+_NUMBERED = re.compile(r"T(\d{1,18})")  # the form of those ids (18 digits: within the ledger's 64-bit counter)
+
+
+def highest_numbered(dia_ids: Iterable[str]) -> int:
+    """The highest n of the dialogue ids written T<n>, the form of the ids turns without one are given (a
+    caller may give such ids too, or an import bring them): the counter must pass it. 0 for none."""
+    return max((int(found.group(1)) for i in dia_ids if (found := _NUMBERED.fullmatch(i))), default=0)
 
 
 def check_turn_ids(store: MemoryStore, turns: Sequence[Turn]) -> dict[str, str]:
