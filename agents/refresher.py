@@ -62,6 +62,7 @@ from strata.memory.graph.replies import (
     clipped,
     shortened,
 )
+from strata.memory.moments import local
 from strata.memory.names import same_name
 from strata.memory.records import Record, Status, Turn, id_numbers
 from strata.memory.store import MemoryStore, kind_of
@@ -392,8 +393,7 @@ def incoming_conflicts(group: Group, incoming: Incoming) -> list[Step]:
     """A stored fact whose single-valued attribute the incoming turn states anew: rewrite its value."""
     if not group.has_new or not incoming.is_statement():
         return []
-    turn = incoming.turn()
-    drafts = extract_facts(turn, turn.local_time(), incoming.listener)
+    drafts = extract_facts(incoming.turn())  # (its listener, and its time on the speaker's clock)
     steps: list[Step] = []
     for record in group.records:
         if record.kind == "raw" or not (record.subject and record.attribute and record.value):
@@ -465,7 +465,7 @@ def model_plan(group: Group, incoming: Incoming, runtime: Runtime[Context]) -> P
     user = prompts.REFRESH_USER.format(
         memories="\n".join(_memory_line(r) for r in group.records),
         dia_id=incoming.dia_id or "input", speaker=incoming.speaker, text=incoming.text,
-        date=said.strftime("%Y-%m-%d %H:%M") if (said := incoming.turn().local_time()) else "unknown",
+        date=said.strftime("%Y-%m-%d %H:%M") if (said := local(incoming.time, incoming.utc_offset)) else "unknown",
     )
     parsed, _, name = ask_json(model, prompts.REFRESH_SYSTEM, user, ModelRefresh, runtime.context)
     if parsed is None:
@@ -538,7 +538,7 @@ def update_refused(record: Record, incoming: Incoming, group: Sequence[Record] =
         turn = incoming.turn()
         # the offline reading knows the speaker and the listener by name; a chat turn has no listener, so the
         # record's subject stands in for it ("Ben works as a chef now", said to the assistant)
-        drafts = extract_facts(turn, turn.local_time(), incoming.listener or record.subject)
+        drafts = extract_facts(turn, listener=incoming.listener or record.subject)
         if any(_same_slot(record, draft) for draft in drafts):
             return ""
     return (f"it is about {whose}, and {incoming.describe()} by {incoming.speaker} does not state "

@@ -579,9 +579,10 @@ def extract_facts(turn: Turn, anchor: datetime | None = None, listener: str | No
     """The atomic facts of one turn (AMA's Constructor facts, offline).
 
     `anchor` is the session date that relative dates resolve against (the
-    turn's own time, on its speaker's clock, when not given); `listener` resolves 'you' (the turn's
-    listener when not given). Questions, greetings and chit-chat give no fact;
-    a shared photo gives "<speaker> shared a photo of ...".
+    turn's own time, on its speaker's clock, when not given); `listener`
+    resolves 'you' (the turn's listener when not given). Questions, greetings
+    and chit-chat give no fact; a shared photo gives "<speaker> shared a photo
+    of ...".
     """
     anchor = anchor or turn.local_time()
     listener = listener or turn.listener
