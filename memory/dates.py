@@ -21,7 +21,7 @@ from typing import Literal, NamedTuple
 from pydantic import BaseModel, Field
 from strata.memory.entities import wordset
 from strata.memory.lemmas import past_form, past_tense
-from strata.memory.moments import utc
+from strata.memory.moments import from_iso, utc
 
 Granularity = Literal["day", "week", "month", "year"]
 
@@ -824,11 +824,7 @@ def parse_datetime(text: str, strict: bool = False) -> datetime | None:
             return datetime(int(stamp.group("y")), month, int(stamp.group("d")), hour, minute)
         except ValueError:
             return None
-    iso = value[:-1] + "+00:00" if value[-1] in "Zz" and value[:1].isdigit() else value
-    try:
-        parsed = datetime.fromisoformat(iso)
-    except ValueError:
-        parsed = None
+    parsed = from_iso(value)
     if parsed is not None:
         try:
             return utc(parsed)  # one convention for every stored time: naive UTC

@@ -59,17 +59,23 @@ def offset_of(value: object) -> int | None:
     none, or names UTC itself (`Z`, `+00:00`): such a turn is read on the UTC clock, as every turn was before."""
     if isinstance(value, str):
         text = value.strip()
-        if not text or not text[:1].isdigit() or _NUMBER_TEXT.match(text):
-            return None
-        try:
-            value = datetime.fromisoformat(text[:-1] + "+00:00" if text[-1] in "Zz" else text)
-        except ValueError:
-            return None
+        value = None if _NUMBER_TEXT.match(text) else from_iso(text)
     if not isinstance(value, datetime) or value.tzinfo is None:
         return None
     shift = value.utcoffset()
     minutes = round(shift.total_seconds() / 60) if shift is not None else 0
     return minutes or None
+
+
+def from_iso(text: str) -> datetime | None:
+    """ISO 8601 as written, its offset kept (a trailing `Z`, which Python 3.11 reads only in some forms, is
+    `+00:00`); None for text that is not ISO 8601. The one reading of ISO text the time rules share."""
+    if not text[:1].isdigit():
+        return None
+    try:
+        return datetime.fromisoformat(text[:-1] + "+00:00" if text[-1] in "Zz" else text)
+    except ValueError:
+        return None
 
 
 def local(moment: datetime | None, offset: int | None) -> datetime | None:
@@ -100,11 +106,9 @@ def offset_in(moment: datetime, zone: ZoneInfo) -> int | None:
     """The offset, in minutes east of UTC, of `zone`'s clock at the UTC instant `moment` (daylight saving
     included); None where that clock is UTC's."""
     try:
-        shift = moment.replace(tzinfo=UTC).astimezone(zone).utcoffset()
+        return offset_of(moment.replace(tzinfo=UTC).astimezone(zone))
     except (OverflowError, ValueError):  # at the calendar's edges
         return None
-    minutes = round(shift.total_seconds() / 60) if shift is not None else 0
-    return minutes or None
 
 
 def utc_now() -> datetime:
