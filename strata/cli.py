@@ -328,14 +328,12 @@ def _explain(args: argparse.Namespace) -> int:
 
 
 def _graph(args: argparse.Namespace) -> int:
-    from strata.memory.graph.export import FORMATS, write_graph
+    from strata.memory.graph.export import FORMATS, check_formats, write_graph
 
     formats = [f.strip() for f in args.formats.split(",") if f.strip()]
     if not formats:  # it wrote nothing and said so with exit 0
         raise InputError(f"--formats names no format: use some of {','.join(FORMATS)}")
-    unknown = [f for f in formats if f not in FORMATS]
-    if unknown:  # before the graph is worked out, not after
-        raise InputError(f"unknown graph format(s) {', '.join(unknown)}: use some of {','.join(FORMATS)}")
+    check_formats(formats)  # before the graph is worked out, not after
     if args.question is not None and not args.question.strip():
         raise InputError('the question is empty: e.g. strata graph --question "Where does Ann live?", or leave '
                          "--question out for the whole graph")

@@ -129,11 +129,16 @@ def person_graph(store: MemoryStore, person: str) -> MemoryGraph:
     return build_graph(store, [*(r.id for r in traits), *(r.id for r in facts), *turns], f"person: {person}")
 
 
-def write_graph(graph: MemoryGraph, folder: Path, stem: str, formats: Sequence[str] = FORMATS) -> list[Path]:
-    """Write the chosen formats into `folder`; returns the files written."""
+def check_formats(formats: Sequence[str]) -> None:
+    """Refuse, in one line, a format `write_graph` cannot write (a caller may check before building the graph)."""
     unknown = [f for f in formats if f not in FORMATS]
     if unknown:
         raise InputError(f"unknown graph format(s) {', '.join(unknown)}: use some of {', '.join(FORMATS)}")
+
+
+def write_graph(graph: MemoryGraph, folder: Path, stem: str, formats: Sequence[str] = FORMATS) -> list[Path]:
+    """Write the chosen formats into `folder`; returns the files written."""
+    check_formats(formats)
     folder.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
     if "json" in formats:
