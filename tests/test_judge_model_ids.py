@@ -40,6 +40,13 @@ def label_of(prompt: str, words: str) -> str:
     return found.group(1)
 
 
+def id_shown(prompt: str, kind: str, words: str) -> str:
+    """The record id of the Refresher's prompt line of `kind` holding `words` (its lines read "fact:D1:1:0 | ...")."""
+    found = re.search(rf"^({kind}:\S+) \|[^\n]*{re.escape(words)}", prompt, re.MULTILINE)
+    assert found, prompt
+    return found.group(1)
+
+
 @pytest.fixture
 def nurse(data_dir: Path, embedder: Any) -> Path:
     """Ann's memory, stored offline: she works as a nurse at City Hospital (and Ben is a teacher)."""
@@ -58,11 +65,9 @@ def test_a_conflict_named_by_the_turns_label_updates_its_fact(nurse: Path) -> No
         return json.dumps({"Action": "Refresh", "reason": "Ann no longer works at the hospital", "confidence": 0.9,
                            "conflicts": [[label_of(prompt, "nurse"), "new"]], "irrelevant": [], "missing": []})
 
-    def refresh_reply(prompt: str) -> str:  # the Refresher's prompt shows record ids: "fact:D1:1:0 | ..."
-        fact_id = re.search(r"^(fact:\S+) \|[^\n]*nurse", prompt, re.MULTILINE)
-        assert fact_id, prompt
-        return json.dumps({"Action": "Update", "memory_type": "fact", "reason": "Ann flies planes now",
-                           "dataList": [{"id": fact_id.group(1), "new_content": "Ann works as a pilot for Delta."}]})
+    def refresh_reply(prompt: str) -> str:
+        return json.dumps({"Action": "Update", "memory_type": "fact", "reason": "Ann flies planes now", "dataList": [
+            {"id": id_shown(prompt, "fact", "nurse"), "new_content": "Ann works as a pilot for Delta."}]})
 
     model = RoleModel(scripts={"judge": [judge_reply], "refresh": [refresh_reply]})
     memory = Memory("ann", data_dir=str(nurse), chat_model=model)
@@ -83,10 +88,8 @@ def test_a_request_to_forget_named_by_the_turns_label_deletes_the_turn(nurse: Pa
                            "conflicts": [[label_of(prompt, "nurse"), "new"]]})
 
     def delete_reply(prompt: str) -> str:
-        turn_id = re.search(r"^(raw:\S+) \|[^\n]*nurse", prompt, re.MULTILINE)
-        assert turn_id, prompt
         return json.dumps({"Action": "Delete", "memory_type": "raw", "reason": "Ann asked to forget it",
-                           "dataList": [{"id": turn_id.group(1), "new_content": ""}]})
+                           "dataList": [{"id": id_shown(prompt, "raw", "nurse"), "new_content": ""}]})
 
     model = RoleModel(scripts={"judge": [judge_reply], "refresh": [delete_reply]})
     memory = Memory("ann", data_dir=str(nurse), chat_model=model)
