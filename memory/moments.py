@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 import re
-from datetime import UTC, date, datetime, time, timedelta
+from datetime import UTC, date, datetime, time, timedelta, timezone
 from typing import Annotated
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -87,6 +87,15 @@ def local(moment: datetime | None, offset: int | None) -> datetime | None:
         return moment + timedelta(minutes=offset)
     except OverflowError:
         return moment
+
+
+def iso_on_clock(moment: datetime, offset: int | None) -> str:
+    """ISO 8601 of a stored (UTC) time on the speaker's clock, its offset written ("2023-05-08T20:00:00-06:00"),
+    for what people read outside the memory; a time without an offset stays as stored (naive, UTC)."""
+    shifted = local(moment, offset)
+    if not offset or shifted is moment:
+        return moment.isoformat()
+    return shifted.replace(tzinfo=timezone(timedelta(minutes=offset))).isoformat()
 
 
 def zone_of(name: str, where: str = "timezone") -> ZoneInfo | None:

@@ -16,6 +16,7 @@ from strata.agents.memory import open_segment
 from strata.agents.research import _in_utc
 from strata.graph.state import Plan, validate_turns
 from strata.memory.errors import ConfigError, InputError
+from strata.memory.graph.export import namespace_graph
 from strata.memory.records import Turn
 
 from strata import Memory
@@ -58,6 +59,8 @@ def test_yesterday_is_the_speakers_yesterday(data_dir: Path) -> None:
     copy = Memory("copy", data_dir=str(data_dir))
     copy.import_from(memory.export())
     assert copy.store.get_one("raw:T1").utc_offset == -360  # an export keeps the clock
+    times = {node.id: node.time for node in namespace_graph(memory.store).nodes}
+    assert times["raw:T1"] == "2023-05-08T20:00:00-06:00", times  # the graph a person reads: their evening
 
 
 def test_an_evening_chat_is_one_day_on_the_speakers_clock(data_dir: Path) -> None:

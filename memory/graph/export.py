@@ -18,6 +18,7 @@ from pathlib import Path
 import networkx as nx
 from pydantic import BaseModel, Field
 from strata.memory.errors import InputError, shown_value
+from strata.memory.moments import iso_on_clock
 from strata.memory.names import canonical_name
 from strata.memory.records import Record, Status
 from strata.memory.store import MemoryStore
@@ -74,7 +75,7 @@ def node_of(record: Record, role: str = "") -> GraphNode:
     short = " ".join(words[:LABEL_WORDS]) + (" ..." if len(words) > LABEL_WORDS else "")
     return GraphNode(
         id=record.id, kind=record.kind, label=f"{record.dialogue_id or record.id}\n{short}", text=record.text,
-        speaker=record.speaker, time=record.time.isoformat() if record.time else "", role=role,
+        speaker=record.speaker, time=iso_on_clock(record.time, record.utc_offset) if record.time else "", role=role,
     )
 
 
