@@ -50,7 +50,7 @@ from strata.memory.episodes import (
 )
 from strata.memory.errors import InputError
 from strata.memory.facts import FactDraft, extract_facts
-from strata.memory.forgetting import read_forget_request
+from strata.memory.forgetting import is_request
 from strata.memory.graph import fast_path
 from strata.memory.graph.entities import Mention, normalise
 from strata.memory.graph.evolution import Evolution
@@ -203,7 +203,7 @@ def _write_ahead(store: MemoryStore, turns: list[Turn]) -> None:
         # a pending turn is written again too: its earlier write may have reached Chroma without
         # its change-sequence stamp (the ledger went down in between), and replicas reload by stamp
         speakers = [p for p in (turn.speaker, turn.listener) if p]
-        named = [] if _asks_to_forget(turn) else extract_entities(turn.text, speakers)
+        named = [] if is_request(turn.text) else extract_entities(turn.text, speakers)
         new.append(raw_record(turn, store.namespace, named))
     if marked:
         store.ledger.set_state(store.namespace, PENDING, sorted(pending | marked))
@@ -225,7 +225,7 @@ def _derive(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     raw = store.get_one(f"raw:{turn.dia_id}")
     # an instruction to the memory (the Refresher carries it out), not something to remember: its words are what
     # it asks to forget, so they give no facts, note, entities or links
-    instruction = _asks_to_forget(turn)
+    instruction = is_request(turn.text)
     with collected() as cuts:  # what the limits cut from the model's replies (memory/graph/replies.py)
         drafts, policy, related = ([], OFFLINE, []) if instruction else _facts(turn, state, runtime, store)
         facts = [
@@ -275,12 +275,6 @@ def _derive(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
         "stored_ids": [*state.stored_ids, *(r.id for r in records)],
         "trace": trace,
     }
-
-
-def _asks_to_forget(turn: Turn) -> bool:
-    """A request to forget is an instruction to the memory (the Refresher carries it out), not something to
-    remember: nothing is derived from its words."""
-    return read_forget_request(turn.text) is not None
 
 
 # facts ---------------------------------------------------------------------
