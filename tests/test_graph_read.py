@@ -335,6 +335,31 @@ def test_graph_export_writes_json_graphml_and_png(memory_dir: Path, tmp_path: Pa
     assert files[2].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and files[2].stat().st_size > 10_000
 
 
+def test_graph_export_shows_summaries_as_records_and_its_graphml_parses_whatever_a_turn_holds(
+    data_dir: Path, tmp_path: Path
+) -> None:
+    """A summary is a record with its text, not a text-less bridge; a deleted one is not shown through the links
+    it leaves; a turn's escape codes and NUL (kept as sent) are written so that the GraphML is still XML."""
+    memory = Memory("ann", data_dir=str(data_dir))
+    memory.add([{"speaker": "Ann", "text": "I live in Denver and I work as a nurse at the city hospital. \x1b[31m\x00",
+                 "time": "2023-05-01T10:00"},
+                {"speaker": "Bob", "text": "Cool, I work as a teacher.", "time": "2023-05-01T10:01"}])
+    memory.consolidate()
+    summaries = memory.store.all("summary")
+    assert summaries
+    nodes = {n.id: n for n in memory.graph().nodes}
+    assert all(nodes[r.id].kind == "summary" and nodes[r.id].text == r.text and nodes[r.id].role == ""
+               for r in summaries)
+    assert all(n.role != "bridge" or n.id.startswith("entity:") for n in nodes.values())
+    memory.store.delete(summaries[0].id, reason="test")
+    exported = memory.graph()
+    assert summaries[0].id not in {n.id for n in exported.nodes}
+    files = write_graph(exported, tmp_path, "ann", ("json", "graphml"))
+    assert "\\u0000" in files[0].read_text()  # JSON keeps the text as stored
+    parsed = nx.read_graphml(files[1])
+    assert parsed.nodes["raw:T1"]["text"].endswith("\ufffd[31m\ufffd")
+
+
 def test_graph_command_exports_the_namespace_and_refuses_unknown_people(
     memory_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -12,22 +12,24 @@ draws at most `PICTURE_NODES` of them, the best connected, and says so.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import get_args
 
 import networkx as nx
 from pydantic import BaseModel, Field
 from strata.memory.errors import InputError, shown_value
 from strata.memory.moments import iso_on_clock
 from strata.memory.names import canonical_name
-from strata.memory.records import Record, Status
+from strata.memory.records import ENTITY_NODE, Kind, Record, Status
 from strata.memory.store import MemoryStore
 
 PICTURE_NODES = 60  # more nodes than this make an unreadable picture
 LABEL_WORDS = 5  # words of a record's text shown under its id in the picture
 PERSON_FACTS = 40  # facts about a person exported, the most recent first
 FORMATS = ("json", "graphml", "png")
-KIND_COLOURS = {"raw": "#4e79a7", "fact": "#59a14f", "episode": "#f28e2b", "persona": "#b07aa1"}
+KIND_COLOURS = {"raw": "#4e79a7", "fact": "#59a14f", "episode": "#f28e2b", "persona": "#b07aa1", "summary": "#8cd17d"}
 EDGE_COLOURS = {
     "related": "#e15759", "entity": "#76b7b2", "semantic": "#edc948", "causal": "#ff9da7",
     "temporal": "#bab0ac", "derived_from": "#9c755f", "supersedes": "#000000",
@@ -95,8 +97,9 @@ def build_graph(
         for here, there in ((link.src, link.dst), (link.dst, link.src)):
             if here in inside and there not in inside:
                 touching.setdefault(there, set()).add(here)
-    bridges = {other for other, ends in touching.items() if len(ends) >= 2 and other.split(":", 1)[0] not in
-               ("raw", "fact", "episode", "persona")}
+    # only an entity node bridges: any other id a link names is a record, shown as one when it is wanted and
+    # active, and never as a text-less stand-in (a deleted summary's links outlive it)
+    bridges = {other for other, ends in touching.items() if len(ends) >= 2 and other.startswith(ENTITY_NODE)}
     records = {r.id: r for r in store.get(wanted) if r.status == Status.ACTIVE}
     nodes = [node_of(records[i], roles.get(i, "")) for i in wanted if i in records]
     nodes += [GraphNode(id=b, kind=b.split(":", 1)[0], label=b, role="bridge") for b in sorted(bridges)]
@@ -111,7 +114,7 @@ def build_graph(
 
 def namespace_graph(store: MemoryStore) -> MemoryGraph:
     """Every active record of the namespace and every link among them."""
-    ids = [r.id for kind in ("raw", "fact", "episode", "persona") for r in store.all(kind)]  # type: ignore[arg-type]
+    ids = [r.id for kind in get_args(Kind) for r in store.all(kind)]
     return build_graph(store, ids, "namespace")
 
 
@@ -148,13 +151,29 @@ def write_graph(graph: MemoryGraph, folder: Path, stem: str, formats: Sequence[s
         written.append(target)
     if "graphml" in formats:
         target = folder / f"{stem}.graphml"
-        nx.write_graphml(graph.to_networkx(), target)
+        nx.write_graphml(xml_safe(graph).to_networkx(), target)
         written.append(target)
     if "png" in formats:
         target = folder / f"{stem}.png"
         draw_graph(graph, target)
         written.append(target)
     return written
+
+
+_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")  # outside XML 1.0's Char
+
+
+def xml_safe(graph: MemoryGraph) -> MemoryGraph:
+    """The graph with every character XML 1.0 cannot hold (NUL, other control characters, U+FFFE) written as
+    U+FFFD, so the GraphML parses; texts a turn stored with an escape code or a NUL are kept as they are in JSON."""
+    def clean(model: BaseModel) -> BaseModel:
+        texts = {k: _NOT_XML.sub("\ufffd", v) for k, v in model.__dict__.items() if isinstance(v, str)}
+        return model.model_copy(update=texts)
+
+    return graph.model_copy(update={"namespace": _NOT_XML.sub("\ufffd", graph.namespace),
+                                    "scope": _NOT_XML.sub("\ufffd", graph.scope),
+                                    "nodes": [clean(n) for n in graph.nodes],
+                                    "edges": [clean(e) for e in graph.edges]})
 
 
 def draw_graph(graph: MemoryGraph, target: Path) -> None:
