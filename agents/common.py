@@ -15,7 +15,7 @@ from langgraph.runtime import Runtime
 from strata.agents.wire import WIRE_PROBLEMS
 from strata.graph.context import Context
 from strata.graph.state import Evidence, RoleNote, State, validate_turns
-from strata.memory.errors import InputError, check_utf8
+from strata.memory.errors import InputError, check_text
 from strata.memory.facts import without_small_talk
 from strata.memory.records import Record
 from strata.memory.registry import open_store
@@ -191,7 +191,7 @@ def input_of(state: State, context: Context) -> tuple[str, str, set[str]]:
                 f"{context.max_question_chars:,}: ask something shorter, or raise max_question_chars "
                 "(STRATA_MAX_QUESTION_CHARS)"
             )
-        return check_utf8(state.question, "the question").strip(), "", set()
+        return check_text(state.question, "the question").strip(), "", set()
     if state.turns:
         last = validate_turns(state.turns)[-1]  # as the server sent them: checked as the Memory role checks them
         return last.text, last.speaker, set()

@@ -42,7 +42,7 @@ from strata.agents.wire import (
     status_of,
 )
 from strata.graph.context import Context
-from strata.memory.errors import ConfigError, StrataError, shown_value
+from strata.memory.errors import ConfigError, StrataError, shown_value, unstorable
 
 Schema = TypeVar("Schema", bound=BaseModel)
 
@@ -433,13 +433,11 @@ class _UnusableText(ValueError):
 
 def _check_unicode(value: Any) -> None:
     """Every text of a reply, checked before validation: text that is not valid Unicode (a lone surrogate,
-    which JSON can escape) makes the reply unusable, as no store can hold it. Blank text is each field's
-    own concern (`memory.graph.replies.Text`): some fields fall back one by one."""
+    which JSON can escape) or holds a NUL (`\\u0000`) makes the reply unusable, as no store can hold it.
+    Blank text is each field's own concern (`memory.graph.replies.Text`): some fields fall back one by one."""
     if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            raise _UnusableText("the reply holds text that is not valid Unicode (a lone surrogate)") from None
+        if unstorable(value) is not None:
+            raise _UnusableText("the reply holds text no store can hold (a NUL or a lone surrogate)")
     elif isinstance(value, dict):
         for item in value.values():
             _check_unicode(item)

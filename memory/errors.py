@@ -25,15 +25,25 @@ class UnavailableError(StrataError):
     """A server the memory relies on (the shared ledger database) stopped answering mid-run."""
 
 
-def check_utf8(value: str, what: str) -> str:
-    """Text that can be stored and embedded, or an `InputError` naming where it is not: a lone surrogate
-    (what undecodable bytes of a command line become) cannot be written as UTF-8, and the tokenizer
-    refuses it."""
+def unstorable(value: str) -> str | None:
+    """Why `value` cannot be stored as text, or None: a NUL, which PostgreSQL cannot hold in text (refused on
+    every ledger alike, so an app behaves the same on both), or a lone surrogate (what undecodable bytes of a
+    command line become), which cannot be written as UTF-8 and which the tokenizer refuses."""
+    if "\x00" in value:
+        return f"holds a NUL character (\\x00) at character {value.index(chr(0)) + 1}: remove it"
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as error:
-        raise InputError(f"{what} holds {value[error.start]!r} at character {error.start + 1}, which is not text "
-                         "(undecodable bytes?): a lone surrogate; give it as UTF-8") from None
+        return (f"holds {value[error.start]!r} at character {error.start + 1}, which is not text "
+                "(undecodable bytes?): a lone surrogate; give it as UTF-8")
+    return None
+
+
+def check_text(value: str, what: str) -> str:
+    """Text that can be stored and embedded, or an `InputError` naming where it is not (`unstorable`)."""
+    problem = unstorable(value)
+    if problem is not None:
+        raise InputError(f"{what} {problem}")
     return value
 
 

@@ -14,6 +14,7 @@ from functools import lru_cache
 from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from strata.memory.errors import unstorable
 from strata.memory.moments import (
     MAX_OFFSET_MINUTES,
     MaybeUtcTime,
@@ -86,6 +87,15 @@ class Turn(BaseModel):
     def _not_blank(cls, value: str) -> str:
         if not value.strip():
             raise ValueError("text is empty: give the turn some words")
+        return value
+
+    @field_validator("speaker", "text", "dia_id", "session", "listener", "image_caption")
+    @classmethod
+    def _storable(cls, value: str | None) -> str | None:
+        """Refused before anything is written: a NUL made a PostgreSQL ledger fail half-way through a turn."""
+        problem = unstorable(value) if value is not None else None
+        if problem is not None:
+            raise ValueError(problem)
         return value
 
     def session_label(self) -> str:

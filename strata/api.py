@@ -26,7 +26,7 @@ from strata.graph.state import ChangeNote, Evidence, RoleNote, Verdict, validate
 from strata.graph.tracing import run_config
 from strata.memory.chroma import server_stopped, server_stopped_message
 from strata.memory.erasure import ErasurePlan, ErasureReport, apply_erasure, finish_erasure, plan_erasure
-from strata.memory.errors import InputError, UnavailableError, check_utf8, shown_value
+from strata.memory.errors import InputError, UnavailableError, check_text, shown_value
 from strata.memory.graph.consolidation import ConsolidationReport
 from strata.memory.graph.export import MemoryGraph, build_graph, namespace_graph, person_graph
 from strata.memory.ledger_sql import LARGEST_INTEGER
@@ -455,7 +455,7 @@ def checked(model: type[_Arguments], /, **arguments: object) -> _Arguments:
     for name, value in arguments.items():
         for text in value if isinstance(value, list | tuple) else [value]:
             if isinstance(text, str):
-                check_utf8(text, name)
+                check_text(text, name)
     try:
         return model.model_validate(arguments)
     except ValidationError as error:
@@ -483,7 +483,7 @@ def _text(value: object, what: str) -> str:
             raise InputError(f"{what} is bytes that are not UTF-8: decode it to text first") from None
     if not isinstance(value, str):
         raise InputError(f"{what} must be text, not {type(value).__name__}")
-    return check_utf8(value, what)
+    return check_text(value, what)
 
 
 def _flag(value: object, name: str) -> None:

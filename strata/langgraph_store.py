@@ -61,7 +61,7 @@ from pydantic import ValidationError
 
 from strata.memory import store_items
 from strata.memory.chroma import open_client
-from strata.memory.errors import InputError, check_utf8, shown_value
+from strata.memory.errors import InputError, check_text, shown_value
 from strata.memory.ledger import Ledger
 from strata.memory.namespaces import MAX_LENGTH, mark_after
 from strata.memory.records import KINDS, Kind, Record, Status
@@ -268,7 +268,7 @@ class StrataStore(BaseStore):
             return _Put(name, tuple(op.namespace), op.key, None, "", False)
         value = _json_value(op.value)
         text, indexed = self._text_of(value, op.index)
-        check_utf8(text, "a store value's indexed text")
+        check_text(text, "a store value's indexed text")
         return _Put(name, tuple(op.namespace), op.key, value, text, indexed)
 
     def _check_targets(self, puts: list[_Put]) -> None:
@@ -565,13 +565,11 @@ def _check_op(op: Op) -> None:
         if not isinstance(path, tuple) or not all(isinstance(label, str) for label in path):
             raise InputError(f"a store namespace is a tuple of text labels, e.g. ('users', 'ann'), not {path!r}")
         for label in path:
-            check_utf8(label, "a namespace label")
-            _check_nul(label, "a namespace label")
+            check_text(label, "a namespace label")
     if isinstance(op, GetOp | PutOp):
         if not isinstance(op.key, str):
             raise InputError(f"a store key is text, not {type(op.key).__name__} ({op.key!r}): use str(key)")
-        check_utf8(op.key, "a store key")
-        _check_nul(op.key, "a store key")
+        check_text(op.key, "a store key")
     if isinstance(op, PutOp) and not (op.index is None or op.index is False or (
             isinstance(op.index, list) and all(isinstance(f, str) for f in op.index))):
         raise InputError(f"index is False, None or a list of field paths, not {op.index!r}")
@@ -579,7 +577,7 @@ def _check_op(op: Op) -> None:
         if op.query is not None and not isinstance(op.query, str):
             raise InputError(f"a search query is text, not {type(op.query).__name__}")
         if op.query is not None:
-            check_utf8(op.query, "a search query")
+            check_text(op.query, "a search query")
         if op.filter is not None and not (isinstance(op.filter, dict) and all(isinstance(k, str) for k in op.filter)):
             raise InputError(f"a search filter is a dict of field names, e.g. {{'type': 'note'}}, not {op.filter!r}")
     for name in ("limit", "offset", "max_depth"):
@@ -592,18 +590,12 @@ def _check_op(op: Op) -> None:
             raise InputError(f"{name} must be a whole number of at least 0, not {value!r}")
 
 
-def _check_nul(text: str, what: str) -> None:
-    """NUL is refused on every ledger alike (PostgreSQL cannot store it in text)."""
-    if "\x00" in text:
-        raise InputError(f"{what} holds a NUL character (\\x00) at character {text.index(chr(0)) + 1}: remove it")
-
-
 def _check_no_nul(value: Any) -> None:
     if isinstance(value, str):
-        _check_nul(value, "a store value")
+        check_text(value, "a store value")
     elif isinstance(value, dict):
         for k, v in value.items():
-            _check_nul(k, "a store value's field name")
+            check_text(k, "a store value's field name")
             _check_no_nul(v)
     elif isinstance(value, list):
         for v in value:
@@ -615,7 +607,7 @@ def _json_value(value: Any) -> dict[str, Any]:
         raise InputError(f"a store value must be a dict, got {type(value).__name__}: wrap it, e.g. {{'text': ...}}")
     try:
         text = json.dumps(value, ensure_ascii=False)
-        check_utf8(text, "a store value")
+        check_text(text, "a store value")
         loaded: dict[str, Any] = json.loads(text)
         _check_no_nul(loaded)
         return loaded

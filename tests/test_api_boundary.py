@@ -245,6 +245,25 @@ def test_a_text_or_a_dict_as_turns_is_one_turn(tmp_path: Path) -> None:
     assert texts == ["I adopted a cat called Miso.", "I moved to Denver last week."]  # not "I", " ", "m", ...
 
 
+def test_a_nul_in_a_turn_is_refused_before_anything_is_written(memory: Memory) -> None:
+    """PostgreSQL cannot hold a NUL in text: on it a turn with one was stored raw and then failed with a
+    traceback before its facts, history and working row, and never derived; SQLite took it. Both now refuse it."""
+    from strata.tools import memory_tools
+
+    before = memory.stats()
+    for call, says in ((lambda: memory.add([{"speaker": "Ann", "text": "I live\x00 in Denver."}]),
+                        "turn 1: text: holds a NUL character (\\x00) at character 7: remove it"),
+                       (lambda: memory.add([{"speaker": "A\x00nn", "text": "hi"}]), "turn 1: speaker: holds a NUL"),
+                       (lambda: memory.chat("I live\x00 in Denver.", speaker="Ann"), "holds a NUL character"),
+                       (lambda: memory.ask("Where\x00 does Ann live?"), "the question holds a NUL character")):
+        with pytest.raises(InputError) as error:
+            call()
+        assert says in one_line(error)
+    remember = next(t for t in memory_tools(memory, speaker="Ann") if t.name == "remember")
+    assert "holds a NUL character" in remember.invoke({"text": "my code is 47\x0011"})  # told to the model
+    assert memory.stats() == before
+
+
 def test_bytes_are_decoded_never_stored_as_their_repr(memory: Memory) -> None:
     report = memory.add(b"I bought a blue bicycle.", speaker="Ann")
     stored = memory.get([i for i in report.stored_ids if i.startswith("raw:")])[0]

@@ -334,7 +334,7 @@ WRONG_TYPES: dict[str, dict[str, Any]] = {
 }
 ROLES = tuple(GOOD)
 # Where a reply's text is spoilt: a required text field (blank), and any text field (a lone surrogate,
-# which JSON can escape as \ud800 and no store can hold).
+# which JSON can escape as \ud800 and no store can hold, or a NUL, which PostgreSQL cannot hold).
 REQUIRED_TEXT: dict[str, tuple[str | int, ...]] = {
     "facts": ("facts", 0, "content"), "boundary": ("T_t",), "episode": ("title",), "plan": ("rewrite_query",),
     "judge": ("Action",), "refresh": ("Action",), "answer": ("answer",), "note": ("context",),
@@ -365,6 +365,7 @@ def malformed(kind: str, role: str) -> str:
         "wrong_types": json.dumps(WRONG_TYPES[role]),
         "blank_text": spoilt(role, REQUIRED_TEXT[role], "   "),
         "lone_surrogate": spoilt(role, ANY_TEXT[role], "Ann \ud800 moved"),
+        "nul": spoilt(role, ANY_TEXT[role], "Ann \x00 moved"),  # JSON's \u0000: PostgreSQL cannot hold it
         "empty": "",
         "not_json": "I think Ann lives in Denver now, but I am not sure what you want me to do.",
     }[kind]
@@ -377,7 +378,8 @@ PROBLEM = {
     "missing_field": "field ",
     "wrong_types": "field ",
     "blank_text": "field ",
-    "lone_surrogate": "the reply holds text that is not valid Unicode",
+    "lone_surrogate": "the reply holds text no store can hold",
+    "nul": "the reply holds text no store can hold",
 }
 
 

@@ -339,9 +339,9 @@ def test_graph_export_shows_summaries_as_records_and_its_graphml_parses_whatever
     data_dir: Path, tmp_path: Path
 ) -> None:
     """A summary is a record with its text, not a text-less bridge; a deleted one is not shown through the links
-    it leaves; a turn's escape codes and NUL (kept as sent) are written so that the GraphML is still XML."""
+    it leaves; a turn's escape code and bell (kept as sent) are written so that the GraphML is still XML."""
     memory = Memory("ann", data_dir=str(data_dir))
-    memory.add([{"speaker": "Ann", "text": "I live in Denver and I work as a nurse at the city hospital. \x1b[31m\x00",
+    memory.add([{"speaker": "Ann", "text": "I live in Denver and I work as a nurse at the city hospital. \x1b[31m\x07",
                  "time": "2023-05-01T10:00"},
                 {"speaker": "Bob", "text": "Cool, I work as a teacher.", "time": "2023-05-01T10:01"}])
     memory.consolidate()
@@ -355,7 +355,7 @@ def test_graph_export_shows_summaries_as_records_and_its_graphml_parses_whatever
     exported = memory.graph()
     assert summaries[0].id not in {n.id for n in exported.nodes}
     files = write_graph(exported, tmp_path, "ann", ("json", "graphml"))
-    assert "\\u0000" in files[0].read_text()  # JSON keeps the text as stored
+    assert "\\u0007" in files[0].read_text()  # JSON keeps the text as stored
     parsed = nx.read_graphml(files[1])
     assert parsed.nodes["raw:T1"]["text"].endswith("\ufffd[31m\ufffd")
 
