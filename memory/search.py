@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Protocol
 
+from strata.memory import store_items
 from strata.memory.bm25 import reciprocal_rank_fusion
 from strata.memory.graph.traversal import Reached, traverse
 from strata.memory.graph.view import StoreGraph
@@ -103,7 +104,7 @@ class Searcher:
     ) -> None:
         self.store = store
         self.plan = plan
-        self.exclude = exclude
+        self.exclude = exclude | store_items.unindexed(store.ledger, store.namespace)  # index=False store items
         self.vector = store.embedder.embed([dense_text])[0]
         self.raw = store.active("raw")  # a view, not a copy: a namespace may hold 100,000 turns
         self._records: dict[Kind, Mapping[str, Record]] = {"raw": self.raw}

@@ -116,6 +116,16 @@ def newest_seqs(ledger: Ledger, namespace: str) -> dict[str, int]:
     return {r[0]: int(r[1]) for r in rows}
 
 
+def unindexed(ledger: Ledger, namespace: str) -> set[str]:
+    """The record ids of the items whose newest version was put with `index=False`: LangGraph's "do not index",
+    so the memory's own questions never read them (`store.search` still lists them by filter)."""
+    with ledger.reading() as session:
+        rows = session.execute(
+            "SELECT s.key FROM store_items s JOIN (SELECT key, MAX(seq) AS seq FROM store_items WHERE namespace = ? "
+            "GROUP BY key) n ON s.seq = n.seq WHERE s.indexed = 0", (namespace,)).fetchall()
+    return {ITEM_PREFIX + r[0] for r in rows}
+
+
 def by_seq(ledger: Ledger, seqs: list[int]) -> list[ItemVersion]:
     """The versions of these sequence numbers (in chunks of bound values)."""
     found: list[ItemVersion] = []

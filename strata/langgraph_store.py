@@ -266,6 +266,11 @@ class StrataStore(BaseStore):
         name = namespace_name(op.namespace)
         if op.value is None:
             return _Put(name, tuple(op.namespace), op.key, None, "", False)
+        if self.include_memory and _names_a_record(op.key):
+            raise InputError(
+                f"the key {op.key!r} has the form of a memory record's id ({', '.join(k + ':' for k in KINDS)}...), "
+                "which this store shows as items (include_memory=True): put the item under another key, or open "
+                "the store with include_memory=False; nothing was written")
         value = _json_value(op.value)
         text, indexed = self._text_of(value, op.index)
         check_text(text, "a store value's indexed text")
@@ -343,9 +348,10 @@ class StrataStore(BaseStore):
     def _delete(self, store: MemoryStore, key: str) -> None:
         """Tombstone (undoable); LangGraph's contract that `get` then returns None holds."""
         reason = f"deleted through the LangGraph store (key {key!r})"
-        targets = [ITEM_PREFIX + key] if store_items.newest(self._ledger(), store.namespace, key) else []
-        if self.include_memory and not key.startswith(ITEM_PREFIX) and key.split(":", 1)[0] in KINDS:
-            targets.append(key)  # a record the graph wrote, shown under its id
+        held = store_items.newest(self._ledger(), store.namespace, key) is not None
+        targets = [ITEM_PREFIX + key] if held else []
+        if not held and self.include_memory and _names_a_record(key):
+            targets.append(key)  # a record the graph wrote, shown under its id (an item of that key hides it)
         for record in store.get(targets):
             if record.status == Status.ACTIVE:
                 store.delete(record.id, reason=reason, policy="user")
@@ -639,6 +645,13 @@ def _all_strings(value: Any) -> str:
 
 
 # items and records -------------------------------------------------------------
+def _names_a_record(key: str) -> bool:
+    """Whether a key has the form of a record id the memory graph writes (`raw:D1:3`, `fact:D1:3:0`), which
+    `include_memory` shows as an item: an app's item of that key would hide the record, and take it along
+    when deleted."""
+    return ":" in key and not key.startswith(ITEM_PREFIX) and key.split(":", 1)[0] in KINDS
+
+
 def _item_record(namespace: str, key: str, text: str, now: datetime) -> Record:
     """A raw-like record: the graph's research finds stored items beside the turns."""
     return Record(

@@ -24,7 +24,7 @@ from langgraph.graph import START, StateGraph
 from langgraph.store.base import BaseStore, GetOp, InvalidNamespaceError, ListNamespacesOp, PutOp, SearchOp
 from strata.memory import store_items
 from strata.memory.errors import InputError, StrataError
-from strata.memory.records import Record
+from strata.memory.records import Record, Status
 from strata.memory.registry import close_all, open_store
 from strata.memory.settings import StoreSettings
 
@@ -549,6 +549,40 @@ def test_records_the_memory_wrote_are_items(store: StrataStore, data_dir: Path, 
         assert own.list_namespaces() == []
     finally:
         own.close()
+
+
+def test_an_item_never_hides_or_takes_along_a_record_the_memory_wrote(store: StrataStore, data_dir: Path) -> None:
+    """An app's item keyed 'raw:D1:1' hid the ingested turn of that id from search, and deleting the item
+    tombstoned the turn too; such a key is now refused, and a delete of an item (put by an earlier version)
+    takes only the item."""
+    memory = Memory("ann", data_dir=str(data_dir))
+    memory.add([{"speaker": "Ann", "text": "I moved to Denver last week.", "dia_id": "D1:1"}])
+    with pytest.raises(InputError, match=r"^the key 'raw:D1:1' has the form of a memory record's id .*nothing was "
+                                         r"written$"):
+        store.put(("ann",), "raw:D1:1", {"text": "my own note"})
+    assert store.get(("ann",), "raw:D1:1").value["text"] == "I moved to Denver last week."
+    own = StrataStore(data_dir=str(data_dir), include_memory=False)
+    try:
+        own.put(("ann",), "raw:D1:1", {"text": "my own note"})  # the item of an app that does not mix them
+        store.delete(("ann",), "raw:D1:1")
+        assert own.get(("ann",), "raw:D1:1") is None
+    finally:
+        own.close()
+    assert memory.store.get_one("raw:D1:1").status == Status.ACTIVE
+
+
+def test_items_put_with_index_false_are_not_evidence_for_the_memorys_questions(
+    store: StrataStore, data_dir: Path
+) -> None:
+    """LangGraph's index=False is "do not index": such an item was still found and cited by Memory.ask."""
+    store.put(("ann",), "locker", {"text": "Ann's locker code is 4711."}, index=False)
+    store.put(("ann",), "pet", {"text": "Ann has a cat called Miso."})
+    memory = Memory("ann", data_dir=str(data_dir))
+    assert "raw:item:locker" not in [e.id for e in memory.retrieve("What is Ann's locker code?").evidence]
+    assert "4711" not in memory.ask("What is Ann's locker code?").answer
+    assert "raw:item:pet" in [e.id for e in memory.retrieve("What pet does Ann have?").evidence]
+    store.put(("ann",), "locker", {"text": "Ann's locker code is 4711."})  # indexed now: found
+    assert "raw:item:locker" in [e.id for e in memory.retrieve("What is Ann's locker code?").evidence]
 
 
 # async and inside a LangGraph app -----------------------------------------------------------
