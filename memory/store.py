@@ -170,20 +170,19 @@ def kind_of(record_id: str) -> Kind:
 
 
 def to_metadata(record: Record) -> dict[str, Any]:
-    """Chroma metadata: scalars only, lists as JSON, times as ISO text plus an epoch for filters."""
+    """Chroma metadata: scalars only, lists as JSON, times as ISO text plus an epoch for filters. An empty
+    field is None, which an upsert reads as "remove the key": left out, the value it had stayed, and an
+    attribute or note context cleared by an edit or an undo came back when the memory was opened again."""
     data = record.model_dump(mode="json", exclude={"text", "id"})
     meta: dict[str, Any] = {}
     for key, value in data.items():
         if key in _LIST_FIELDS:
             meta[key] = json.dumps(value)
-        elif value is None or value == "":
-            continue
         else:
-            meta[key] = value
+            meta[key] = None if value == "" else value
     for key in _TIME_FIELDS:
         moment: datetime | None = getattr(record, key)
-        if moment is not None:
-            meta[f"{key}_ts"] = epoch_seconds(moment)
+        meta[f"{key}_ts"] = epoch_seconds(moment) if moment is not None else None
     return meta
 
 

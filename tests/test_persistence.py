@@ -177,3 +177,26 @@ def test_a_namespace_whose_every_turn_was_erased_is_not_taken_for_a_lost_chroma(
     close_all()
     reopened = Memory("ann", data_dir=str(data_dir))
     assert reopened.stats()["raw"]["active"] == 0 and reopened.store.state(ERASING) is None  # finished on opening
+
+
+def test_a_field_an_edit_clears_stays_cleared_in_a_reopened_memory(data_dir: Path) -> None:
+    """Chroma's upsert keeps a metadata key the new record leaves out: an undo that cleared a fact's attribute,
+    or a note context cleared to '', came back with the old value once the memory was opened again."""
+    from strata.memory.registry import close_all
+
+    from strata.api import Memory
+
+    memory = Memory("ann", data_dir=str(data_dir))
+    memory.add([{"speaker": "Ann", "text": "The weather was lovely today.", "time": "2023-05-01T10:00"}])
+    [fact] = memory.store.all("fact")
+    assert not fact.attribute and memory.store.get_one("raw:T1").time is not None
+    change = memory.store.update(fact.id, "Ann lives in Boston.", "test",
+                                 fields={"subject": "Ann", "attribute": "lives_in", "value": "Boston"})
+    memory.undo(change.id)
+    turn = memory.store.get_one("raw:T1")
+    memory.store.add([turn.model_copy(update={"context": "", "time": None})])
+    close_all()
+    reopened = Memory("ann", data_dir=str(data_dir)).store
+    assert (reopened.get_one(fact.id).attribute, reopened.get_one(fact.id).value) == ("", "")
+    assert reopened.get_one("raw:T1").context == "" and reopened.get_one("raw:T1").time is None
+    assert reopened.dense("raw", reopened.embedder.embed(["weather"])[0], 5, (fact.time, fact.time)) == []
