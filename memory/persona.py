@@ -10,13 +10,15 @@ from __future__ import annotations
 import hashlib
 import re
 
+_PART = r"(?:^|[^a-z])(?:{})"  # a word that begins one of the attribute's parts: "likes_" yes, "education" not "cat"
 ASPECTS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("preferences", re.compile(r"like|love|enjoy|favou?rite|prefer|fan_of|into")),
-    ("work", re.compile(r"work|job|career|profession|study|studies|school|major")),
-    ("home", re.compile(r"live|moved|from|home|hometown|country|city")),
-    ("family", re.compile(r"pet|dog|cat|kid|child|son|daughter|husband|wife|partner|married|family|parent")),
+    ("preferences", re.compile(_PART.format(r"like|dislike|love|enjoy|favou?rite|prefer|fan_of|into"))),
+    ("work", re.compile(_PART.format(r"work|job|career|profession|study|studies|school|major"))),
+    ("home", re.compile(_PART.format(r"live|moved|from|home|hometown|country|city"))),
+    ("family", re.compile(_PART.format(
+        r"pet|dog|cat|kid|child|son|daughter|husband|wife|partner|married|family|parent"))),
     ("identity", re.compile(r"^(identity|is_a|age|gender|nationality)$")),  # not a bare "is": a passing state
-    ("hobbies", re.compile(r"hobby|play|paint|run|hike|read|sing|dance|cook|garden|volunteer")),
+    ("hobbies", re.compile(_PART.format(r"hobby|play|paint|run|hike|read|sing|dance|cook|garden|volunteer"))),
 )
 
 

@@ -371,3 +371,15 @@ def test_model_delete_on_request_and_model_noop(store: MemoryStore, data_dir: Pa
               mode="ask", chat_model=fake(noop))
     assert [n.action for n in out["changes"]] == ["noop", "noop"]
     assert all(n.reason.startswith("unsure") for n in out["changes"])
+
+
+def test_a_persona_aspect_is_named_by_a_word_of_the_attribute_not_a_part_of_one() -> None:
+    """'education', 'location' and 'vacation_spot' hold "cat" and were family traits; 'display_name' a hobby."""
+    from strata.memory.persona import aspect_of
+
+    assert [aspect_of(a) for a in ("education", "location", "vacation_spot", "communication_style",
+                                   "display_name")] == [None] * 5
+    assert [aspect_of(a) for a in ("likes", "dislikes", "favorite_color", "lives_in", "owns_cat", "kids",
+                                   "plays_guitar", "reading", "works_as", "is_a")] == [
+        "preferences", "preferences", "preferences", "home", "family", "family", "hobbies", "hobbies", "work",
+        "identity"]
