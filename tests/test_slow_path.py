@@ -225,3 +225,20 @@ def test_densification_gives_the_links_the_fast_path_wrote_their_weight_for_the_
     assert fast and any(now[key] != weight for key, weight in fast.items())
     for (src, dst, _), weight in now.items():
         assert 0 < weight <= 1, (src, dst, weight)
+
+
+def test_two_participants_never_share_a_summary(data_dir: Path) -> None:
+    """'Mary Ann' and 'Mary-Ann' had one id, summary:persona:mary-ann:activities: each consolidate told one over
+    the other's, and never left them unchanged."""
+    memory = Memory("slug", data_dir=str(data_dir))
+    turns: list[dict[str, str]] = []
+    for s in (1, 2, 3):
+        turns += [{"speaker": "Mary Ann", "listener": "Mary-Ann", "dia_id": f"D{s}:1", "time": f"2023-0{s}-10T10:00",
+                   "text": f"I went swimming at the lake this morning, session {s}."},
+                  {"speaker": "Mary-Ann", "listener": "Mary Ann", "dia_id": f"D{s}:2", "time": f"2023-0{s}-10T10:01",
+                   "text": f"Nice! I went painting in the park yesterday, session {s}."}]
+    memory.add(turns)
+    memory.consolidate()
+    told = {r.participant for r in memory.store.all("summary") if r.id.startswith("summary:persona:")}
+    assert told == {"Mary Ann", "Mary-Ann"}, told
+    assert memory.consolidate().summaries == 0

@@ -153,4 +153,6 @@ def group_digest(group: Group, raw: dict[str, Record], facts_by_turn: dict[str, 
 
 
 def _slug(text: str) -> str:
-    return "-".join(text.lower().replace("'", "").split())[:60]
+    """A name or topic as a part of an id: lower case, its words joined by '-', and a hyphen of its own
+    doubled, so that two participants never share a summary ('mary-ann' is Mary Ann, 'mary--ann' Mary-Ann)."""
+    return "-".join(word.replace("-", "--") for word in text.lower().replace("'", "").split())[:60]
