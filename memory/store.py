@@ -971,18 +971,20 @@ class MemoryStore:
         for follower in self.ledger.followers(self.namespace, int(change.id or 0)):
             self._reverse(follower)
         record = self.get_one(change.record_id)
+        text, status, fields = change.old_text, change.old_status, dict(change.old_fields)
+        if record.kind == "summary" and (record.text, record.status) != (change.new_text, change.new_status):
+            # told again since (a consolidation writes no history): its old text would name turns it no longer
+            # cites; it stays as told, and the next consolidation tells it from what this undo gives back
+            text, status, fields = record.text, record.status, {name: getattr(record, name) for name in _FACT_FIELDS}
         restored = record.model_copy(
-            update={
-                "text": change.old_text, "status": change.old_status, "version": record.version + 1,
-                **_field_values(change.old_fields),
-            }
+            update={"text": text, "status": status, "version": record.version + 1, **_field_values(fields)}
         )
         undo = Change(
             namespace=self.namespace, record_id=record.id, kind=record.kind, action=Action.UNDO,
-            old_text=record.text, new_text=change.old_text, old_status=record.status,
-            new_status=change.old_status, reason=f"undo of change {change.id}", policy="user",
+            old_text=record.text, new_text=text, old_status=record.status,
+            new_status=status, reason=f"undo of change {change.id}", policy="user",
             undoes=change.id, old_fields={name: getattr(record, name) for name in _FACT_FIELDS},
-            new_fields=dict(change.old_fields),
+            new_fields=fields,
         )
         entry = JournalEntry(records=[record], undid=change.id)
         with self.ledger.transaction() as session:

@@ -242,3 +242,24 @@ def test_two_participants_never_share_a_summary(data_dir: Path) -> None:
     told = {r.participant for r in memory.store.all("summary") if r.id.startswith("summary:persona:")}
     assert told == {"Mary Ann", "Mary-Ann"}, told
     assert memory.consolidate().summaries == 0
+
+
+def test_an_undo_keeps_a_summary_told_again_since_and_restores_one_that_was_not(data_dir: Path) -> None:
+    """A forget tombstones the summaries citing its turn; a consolidation then tells one again without the turn
+    (no history row). Undoing the forget wrote the old text back, naming the turn its citations had dropped."""
+    memory = Memory("ann", data_dir=str(data_dir))
+    store = memory.store
+    memory.add([{"speaker": "Ann", "text": "I went swimming at the lake.", "time": "2023-05-01T10:00"},
+                {"speaker": "Ann", "text": "I went hiking in the hills.", "time": "2023-05-01T10:05"}])
+    told = [Record(id=f"summary:topic:{name}", kind="summary", namespace="ann", text=f"{name}: [T1] [T2]",
+                   source_ids=["T1", "T2"]) for name in ("outdoors", "water")]
+    store.add(told)
+    forget = store.delete("raw:T1", reason="asked to forget")
+    for summary in told:
+        store.delete(summary.id, reason="cites a forgotten turn", follows=int(forget.id or 0))
+    store.add([told[0].model_copy(update={"text": "outdoors: [T2]", "source_ids": ["T2"]})])  # told again
+    memory.undo()
+    assert store.get_one("raw:T1").status == "active"
+    again, untouched = store.get_one("summary:topic:outdoors"), store.get_one("summary:topic:water")
+    assert (again.text, again.status, again.source_ids) == ("outdoors: [T2]", "active", ["T2"])
+    assert (untouched.text, untouched.status) == ("water: [T1] [T2]", "active")
