@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from strata.agents.common import OFFLINE, model_policy_name
 from strata.agents.llm import ask_json, chat_model
-from strata.agents.wire import new_unit
+from strata.agents.wire import UNAVAILABLE, new_unit
 from strata.graph.context import Context
 from strata.memory.graph import causal
 from strata.memory.graph.consolidation import CausalPolicy, ConsolidationReport, SummaryPolicy, consolidate
@@ -33,15 +33,16 @@ def run(store: MemoryStore, context: Context, limit: int | None = None) -> Conso
     policy = OFFLINE
     failures: list[str] = []
     fallbacks: dict[str, str] = {}  # summary id -> the label of the offline text told instead of the model's
+    retry: set[str] = set()  # turns and summaries told offline while the model could not be reached
     if model is not None:
         policy = model_policy_name(context)
-        causal_policy = model_causal_policy(store, context, failures)
-        summary_policy = model_summary_policy(context, failures, fallbacks)
+        causal_policy = model_causal_policy(store, context, failures, retry)
+        summary_policy = model_summary_policy(context, failures, fallbacks, retry)
     with collected() as cuts:  # what the limits cut from the model's replies (memory/graph/replies.py)
         report = consolidate(
             store, causal_on=context.causal_links, entities_on=context.entity_graph, summaries_on=context.summaries,
             causal_policy=causal_policy, summary_policy=summary_policy, policy=policy, limit=limit,
-            semantic_on=context.semantic_links, fallbacks=fallbacks,
+            semantic_on=context.semantic_links, fallbacks=fallbacks, retry=retry,
         )
     if failures:
         report.policy = f"{policy}; offline for {len(failures)} unusable replies (first: {failures[0]})"
@@ -50,8 +51,11 @@ def run(store: MemoryStore, context: Context, limit: int | None = None) -> Conso
     return report
 
 
-def model_causal_policy(store: MemoryStore, context: Context, failures: list[str]) -> CausalPolicy:
-    """The causal prompt over a turn and the turns before it; the cue rule when the reply is unusable."""
+def model_causal_policy(
+    store: MemoryStore, context: Context, failures: list[str], retry: set[str] | None = None
+) -> CausalPolicy:
+    """The causal prompt over a turn and the turns before it; the cue rule when the reply is unusable (the
+    turn put in `retry` when the model could not be reached: a later run asks again)."""
     offline = None
     model = chat_model(context)
     assert model is not None
@@ -67,6 +71,8 @@ def model_causal_policy(store: MemoryStore, context: Context, failures: list[str
                                       ModelCausal, context)
         if parsed is None:
             failures.append(problem)
+            if retry is not None and problem.startswith(UNAVAILABLE):
+                retry.add(record.id)
             if offline is None:
                 from strata.memory.graph.consolidation import offline_causal
 
@@ -84,10 +90,11 @@ def model_causal_policy(store: MemoryStore, context: Context, failures: list[str
 
 
 def model_summary_policy(
-    context: Context, failures: list[str], fallbacks: dict[str, str] | None = None
+    context: Context, failures: list[str], fallbacks: dict[str, str] | None = None, retry: set[str] | None = None
 ) -> SummaryPolicy:
     """The merge prompt over a group's turns; None (the offline text) when the reply is unusable, with the
-    fallback's label, which says why, put in `fallbacks` under the group's id for the summary to keep."""
+    fallback's label, which says why, put in `fallbacks` under the group's id for the summary to keep (and
+    the group in `retry` when the model could not be reached: a later run tells it again)."""
     model = chat_model(context)
     assert model is not None
 
@@ -105,6 +112,8 @@ def model_summary_policy(
             failures.append(problem)
             if fallbacks is not None:
                 fallbacks[group.id] = label
+            if retry is not None and problem.startswith(UNAVAILABLE):
+                retry.add(group.id)
             return None
         return parsed.title, parsed.content
 

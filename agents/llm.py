@@ -129,7 +129,7 @@ def ask_json(
     while True:
         budget = budget_of(context) if context is not None else None
         if budget is not None and budget.down:
-            problem = f"{UNAVAILABLE} earlier in this question ({budget.down})"
+            problem = f"{UNAVAILABLE} earlier in this run ({budget.down})"
             return None, problem, fallback_policy(problem)
         if budget is not None and not budget.take():
             problem = f"{CAP_REACHED} ({budget.limit} calls for this question)"

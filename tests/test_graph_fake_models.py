@@ -460,7 +460,7 @@ def test_an_unreachable_model_falls_back_to_the_offline_policies_after_its_retri
     assert judge.startswith("offline (model unavailable (") and "ConnectionError" in judge
     assert "gave up after 1 retries" in judge
     # once the model gave out, the turn's later roles do not wait for it again
-    assert any("model unavailable earlier in this question" in p for p in policies(result["trace"], "memory"))
+    assert any("model unavailable earlier in this run" in p for p in policies(result["trace"], "memory"))
     store = Memory("ann", data_dir=str(data_dir)).store
     kept = store.get_one("raw:D1:1")
     assert kept.text == BOSTON["text"] and kept.status == Status.ACTIVE

@@ -172,7 +172,7 @@ def test_server_errors_past_the_retries_fall_back_to_the_offline_policies(
     got = labels(result["trace"])
     assert got["judge"].startswith("offline (model unavailable (HTTP 500")
     assert got["judge"].endswith("gave up after 2 retries))")
-    assert got["working"].startswith("offline (model unavailable earlier in this question")
+    assert got["working"].startswith("offline (model unavailable earlier in this run")
     assert "Boston" in result["answer"]  # the offline answer
     # the next question gives the model another chance
     stub.reset()

@@ -7,6 +7,7 @@ through the policies `consolidate` takes: they are called where it holds no lock
 
 from __future__ import annotations
 
+import json
 import shutil
 import threading
 from collections.abc import Sequence
@@ -263,3 +264,41 @@ def test_an_undo_keeps_a_summary_told_again_since_and_restores_one_that_was_not(
     again, untouched = store.get_one("summary:topic:outdoors"), store.get_one("summary:topic:water")
     assert (again.text, again.status, again.source_ids) == ("outdoors: [T2]", "active", ["T2"])
     assert (untouched.text, untouched.status) == ("water: [T1] [T2]", "active")
+
+
+def test_a_consolidation_while_the_model_is_down_asks_it_again_next_time(ingested: Path, tmp_path: Path) -> None:
+    """Turns and summaries told offline while the model could not be reached were counted done, so later runs
+    with the model back never asked it (and the summaries kept 'model unavailable' for good)."""
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+    from langchain_core.messages import AIMessage, BaseMessage, SystemMessage
+    from langchain_core.outputs import ChatGeneration, ChatResult
+    from pydantic import Field
+    from strata.prompts import graph as graph_prompts
+
+    class Outage(GenericFakeChatModel):
+        messages: Any = iter(())
+        down: bool = True
+        calls: list[str] = Field(default_factory=list)
+
+        def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None,
+                      **kwargs: Any) -> ChatResult:
+            system = next(str(m.content) for m in messages if isinstance(m, SystemMessage))
+            role = {graph_prompts.CAUSAL_SYSTEM: "causal", graph_prompts.SUMMARY_SYSTEM: "summary"}.get(system, "other")
+            self.calls.append(role)
+            if self.down and role in ("causal", "summary"):
+                raise TimeoutError("the model server timed out")
+            reply = {"causal": {"links": []}, "summary": {"title": "Told", "content": "Told by the model."}}.get(role)
+            return ChatResult(generations=[ChatGeneration(message=AIMessage(content=json.dumps(reply or {})))])
+
+    model = Outage()
+    shutil.copytree(ingested, tmp_path / "mem")
+    memory = Memory(NAMESPACE, data_dir=str(tmp_path / "mem"), chat_model=model, model_retries=0, model_backoff=0)
+    down = memory.consolidate()
+    assert "model unavailable" in down.policy and memory.store.all("summary")
+    assert all("model unavailable" in r.policy for r in memory.store.all("summary"))
+    model.down, model.calls = False, []
+    memory.consolidate()
+    assert "causal" in model.calls and "summary" in model.calls
+    assert all(r.policy.startswith("model:") for r in memory.store.all("summary"))
+    model.calls = []
+    assert memory.consolidate().summaries == 0 and "summary" not in model.calls  # done once told

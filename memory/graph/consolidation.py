@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence, Set
 
 from pydantic import BaseModel, Field
 from strata.memory.forgetting import is_request
@@ -84,10 +84,13 @@ def consolidate(
     store: MemoryStore, causal_on: bool = True, entities_on: bool = True, summaries_on: bool = True,
     causal_policy: CausalPolicy | None = None, summary_policy: SummaryPolicy | None = None, policy: str = "offline",
     limit: int | None = None, semantic_on: bool = True, fallbacks: Mapping[str, str] | None = None,
+    retry: Set[str] = frozenset(),
 ) -> ConsolidationReport:
     """Run the slow path over every filed turn not consolidated yet (at most `limit` of them). `fallbacks`:
     the label a summary told offline is stored with when `summary_policy` could not write it, by group id
-    (the policy fills it in as it goes: `offline (model output unusable: ...)`); plain `offline` otherwise."""
+    (the policy fills it in as it goes: `offline (model output unusable: ...)`); plain `offline` otherwise.
+    `retry`: the turns and summary groups the policies told offline because the model could not be reached
+    (filled in as they go); they are not counted done, so a later run asks the model again."""
     started = time.perf_counter()
     report = ConsolidationReport(policy=policy)
     ns = store.namespace
@@ -119,13 +122,14 @@ def consolidate(
             store.link(kept)  # all: densify's weight replaces the fast path's
             # read again under the lock: an erase meanwhile took its turns out of the list
             now = set(store.ledger.get_state(ns, key, []) or [])  # type: ignore[arg-type]
-            now.update(timeline[i].id for i in batch if store.has(timeline[i].id))
+            now.update(timeline[i].id for i in batch if store.has(timeline[i].id) and timeline[i].id not in retry)
             store.ledger.set_state(ns, key, sorted(now))
         report.turns += len(batch)
         report.causal += sum(link.type == LinkType.CAUSAL for link in added)
         report.entity += sum(link.type == LinkType.ENTITY for link in added)
     if summaries_on:
-        written, unchanged = _summarise(store, timeline, summary_policy, policy, {} if fallbacks is None else fallbacks)
+        written, unchanged = _summarise(
+            store, timeline, summary_policy, policy, {} if fallbacks is None else fallbacks, retry)
         report.summaries, report.summaries_unchanged = written, unchanged
     report.seconds = time.perf_counter() - started
     return report
@@ -162,7 +166,7 @@ def _densify(store: MemoryStore, batch: Sequence[Record], order: dict[str, int])
 
 def _summarise(
     store: MemoryStore, timeline: Sequence[Record], policy_fn: SummaryPolicy | None, policy: str,
-    fallbacks: Mapping[str, str],
+    fallbacks: Mapping[str, str], retry: Set[str] = frozenset(),
 ) -> tuple[int, int]:
     """Regroup topics and persona aspects; write the groups whose turns changed. (written, unchanged)."""
     ns = store.namespace
@@ -214,7 +218,7 @@ def _summarise(
                 if old.src == record.id and (old.src, old.dst) not in kept
             )
             store.link(cites)
-            _set_digest(store, group.id, digest)
+            _set_digest(store, group.id, None if group.id in retry else digest)  # no digest: told again next run
         written += 1
     # A group the new turns dissolved (its turns now belong to another topic) leaves no frozen summary
     # behind: it would repeat, out of date, what the group that took its turns says.
