@@ -971,11 +971,14 @@ class MemoryStore:
         for follower in self.ledger.followers(self.namespace, int(change.id or 0)):
             self._reverse(follower)
         record = self.get_one(change.record_id)
+        names = [*_FACT_FIELDS, *(n for n in change.old_fields if n not in _FACT_FIELDS)]  # an evolution's tags too
+        now = {name: json.dumps(value) if name in _LIST_FIELDS else value
+               for name in names if (value := getattr(record, name, None)) is not None}
         text, status, fields = change.old_text, change.old_status, dict(change.old_fields)
         if record.kind == "summary" and (record.text, record.status) != (change.new_text, change.new_status):
             # told again since (a consolidation writes no history): its old text would name turns it no longer
             # cites; it stays as told, and the next consolidation tells it from what this undo gives back
-            text, status, fields = record.text, record.status, {name: getattr(record, name) for name in _FACT_FIELDS}
+            text, status, fields = record.text, record.status, now
         restored = record.model_copy(
             update={"text": text, "status": status, "version": record.version + 1, **_field_values(fields)}
         )
@@ -983,8 +986,7 @@ class MemoryStore:
             namespace=self.namespace, record_id=record.id, kind=record.kind, action=Action.UNDO,
             old_text=record.text, new_text=text, old_status=record.status,
             new_status=status, reason=f"undo of change {change.id}", policy="user",
-            undoes=change.id, old_fields={name: getattr(record, name) for name in _FACT_FIELDS},
-            new_fields=fields,
+            undoes=change.id, old_fields=now, new_fields=fields,
         )
         entry = JournalEntry(records=[record], undid=change.id)
         with self.ledger.transaction() as session:

@@ -267,8 +267,16 @@ def _print_change(change: Change) -> None:
         parts.append(f"status {change.old_status.value} -> {change.new_status.value}")
     if change.old_text != change.new_text:
         parts.append(f"{_short(change.old_text)!r} -> {_short(change.new_text)!r}")
+    parts += _field_changes(change)
     parts.append(f"({change.reason}, {change.policy}){state}")
     print(" ".join(parts))
+
+
+def _field_changes(change: Change) -> list[str]:
+    """What an edit changed besides the words: an evolution's tags and context, an update's subject, attribute
+    or value ('context "..." -> "..."')."""
+    return [f"{name} {_short(change.old_fields.get(name, ''))!r} -> {_short(value)!r}"
+            for name, value in change.new_fields.items() if change.old_fields.get(name, "") != value]
 
 
 def _short(text: str, width: int = 70) -> str:
@@ -446,6 +454,8 @@ def _undo(args: argparse.Namespace) -> int:
     change = memory.undo(args.change_id)
     print(f"undid change #{change.undoes} on {change.record_id}: it is {change.new_status.value} again")
     print(f"text now: {change.new_text}")
+    for restored in _field_changes(change):  # an evolution's undo gives back tags and context, not words
+        print(f"restored {restored}")
     print(f"(this undo is change #{change.id}; `strata undo {change.id}` does not redo: edit again instead)")
     return 0
 

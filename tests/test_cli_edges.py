@@ -178,3 +178,21 @@ def test_drop_lists_then_deletes_even_a_namespace_no_other_command_can_open(
     assert added.returncode == 0 and "error" not in added.stderr, added.stderr[-600:]  # usable again at once
     one_line_error(run("--data-dir", str(data_dir), "--namespace", "other", "stats", env=offline_env, cwd=tmp_path),
                    "drop the namespace")  # another namespace is not touched
+
+
+def test_history_and_undo_say_what_an_evolution_changed(tmp_path: Path, offline_env: dict[str, str]) -> None:
+    """An evolution changes a note's tags and context, never its words: `history` showed no change at all, `undo`
+    said only "it is active again" with the same text, and the undo's row kept subject/attribute/value."""
+    memory = Memory("m", data_dir=str(stored(tmp_path / "mem")))
+    before = memory.store.get_one("raw:D1:1")
+    change = memory.store.evolve("raw:D1:1", tags=["cat"], context="Ann's new cat", reason="test evolution")
+    close_all()
+    base = ["--data-dir", str(tmp_path / "mem"), "--namespace", "m"]
+    shown = run(*base, "history", "--limit", "1", env=offline_env, cwd=tmp_path)
+    assert f"#{change.id}" in shown.stdout and "context " in shown.stdout and "-> \"Ann's new cat\"" in shown.stdout
+    undone = run(*base, "undo", str(change.id), env=offline_env, cwd=tmp_path)
+    assert undone.returncode == 0, undone.stderr[-600:]
+    assert f"restored context \"Ann's new cat\" -> {before.context!r}" in undone.stdout, undone.stdout
+    assert "restored tags '[\"cat\"]' -> " in undone.stdout, undone.stdout
+    row = Memory("m", data_dir=str(tmp_path / "mem")).history(limit=1)[0]
+    assert (row.old_fields["context"], row.new_fields["context"]) == ("Ann's new cat", before.context)
