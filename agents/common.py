@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from functools import lru_cache
 from typing import Literal
 
 from langgraph.runtime import Runtime
@@ -19,6 +18,7 @@ from strata.memory.errors import InputError, check_text
 from strata.memory.facts import without_small_talk
 from strata.memory.records import Record
 from strata.memory.registry import open_store
+from strata.memory.speakers import listener_of
 from strata.memory.store import MemoryStore
 
 OFFLINE = "offline"
@@ -97,15 +97,8 @@ def brief_line(record: Record, people: Sequence[str]) -> str:
     listener, whose name a greeting addresses, is the one other person of a two-person conversation."""
     if not people or record.kind != "raw" or not record.speaker:
         return record.line()
-    brief = without_small_talk(record.text, record.speaker, _listener(record.speaker, tuple(people)))
+    brief = without_small_talk(record.text, record.speaker, listener_of(record.speaker, tuple(people)))
     return record.line(brief if brief != record.text else None)
-
-
-@lru_cache(maxsize=1024)
-def _listener(speaker: str, people: tuple[str, ...]) -> str | None:
-    """The one other person of a two-person conversation (a question ranks thousands of turns)."""
-    others = [p for p in people if p != speaker]
-    return others[0] if len(others) == 1 else None
 
 
 def current_turn_text(state: State, mode: str) -> str:

@@ -80,6 +80,14 @@ _FAMILY_CUE = re.compile(
 _FRIENDS_CUE = re.compile(r"\b(?:my|our)\s+(?:friends?|gang|buddies|crew|group|team|mates|pals)\b", re.IGNORECASE)
 
 
+@lru_cache(maxsize=1024)
+def listener_of(speaker: str, people: tuple[str, ...]) -> str | None:
+    """Who is spoken to: in a two-person conversation, whoever is not speaking; nobody known otherwise (a
+    greeting's name is small talk when it names the listener; a question ranks thousands of turns)."""
+    others = [p for p in people if p != speaker]
+    return others[0] if len(others) == 1 else None
+
+
 def _norm(token: str) -> str:
     return token.lower().replace("’", "'")
 

@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError
 from strata.memory.errors import InputError
 from strata.memory.moments import read_time
 from strata.memory.records import Turn
+from strata.memory.speakers import listener_of
 
 _SESSION_KEY = re.compile(r"session_(\d+)")
 _DIA_ID = re.compile(r"D(\d+):")
@@ -237,13 +238,6 @@ def _parse_time(value: str, name: str, where: str) -> datetime:
     return parsed
 
 
-def _listener(participants: list[str], speaker: str) -> str | None:
-    """In a two-person chat, whoever is not speaking is being spoken to."""
-    if len(participants) != 2 or speaker not in participants:
-        return None
-    return participants[1] if speaker == participants[0] else participants[0]
-
-
 def _unique_ids(sessions: list[Session], name: str) -> list[Session]:
     """Each dia_id names one turn: the stores and the gold evidence both rely on it."""
     seen: set[str] = set()
@@ -330,7 +324,7 @@ def _locomo_conversation(raw: Mapping[str, Any], conversation_id: str, name: str
                 time=when,
                 dia_id=turn.dia_id or f"D{number}:{index}",
                 session=label,
-                listener=_listener(participants, turn.speaker.strip()),
+                listener=listener_of(turn.speaker.strip(), tuple(participants)),
                 image_caption=turn.blip_caption or None,
             )
             for index, turn in enumerate(turns_in, start=1)
@@ -382,7 +376,7 @@ def _plain_conversation(raw_turns: list[Any], conversation_id: str, name: str) -
                 time=when,
                 dia_id=(turn.dia_id or "").strip() or None,
                 session=label,
-                listener=_listener(participants, speaker),
+                listener=listener_of(speaker, tuple(participants)),
                 image_caption=(turn.image_caption or "").strip() or None,
             )
         )
