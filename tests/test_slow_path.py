@@ -302,3 +302,23 @@ def test_a_consolidation_while_the_model_is_down_asks_it_again_next_time(ingeste
     assert all(r.policy.startswith("model:") for r in memory.store.all("summary"))
     model.calls = []
     assert memory.consolidate().summaries == 0 and "summary" not in model.calls  # done once told
+
+
+def test_an_anaphoric_cause_points_back_only_from_a_turns_opening_and_within_its_session() -> None:
+    """conv-26 D3:1, "... It made me reflect ...", after its own account of the school event, was linked to
+    D2:16, the last turn of the session fifteen days before ("Thanks for your kind words")."""
+    def turn(dia: str, text: str, speaker: str = "Ann") -> Record:
+        return Record(id=f"raw:{dia}", kind="raw", namespace="n", text=text, speaker=speaker, dialogue_id=dia,
+                      session=dia[1:].split(":")[0])
+
+    def never(text: str, records: Sequence[Record]) -> list[float]:
+        return [0.0] * len(records)
+
+    before = turn("D2:16", "Thanks for your kind words, it means a lot.", "Ben")
+    opener = turn("D3:1", "It made me reflect on how far I've come.")
+    assert causal.infer(opener, [before], never, ["Ann", "Ben"]) == []  # another session: days old
+    told = turn("D2:17", "I spoke at the school event last week. It made me reflect on how far I've come.")
+    assert causal.infer(told, [before], never, ["Ann", "Ben"]) == []  # "it" is the turn's own event
+    thanks = turn("D2:17", "Thanks, Ben! That's why I moved to Denver.")
+    [link] = causal.infer(thanks, [before], never, ["Ann", "Ben"])  # a greeting first: still the opening
+    assert (link.cause, link.effect) == ("raw:D2:16", "raw:D2:17")

@@ -5,8 +5,10 @@ decided" states a cause and an effect. When both halves are in the turn, the
 turn already reads as an explanation and no edge is needed. When one half
 points elsewhere, the edge joins the turn to that other record:
 - an anaphoric half ("I painted *it* because it was calming", "*That's* why I
-  moved") refers to a turn just before: the nearest of the last few turns
-  sharing an entity with this one, else the turn right before;
+  moved") opening a turn refers to a turn just before in the same session: the
+  nearest of the last few turns sharing an entity with this one, else the turn
+  right before (later in a turn, "that" is what the turn's own sentences said,
+  and after a session break nothing was just said);
 - a half naming specific things ("counseling and support groups improved my
   life, so I started ...") refers to the earlier turn, in any session, that
   shares one of those entities and is closest in meaning to the half.
@@ -21,8 +23,10 @@ import re
 from collections.abc import Callable, Sequence
 
 from pydantic import BaseModel, Field
+from strata.memory.facts import without_small_talk
 from strata.memory.graph.entities import find_mentions
 from strata.memory.records import Link, LinkType, Record
+from strata.memory.speakers import listener_of
 
 # (pattern, the side of the cue the cause is on). A cue's left part is the text before it.
 _CUES: tuple[tuple[re.Pattern[str], str], ...] = (
@@ -47,6 +51,7 @@ class Cue(BaseModel):
     effect: str
     marker: str
     cause_first: bool = Field(..., description="The cause is the sentence's first half (before the cue word).")
+    opens: bool = Field(True, description="The sentence is the text's first: nothing said before it in the text.")
 
 
 class CausalLink(BaseModel):
@@ -59,7 +64,7 @@ class CausalLink(BaseModel):
 def cues(text: str) -> list[Cue]:
     """Every cause/effect split the cue words give in a text (one per sentence at most)."""
     found: list[Cue] = []
-    for sentence in re.split(r"(?<=[.!?])\s+", text):
+    for number, sentence in enumerate(re.split(r"(?<=[.!?])\s+", text.strip())):
         for pattern, cause_side in _CUES:
             match = pattern.search(sentence)
             if not match:
@@ -72,7 +77,8 @@ def cues(text: str) -> list[Cue]:
             if pattern is _CUES[-1][0]:  # "after X, I decided Y": the cause sits inside the match
                 cause, effect = match.group(0), right
             marker = match.group(0).strip()
-            found.append(Cue(cause=cause, effect=effect, marker=marker, cause_first=cause_side == "left"))
+            found.append(Cue(cause=cause, effect=effect, marker=marker, cause_first=cause_side == "left",
+                             opens=number == 0))
             break
     return found
 
@@ -92,11 +98,15 @@ def infer(
     """
     links: list[CausalLink] = []
     own = {m.key for m in find_mentions(record.text, record.speaker, known=known)}
-    for cue in cues(record.text):
+    # the turn as its context shows it, its small talk left out: "Thanks, Caroline! I painted it because ..."
+    # opens with the cue sentence
+    for cue in cues(without_small_talk(record.text, record.speaker, listener_of(record.speaker, tuple(known)))):
         # the sentence's first half is the one that points back ("I painted *it* because ...",
         # "*That's* why I ..."); the second half is what the turn itself adds
         halves = [(cue.cause, "cause"), (cue.effect, "effect")]
         for half, role in halves if cue.cause_first else halves[::-1]:
+            if _anaphoric(half) and not cue.opens:
+                continue  # "It made me reflect", after the turn's own account: the turn explains itself
             other, weight = _referent(half, own, record, earlier, similarity, known)
             if other is None:
                 continue
@@ -114,7 +124,9 @@ def _referent(
     if not earlier:
         return None, 0.0
     if _anaphoric(half):
-        recent = list(earlier[-RECENT_WINDOW:])
+        recent = [r for r in earlier[-RECENT_WINDOW:] if r.session == record.session]
+        if not recent:
+            return None, 0.0  # a session's first turn: what was said just before is days old
         for candidate in reversed(recent):
             theirs = {m.key for m in find_mentions(_with_caption(candidate), candidate.speaker, known=known)}
             if own & theirs:
