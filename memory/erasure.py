@@ -63,10 +63,9 @@ from strata.memory.locks import hold_folder, release_folder
 from strata.memory.names import canonical_name
 from strata.memory.records import KINDS, Link, LinkType, Record, Status, chronological_key
 from strata.memory.reindex import CHROMA_DB, open_chroma_db
-from strata.memory.store import MemoryStore
+from strata.memory.store import ERASING, MemoryStore
 
 DERIVED_KINDS = ("fact", "persona", "episode", "summary")  # kinds that cite the turns they came from
-ERASING = "erasure_in_progress"  # ledger state: the ids of an erase under way (`finish_erasure`)
 LOG_WAIT_SECONDS = 2.0  # how long an erase waits for Chroma to drop the records from its log before reporting
 VACUUM_SECONDS = 600  # a large folder's database takes a while to rebuild
 REINDEX_SECONDS = 3_600  # copying a collection's index: 85 s at 100,000 records (README, "Erase for good")
@@ -263,7 +262,8 @@ def apply_erasure(store: MemoryStore, plan: ErasurePlan) -> ErasureReport:
     """Carry out a plan (`plan_erasure`, made on this store just before, under its write lock), and
     report what went and what may remain on disk; `Memory.erase` also deletes the saved threads first.
     The plan's ids go to the ledger first (`ERASING`): stopped at any point after, the erase is finished
-    by the next opener of the namespace from them, since a second erase could no longer find its records."""
+    from them by the next read or write of the namespace, on any replica (`MemoryStore._finish_erase`),
+    since a second erase could no longer find its records."""
     rejoined = _rejoined(store, set(plan.targets))
     unfinished = _Unfinished(targets=plan.targets, turns=sorted(plan.turns),
                              rejoined=[(link.src, link.dst) for link in rejoined])

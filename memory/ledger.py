@@ -60,6 +60,10 @@ class Ledger:
         """Serialise the writers of one namespace (across processes when the database is shared)."""
         return self.backend.namespace_lock(namespace)
 
+    def in_transaction(self) -> bool:
+        """Whether this thread has a transaction open on the ledger (a write in progress)."""
+        return self.backend.in_transaction()
+
     @property
     def read_only(self) -> bool:
         """True for a ledger in a folder this process may read but not write."""
@@ -103,6 +107,18 @@ class Ledger:
                 "SELECT seq, reset_seq FROM namespaces WHERE namespace = ?", (namespace,)
             ).fetchone()
         return (int(row[0]), int(row[1])) if row else (0, 0)
+
+    def freshness(self, namespace: str, flag: str) -> tuple[int, int, bool]:
+        """`sequence`, and whether the state `flag` is set, in one query: a reader checks both before each
+        read at the cost of the one number (memory/store.py: an erase stopped midway on another replica)."""
+        with self.reading() as session:
+            row = session.execute(
+                "SELECT (SELECT seq FROM namespaces WHERE namespace = ?), "
+                "(SELECT reset_seq FROM namespaces WHERE namespace = ?), "
+                "EXISTS (SELECT 1 FROM state WHERE namespace = ? AND key = ?)",
+                (namespace, namespace, namespace, flag),
+            ).fetchone()
+        return int(row[0] or 0), int(row[1] or 0), bool(row[2])
 
     def changed_since(self, namespace: str, seq: int) -> list[str]:
         """Ids of the records written, updated, deleted or restored after sequence `seq`."""

@@ -193,6 +193,10 @@ class PostgresBackend:
                 with suppress(self._psycopg.Error):
                     conn.execute("SELECT pg_advisory_unlock(%s, %s)", key)
 
+    def in_transaction(self) -> bool:
+        """Whether this thread has a transaction open here."""
+        return getattr(self._local, "session", None) is not None
+
     def compact(self) -> bool:
         """Nothing here: PostgreSQL keeps deleted rows' bytes until its vacuum reuses or rewrites their pages
         (`VACUUM FULL` rewrites them at once; it locks the tables, so it is the operator's call)."""

@@ -94,6 +94,8 @@ class Backend(Protocol):
 
     def namespace_lock(self, namespace: str) -> Any: ...
 
+    def in_transaction(self) -> bool: ...
+
     def compact(self) -> bool: ...
 
     def close(self) -> None: ...
@@ -225,6 +227,10 @@ class SqliteBackend:
     def namespace_lock(self, namespace: str) -> Iterator[None]:
         """Nothing beyond the store's own lock: an embedded folder is locked to one process."""
         yield
+
+    def in_transaction(self) -> bool:
+        """Whether this thread has a transaction open here."""
+        return bool(getattr(self._local, "depth", 0))
 
     def compact(self) -> bool:
         """Deleted rows out of the files: the write-ahead log folded in and emptied, the file rebuilt

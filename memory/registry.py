@@ -13,21 +13,18 @@ from Chroma and the ledger.
 
 from __future__ import annotations
 
-import logging
 import os
 import threading
 from collections import OrderedDict
 
 from strata.memory import chroma, embeddings, locks
 from strata.memory.chroma import forget_client, open_clients
-from strata.memory.erasure import ERASING, finish_erasure
 from strata.memory.ledger import Ledger, open_ledger
 from strata.memory.locks import location_of
 from strata.memory.namespaces import check_namespace
 from strata.memory.settings import StoreSettings, max_open_stores
-from strata.memory.store import MemoryStore
+from strata.memory.store import ERASING, MemoryStore
 
-LOG = logging.getLogger(__name__)
 _LEDGERS: dict[str, Ledger] = {}
 _STORES: OrderedDict[tuple[StoreSettings, str], MemoryStore] = OrderedDict()
 _LOCK = threading.Lock()
@@ -47,15 +44,13 @@ def open_store(settings: StoreSettings, namespace: str) -> MemoryStore:
     store.recover()  # edits a killed writer left half done (memory/journal.py), outside the registry's lock
     if not store.read_only and store.state(ERASING):
         try:
-            with store.writing():  # an erase stopped midway is finished before anything reads what it erased
-                store.finished_erasure = finish_erasure(store)
+            with store.writing():  # which finishes an erase stopped midway before anything reads what it erased
+                pass
         except BaseException:
             with _LOCK:  # not left open half erased: the next open tries again
                 if _STORES.get(key) is store:
                     del _STORES[key]
             raise
-        LOG.warning("an erase of %d records in namespace %r, stopped midway, was finished on opening it",
-                    len(store.finished_erasure.erased) if store.finished_erasure else 0, namespace)
     return store
 
 

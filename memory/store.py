@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import gc
 import json
+import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -61,8 +62,10 @@ from strata.memory.staging import FLUSH_TURNS, StagedWrites, merge_nearest
 from strata.memory.timeline import Timeline
 from strata.memory.vector_index import EXACT_LIMIT, ExactIndex
 
+LOG = logging.getLogger(__name__)
 _LIST_FIELDS = ("source_ids", "entities", "keywords", "tags")
 IMPORTING = "import_in_progress"  # ledger state while an import writes (memory/portability.py)
+ERASING = "erasure_in_progress"  # ledger state: the ids of an erase under way (memory/erasure.py: `finish_erasure`)
 READ_PAGE = 5_000  # records per Chroma read when a collection is mirrored (see read_collection)
 FALLBACK_WRITE_BATCH = 5_000  # records per Chroma write when the client cannot say its limit (`_write_batch`)
 WINDOW_IDS = 5_000
@@ -211,7 +214,7 @@ class MemoryStore:
         self._lexical: dict[Kind, BM25Index] = {}
         self._seen = 0  # the change sequence the mirrors reflect
         self._saved: dict[Kind, int] = {}  # the sequence each mirror was last saved at (memory/snapshots.py)
-        self.finished_erasure: Any = None  # the report of an erase stopped midway, finished on opening (registry)
+        self.finished_erasure: Any = None  # the report of an erase stopped midway, finished here (`_finish_erase`)
         self._timeline = Timeline()  # the active raw turns in order, kept with the raw mirror
         self._turn_list: list[Record] | None = None  # `timeline()` as a list, until the next raw change
         self._facts_of: dict[str, set[str]] = {}  # dialogue id -> ids of the facts derived from it
@@ -247,7 +250,30 @@ class MemoryStore:
             if not self._group_depth:
                 self.check_whole()
                 self.recover()
+                if self._write_lock.depth() == 1:  # not inside this thread's own erase
+                    self._finish_erase()
             yield
+
+    def _finish_erase(self) -> None:
+        """Finish an erase stopped midway (its process killed, on this replica or another) from the ids it
+        wrote down, before anything else reads or writes what it erased; the caller holds the write lock.
+        A replica that had the namespace open went on serving the records otherwise (memory/erasure.py)."""
+        from strata.memory.erasure import finish_erasure  # (erasure.py builds on this module)
+
+        if self.read_only:
+            return
+        report = finish_erasure(self)
+        if report is not None:
+            self.finished_erasure = report
+            LOG.warning("an erase of %d records in namespace %r, stopped midway, was finished here",
+                        len(report.erased), self.namespace)
+
+    def _may_finish_erase(self) -> bool:
+        """Whether a read in this thread may take the write lock to finish an erase: not on a read-only folder,
+        nor while the thread holds the write lock (its own erase, or one it checked on taking the lock), the
+        store's lock or a ledger transaction, which come after the write lock."""
+        owned = getattr(self._lock, "_is_owned", lambda: False)()
+        return not (self.read_only or owned or self._write_lock.held_here() or self.ledger.in_transaction())
 
     def check_whole(self) -> None:
         """One line, before anything reads or writes a namespace an import has not finished (a killed one
@@ -268,8 +294,6 @@ class MemoryStore:
         """Once per open: a ledger that remembers this namespace (changes, links) beside a Chroma holding none
         of its records means Chroma's half is not here (another server or folder, a lost volume). Read on, it
         answered "not in memory" and took new writes that the old links and history no longer matched."""
-        from strata.memory.erasure import ERASING  # (erasure.py builds on this module)
-
         if self.state(ERASING) is None and not self._holds_any_record():  # an erase under way explains it
             links = sum(self.ledger.count_links(self.namespace).values())
             remembered = self.ledger.count_history(self.namespace) + links
@@ -495,7 +519,11 @@ class MemoryStore:
         The ledger is read before the mirror lock is taken, and a dropped namespace forgets
         every mirror.
         """
-        seq, reset = self.ledger.sequence(self.namespace)
+        seq, reset, erasing = self.ledger.freshness(self.namespace, ERASING)
+        if erasing and self._may_finish_erase():  # stopped midway, by another replica say: finished first
+            with self.writing():  # (`_finish_erase`), so this read never sees what it erases
+                pass
+            seq, reset, _ = self.ledger.freshness(self.namespace, ERASING)
         if seq == self._seen:
             return
         if reset > self._seen:  # dropped since (by another replica, say): its collections went with it, and
@@ -1437,6 +1465,13 @@ class _WriterLock:
         self._ledger = ledger
         self._namespace = namespace
         self._held = threading.local()
+
+    def depth(self) -> int:
+        """How many times this thread holds the lock (0: not at all)."""
+        return len(getattr(self._held, "stack", ()))
+
+    def held_here(self) -> bool:
+        return self.depth() > 0
 
     def __enter__(self) -> None:
         self._local.acquire()

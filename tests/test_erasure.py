@@ -569,3 +569,48 @@ def test_an_erase_that_fails_midway_is_finished_by_the_same_processs_next_call(
 
     assert said and not set(said) & {f"raw:{i}" for i in evidence} and memory.get(said) == []
     assert memory.store.state(ERASING) is None
+
+
+def test_an_erase_stopped_midway_is_finished_by_the_next_read_or_write_of_a_memory_already_open(
+    memory: Memory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by audit: a replica that had the namespace open never finished an erase another replica was killed
+    in (only a fresh open did), and went on serving the record in `get` and keyword search, even after writing
+    to the namespace itself. Here the erase stops (as a kill would) once its ids are in the ledger, under the
+    feet of the open store; its next read finishes it, and so does the next write, and a read with nothing
+    changed still asks the ledger one question."""
+    from strata.memory import erasure
+    from strata.memory.ledger import Ledger
+
+    store = memory.store
+
+    class Stopped(Exception):
+        pass
+
+    def stop(*args: Any, **kwargs: Any) -> None:
+        raise Stopped
+
+    def stopped_midway(record_id: str) -> None:
+        plan = memory.erasure_plan([record_id])
+        monkeypatch.setattr(erasure, "_carry_out", stop)  # right after the ids went to the ledger
+        with store.writing(), pytest.raises(Stopped):
+            erasure.apply_erasure(store, plan)
+        monkeypatch.undo()
+        assert store.state(ERASING)  # left in the ledger, as by a replica killed there
+
+    turn = memory.get(["raw:D1:3"])[0]
+    assert turn.id in [rid for rid, _ in store.lexical("raw", turn.text, 3)]
+    stopped_midway(turn.id)
+    assert memory.get([turn.id]) == [] and store.state(ERASING) is None  # finished by the read
+    assert turn.id not in [rid for rid, _ in store.lexical("raw", turn.text, 3)]
+
+    other = memory.get(["raw:D1:5"])[0]
+    stopped_midway(other.id)
+    with store.writing():  # the start of a write
+        assert store.state(ERASING) is None
+    assert memory.get([other.id]) == [] and store.finished_erasure.erased[0] == other.id
+
+    reads: list[int] = []
+    reading = Ledger.reading
+    monkeypatch.setattr(Ledger, "reading", lambda self: reads.append(1) or reading(self))
+    assert store.get(["raw:D1:1"]) and len(reads) == 1  # the change sequence and the mark, read together

@@ -174,8 +174,12 @@ def exercise(ledger: Ledger) -> dict[str, Any]:
     ledger.log_changes("ns", ["raw:D1:2"])
     ledger.set_state("gone", "k", 1)
     ledger.log_changes("gone", ["raw:x"])
+    ledger.set_state("gone", "mark", "x")
+    ledger.set_state("ns", "flag", {"ids": []})
     ledger.drop_namespace("gone")
     return {
+        "freshness": [ledger.freshness("ns", "flag"), ledger.freshness("ns", "other"), ledger.freshness("gone", "mark"),
+                      ledger.freshness("never", "flag")],
         "history": [c.model_dump(mode="json") for c in ledger.history("ns")],
         "followers": [c.record_id for c in ledger.followers("ns", first)],
         "change": ledger.get_change("ns", first).model_dump(mode="json"),  # type: ignore[union-attr]
@@ -520,3 +524,47 @@ def test_a_laptop_memory_moves_to_the_servers_by_export_and_import(
         assert memory.retrieve(QUESTION).evidence_ids() == laptop.retrieve(QUESTION).evidence_ids()
     assert second.undo().action.value == "undo" and first.get([document.history[-1].record_id])[0].status.value == (
         "active")
+
+
+# A replica's erase, killed (as by SIGKILL) right after it wrote the erase's ids to the shared ledger.
+KILLED_ERASE = '''
+import os, sys
+from strata.memory import erasure
+from strata.api import Memory
+
+erasure._carry_out = lambda *args, **kwargs: os._exit(9)
+Memory(sys.argv[1], data_dir=sys.argv[2]).erase([sys.argv[3]])
+'''
+
+
+def test_an_erase_killed_midway_is_finished_by_the_replicas_that_have_the_namespace_open(
+    locomo_dir: Path, tmp_path: Path, replica_env: dict[str, str], replicas: list[Replica], ledger_url: str
+) -> None:
+    """Found by audit: replicas already open on the namespace never finished it (only a fresh open did) and went
+    on serving the erased turn, by id and in keyword search, even after writing to the namespace themselves."""
+    reader, writer = (Replica("erase-killed", tmp_path / name, replica_env) for name in ("reader", "writer"))
+    replicas += [reader, writer]
+    assert writer.call("add", turns=conversation(locomo_dir, "conv-26.json", 10))["stored"] >= 10
+    targets = {"raw:D1:3": reader, "raw:D1:5": writer}
+    for target, replica in targets.items():  # each replica warm, then a third one killed in an erase
+        text = replica.call("get", id=target)["text"]
+        assert target in replica.call("lexical", kind="raw", query=text)
+        killed = subprocess.run([sys.executable, "-c", KILLED_ERASE, "erase-killed", str(tmp_path / "killed"), target],
+                                cwd=REPO, env=replica_env, capture_output=True, text=True, timeout=300)
+        assert killed.returncode == 9, killed.stderr[-2000:]
+        assert ledger_state(ledger_url, "erase-killed", "erasure_in_progress") is not None
+        if replica is writer:  # its next call is a write
+            assert replica.call("add", turns=[{"speaker": "Ann", "text": "Another day, another turn."}])["stored"]
+        assert replica.call("get", id=target) is None
+        assert target not in replica.call("lexical", kind="raw", query=text)
+        assert ledger_state(ledger_url, "erase-killed", "erasure_in_progress") is None
+    for target in targets:
+        assert reader.call("get", id=target) is None and writer.call("get", id=target) is None
+
+
+def ledger_state(url: str, namespace: str, key: str) -> Any:
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT value FROM state WHERE namespace = %s AND key = %s", (namespace, key)).fetchone()
+    return json.loads(row[0]) if row else None
