@@ -54,6 +54,10 @@ CONNECT_TIMEOUT = 10.0
 """Seconds to open a connection to a Chroma server."""
 DEFAULT_SYNC = 1000
 """Chroma's own `sync_threshold`, restored once a collection is searched by Chroma."""
+MARK = "ledger"
+"""The metadata key of a server collection that names the ledger writing it (by the random mark that ledger
+gave the namespace): processes sharing a server but not a ledger each handed out the same turn ids and
+overwrote each other's records (memory/store.py: `_check_mark`)."""
 
 _CLIENTS: dict[StoreSettings, Any] = {}
 _LOCK = threading.Lock()
@@ -109,6 +113,20 @@ def owner_of(collection: Any) -> str | None:
     """The namespace a collection was created for (its metadata), None when it does not say."""
     owner = (collection.metadata or {}).get("namespace")
     return owner if isinstance(owner, str) else None
+
+
+def mark_of(collection: Any) -> str | None:
+    """The mark of the ledger a server collection is written through (its metadata, `MARK`), None when
+    it has none (created embedded, or by an earlier version)."""
+    mark = (collection.metadata or {}).get(MARK)
+    return mark if isinstance(mark, str) else None
+
+
+def set_mark(collection: Any, namespace: str, kind: Kind, mark: str) -> None:
+    """Write a ledger's mark into a collection's metadata. Chroma replaces metadata whole, so the
+    collection's other keys go with it (its owner and kind; never an `hnsw:` key, which Chroma refuses)."""
+    kept = {key: value for key, value in (collection.metadata or {}).items() if not key.startswith("hnsw:")}
+    collection.modify(metadata={**kept, "namespace": namespace, "kind": kind, MARK: mark})
 
 
 def _adopt_legacy(client: Any, namespace: str, kind: Kind, name: str, embedded: bool) -> None:
@@ -291,12 +309,15 @@ def _bounded(client: Any) -> None:
         session.timeout = httpx.Timeout(wait, connect=min(wait, CONNECT_TIMEOUT))
 
 
-def get_collection(client: Any, namespace: str, kind: Kind, embedded: bool, create: bool = True) -> Any:
+def get_collection(
+    client: Any, namespace: str, kind: Kind, embedded: bool, create: bool = True, mark: str | None = None
+) -> Any:
     """The namespace's collection of `kind`, created on first use when `create` (a write), else None when
     there is none (a read: a question on a made-up namespace must not make it one). Cosine space, vectors
     supplied by our embedder. An `embedded` collection (not on a Chroma server) of at most EXACT_LIMIT
     records writes its index at every write (see the module's docstring), also one an earlier version
-    created with Chroma's default."""
+    created with Chroma's default. One created on a server takes the ledger's `mark` (`MARK`); an existing
+    one keeps the mark it has, which the caller compares."""
     name = collection_name(namespace, kind)
     if embedded:
         recover(client, name)  # a rebuild that stopped halfway (memory/reindex.py), before it is created anew
@@ -306,7 +327,7 @@ def get_collection(client: Any, namespace: str, kind: Kind, embedded: bool, crea
             name=name,
             embedding_function=None,
             configuration={"hnsw": {"space": "cosine", **(SMALL_SYNC if embedded else {})}},
-            metadata={"namespace": namespace, "kind": kind},
+            metadata={"namespace": namespace, "kind": kind, **({MARK: mark} if mark and not embedded else {})},
         )
     elif (collection := _existing(client, name)) is None:
         return None

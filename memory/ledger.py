@@ -412,6 +412,20 @@ class Ledger:
                 (namespace, key, json.dumps(value)),
             )
 
+    def claim_state(self, namespace: str, key: str, value: object) -> object:
+        """Store `value` unless the key holds one already; the value that stands. Replicas of one ledger
+        racing to set it all get the first one's (the insert waits for a rival's uncommitted row, then
+        does nothing, and the read that follows sees that row)."""
+        with self.transaction() as session:
+            session.execute(
+                "INSERT INTO state (namespace, key, value) VALUES (?, ?, ?) ON CONFLICT (namespace, key) DO NOTHING",
+                (namespace, key, json.dumps(value)),
+            )
+            row = session.execute(
+                "SELECT value FROM state WHERE namespace = ? AND key = ?", (namespace, key)
+            ).fetchone()
+        return json.loads(row[0])
+
     def clear_state(self, namespace: str, key: str) -> None:
         """Remove one value; joins the transaction open in this thread."""
         with self.transaction() as session:

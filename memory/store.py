@@ -18,6 +18,7 @@ import gc
 import json
 import logging
 import threading
+import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -35,8 +36,10 @@ from strata.memory.chroma import (
     collection_names,
     get_collection,
     grown_large,
+    mark_of,
     open_client,
     owner_of,
+    set_mark,
 )
 from strata.memory.embeddings import CachedEmbedder, get_embedder
 from strata.memory.errors import ConfigError, InputError, NotFoundError
@@ -66,6 +69,9 @@ LOG = logging.getLogger(__name__)
 _LIST_FIELDS = ("source_ids", "entities", "keywords", "tags")
 IMPORTING = "import_in_progress"  # ledger state while an import writes (memory/portability.py)
 ERASING = "erasure_in_progress"  # ledger state: the ids of an erase under way (memory/erasure.py: `finish_erasure`)
+LEDGER_MARK = "ledger_mark"
+"""Ledger state: the random mark this ledger gave the namespace, which its collections on a Chroma server
+carry (memory/chroma.py: `MARK`); dropped with the namespace."""
 READ_PAGE = 5_000  # records per Chroma read when a collection is mirrored (see read_collection)
 FALLBACK_WRITE_BATCH = 5_000  # records per Chroma write when the client cannot say its limit (`_write_batch`)
 WINDOW_IDS = 5_000
@@ -403,11 +409,38 @@ class MemoryStore:
         with self._lock:
             collection = self._collections.get(kind)
             if collection is None:
-                collection = get_collection(self._client, self.namespace, kind, not self._shared, create)
+                mark = self._claim_mark() if create and self._shared else None
+                collection = get_collection(self._client, self.namespace, kind, not self._shared, create, mark)
                 if collection is None:
                     return NO_COLLECTION
+                if self._shared:
+                    self._check_mark(collection, kind)
                 self._collections[kind] = collection
             return collection
+
+    def _claim_mark(self) -> str:
+        """This ledger's mark for the namespace, given now if it has none (when replicas of one ledger race,
+        the first one's stands)."""
+        return str(self.ledger.claim_state(self.namespace, LEDGER_MARK, uuid.uuid4().hex))
+
+    def _check_mark(self, collection: Any, kind: Kind) -> None:
+        """Refuse a server collection written through another ledger. Processes sharing a Chroma server but
+        not a ledger (`ledger_url` forgotten: a SQLite file each) handed out the same turn ids from their own
+        counters and silently overwrote each other's turns. A collection of an earlier version (no mark) is
+        adopted by the first ledger to open it that wrote the namespace (or finds it empty)."""
+        theirs, ours = mark_of(collection), self.state(LEDGER_MARK)
+        if theirs is not None and theirs == ours:
+            return
+        if theirs is None:
+            if self.read_only:
+                return
+            if self.ledger.sequence(self.namespace)[0] or not collection.count():
+                set_mark(collection, self.namespace, kind, str(ours) if ours else self._claim_mark())
+                return
+        host = f"{self.settings.chroma_host}:{self.settings.chroma_port}"
+        raise ConfigError(f"the namespace {self.namespace!r} on the Chroma server at {host} is written through "
+                          f"another ledger than this one ({self.ledger.where}): give every replica the same "
+                          "ledger_url (PostgreSQL, STRATA_LEDGER_URL)")
 
     @property
     def read_only(self) -> bool:

@@ -29,8 +29,10 @@ from servers import (
     free_port,
     postgres_run,
 )
-from strata.memory.chroma import collection_name, open_client, server_timeout
+from strata.memory.chroma import MARK, collection_name, mark_of, open_client, server_timeout
 from strata.memory.errors import ConfigError, UnavailableError
+from strata.memory.registry import close_all
+from strata.memory.store import LEDGER_MARK
 
 from strata.api import Memory
 
@@ -236,3 +238,86 @@ def test_reads_while_the_chroma_server_is_down_say_so_and_read_everything_once_i
         server.start(60)
         assert [r.text for r in memory.export().records if r.kind == "fact"] == ["Ann lives in Zorbatown."]
         assert memory.stats()["fact"]["active"] == 1
+
+
+def on_server(chroma: ServerProcess, folder: Path, namespace: str) -> Memory:
+    """A memory on the Chroma server with the SQLite ledger of its own folder (no ledger_url)."""
+    return Memory(namespace, chroma_host=LOOPBACK, chroma_port=chroma.port, data_dir=folder)
+
+
+def namespace_collections(chroma: ServerProcess, namespace: str) -> list[Any]:
+    import chromadb
+    from chromadb.config import Settings
+
+    client = chromadb.HttpClient(host=LOOPBACK, port=chroma.port, settings=Settings(anonymized_telemetry=False))
+    return [c for c in client.list_collections() if (c.metadata or {}).get("namespace") == namespace]
+
+
+def said(count: int, who: str = "Ann") -> list[dict[str, str]]:
+    return [{"speaker": who, "text": f"{who} visited the town of Zorba number {n} today."} for n in range(count)]
+
+
+def refused(call: Any, chroma: ServerProcess, namespace: str) -> None:
+    with pytest.raises(ConfigError) as error:
+        call()
+    message = str(error.value)
+    assert "\n" not in message and repr(namespace) in message and f"{LOOPBACK}:{chroma.port}" in message
+    assert "give every replica the same ledger_url (PostgreSQL" in message
+
+
+@pytest.mark.slow
+def test_processes_sharing_a_server_but_not_a_ledger_are_refused_in_one_line(chroma: ServerProcess,
+                                                                            tmp_path: Path) -> None:
+    """Found by audit: two processes on one Chroma server without ledger_url each kept a SQLite ledger, handed
+    out the same turn ids (T1, T2, ...) for one namespace and silently overwrote each other's turns (40
+    acknowledged, 20 kept). The namespace's collections now carry the mark of the ledger that writes them."""
+    first, second = on_server(chroma, tmp_path / "a", "unshared"), on_server(chroma, tmp_path / "b", "unshared")
+    stored = first.add(said(3)).stored_ids
+    assert stored and {mark_of(c) for c in namespace_collections(chroma, "unshared")} == {
+        first.store.state(LEDGER_MARK)}
+    for call in (lambda: second.add(said(3, "Bo")), lambda: second.get(stored), lambda: second.ask("Where was Ann?")):
+        refused(call, chroma, "unshared")
+    turns = [r.text for r in first.get(stored) if r.kind == "raw"]
+    assert turns == [t["text"] for t in said(3)]  # nothing overwritten
+    assert first.add(said(1, "Cy")).stored_ids  # the namespace's own ledger writes on
+
+
+@pytest.mark.slow
+def test_a_server_namespace_written_before_marks_is_adopted_by_its_own_ledger_only(chroma: ServerProcess,
+                                                                                   tmp_path: Path) -> None:
+    """Collections of an earlier version carry no mark: the ledger that wrote them gives them its own; a ledger
+    that never wrote the namespace is refused rather than taking it over (it would hand out the same ids)."""
+    def unmarked() -> None:  # as an earlier version left them
+        for collection in namespace_collections(chroma, "earlier"):
+            collection.modify(metadata={"namespace": "earlier", "kind": collection.metadata["kind"]})
+
+    stored = on_server(chroma, tmp_path / "a", "earlier").add(said(2)).stored_ids
+    unmarked()
+    close_all()
+    again = on_server(chroma, tmp_path / "a", "earlier")
+    assert len(again.get(stored)) == len(stored) and again.add(said(1, "Bo")).stored_ids
+    collections = namespace_collections(chroma, "earlier")
+    assert {mark_of(c) for c in collections} == {again.store.state(LEDGER_MARK)} and None not in {
+        mark_of(c) for c in collections}
+    assert all(set(c.metadata) == {"namespace", "kind", MARK} for c in collections)
+    unmarked()
+    close_all()
+    refused(lambda: on_server(chroma, tmp_path / "b", "earlier").get(stored), chroma, "earlier")
+
+
+@pytest.mark.slow
+def test_a_marked_namespace_is_erased_whole_and_dropped_with_its_mark(chroma: ServerProcess, tmp_path: Path) -> None:
+    """An erase of every record keeps the namespace (and its mark) writable; a drop takes the mark with the
+    namespace, so it starts afresh, through whichever ledger writes it next."""
+    first = on_server(chroma, tmp_path / "a", "dropped")
+    stored = first.add(said(3)).stored_ids
+    everything = [r.id for kind in ("raw", "fact", "episode", "persona") for r in first.store.all(kind)]
+    assert set(first.erase(everything).erased) >= set(stored) and first.get(stored) == []
+    assert first.add(said(2, "Bo")).stored_ids
+    mark = first.store.state(LEDGER_MARK)
+    assert mark and {mark_of(c) for c in namespace_collections(chroma, "dropped")} == {mark}
+    first.drop()
+    assert first.store.state(LEDGER_MARK) is None and not namespace_collections(chroma, "dropped")
+    second = on_server(chroma, tmp_path / "b", "dropped")
+    assert second.add(said(1, "Cy")).stored_ids  # a new namespace, through this ledger now
+    refused(lambda: first.get(stored), chroma, "dropped")

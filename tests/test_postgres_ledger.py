@@ -174,10 +174,12 @@ def exercise(ledger: Ledger) -> dict[str, Any]:
     ledger.log_changes("ns", ["raw:D1:2"])
     ledger.set_state("gone", "k", 1)
     ledger.log_changes("gone", ["raw:x"])
-    ledger.set_state("gone", "mark", "x")
+    claimed = [ledger.claim_state("ns", "mark", "first"), ledger.claim_state("ns", "mark", "second"),
+               ledger.claim_state("gone", "mark", "x")]
     ledger.set_state("ns", "flag", {"ids": []})
     ledger.drop_namespace("gone")
     return {
+        "claimed": claimed,
         "freshness": [ledger.freshness("ns", "flag"), ledger.freshness("ns", "other"), ledger.freshness("gone", "mark"),
                       ledger.freshness("never", "flag")],
         "history": [c.model_dump(mode="json") for c in ledger.history("ns")],
@@ -204,6 +206,25 @@ def test_sqlite_and_postgres_ledgers_answer_alike(tmp_path: Path, ledger_url: st
     finally:
         on_sqlite.close()
         on_postgres.close()
+
+
+def test_replicas_of_one_ledger_claiming_a_namespace_at_once_agree_on_its_mark(ledger_url: str) -> None:
+    """Each replica claims the namespace's mark before it creates a collection on the Chroma server; racing on
+    a new namespace, every one must read back the same mark (the first committed), or they refuse each other."""
+    ledgers = [open_ledger(Path("unused"), ledger_url) for _ in range(6)]
+    handed = iter(ledgers)
+    lock = threading.Lock()
+
+    def claim() -> object:
+        with lock:
+            ledger = next(handed)
+        return ledger.claim_state("fresh", "ledger_mark", uuid.uuid4().hex)
+
+    try:
+        assert len(set(all_at_once(claim, len(ledgers)))) == 1
+    finally:
+        for ledger in ledgers:
+            ledger.close()
 
 
 def test_replicas_starting_together_migrate_once(ledger_url: str) -> None:
