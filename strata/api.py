@@ -267,7 +267,7 @@ class Memory:
             except InputError as error:
                 if resumed is None:
                     raise
-                raise InputError(f"{error}; an erase stopped midway was finished when this memory was opened "
+                raise InputError(f"{error}; an erase stopped midway was finished first "
                                  f"({resumed.summary()})") from None
             store.ledger.check_writable()  # a read-only folder refuses before any thread is deleted
             threads, rebuilt = erase_threads(self.context("ask").data_dir, plan.said, store.namespace)  # may fail

@@ -510,7 +510,7 @@ def test_an_erase_killed_midway_is_finished_by_the_next_opener(
     assert reopened.store.state(ERASING) is None
     with pytest.raises(InputError) as again:  # the same erase sent again says what became of the first
         reopened.erase(about="Caroline")
-    assert "an erase stopped midway was finished when this memory was opened (erased " in str(again.value)
+    assert "an erase stopped midway was finished first (erased " in str(again.value)
     close_all()
     assert compact_chroma(killed / "chroma")
     assert not [text for text in said if _files_holding(killed, text)]
