@@ -8,7 +8,9 @@ model is configured, its offline policy otherwise), given the turns they
 retrieved as evidence, so a difference in the scores comes from what reached
 the context and not from a different answerer. They use the run's embedder,
 with no judge, no retry and no refresher. Items are labelled exactly as the
-project labels evidence, so token counts compare like with like.
+project labels evidence, and a ranked turn is shown as the project shows it
+(without its small talk, `brief_turns`), so token counts compare like with
+like; the full-context baseline reads the whole conversation as it was said.
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ class TurnIndex:
         self.vectors: np.ndarray = np.zeros((0, 0), dtype=np.float32)
         self.bm25 = BM25Index()
         self.full_context = ""
+        self.people: tuple[str, ...] = ()  # a ranked turn is shown as strata shows it: without its small talk
         self.stats: IngestStats | None = None
         self.owner = ""
 
@@ -75,6 +78,7 @@ class TurnIndex:
         self.owner = owner
         started = time.perf_counter()
         self.records = turn_records(conversation)
+        self.people = tuple(conversation.participants)
         embedder = get_embedder(self.settings.embedder)
         texts = [dense_text(r) for r in self.records]
         with track_usage() as tally:  # an OpenAI embedder is not a chat model: calls stay 0
@@ -93,10 +97,11 @@ class TurnIndex:
         query = get_embedder(self.settings.embedder).embed([question])[0]
         scores = self.vectors @ query
         top = np.argsort(-scores, kind="stable")[:k]
-        return [evidence_of(self.records[i], float(scores[i]), ["dense"]) for i in top]
+        return [evidence_of(self.records[i], float(scores[i]), ["dense"], self.people) for i in top]
 
     def lexical(self, question: str, k: int) -> list[Evidence]:
-        return [evidence_of(self.records[int(i)], score, ["bm25"]) for i, score in self.bm25.search(question, k)]
+        return [evidence_of(self.records[int(i)], score, ["bm25"], self.people)
+                for i, score in self.bm25.search(question, k)]
 
     def everything(self) -> list[Evidence]:
         return [evidence_of(r) for r in self.records]

@@ -45,6 +45,7 @@ from pydantic import BaseModel, Field
 from strata.evaluation.baselines import TurnIndex
 from strata.evaluation.metrics import ContextItem, answer_words_found, evidence_recall
 from strata.evaluation.systems import RunSettings
+from strata.evaluation.tokens import count_tokens
 from strata.graph.context import Context
 from strata.graph.state import Evidence
 from strata.memory.bm25 import reciprocal_rank_fusion
@@ -97,9 +98,12 @@ def context_switches() -> set[str]:
 
 
 def tokens_of(evidence: Sequence[Evidence]) -> int:
-    from strata.agents.budget import context_tokens
+    """cl100k tokens of the context as the Working role reads it: its lines joined, as the main harness counts
+    (the budget's own count, a line's tokens plus one for its newline, is a little higher: it is what packs)."""
+    from strata.agents.budget import chronological
+    from strata.agents.common import format_evidence
 
-    return context_tokens(evidence)
+    return count_tokens(format_evidence(chronological(evidence))) if evidence else 0
 
 
 def context_text(evidence: Sequence[Evidence]) -> str:
@@ -214,11 +218,20 @@ def tunable(target: str) -> tuple[ModuleType, str]:
 
 
 def set_constant(spec: str, value: float) -> Callable[[], None]:
-    """Set MODULE.NAME to value; returns the undo."""
+    """Set MODULE.NAME to value; returns the undo. A whole-number constant takes whole values only (7.5 ran as
+    7 under the label 7.5)."""
     module, name = tunable(spec)
     old = getattr(module, name)
+    if isinstance(old, int) and value != int(value):
+        raise InputError(f"--tune {spec}: {name} is a whole number ({old}): give whole values, not {value:g}")
     setattr(module, name, type(old)(value))
     return lambda: setattr(module, name, old)
+
+
+def code_value(spec: str) -> str:
+    """The constant's value in the code, labelled as the tuned rows are (`NAME=<value:g>`)."""
+    module, name = tunable(spec)
+    return f"{getattr(module, name):g}"
 
 
 def evaluate(options: argparse.Namespace) -> Run:
@@ -279,8 +292,14 @@ def grouped(rows: Sequence[Row]) -> dict[tuple[str, str], list[Row]]:
     return groups
 
 
-def leave_out(rows: Sequence[Row], conversations: Sequence[str]) -> list[dict[str, Any]]:
-    """Per tuned constant and rotation: the value best on three conversations, scored on the other two."""
+def leave_out(
+    rows: Sequence[Row], conversations: Sequence[str], defaults: dict[str, str] | None = None
+) -> list[dict[str, Any]]:
+    """Per tuned constant and rotation: the value best on three conversations, scored on the other two, beside
+    the code's value (`defaults`, by constant) scored on the same two: their difference is what the choice
+    gains on conversations it was not made on (recall where tuned minus held out mostly says which
+    conversations are harder). Ties go to the code's value, then to the smaller value."""
+    defaults = defaults or {}
     tuned: dict[str, dict[str, list[Row]]] = defaultdict(lambda: defaultdict(list))
     for row in rows:
         if row.system == "strata" and "=" in row.setting and not row.setting.startswith("budget="):
@@ -297,9 +316,12 @@ def leave_out(rows: Sequence[Row], conversations: Sequence[str]) -> list[dict[st
             def score(value: str, inside: bool, held: set[str] = held, by_value: dict = by_value) -> float:
                 return mean(r.recall for r in by_value[value] if (r.conversation in held) != inside)
 
-            best = max(by_value, key=lambda v: (score(v, True), v))
-            results.append({"constant": name, "held_out": sorted(held), "chosen": best,
-                            "tune_recall": score(best, True), "held_out_recall": score(best, False)})
+            code = defaults.get(name)
+            best = max(by_value, key=lambda v: (score(v, True), v == code, -float(v)))
+            base = score(code, False) if code in by_value else float("nan")
+            results.append({"constant": name, "held_out": sorted(held), "chosen": best, "code_value": code,
+                            "tune_recall": score(best, True), "held_out_recall": score(best, False),
+                            "code_held_out_recall": base, "gain": score(best, False) - base})
     return results
 
 
@@ -336,19 +358,22 @@ def write_report(run: Run, options: argparse.Namespace) -> str:
                         for c in conversations] if base else []
     if per_conversation:
         lines += ["", f"strata at {options.ablation_budget} per conversation: " + ", ".join(per_conversation)]
-    rotations = leave_out(rows, conversations)
+    rotations = leave_out(rows, conversations, {target: code_value(target) for target, _ in options.tune})
     if rotations:
-        lines += ["", "Leave-conversations-out (value chosen on three conversations, scored on the other two):", "",
-                  "| constant | held out | chosen | recall where tuned | recall held out | gap |",
-                  "|---|---|---|---|---|---|"]
+        lines += ["", "Leave-conversations-out (value chosen on three conversations, scored on the other two; "
+                  "gain: the chosen value's held-out recall minus the code's value's on the same two):", "",
+                  "| constant | held out | chosen | code's value | recall where tuned | recall held out | "
+                  "code's value held out | gain |", "|---|---|---|---|---|---|---|---|"]
         for r in rotations:
-            lines.append(f"| {r['constant']} | {', '.join(r['held_out'])} | {r['chosen']} | {r['tune_recall']:.3f} | "
-                         f"{r['held_out_recall']:.3f} | {r['tune_recall'] - r['held_out_recall']:+.3f} |")
+            lines.append(f"| {r['constant']} | {', '.join(r['held_out'])} | {r['chosen']} | {r['code_value']} | "
+                         f"{r['tune_recall']:.3f} | {r['held_out_recall']:.3f} | {r['code_held_out_recall']:.3f} | "
+                         f"{r['gain']:+.3f} |")
         for name in sorted({r["constant"] for r in rotations}):
             mine = [r for r in rotations if r["constant"] == name]
             tuned, held = mean(r["tune_recall"] for r in mine), mean(r["held_out_recall"] for r in mine)
-            lines.append(f"| {name} | mean of {len(mine)} rotations | | {tuned:.3f} | {held:.3f} | "
-                         f"{tuned - held:+.3f} |")
+            base, gain = mean(r["code_held_out_recall"] for r in mine), mean(r["gain"] for r in mine)
+            lines.append(f"| {name} | mean of {len(mine)} rotations | | | {tuned:.3f} | {held:.3f} | {base:.3f} | "
+                         f"{gain:+.3f} |")
     text = "\n".join(lines) + "\n"
     (run.out / "report.md").write_text(text)
     (run.out / "results.json").write_text(json.dumps(
@@ -417,6 +442,8 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
         try:
             tunable(target)
             tuned.append((target, [float(v) for v in values.split(",")]))
+            for value in tuned[-1][1]:  # a value the constant cannot take is refused before any ingest
+                set_constant(target, value)()
         except InputError as error:
             parser.error(str(error))
         except ValueError:
