@@ -24,7 +24,7 @@ question's content words.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Literal
 
@@ -32,6 +32,7 @@ from langgraph.runtime import Runtime
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 from strata.agents.common import OFFLINE, classify, decided_offline, format_evidence, input_of, store_of, traced
 from strata.agents.llm import ask_json, chat_model, one_of
+from strata.agents.refresher import as_utc, settles
 from strata.graph.context import Context
 from strata.graph.routing import refresh_allowed, retry_allowed
 from strata.graph.state import Action, Evidence, State, Verdict
@@ -209,11 +210,14 @@ def stored_conflicts(facts: Iterable[Record]) -> list[list[str]]:
     return groups
 
 
-def incoming_conflicts(drafts: Sequence[FactDraft], text: str, facts: Iterable[Record]) -> list[list[str]]:
+def incoming_conflicts(
+    drafts: Sequence[FactDraft], text: str, facts: Iterable[Record], said: Mapping[str, datetime | None] | None = None,
+) -> list[list[str]]:
     """Stored facts whose slot the incoming turn fills with a different value: [id, ..., "new"].
 
     A single-valued attribute always counts; what someone is ("is_a") counts when
-    the turn announces a change ("I'm a nurse now").
+    the turn announces a change ("I'm a nurse now"). A draft about a time before the
+    fact was said (`said`: fact id -> its turn's time) tells of the past, not of a change.
     """
     clashing: list[str] = []
     change = bool(_CHANGE_CUE.search(text))
@@ -224,10 +228,24 @@ def incoming_conflicts(drafts: Sequence[FactDraft], text: str, facts: Iterable[R
             if not draft.attribute or slot(draft.subject, draft.attribute) != slot(record.subject, record.attribute):
                 continue
             replaceable = single_valued(record.attribute) or (change and norm(record.attribute) == "is a")
-            if disagree(record.value, draft.value) and replaceable:
+            if disagree(record.value, draft.value) and replaceable and not _before(draft, (said or {}).get(record.id)):
                 clashing.append(record.id)
                 break
     return [[*dict.fromkeys(clashing), NEW]] if clashing else []
+
+
+def _before(draft: FactDraft, said: datetime | None) -> bool:
+    when = draft.time_end or draft.time
+    if when is None or said is None:
+        return False
+    return as_utc(when) < as_utc(said)
+
+
+def said_times(store: MemoryStore, facts: Iterable[Record]) -> dict[str, datetime | None]:
+    """When each fact's turn was said (its own time when the turn is not stored)."""
+    facts = list(facts)
+    turns = {r.dialogue_id: r.time for r in store.get(sorted({f"raw:{f.dialogue_id}" for f in facts}))}
+    return {f.id: turns.get(f.dialogue_id, f.time) for f in facts}
 
 
 def same_slot_facts(store: MemoryStore, drafts: Sequence[FactDraft]) -> list[Record]:
@@ -468,7 +486,10 @@ class Situation:
 def offline_verdict(s: Situation) -> Verdict:
     if s.forget is not None and s.forget.allowed:
         return Verdict(action="Refresh", reason=s.forget.reason(), confidence=0.9, conflicts=[[*s.forget.allowed, NEW]])
-    groups = incoming_conflicts(s.drafts, s.text, s.facts) + stored_conflicts(s.facts)
+    # stored facts that disagree are a conflict when the Refresher would settle them: not when the newer value is
+    # only asked, someone else's word against the subject's own, or about a time before the older was said
+    stored = [g for g in stored_conflicts(s.facts) if settles(s.store, g)]
+    groups = incoming_conflicts(s.drafts, s.text, s.facts, said_times(s.store, s.facts)) + stored
     if groups:
         groups = groups[:MAX_GROUPS]
         return Verdict(

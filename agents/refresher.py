@@ -16,6 +16,11 @@ How an update is written, consistently for both policies:
 - a stored record disagrees with the incoming turn ("new" in the Judge's group):
   the stored record's text is rewritten to the new value (`store.update`), with
   only the disputed value changed, and the old text kept in history.
+A newer value does not replace an older one when the user undid that same change,
+when the older is the subject's own statement and the newer only a question or
+(between stored facts) someone else's word, or when the newer tells of an event
+from before the older was said ("I moved to Denver in 2015"): these are recorded
+no-ops. Another person's incoming statement is still taken.
 Raw turns are never rewritten: they are the verbatim record of what was said.
 A raw turn can only be tombstoned, on an explicit request to forget it.
 Whatever a policy plans, a delete is applied only when the forget rule
@@ -29,7 +34,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from langgraph.runtime import Runtime
@@ -48,7 +53,7 @@ from strata.graph.context import Context
 from strata.graph.state import ChangeNote, Evidence, State, validate_turns
 from strata.memory.erasure import erased_turns, out_of_open_episode, still_telling
 from strata.memory.errors import InputError
-from strata.memory.facts import FactDraft, comparable, extract_facts, single_valued
+from strata.memory.facts import FactDraft, comparable, extract_facts, single_valued, split_sentences
 from strata.memory.forgetting import ForgetDecision, decide, request_told
 from strata.memory.graph.replies import (
     MAX_ITEMS,
@@ -64,12 +69,13 @@ from strata.memory.graph.replies import (
 )
 from strata.memory.moments import local
 from strata.memory.names import same_name
-from strata.memory.records import Record, Status, Turn, id_numbers
+from strata.memory.records import Action, Record, Status, Turn, id_numbers
 from strata.memory.store import MemoryStore, kind_of
 from strata.prompts import refresher as prompts
 
 NEW = "new"  # how the Judge names the incoming turn inside a conflict group
 MAX_GROUPS = 4  # conflict groups settled per run; the rest wait for a later turn
+UNDONE = "the user undid this same change"  # how a no-op that keeps an undo standing starts
 
 _VALUE_TAIL = re.compile(r"\s+(?:now|currently|these days|anymore|any more|at the moment|instead)$", re.IGNORECASE)
 # Words in the newer statement that announce a change of state.
@@ -156,6 +162,8 @@ class Group:
     has_new: bool
     unknown: list[str] = field(default_factory=list)  # ids the Judge named that are not live records
     said: dict[str, datetime | None] = field(default_factory=dict)  # record id -> when its turn was said
+    asked: set[str] = field(default_factory=set)  # facts whose value their turn only asked about
+    undone: dict[str, set[str]] = field(default_factory=dict)  # record id -> new values of its changes undone
 
     def said_key(self, record: Record) -> tuple[datetime, tuple[int, ...]]:
         """When a record was said, to order statements of one value: its turn's time, then the dialogue id
@@ -299,10 +307,54 @@ def conflict_groups(state: State, store: MemoryStore, incoming: Incoming) -> lis
             else:
                 unknown.append(record_id)
         if records:
-            turns = {r.dialogue_id: r.time for r in store.get(f"raw:{r.dialogue_id}" for r in records)}
-            said = {r.id: turns.get(r.dialogue_id, r.time) for r in records}
-            groups.append(Group(records=records, has_new=has_new, unknown=unknown, said=said))
+            groups.append(group_of(store, records, has_new, unknown))
     return groups
+
+
+def group_of(
+    store: MemoryStore, records: list[Record], has_new: bool = False, unknown: list[str] | None = None,
+) -> Group:
+    """A conflict group with what decides it: when each record's turn was said, whether the turn only asked
+    the value, and the changes to its records that the user undid."""
+    turns = {r.dialogue_id: r for r in store.get(f"raw:{r.dialogue_id}" for r in records)}
+    said = {r.id: turns[r.dialogue_id].time if r.dialogue_id in turns else r.time for r in records}
+    asked = {r.id for r in records if r.dialogue_id in turns and in_question(r.value, turns[r.dialogue_id].text)}
+    return Group(records=records, has_new=has_new, unknown=unknown or [], said=said, asked=asked,
+                 undone=undone_values(store, records))
+
+
+def settles(store: MemoryStore, record_ids: Sequence[str]) -> bool:
+    """Whether the offline plan for stored facts that disagree changes one, or records that the user undid
+    that change: the Judge's offline verdict names only conflicts the Refresher acts on."""
+    group = group_of(store, [r for r in store.get(record_ids) if r.status == Status.ACTIVE])
+    return any(step.action != "noop" or step.reason.startswith(UNDONE) for step in stored_conflicts(group))
+
+
+def in_question(value: str, text: str) -> bool:
+    """Whether a turn names this value only in questions ("You live in Denver now, right?"): asked, not said."""
+    if not value:
+        return False
+    holding = [s for s in split_sentences(text) if comparable(value) in comparable(s)]
+    return bool(holding) and all(s.rstrip().rstrip("\"”')]").endswith("?") for s in holding)
+
+
+_NEW_VALUE = re.compile(r"->\s*(['\"])(.+)\1\s*$")
+
+
+def undone_values(store: MemoryStore, records: Sequence[Record]) -> dict[str, set[str]]:
+    """The new values of the changes to these records that the user undid (the value a rewrite wrote, or the
+    one its reason names after "->"): the Refresher does not make a change again that was taken back."""
+    undone: dict[str, set[str]] = {}
+    for record in records:
+        for change in store.history(record.id, limit=1_000):
+            if not change.undone or change.action != Action.UPDATE:
+                continue
+            named = _NEW_VALUE.search(change.reason)
+            values = {named.group(2) if named else ""}
+            if change.new_fields.get("value") != change.old_fields.get("value"):
+                values.add(change.new_fields.get("value") or "")
+            undone.setdefault(record.id, set()).update(_plain(v) for v in values if v)
+    return undone
 
 
 # --- the offline policy --------------------------------------------------------------------
@@ -312,7 +364,8 @@ def offline_plan(group: Group, incoming: Incoming) -> Plan:
         return Plan(forget_steps(group, incoming, incoming.forget), OFFLINE)
     steps: list[Step] = []
     changed: set[str] = set()
-    for step in [*stored_conflicts(group), *incoming_conflicts(group, incoming)]:
+    planned = [*stored_conflicts(group), *incoming_conflicts(group, incoming)]
+    for step in sorted(planned, key=lambda p: p.action == "noop"):  # a change of a record before a refusal of one
         if step.record.id not in changed:
             steps.append(step)
             changed.add(step.record.id)
@@ -353,13 +406,44 @@ def stored_conflicts(group: Group) -> list[Step]:
     for older, newest in same_slot_pairs(group):
         if not _disagree(older, newest.value) or not _replaces(comparable(older.attribute), newest.text, older, newest):
             continue
+        change = f"{older.attribute} {older.value!r} -> {newest.value!r}"
+        kept = kept_because(group, older, newest.value, newest.time_end or newest.time, newest.id in group.asked,
+                            newest.speaker)
+        if kept:
+            steps.append(Step("noop", older, f"{kept}: left as it is ({change} by {newest.id})"))
+            continue
         when = newest.said_on("later")
-        steps.append(Step(
-            "supersede", older,
-            f"superseded by {newest.id} ({when}): {older.attribute} {older.value!r} -> {newest.value!r}",
-            new_text=newest.text, by=newest,
-        ))
+        steps.append(Step("supersede", older, f"superseded by {newest.id} ({when}): {change}",
+                          new_text=newest.text, by=newest))
     return steps
+
+
+def kept_because(
+    group: Group, older: Record, value: str, when: datetime | None, asked: bool, speaker: str | None,
+) -> str:
+    """Why a newer value may not replace an older record ('' when it may): the user undid this same change;
+    the older is its subject's own statement and the newer only a question or someone else's word (`speaker`
+    None: not checked); or the newer tells of a time before the older was said (a past event, not a change)."""
+    if _plain(value) in group.undone.get(older.id, set()):
+        return f"{UNDONE} to {older.id}"
+    own = bool(older.subject and older.speaker and same_name(older.speaker, older.subject))
+    if own and (asked or (speaker is not None and not same_name(speaker or "", older.subject))):
+        newer = "only asked" if asked else f"only {speaker}'s word"
+        return f"{older.subject} said it of themselves; the newer value is {newer}"
+    said = group.said.get(older.id)
+    if when is not None and said is not None and as_utc(when) < as_utc(said):
+        return f"the newer statement is about {when:%Y-%m-%d}, before the older was said ({said:%Y-%m-%d})"
+    return ""
+
+
+def _plain(value: str) -> str:
+    """A value as compared with an undone one: without the words that only announced the change."""
+    return comparable(_VALUE_TAIL.sub("", value).strip() or value)
+
+
+def as_utc(when: datetime) -> datetime:
+    """Times compared as stored (UTC); a naive one is taken as UTC too."""
+    return when.replace(tzinfo=None) if when.tzinfo is None else when.astimezone(UTC).replace(tzinfo=None)
 
 
 def already_consistent(group: Group) -> set[str]:
@@ -405,11 +489,15 @@ def incoming_conflicts(group: Group, incoming: Incoming) -> list[Step]:
                 continue
             if said_later(group.said_key(record), incoming):
                 continue  # the stored value was said after this turn (a backfill of older talk)
-            steps.append(Step(
-                "update", record,
-                f"updated by {incoming.describe()}: {record.attribute} {record.value!r} -> {value_of(draft)!r}",
-                new_text=rewrite_value(record, draft),
-            ))
+            change = f"{record.attribute} {record.value!r} -> {value_of(draft)!r}"
+            # another person's statement is taken (the subject is told what changed), a question's is not
+            kept = kept_because(group, record, value_of(draft), draft.time_end or draft.time,
+                                in_question(draft.value, incoming.text), None)
+            if kept:
+                steps.append(Step("noop", record, f"{kept}: left as it is ({change} by {incoming.describe()})"))
+            else:
+                steps.append(Step("update", record, f"updated by {incoming.describe()}: {change}",
+                                  new_text=rewrite_value(record, draft)))
             break
     return steps
 

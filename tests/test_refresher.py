@@ -20,7 +20,7 @@ from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage
 from langgraph.runtime import Runtime
 from strata.agents.common import evidence_of
-from strata.agents.refresher import refresher, single_valued
+from strata.agents.refresher import UNDONE, refresher, single_valued
 from strata.graph.context import Context, Mode
 from strata.graph.state import PathStep, State, Verdict
 from strata.memory.entities import stem
@@ -123,6 +123,50 @@ def test_two_stored_values_the_older_is_superseded_by_the_newer(store: MemorySto
 
     store.undo(note.change_id)
     assert store.get_one(BOSTON.id).status == Status.ACTIVE
+
+
+def test_an_undone_change_is_not_made_again(store: MemoryStore, data_dir: Path) -> None:
+    """Found by audit: a rewrite the user undid was made again (by supersession) on the next turn that brought
+    both facts into evidence."""
+    out = run(store, data_dir, [BOSTON], [["new", BOSTON.id]], turn("I live in Denver now."))
+    store.undo(out["changes"][0].change_id)
+    out = run(store, data_dir, [DENVER], [[BOSTON.id, DENVER.id]], question="Where does Caroline live?",
+              mode="retrieve")
+    assert store.get_one(BOSTON.id).status == Status.ACTIVE and store.get_one(BOSTON.id).text == BOSTON.text
+    [note] = [n for n in out["changes"] if n.record_id == BOSTON.id]
+    assert note.action == "noop" and note.reason.startswith(UNDONE)
+
+
+def test_an_undone_change_is_not_made_again_by_the_same_words(store: MemoryStore, data_dir: Path) -> None:
+    out = run(store, data_dir, [BOSTON], [["new", BOSTON.id]], turn("I live in Denver now."))
+    store.undo(out["changes"][0].change_id)
+    out = run(store, data_dir, [], [["new", BOSTON.id]], turn("I live in Denver now.", "D5:5"))
+    assert store.get_one(BOSTON.id).text == BOSTON.text
+    [note] = out["changes"]
+    assert note.action == "noop" and note.reason.startswith(UNDONE)
+
+
+def test_a_value_only_asked_or_told_by_another_does_not_supersede_ones_own(
+    store: MemoryStore, data_dir: Path
+) -> None:
+    """Found by audit: Melanie's "You live in Denver now, right?" superseded Caroline's own "I live in Boston"."""
+    guess = fact("fact:D5:2:0", "Caroline lives in Denver now.", "Caroline", "lives_in", "Denver", JULY)
+    guess = guess.model_copy(update={"speaker": "Melanie"})
+    asked = Record(id="raw:D5:2", kind="raw", text="You live in Denver now, right?", namespace=NAMESPACE,
+                   dialogue_id="D5:2", speaker="Melanie", time=JULY, source_ids=["D5:2"])
+    out = run(store, data_dir, [BOSTON, guess, asked], [[BOSTON.id, guess.id]], question="Where does Caroline live?",
+              mode="retrieve")
+    assert store.get_one(BOSTON.id).status == Status.ACTIVE
+    assert {n.action for n in out["changes"]} == {"noop"}
+    assert "said it of themselves" in next(n.reason for n in out["changes"] if n.record_id == BOSTON.id)
+
+
+def test_a_past_event_does_not_replace_a_value_said_later(store: MemoryStore, data_dir: Path) -> None:
+    """Found by audit: "I moved to Denver in 2015 for college." rewrote "lives in Boston", said in 2023."""
+    out = run(store, data_dir, [BOSTON], [["new", BOSTON.id]], turn("I moved to Denver in 2015 for college."))
+    assert store.get_one(BOSTON.id).text == BOSTON.text
+    [note] = out["changes"]
+    assert note.action == "noop" and "before the older was said" in note.reason
 
 
 def test_a_fact_already_brought_up_to_date_is_not_a_conflict(store: MemoryStore, data_dir: Path) -> None:

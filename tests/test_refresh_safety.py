@@ -1,0 +1,69 @@
+"""The offline Judge and Refresher leave alone what is not a newer statement of the subject's own.
+
+Found by audit (runs/audit_refresh/REPORT.md): another person's tag question superseded the subject's own
+words; a change the user undid was made again on the next turn; a move told as past ("in 2015") replaced the
+current home. Each test ingests real turns offline through the whole graph. (The older fact is still rewritten
+in place by a newer statement: what an erase takes back depends on it, see tests/test_erasure.py.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from strata.agents.refresher import UNDONE
+from strata.memory.records import Action, Status
+from strata.memory.registry import close_all
+
+from strata import Memory
+
+
+@pytest.fixture
+def memory(data_dir: Path, embedder: Any) -> Iterator[Memory]:
+    yield Memory("safety", data_dir=str(data_dir))
+    close_all()
+
+
+def said(speaker: str, listener: str, text: str, time: str, dia_id: str) -> dict[str, str]:
+    return {"speaker": speaker, "listener": listener, "text": text, "time": time, "dia_id": dia_id}
+
+
+def edits(memory: Memory, record_id: str) -> list[Any]:
+    """The changes in force or undone on a record, not the no-ops."""
+    return [c for c in memory.history(record_id, limit=100) if c.action in (Action.UPDATE, Action.DELETE)]
+
+
+def test_someone_elses_tag_question_does_not_supersede_the_subjects_own_words(memory: Memory) -> None:
+    memory.add([said("Bob", "Ann", "I live in Boston.", "2023-05-01T10:00", "D1:1"),
+                said("Ann", "Bob", "You live in Denver now, right?", "2023-06-01T10:00", "D2:1"),
+                said("Bob", "Ann", "Haha, no. I'm still a big fan of hiking though.", "2023-06-01T10:01", "D2:2")])
+    [home] = memory.get(["fact:D1:1:0"])
+    assert home.status == Status.ACTIVE and home.text == "Bob lives in Boston."
+    assert edits(memory, "fact:D1:1:0") == []
+
+
+def test_a_change_the_user_undid_is_not_made_again(memory: Memory) -> None:
+    memory.add([said("Ann", "Bob", "I live in Boston.", "2023-05-01T10:00", "D1:1"),
+                said("Ann", "Bob", "I live in Denver now.", "2023-06-01T10:00", "D2:1")])
+    assert "Denver" in memory.get(["fact:D1:1:0"])[0].text  # rewritten in place
+    memory.undo()
+    assert memory.get(["fact:D1:1:0"])[0].text == "Ann lives in Boston."
+    memory.add([said("Ann", "Bob", "Honestly I love living in Boston, the food is great.", "2023-06-02T10:00",
+                     "D3:1")])
+    [home] = memory.get(["fact:D1:1:0"])
+    assert home.status == Status.ACTIVE and home.text == "Ann lives in Boston."
+    [change] = edits(memory, "fact:D1:1:0")  # the undone one, not made again
+    assert change.undone
+    assert any(c.action == Action.NOOP and c.reason.startswith(UNDONE) for c in memory.history("fact:D1:1:0"))
+
+
+def test_a_move_told_as_past_does_not_replace_the_current_home(memory: Memory) -> None:
+    memory.add([said("Ann", "Bob", "I live in Boston.", "2023-05-01T10:00", "D1:1"),
+                said("Ann", "Bob", "I moved to Denver in 2015 for college.", "2023-06-01T10:00", "D2:1"),
+                said("Ann", "Bob", "Honestly I love living in Boston, the food is great.", "2023-06-02T10:00",
+                     "D3:1")])
+    [home] = memory.get(["fact:D1:1:0"])
+    assert home.status == Status.ACTIVE and home.text == "Ann lives in Boston."
+    assert edits(memory, "fact:D1:1:0") == []
