@@ -1260,6 +1260,7 @@ class MemoryStore:
             self._advance(seq)
 
     def history(self, record_id: str | None = None, limit: int = 100) -> list[Change]:
+        self._refresh()  # an erase stopped midway is finished first: its rows must not be read
         return self.ledger.history(self.namespace, record_id, limit)
 
     def histories(self, record_ids: Sequence[str]) -> list[Change]:
@@ -1298,6 +1299,7 @@ class MemoryStore:
     def working(self) -> list[dict[str, str]]:
         """The recent turns, as their records now read: a forgotten turn leaves the window (an undo brings it
         back) and a request to forget shows as told without its words."""
+        self._refresh()  # an erase stopped midway is finished before its rows are read
         rows = self.ledger.working(self.namespace)
         records = {r.dialogue_id: r for r in self.get(f"raw:{row['dia_id']}" for row in rows if row["dia_id"])}
         shown = []
@@ -1472,10 +1474,15 @@ class MemoryStore:
         self.ledger.check_writable()
         with self._write_lock, self._lock:
             existing = {c.name: c for c in self._client.list_collections()}
-            for name in collection_names(self.namespace):  # its current and earlier names
-                for held in (name, name + REBUILT_SUFFIX):  # a rebuild's copy too: the next opener would keep it
-                    if held in existing and owner_of(existing[held]) in (self.namespace, None):
-                        self._client.delete_collection(held)
+            dropped = [held for name in collection_names(self.namespace)  # its current and earlier names
+                       for held in (name, name + REBUILT_SUFFIX)  # a rebuild's copy too: the next opener keeps it
+                       if held in existing and owner_of(existing[held]) in (self.namespace, None)]
+            if self._shared:  # never another ledger's namespace on a shared server (it would lose its turns)
+                for held in dropped:
+                    if mark_of(existing[held]) not in (None, self.state(LEDGER_MARK)):
+                        self._check_mark(existing[held], "raw")
+            for held in dropped:
+                self._client.delete_collection(held)
             if not self.settings.chroma_host:  # Chroma leaves a deleted collection's index folder, vectors and all
                 remove_orphan_indexes(self.settings.chroma_path)
             self.ledger.drop_namespace(self.namespace)

@@ -68,7 +68,7 @@ from strata.memory.records import KINDS, Kind, Record, Status
 from strata.memory.registry import ledger_for, open_store
 from strata.memory.reindex import REBUILT_SUFFIX
 from strata.memory.settings import StoreSettings
-from strata.memory.store import MemoryStore, kind_of
+from strata.memory.store import LEDGER_MARK, MemoryStore, kind_of
 from strata.memory.store_items import ITEM_PREFIX, ItemVersion
 
 SEPARATOR = "/"
@@ -348,7 +348,7 @@ class StrataStore(BaseStore):
     def _delete(self, store: MemoryStore, key: str) -> None:
         """Tombstone (undoable); LangGraph's contract that `get` then returns None holds."""
         reason = f"deleted through the LangGraph store (key {key!r})"
-        held = store_items.newest(self._ledger(), store.namespace, key) is not None
+        held = self._live_item(store, (), key) is not None  # an item deleted already hides nothing
         targets = [ITEM_PREFIX + key] if held else []
         if not held and self.include_memory and _names_a_record(key):
             targets.append(key)  # a record the graph wrote, shown under its id (an item of that key hides it)
@@ -422,20 +422,28 @@ class StrataStore(BaseStore):
             names |= self._chroma_namespaces()
         return sorted(namespace_labels(name) for name in names if name)
 
-    def _chroma_namespaces(self) -> set[str]:
-        names: set[str] = set()
+    def _chroma_namespaces(self, only: str | None = None) -> set[str]:
+        """The namespaces the memory graph wrote on this store's Chroma (`only`: that one, if so). On a shared
+        server, only those this ledger writes: another app's, with a ledger of its own, is not this store's to
+        list (opening it is refused)."""
+        marks: dict[str, set[object]] = {}
         for collection in open_client(self.settings).list_collections():
             metadata = getattr(collection, "metadata", None) or {}
             if collection.name.endswith(REBUILT_SUFFIX):
                 continue  # a rebuild's copy (memory/reindex.py), not a namespace of its own
-            if metadata.get("kind") in KINDS and isinstance(metadata.get("namespace"), str):
-                names.add(metadata["namespace"])
-        return names
+            name = metadata.get("namespace")
+            if metadata.get("kind") in KINDS and isinstance(name, str) and only in (None, name):
+                marks.setdefault(name, set()).add(metadata.get("ledger"))
+        if self.settings.chroma_host is None:
+            return set(marks)
+        ledger = self._ledger()
+        return {name for name, found in marks.items()
+                if not (found - {None}) or found - {None} == {ledger.get_state(name, LEDGER_MARK)}}
 
     def _open_existing(self, name: str) -> MemoryStore | None:
         """The namespace's memory if anything was ever written there (reads never create collections)."""
         known = store_items.has_items(self._ledger(), name)
-        if not known and not (self.include_memory and name in self._chroma_namespaces()):
+        if not known and not (self.include_memory and name in self._chroma_namespaces(name)):
             return None
         return open_store(self.settings, name)
 

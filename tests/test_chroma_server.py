@@ -280,6 +280,19 @@ def test_processes_sharing_a_server_but_not_a_ledger_are_refused_in_one_line(chr
     turns = [r.text for r in first.get(stored) if r.kind == "raw"]
     assert turns == [t["text"] for t in said(3)]  # nothing overwritten
     assert first.add(said(1, "Cy")).stored_ids  # the namespace's own ledger writes on
+    refused(second.drop, chroma, "unshared")  # found by review: its drop deleted the first one's collections
+    assert first.get(stored)
+    from strata.langgraph_store import StrataStore
+
+    apart = on_server(chroma, tmp_path / "b", "apart")  # the second app's own namespace
+    apart.add(said(1, "Bo"))
+    store = StrataStore(data_dir=str(tmp_path / "b"), chroma_host=LOOPBACK, chroma_port=chroma.port)
+    try:  # another ledger's namespace on the server is not listed (opening it was refused, so listing failed)
+        assert ("unshared",) not in store.list_namespaces() and ("apart",) in store.list_namespaces()
+        found = store.search((), query="visited the town of Zorba")
+        assert found and {item.namespace for item in found} == {("apart",)}
+    finally:
+        store.close()
 
 
 @pytest.mark.slow

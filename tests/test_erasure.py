@@ -610,6 +610,12 @@ def test_an_erase_stopped_midway_is_finished_by_the_next_read_or_write_of_a_memo
         assert store.state(ERASING) is None
     assert memory.get([other.id]) == [] and store.finished_erasure.erased[0] == other.id
 
+    for read in (lambda: memory.history(limit=1000), store.working):  # ledger-first reads too (found by review)
+        third = [r for r in memory.store.all("raw") if r.id not in (turn.id, other.id, "raw:D1:1")][-1]
+        stopped_midway(third.id)
+        read()
+        assert store.state(ERASING) is None and memory.get([third.id]) == []
+
     reads: list[int] = []
     reading = Ledger.reading
     monkeypatch.setattr(Ledger, "reading", lambda self: reads.append(1) or reading(self))

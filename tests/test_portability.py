@@ -117,6 +117,10 @@ def test_a_wrong_import_writes_nothing_and_says_so_in_one_line(memory: Memory, t
     rekinded["records"][0]["kind"] = "fact"  # raw:... stored among the facts
     surrogate = json.loads(document.model_dump_json())
     next(r for r in surrogate["records"] if r["kind"] == "fact")["value"] = "\ud800"  # Chroma's metadata refuses it
+    nul = json.loads(document.model_dump_json())  # found by review: on PostgreSQL every later edit then failed
+    nul["records"][0]["text"] = "my locker code \x00 4711"
+    nul_history = json.loads(document.model_dump_json())
+    nul_history["history"][0]["reason"] += "\x00"
     bad_state = json.loads(document.model_dump_json())
     bad_state["state"]["entity_catalogue"] = "x"  # every later ingest read it as a dict
     journal = json.loads(document.model_dump_json())  # an unfinished edit's journal, acted on at the next open:
@@ -141,6 +145,8 @@ def test_a_wrong_import_writes_nothing_and_says_so_in_one_line(memory: Memory, t
         renamed,
         rekinded,
         surrogate,
+        nul,
+        nul_history,
         bad_state,
         journal,
         erasing,

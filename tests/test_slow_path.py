@@ -296,6 +296,8 @@ def test_a_consolidation_while_the_model_is_down_asks_it_again_next_time(ingeste
     down = memory.consolidate()
     assert "model unavailable" in down.policy and memory.store.all("summary")
     assert all("model unavailable" in r.policy for r in memory.store.all("summary"))
+    assert not memory.store.ledger.neighbours(NAMESPACE, [r.id for r in memory.store.all("raw")],
+                                              [LinkType.CAUSAL])  # the cue rule's guesses wait for the model
     model.down, model.calls = False, []
     memory.consolidate()
     assert "causal" in model.calls and "summary" in model.calls

@@ -30,6 +30,7 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence, Set
 
 from pydantic import BaseModel, Field
+from strata.memory import store_items
 from strata.memory.forgetting import is_request
 from strata.memory.graph import causal, fast_path, summaries
 from strata.memory.graph import links as entity_graph
@@ -100,7 +101,8 @@ def consolidate(
     # the turns filed as notes by the fast path, without those an ingest is still deriving: staged, a turn
     # has its note in the mirror but its entity mentions not yet in the ledger, and a crash takes it back
     # (read after the timeline: a turn staged in between is pending still)
-    filed = [r for r in store.timeline() if r.context]
+    unindexed = store_items.unindexed(store.ledger, ns)  # a store item put with index=False: never told, never linked
+    filed = [r for r in store.timeline() if r.context and r.id not in unindexed]
     waiting = set(store.ledger.get_state(ns, PENDING, []) or [])  # type: ignore[arg-type]
     timeline = [r for r in filed if r.id not in waiting]
     order = {r.id: i for i, r in enumerate(timeline)}
@@ -114,7 +116,9 @@ def consolidate(
         found_causes: list[Link] = []
         if causal_on:
             for index in batch:
-                found_causes += causal.causal_links(ns, infer(timeline[index], timeline[:index]))
+                found = causal.causal_links(ns, infer(timeline[index], timeline[:index]))
+                if timeline[index].id not in retry:  # told offline while the model was down: asked again later
+                    found_causes += found
         found_entities = _densify(store, [timeline[i] for i in batch], order) if entities_on else []
         with store.writing():  # an erase meanwhile has removed turns these links would point at
             kept = _between_kept(store, [*found_causes, *found_entities])
