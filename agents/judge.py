@@ -32,7 +32,7 @@ from langgraph.runtime import Runtime
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 from strata.agents.common import OFFLINE, classify, decided_offline, format_evidence, input_of, store_of, traced
 from strata.agents.llm import ask_json, chat_model, one_of
-from strata.agents.refresher import as_utc, settles
+from strata.agents.refresher import settles
 from strata.graph.context import Context
 from strata.graph.routing import refresh_allowed, retry_allowed
 from strata.graph.state import Action, Evidence, State, Verdict
@@ -47,7 +47,7 @@ from strata.memory.entities import (
     stem,
     tokenize,
 )
-from strata.memory.facts import FactDraft, extract_facts, single_valued
+from strata.memory.facts import FactDraft, extract_facts, single_valued, told_as_past
 from strata.memory.forgetting import decide
 from strata.memory.graph.replies import Ids, weight
 from strata.memory.lemmas import forms, text_forms
@@ -235,10 +235,7 @@ def incoming_conflicts(
 
 
 def _before(draft: FactDraft, said: datetime | None) -> bool:
-    when = draft.time_end or draft.time
-    if when is None or said is None:
-        return False
-    return as_utc(when) < as_utc(said)
+    return told_as_past(draft.time_end or draft.time, said)
 
 
 def said_times(store: MemoryStore, facts: Iterable[Record]) -> dict[str, datetime | None]:

@@ -19,7 +19,7 @@ How an update is written, consistently for both policies:
 A newer value does not replace an older one when the user undid that same change,
 when the older is the subject's own statement and the newer only a question or
 (between stored facts) someone else's word, or when the newer tells of an event
-from before the older was said ("I moved to Denver in 2015"): these are recorded
+from well before the older was said ("I moved to Denver in 2015"): these are recorded
 no-ops. Another person's incoming statement is still taken.
 Raw turns are never rewritten: they are the verbatim record of what was said.
 A raw turn can only be tombstoned, on an explicit request to forget it.
@@ -34,7 +34,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from langgraph.runtime import Runtime
@@ -53,7 +53,14 @@ from strata.graph.context import Context
 from strata.graph.state import ChangeNote, Evidence, State, validate_turns
 from strata.memory.erasure import erased_turns, out_of_open_episode, still_telling
 from strata.memory.errors import InputError
-from strata.memory.facts import FactDraft, comparable, extract_facts, single_valued, split_sentences
+from strata.memory.facts import (
+    FactDraft,
+    comparable,
+    extract_facts,
+    single_valued,
+    split_sentences,
+    told_as_past,
+)
 from strata.memory.forgetting import ForgetDecision, decide, request_told
 from strata.memory.graph.replies import (
     MAX_ITEMS,
@@ -431,19 +438,14 @@ def kept_because(
         newer = "only asked" if asked else f"only {speaker}'s word"
         return f"{older.subject} said it of themselves; the newer value is {newer}"
     said = group.said.get(older.id)
-    if when is not None and said is not None and as_utc(when) < as_utc(said):
-        return f"the newer statement is about {when:%Y-%m-%d}, before the older was said ({said:%Y-%m-%d})"
+    if told_as_past(when, said):
+        return f"the newer statement is about {when:%Y-%m-%d}, well before the older was said ({said:%Y-%m-%d})"
     return ""
 
 
 def _plain(value: str) -> str:
     """A value as compared with an undone one: without the words that only announced the change."""
     return comparable(_VALUE_TAIL.sub("", value).strip() or value)
-
-
-def as_utc(when: datetime) -> datetime:
-    """Times compared as stored (UTC); a naive one is taken as UTC too."""
-    return when.replace(tzinfo=None) if when.tzinfo is None else when.astimezone(UTC).replace(tzinfo=None)
 
 
 def already_consistent(group: Group) -> set[str]:

@@ -14,14 +14,14 @@ is what conflict detection and persona distillation compare.
 from __future__ import annotations
 
 import re
-from datetime import datetime, time
+from datetime import datetime, time, timedelta
 from functools import lru_cache
 from typing import NamedTuple
 
 from pydantic import BaseModel, Field
 from strata.memory.dates import ResolvedDate, resolve_relative
 from strata.memory.entities import CHAT_WORDS, PLAIN_WORDS, STOPWORDS, extract_entities, split_entities, wordset
-from strata.memory.moments import MaybeUtcTime
+from strata.memory.moments import MaybeUtcTime, utc
 from strata.memory.names import SPACELESS, spaceless
 from strata.memory.records import Turn, photo_subject
 from strata.memory.speakers import to_third_person
@@ -651,6 +651,19 @@ _SINGLE_VALUED = frozenset((
     "spouse", "partner", "engaged", "name", "birthday", "born", "favorite", "favourite", "count", "number", "price",
     "cost", "salary", "scheduled", "appointment", "deadline", "school", "major", "city", "country", "phone", "email",
 ))
+
+
+# "last month" or "last year" place an event only roughly: an event is history, not a newer value, when it ended
+# more than this before the statement it would replace was said ("I moved to Denver in 2015" after "I live in
+# Boston" in 2023); "I moved to Denver last month" said three weeks after "I live in Boston" is a move
+PAST_MARGIN = timedelta(days=365)
+
+
+def told_as_past(event: datetime | None, said: datetime | None) -> bool:
+    """Whether a statement's event ended well before another statement was said (`PAST_MARGIN`)."""
+    if event is None or said is None:
+        return False
+    return utc(event) < utc(said) - PAST_MARGIN
 
 
 def single_valued(attribute: str) -> bool:
