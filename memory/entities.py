@@ -89,7 +89,8 @@ MONTH_WORDS: frozenset[str] = wordset(
 )
 WEEKDAY_WORDS: frozenset[str] = wordset("monday tuesday wednesday thursday friday saturday sunday")
 
-_WORD = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:['’][A-Za-z]+)*\+?|\d+(?:st|nd|rd|th)?")
+# Initials written with dots ("U.S.", "J.K.") are one word, not a run of one-letter names.
+_WORD = re.compile(r"(?:[A-Za-z]\.){2,}|[A-Za-z][A-Za-z0-9]*(?:['’][A-Za-z]+)*\+?|\d+(?:st|nd|rd|th)?")
 _TOKEN = re.compile(r"[a-z0-9]+")
 _PREFIXED_NAME = re.compile(r"[^\W\d_]['’][^\W\d_]")  # O'Brien, D'Angelo, N'Golo: a name, not a contraction
 _POSSESSIVE = re.compile(r"['’]s\b|(?<=s)['’](?=\s|$)")
@@ -182,7 +183,9 @@ def _bare(word: str) -> str:
 def _any_script_word() -> re.Pattern[str]:
     """`_WORD` for text beyond ASCII: the same shape, with letters (and their marks) of any script."""
     letter, mark = r"[^\W\d_]", f"[{marks()}]"
-    return re.compile(rf"{letter}(?:[^\W_]|{mark})*(?:['’]{letter}(?:{letter}|{mark})*)*\+?|\d+(?:st|nd|rd|th)?")
+    return re.compile(
+        rf"(?:{letter}\.){{2,}}|{letter}(?:[^\W_]|{mark})*(?:['’]{letter}(?:{letter}|{mark})*)*\+?|\d+(?:st|nd|rd|th)?"
+    )
 
 
 def _words_of(text: str) -> tuple[str, list[re.Match[str]]]:
@@ -223,7 +226,8 @@ def _acronym(word: str) -> bool:
 def _grow_name(
     text: str, matches: list[re.Match[str]], i: int, known: frozenset[str], opens: list[bool]
 ) -> tuple[list[str], int]:
-    """Extend the name at matches[i] over adjacent capitalised words ("Sara Bareilles", "Lord of the Rings").
+    """Extend the name at matches[i] over adjacent capitalised words ("Sara Bareilles", "Lord of the Rings",
+    "Mary-Kate": a hyphen joins a name's parts as a space does).
 
     A known name (a participant) is never glued to its neighbours, and a
     sentence-initial word that looks like a verb or adverb never starts a name.
@@ -234,10 +238,13 @@ def _grow_name(
         return parts, i + 1
     j = i + 1
     while j < len(matches) and not matches[j - 1].group().replace("’", "'").endswith("'s"):
+        hyphen = text[matches[j - 1].end() : matches[j].start()] == "-"
         k = j
-        while k < len(matches) and matches[k].group().lower() in _NAME_CONNECTORS and k - j < 2:
+        while not hyphen and k < len(matches) and matches[k].group().lower() in _NAME_CONNECTORS and k - j < 2:
             k += 1
-        if k >= len(matches) or any(text[matches[n - 1].end() : matches[n].start()] != " " for n in range(j, k + 1)):
+        if k >= len(matches) or not (
+            hyphen or all(text[matches[n - 1].end() : matches[n].start()] == " " for n in range(j, k + 1))
+        ):
             break
         candidate = _bare(matches[k].group())
         if not _capitalised(candidate) or _excluded(candidate) or not candidate[:1].isalpha():
@@ -282,7 +289,7 @@ def split_entities(text: str, known: Iterable[str] = ()) -> Entities:
                 or (follow == "," and not word.lower().endswith(_NOT_NAME_SUFFIXES))
             )
         if accepted:
-            name = " ".join(parts)
+            name = text[m.start() : matches[j - 1].start()] + parts[-1]  # as written between its words
             if name not in names:
                 names.append(name)
             name_words.update(p.lower() for p in parts)

@@ -101,6 +101,8 @@ def test_no_interjection_becomes_an_entity_and_possessives_resolve(ingested: Ing
     raw = {r.id: r for r in ingested.store.all("raw")}
     # "Woah"/"Nah"-style openers: no word seen capitalised only at a sentence start became a name
     assert "woah" not in catalogue and "nah" not in catalogue
+    # nor an adjective or a verb: D1:16 "after a long day", D1:10 "Anything that stands out?"
+    assert "long" not in catalogue and "stand" not in catalogue
     assert catalogue["melanie's kid"][0] == "Melanie's kid"  # D2:7 "My kids are so excited", said by Melanie
     assert entity_node_id("melanie's kid") in mentions_of(ingested.store, "raw:D2:7")
     assert raw["raw:D2:7"].speaker == "Melanie"

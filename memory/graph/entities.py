@@ -6,9 +6,13 @@ with a part-of-speech lexicon (lemminflect's English word list, shipped in its
 PyPI package) instead of a list of expected topics:
 - proper names, from `memory.entities.split_entities`, but a capitalised word
   that only opens a sentence ("Woah, ...", "Nah, ...") is not a name unless it
-  is a participant or an acronym: a capital letter there is no evidence;
+  is a participant or an acronym: a capital letter there is no evidence; and a
+  capitalised single word the lexicon knows as a noun ("my Mom", "Books") is
+  that noun, so case changes neither its key nor its owner;
 - nouns, singularised by the lexicon ("kids" -> "kid", "books" -> "book"), and
-  two-noun compounds ("support group");
+  two-noun compounds ("support group"); an adjective with degrees (longer)
+  that describes a noun after it ("a long day", "a safe and loving home") is
+  not a head, and an -s form right after its subject is a verb ("Time flies");
 - activities: a verb's -ing form used as a noun ("we went camping"), not as a
   progressive ("I'm running late");
 - possessed nouns resolved to their owner: "my sister" said by Caroline is
@@ -24,6 +28,7 @@ import re
 from collections.abc import Iterable
 from typing import Literal
 
+from lemminflect import getAllInflections
 from pydantic import BaseModel, Field
 from strata.memory.entities import (
     CHAT_WORDS,
@@ -54,6 +59,9 @@ _DETERMINERS = wordset(
 )
 # After an -ing form, these still close a noun phrase ("went camping with the kids", "running and reading").
 _PHRASE_END = wordset("and or with at in on")
+# Singular subjects: an -s form after them is a verb ("that stands out", "it keeps me going"), never a plural.
+_SUBJECTS = wordset("he she it this that who")
+_CLAUSE_MARKS = frozenset('.!?,;:"“”(\n')
 _NEVER = STOPWORDS | CHAT_WORDS | PLAIN_WORDS | MONTH_WORDS | WEEKDAY_WORDS
 
 
@@ -65,12 +73,14 @@ class Mention(BaseModel):
     type: EntityType = "other"
 
 
-def _noun(word: str, previous: str, after_noun: bool) -> str | None:
+def _noun(word: str, licensed: bool, verb_slot: bool) -> str | None:
     """The singular of a word used as a noun here, else None.
 
     A word the lexicon knows only as a noun ("pottery") always is one; a word it
     also knows as a verb or adjective ("support", "check", "real") is a noun
-    only in the plural, after a determiner or adjective, or after another noun.
+    only in the plural or when `licensed` (after a determiner, an adjective or
+    another noun). An -s form that is also a verb's ("stands", "flies") is that
+    verb in a `verb_slot`, where a plural cannot stand.
     """
     if len(word) < 3 or word in _NEVER or not word.isalpha():
         return None
@@ -78,9 +88,49 @@ def _noun(word: str, previous: str, after_noun: bool) -> str | None:
     if "NOUN" not in lemmas:
         return None
     singular = lemmas["NOUN"][0]
-    if set(lemmas) == {"NOUN"} or singular != word or previous in _DETERMINERS or after_noun:
-        return singular
-    return singular if previous and _adjective_only(previous) else None
+    if singular in STOPWORDS:  # "ones", "others": the plural of a function word is one too
+        return None
+    plural = singular != word
+    if plural and verb_slot and word.endswith("s") and any(v != word for v in lemmas.get("VERB", ())):
+        return None
+    return singular if set(lemmas) == {"NOUN"} or plural or licensed else None
+
+
+def _verb_slot(words: list[str], gaps: list[str], i: int) -> bool:
+    """Whether words[i] stands where a verb's -s form does and a plural noun does not: right after a
+    singular subject ("that stands out"; "Wow, time flies": a bare noun opening its clause) or an
+    adverb ("really stands out")."""
+    if i == 0 or gaps[i - 1].strip():
+        return False  # "Totally! Pets make us happy": no subject across punctuation
+    before = words[i - 1]
+    lemmas = _lemmas(before)
+    opens_clause = i == 1 or bool(set(gaps[i - 2]) & _CLAUSE_MARKS)
+    return (
+        before in _SUBJECTS
+        or (set(lemmas) == {"ADV"} and before not in STOPWORDS)  # "in", "to" are adverbs to the lexicon too
+        or (opens_clause and before in _NEVER - STOPWORDS and set(lemmas) & {"NOUN", "ADJ"} == {"NOUN"})
+    )
+
+
+def _modifier(words: list[str], i: int, continues: list[bool]) -> bool:
+    """Whether words[i] is an adjective describing a noun later in its phrase rather than heading it:
+    "a long day", "a real difference", "a safe and loving home" are about a day, a difference, a home.
+    Only an adjective with degrees (longer, safer) counts: a noun the lexicon also lists as an adjective
+    has none, and in "a video game" or "the living room" it is part of the thing's name."""
+    return bool(getAllInflections(words[i], upos="ADJ").get("JJR")) and _describes(words, i, continues)
+
+
+def _describes(words: list[str], i: int, continues: list[bool]) -> bool:
+    """Whether a noun follows words[i] in its phrase, past "and" or "or" and another adjective."""
+    if not continues[i]:
+        return False
+    after = words[i + 1]
+    if after in ("and", "or"):
+        return continues[i + 1] and "ADJ" in _lemmas(words[i + 2]) and _describes(words, i + 2, continues)
+    lemmas = _lemmas(after)
+    if after.endswith("ing") and "VERB" in lemmas:  # "a plane flying": the -ing form says what the plane does
+        return False
+    return after not in STOPWORDS and bool({"NOUN", "ADJ"} & set(lemmas))
 
 
 def _activity(word: str, previous: str, following: str) -> str | None:
@@ -98,6 +148,14 @@ def _adjective_only(word: str) -> bool:
     return bool(lemmas) and set(lemmas) <= {"ADJ"}
 
 
+def _common_noun(word: str) -> str:
+    """The singular a capitalised single word stands for when the lexicon knows it as a noun ("Mom", "Books"),
+    else "": a capital letter inside a sentence does not make "my Mom" someone else than "my mom"."""
+    lemmas = _lemmas(word)
+    singular = lemmas["NOUN"][0] if "NOUN" in lemmas else ""
+    return "" if singular in _NEVER else singular
+
+
 def find_mentions(text: str, speaker: str = "", listener: str = "", known: Iterable[str] = ()) -> list[Mention]:
     """The entities of one text, each once, names first (see the module docstring for the rules)."""
     text = composed(text)  # the spelling split_entities cuts names from
@@ -110,34 +168,57 @@ def find_mentions(text: str, speaker: str = "", listener: str = "", known: Itera
         if key and key not in found:
             found[key] = Mention(key=key, label=label, type=kind)
 
-    names = split_entities(text, people).names
     opening = _sentence_openers(text)
-    for name in names:
-        single = " " not in name
-        if single and name.lower() in opening and name.lower() not in participants and not _acronym(name):
-            continue  # only ever seen opening a sentence: an interjection or a common word, not a name
+    name_words: set[str] = set()
+    common: dict[str, str] = {}  # a capitalised word read as the noun it is: "mom" -> "mom", "books" -> "book"
+    for name in split_entities(text, people).names:
+        parts = _NAME_PART.findall(name.lower())  # split as `normalise` splits: "Mary-Kate" is "mary kate" there too
+        single = len(parts) == 1
         person = _participant(name, participants)
-        add(person or name, person or name, "person" if person else "name")
-    name_words = {w.lower() for name in names for w in name.split()}
-    tokens = [(m.group().replace("’", "'").lower(), m.start(), m.end()) for m in _WORD.finditer(text)]
-    words = [w[:-2] if w.endswith("'s") else w for w, _, _ in tokens]
+        if single and name.lower() in opening and not person and not _acronym(name):
+            name_words.update(parts)
+            continue  # only ever seen opening a sentence: an interjection or a common word, not a name
+        noun = "" if person or not single or _acronym(name) else _common_noun(parts[0])
+        if noun:
+            common[parts[0]] = noun
+            continue
+        add(person or " ".join(parts), person or name, "person" if person else "name")
+        name_words.update(parts)
+    tokens = [(m.group().replace("’", "'"), m.start(), m.end()) for m in _WORD.finditer(text)]
+    words = [w.lower()[:-2] if w.endswith("'s") else w.lower() for w, _, _ in tokens]
+    capital = [w[0].isupper() for w, _, _ in tokens]
+    gaps = [text[tokens[i][2] : tokens[i + 1][1]] for i in range(len(tokens) - 1)]
+    continues = [not w.endswith("'s") and gap.strip() == "" for (w, _, _), gap in zip(tokens, gaps, strict=False)]
+    continues.append(False)
+    modifiers: set[int] = set()
     previous_noun: tuple[int, str] | None = None
     for i, word in enumerate(words):
         if word in name_words:
             previous_noun = None
             continue
         before = words[i - 1] if i else ""
-        joined = i > 0 and text[tokens[i - 1][2] : tokens[i][1]] in (" ", "-")
-        following = words[i + 1] if i + 1 < len(words) and text[tokens[i][2] : tokens[i + 1][1]].strip() == "" else ""
-        activity = _activity(word, before, following)
+        joined = i > 0 and gaps[i - 1] in (" ", "-")
+        following = words[i + 1] if i + 1 < len(words) and gaps[i].strip() == "" else ""
         after_noun = previous_noun is not None and previous_noun[0] == i - 1 and joined
-        noun = None if activity else _noun(word, before, after_noun or before in name_words)
+        licensed = (
+            after_noun or before in _DETERMINERS or before in name_words or i - 1 in modifiers
+            or (bool(before) and _adjective_only(before))
+        )
+        if capital[i] and word in common:
+            activity, noun = None, common[word]
+        else:
+            activity = _activity(word, before, following)
+            noun = None if activity else _noun(word, licensed, _verb_slot(words, gaps, i))
+            if noun and not after_noun and _modifier(words, i, continues):
+                modifiers.add(i)
+                previous_noun = (i, noun)  # not an entity itself, but the first word of a compound ("living room")
+                continue
         if activity is None and noun is None:
             previous_noun = None
             continue
         head = activity or noun or ""
         add(head, head, "activity" if activity else "other")
-        owner = _owner(words, i, speaker, listener)
+        owner = _owner(words, i, speaker, listener, modifiers)
         if owner:
             add(f"{owner}'s {head}", f"{owner}'s {head}", "other")
         if after_noun and noun and previous_noun is not None:
@@ -156,8 +237,9 @@ def _participant(name: str, participants: dict[str, str]) -> str:
     return matches[0] if len(matches) == 1 else ""
 
 
-def _owner(words: list[str], i: int, speaker: str, listener: str) -> str:
-    """Whose thing this is when a possessive determiner precedes it (one adjective may sit between)."""
+def _owner(words: list[str], i: int, speaker: str, listener: str, modifiers: set[int]) -> str:
+    """Whose thing this is when a possessive determiner precedes it (one adjective may sit between:
+    "my favorite book" is the speaker's book)."""
     for back in (1, 2):
         if i - back < 0:
             return ""
@@ -166,7 +248,7 @@ def _owner(words: list[str], i: int, speaker: str, listener: str) -> str:
             return speaker
         if word in _SECOND_PERSON:
             return listener
-        if back == 1 and not _adjective_only(word):
+        if back == 1 and not (_adjective_only(word) or i - 1 in modifiers):
             return ""
     return ""
 
