@@ -47,6 +47,30 @@ def check_text(value: str, what: str) -> str:
     return value
 
 
+def first_unstorable(value: object, where: tuple[str, ...] = ()) -> str | None:
+    """What the first text inside a JSON-like value (a field name or a string, at any depth) that cannot be
+    stored is, where it is, and why (`unstorable`), or None. Imports and store values are checked whole before
+    anything is written, so one bad text never leaves half a write."""
+    at = f" at {'.'.join(where)}" if where else ""
+    if isinstance(value, str):
+        problem = unstorable(value)
+        return None if problem is None else f"the text{at} {problem}"
+    if isinstance(value, dict):
+        for key, item in value.items():
+            problem = unstorable(key) if isinstance(key, str) else None
+            if problem is not None:
+                return f"the field name {shown_value(key, 30)}{at} {problem}"
+            found = first_unstorable(item, (*where, str(key)))
+            if found:
+                return found
+    elif isinstance(value, (list, tuple)):
+        for number, item in enumerate(value):
+            found = first_unstorable(item, (*where, str(number)))
+            if found:
+                return found
+    return None
+
+
 def shown_value(value: object, width: int = 60) -> str:
     """A value as one short line, for error messages (never fails, never spans lines)."""
     try:

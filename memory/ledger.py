@@ -403,6 +403,12 @@ class Ledger:
             ).fetchone()
         return json.loads(row[0]) if row else default
 
+    def states_of(self, key: str) -> dict[str, object]:
+        """One key's value in every namespace that holds it, in one query (listing namespaces by a mark)."""
+        with self.reading() as session:
+            rows = session.execute("SELECT namespace, value FROM state WHERE key = ?", (key,)).fetchall()
+        return {row[0]: json.loads(row[1]) for row in rows}
+
     def set_state(self, namespace: str, key: str, value: object, conn: Session | None = None) -> None:
         """Store one value; joins the transaction open in this thread (several keys that change together)."""
         with self.transaction() as session:

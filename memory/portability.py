@@ -44,7 +44,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 from strata.memory import store_items
 from strata.memory.episodes import OPEN_SEGMENT, OpenSegment
-from strata.memory.errors import InputError, unstorable
+from strata.memory.errors import InputError, first_unstorable
 from strata.memory.forgetting import same_person
 from strata.memory.graph.consolidation import DIGESTS, DONE
 from strata.memory.graph.links import CATALOGUE, LAST_TURN
@@ -245,7 +245,9 @@ def read_document(data: object) -> MemoryDocument:
                   else "export it again with this version")
         raise InputError(f"this export has version {json.dumps(version)[:20]}; this strata reads version "
                          f"{VERSION}: {advice}")
-    _check_texts(data, [])
+    found = first_unstorable(data)  # refused before anything is written
+    if found is not None:
+        raise InputError(f"the export is damaged: {found}; nothing was imported")
     try:
         return MemoryDocument.model_validate(data)
     except ValidationError as error:
@@ -253,23 +255,6 @@ def read_document(data: object) -> MemoryDocument:
         where = " at " + ".".join(str(p) for p in first.get("loc", ())) if first.get("loc") else ""
         problem = str(first.get("msg", "invalid")).removeprefix("Value error, ")
         raise InputError(f"the export is damaged{where}: {problem}; nothing was imported") from None
-
-
-def _check_texts(value: object, where: list[str]) -> None:
-    """Every text of an export can be stored (`unstorable`: a NUL, which PostgreSQL cannot hold, or a lone
-    surrogate), or the import is refused before anything is written."""
-    if isinstance(value, str):
-        problem = unstorable(value)
-        if problem is not None:
-            raise InputError(f"the export is damaged at {'.'.join(where) or 'its top'}: the text {problem}; "
-                             "nothing was imported")
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            _check_texts(key, where)
-            _check_texts(item, [*where, str(key)])
-    elif isinstance(value, list):
-        for number, item in enumerate(value):
-            _check_texts(item, [*where, str(number)])
 
 
 def import_memory(store: MemoryStore, document: MemoryDocument) -> ImportReport:

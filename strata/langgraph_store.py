@@ -61,7 +61,7 @@ from pydantic import ValidationError
 
 from strata.memory import store_items
 from strata.memory.chroma import open_client
-from strata.memory.errors import InputError, check_text, shown_value
+from strata.memory.errors import InputError, check_text, first_unstorable, shown_value
 from strata.memory.ledger import Ledger
 from strata.memory.namespaces import MAX_LENGTH, mark_after
 from strata.memory.records import KINDS, Kind, Record, Status
@@ -437,8 +437,9 @@ class StrataStore(BaseStore):
         if self.settings.chroma_host is None:
             return set(marks)
         ledger = self._ledger()
-        return {name for name, found in marks.items()
-                if not (found - {None}) or found - {None} == {ledger.get_state(name, LEDGER_MARK)}}
+        held = ({only: ledger.get_state(only, LEDGER_MARK)} if only is not None
+                else ledger.states_of(LEDGER_MARK))  # one query, however many namespaces the server holds
+        return {name for name, found in marks.items() if not (found - {None}) or found - {None} == {held.get(name)}}
 
     def _open_existing(self, name: str) -> MemoryStore | None:
         """The namespace's memory if anything was ever written there (reads never create collections)."""
@@ -604,18 +605,6 @@ def _check_op(op: Op) -> None:
             raise InputError(f"{name} must be a whole number of at least 0, not {value!r}")
 
 
-def _check_no_nul(value: Any) -> None:
-    if isinstance(value, str):
-        check_text(value, "a store value")
-    elif isinstance(value, dict):
-        for k, v in value.items():
-            check_text(k, "a store value's field name")
-            _check_no_nul(v)
-    elif isinstance(value, list):
-        for v in value:
-            _check_no_nul(v)
-
-
 def _json_value(value: Any) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise InputError(f"a store value must be a dict, got {type(value).__name__}: wrap it, e.g. {{'text': ...}}")
@@ -623,7 +612,9 @@ def _json_value(value: Any) -> dict[str, Any]:
         text = json.dumps(value, ensure_ascii=False)
         check_text(text, "a store value")
         loaded: dict[str, Any] = json.loads(text)
-        _check_no_nul(loaded)
+        found = first_unstorable(loaded)
+        if found is not None:
+            raise InputError(f"a store value is refused: {found}")
         return loaded
     except InputError:
         raise

@@ -176,9 +176,9 @@ def test_nul_and_missing_limits_are_one_line_errors(store: StrataStore) -> None:
     for call, says in [
         (lambda: store.put(("n",), "a\x00b", {"t": "x"}), "store key holds a NUL"),
         (lambda: store.get(("n",), "a\x00b"), "store key holds a NUL"),
-        (lambda: store.put(("n",), "v", {"t": "a\x00b"}), "store value holds a NUL"),
-        (lambda: store.put(("n",), "v", {"a\x00": "b"}), "field name holds a NUL"),
-        (lambda: store.put(("n",), "v", {"t": ["x", {"y": "\x00"}]}), "store value holds a NUL"),
+        (lambda: store.put(("n",), "v", {"t": "a\x00b"}), "store value is refused: the text at t holds a NUL"),
+        (lambda: store.put(("n",), "v", {"a\x00": "b"}), "the field name .a.+ holds a NUL"),
+        (lambda: store.put(("n",), "v", {"t": ["x", {"y": "\x00"}]}), "the text at t.1.y holds a NUL"),
         (lambda: store.batch([PutOp(("n\x00",), "v", {"t": "x"})]), "namespace label holds a NUL"),
         (lambda: store.search(("n",), limit=None), "limit must be a whole number"),  # type: ignore[arg-type]
         (lambda: store.search(("n",), offset=None), "offset must be a whole number"),  # type: ignore[arg-type]
