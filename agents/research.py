@@ -436,7 +436,9 @@ def _retry_round(
     sub, policy = subquestion(plan.query, missing, participants, earlier, context)
     if sub:  # what the Judge found missing comes first: it is what this round is for
         sub_plan = plan.model_copy(update={"query": sub})
-        sub_searcher = Searcher(store, sub_plan, strip_names(sub, participants), exclude, reads_facts(sub))
+        sub_searcher = Searcher(
+            store, sub_plan, strip_names(sub, participants), exclude, reads_facts(sub), unindexed=set()
+        )
         walk = walk_weights(sub_plan, context, searcher.compact)
         units = sub_searcher.units(list(plan.searched), search.POOL, walk=walk)
         for unit in units.values():

@@ -100,11 +100,16 @@ class Searcher:
     """The hybrid search of one round: ranked lists per granularity, fused at the level of turns."""
 
     def __init__(
-        self, store: MemoryStore, plan: SearchQuery, dense_text: str, exclude: set[str], compact: bool = False
+        self, store: MemoryStore, plan: SearchQuery, dense_text: str, exclude: set[str], compact: bool = False,
+        unindexed: set[str] | None = None,
     ) -> None:
         self.store = store
         self.plan = plan
-        self.exclude = exclude | store_items.unindexed(store.ledger, store.namespace)  # index=False store items
+        # Store items put with index=False are never evidence; a caller that already excludes them (a Retry's
+        # sub-question is given its round's `exclude`) passes an empty set and saves the ledger query.
+        if unindexed is None:
+            unindexed = store_items.unindexed(store.ledger, store.namespace)
+        self.exclude = exclude | unindexed
         self.vector = store.embedder.embed([dense_text])[0]
         self.raw = store.active("raw")  # a view, not a copy: a namespace may hold 100,000 turns
         self._records: dict[Kind, Mapping[str, Record]] = {"raw": self.raw}
