@@ -358,21 +358,20 @@ def _out_of_graph_state(store: MemoryStore, erased: set[str]) -> None:
     entities (their names) no record mentions any more, the lists of turns consolidated and pending and
     the summaries' digests drop their ids, and the next turn's temporal link starts from the latest turn
     that stays."""
-    ns = store.namespace
     catalogue = dict(store.state(CATALOGUE, {}) or {})
     kept = still_mentioned(store, catalogue)
     if len(kept) < len(catalogue):
-        store.ledger.set_state(ns, CATALOGUE, {key: entry for key, entry in catalogue.items() if key in kept})
+        store.set_state(CATALOGUE, {key: entry for key, entry in catalogue.items() if key in kept})
     for key in (*DONE_LISTS, PENDING):  # lists of record ids
         ids = list(store.state(key, []) or [])  # type: ignore[call-overload]
         if erased & set(ids):
-            store.ledger.set_state(ns, key, [rid for rid in ids if rid not in erased])
+            store.set_state(key, [rid for rid in ids if rid not in erased])
     digests = dict(store.state(DIGESTS, {}) or {})  # type: ignore[call-overload]
     if erased & set(digests):
-        store.ledger.set_state(ns, DIGESTS, {sid: d for sid, d in digests.items() if sid not in erased})
+        store.set_state(DIGESTS, {sid: d for sid, d in digests.items() if sid not in erased})
     if store.state(LAST_TURN) in erased:
         turns = store.timeline()
-        store.ledger.set_state(ns, LAST_TURN, turns[-1].id if turns else None)
+        store.set_state(LAST_TURN, turns[-1].id if turns else None)
 
 
 def out_of_open_episode(store: MemoryStore, turns: set[str], gone: set[str]) -> None:
@@ -383,7 +382,7 @@ def out_of_open_episode(store: MemoryStore, turns: set[str], gone: set[str]) -> 
     if kept == segment.turn_ids and not _fact_turns(store, gone) & set(kept):
         return
     segment = told_again(store, segment.session, kept, turns, gone)
-    store.ledger.set_state(store.namespace, OPEN_SEGMENT, segment.model_dump(mode="json"))
+    store.set_state(OPEN_SEGMENT, segment.model_dump(mode="json"))
 
 
 def _in_chroma_log(store: MemoryStore, ids: Iterable[str]) -> int | None:

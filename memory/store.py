@@ -778,6 +778,15 @@ class MemoryStore:
                 return self._staged.state[key]
         return self.ledger.get_state(self.namespace, key, default)
 
+    def set_state(self, key: str, value: object) -> None:
+        """Write a small ledger value now, and over a staged value of the key too: an erase or a forget that
+        edits the open episode between two turns of an ingest would otherwise be undone by the ingest's next
+        flush, which writes back the value it staged before."""
+        with self._lock:
+            if key in self._staged.state:
+                self._staged.state[key] = value
+            self.ledger.set_state(self.namespace, key, value)
+
     def close(self) -> None:
         """Let go of the in-memory mirrors (the registry closes idle namespaces), saving the large ones
         first (memory/snapshots.py); the data stays stored."""

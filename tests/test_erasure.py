@@ -620,3 +620,31 @@ def test_an_erase_stopped_midway_is_finished_by_the_next_read_or_write_of_a_memo
     reading = Ledger.reading
     monkeypatch.setattr(Ledger, "reading", lambda self: reads.append(1) or reading(self))
     assert store.get(["raw:D1:1"]) and len(reads) == 1  # the change sequence and the mark, read together
+
+
+def test_an_erase_between_two_turns_of_one_add_stays_erased(data_dir: Path, locomo_dir: Path, embedder: Any) -> None:
+    """An erase that runs while an `add` has derived writes staged (from its `on_turn` callback here, where
+    another thread's erase gets in too) took the turn out of the open episode in the ledger, then the add's
+    next flush wrote its staged episode back: the episode closed at session end cited the erased turn and
+    retold its words."""
+    turns = [t for s in load_turns(locomo_dir / "conv-26.json").sessions for t in s.turns][:12]
+    victim = turns[4]  # D1:5, Caroline's "The transgender stories were so inspiring! ..."
+    memory = Memory("conv-26", data_dir=str(data_dir))
+    erased: list[str] = []
+
+    def erase_once(done: int) -> None:
+        if done >= 8 and not erased:
+            assert memory.store.has_staged()  # the add is between two turns with writes waiting
+            erased.extend(memory.erase([f"raw:{victim.dia_id}"]).erased)
+
+    memory.add(turns, on_turn=erase_once)
+    memory.end_session()
+    assert f"raw:{victim.dia_id}" in erased
+    store = memory.store
+    assert victim.dia_id not in store.state(OPEN_SEGMENT, {})["turn_ids"]  # type: ignore[index]
+    citing = [r.id for kind in KINDS for r in store.all(kind, include_inactive=True) if victim.dia_id in r.source_ids]
+    assert citing == []
+    assert not any("transgender stories" in r.text for r in store.all("episode", include_inactive=True))
+    with store.ledger.reading() as session:
+        assert session.execute("SELECT count(*) FROM links WHERE namespace = ? AND (src = ? OR dst = ?)",
+                               ("conv-26", f"raw:{victim.dia_id}", f"raw:{victim.dia_id}")).fetchone()[0] == 0
