@@ -363,3 +363,19 @@ def test_an_import_numbers_the_next_turn_past_the_stored_ones(
 
     assert [r.text for r in moved.get(["raw:T3"])] == ["My teacher is patient."]
     assert [r.text for r in moved.get(["raw:T1"])] == ["I started learning the cello."]
+
+
+def test_an_ablation_runs_consolidated_turns_travel_with_the_export(
+    tmp_path: Path, locomo_dir: Path, embedder: Any
+) -> None:
+    """A memory consolidated with causal links off keeps its own list of done turns; the export left it out,
+    so the imported copy's first consolidation with the same settings did every turn again."""
+    turns = [t for s in load_turns(locomo_dir / "conv-26.json").sessions for t in s.turns][:30]
+    source = Memory("ablated", data_dir=str(tmp_path / "source"), causal_links=False)
+    source.add(turns)
+    assert source.consolidate().turns == len(turns)
+    document = source.export()
+    assert any(key.endswith(":entity") for key in document.state)  # the entity-only run's list
+    copy = Memory("ablated", data_dir=str(tmp_path / "copy"), causal_links=False)
+    copy.import_from(document)
+    assert copy.consolidate().turns == source.consolidate().turns == 0
