@@ -324,3 +324,31 @@ def test_an_anaphoric_cause_points_back_only_from_a_turns_opening_and_within_its
     thanks = turn("D2:17", "Thanks, Ben! That's why I moved to Denver.")
     [link] = causal.infer(thanks, [before], never, ["Ann", "Ben"])  # a greeting first: still the opening
     assert (link.cause, link.effect) == ("raw:D2:16", "raw:D2:17")
+
+
+def test_an_older_consolidation_does_not_take_back_what_a_newer_one_told(
+    ingested: Path, tmp_path: Path, locomo_dir: Path
+) -> None:
+    """Two runs of one namespace overlap: the older read the turns before an add, the newer read them after
+    it and finished first. The older one then dissolved the newer one's summaries (19 of 29 in the audit's
+    run) and told its groups again from fewer turns, until a third run put them back."""
+    memory = copy_of(ingested, tmp_path / "mem")
+    store = memory.store
+    held, release = threading.Event(), threading.Event()
+
+    def held_policy(group: Any, members: Sequence[Record], offline_text: str) -> None:
+        held.set()  # where a model call would be: the older run holds no lock here
+        release.wait(120)
+        return None  # told offline, as the newer run tells it
+
+    older = threading.Thread(target=consolidate, args=(store,), kwargs={"summary_policy": held_policy})
+    older.start()
+    assert held.wait(120)
+    memory.add(conv26(locomo_dir, BASE_TURNS, MORE_TURNS))
+    memory.consolidate()
+    told = {r.id: (r.text, tuple(r.source_ids)) for r in store.all("summary")}
+    release.set()
+    older.join(120)
+    assert not older.is_alive()
+    assert {r.id: (r.text, tuple(r.source_ids)) for r in store.all("summary")} == told
+    assert memory.consolidate().summaries == 0  # nothing left for a third run to put back

@@ -105,6 +105,7 @@ def consolidate(
     filed = [r for r in store.timeline() if r.context and r.id not in unindexed]
     waiting = set(store.ledger.get_state(ns, PENDING, []) or [])  # type: ignore[arg-type]
     timeline = [r for r in filed if r.id not in waiting]
+    told = _digests_now(store)  # what the summaries were told from when these turns were read
     order = {r.id: i for i, r in enumerate(timeline)}
     key = DONE if causal_on and entities_on else DONE_BY["causal"] if causal_on else DONE_BY["entity"]
     done = {i for k in {DONE, key} for i in store.ledger.get_state(ns, k, []) or []}  # type: ignore[union-attr]
@@ -133,7 +134,7 @@ def consolidate(
         report.entity += sum(link.type == LinkType.ENTITY for link in added)
     if summaries_on:
         written, unchanged = _summarise(
-            store, timeline, summary_policy, policy, {} if fallbacks is None else fallbacks, retry)
+            store, timeline, told, summary_policy, policy, {} if fallbacks is None else fallbacks, retry)
         report.summaries, report.summaries_unchanged = written, unchanged
     report.seconds = time.perf_counter() - started
     return report
@@ -169,10 +170,11 @@ def _densify(store: MemoryStore, batch: Sequence[Record], order: dict[str, int])
 
 
 def _summarise(
-    store: MemoryStore, timeline: Sequence[Record], policy_fn: SummaryPolicy | None, policy: str,
-    fallbacks: Mapping[str, str], retry: Set[str] = frozenset(),
+    store: MemoryStore, timeline: Sequence[Record], digests: Mapping[str, str], policy_fn: SummaryPolicy | None,
+    policy: str, fallbacks: Mapping[str, str], retry: Set[str] = frozenset(),
 ) -> tuple[int, int]:
-    """Regroup topics and persona aspects; write the groups whose turns changed. (written, unchanged)."""
+    """Regroup topics and persona aspects; write the groups whose turns changed. (written, unchanged).
+    `digests`: the summaries' digests as they were when `timeline` was read (`_digests_now`)."""
     ns = store.namespace
     raw = {r.id: r for r in timeline}
     catalogue: dict[str, list[str]] = dict(store.ledger.get_state(ns, entity_graph.CATALOGUE, {}) or {})  # type: ignore[arg-type]
@@ -190,7 +192,6 @@ def _summarise(
     facts = store.all("fact")
     groups = [*summaries.topic_groups(mentions, types, raw), *summaries.persona_groups(activities, facts, raw)]
     facts_by_turn = _facts_by_turn(facts)
-    digests: dict[str, str] = dict(store.ledger.get_state(ns, DIGESTS, {}) or {})  # type: ignore[arg-type]
     written = unchanged = 0
     for group in groups:
         digest = summaries.group_digest(group, raw, facts_by_turn)
@@ -211,6 +212,8 @@ def _summarise(
         with store.writing():
             if not all(store.has(i) for i in group.turn_ids):
                 continue  # the next run regroups what stays
+            if _digests_now(store).get(group.id) != digests.get(group.id):
+                continue  # another run told this group since this one read the turns: its telling is as new
             if drafted is None:  # from the facts stored now (the same text unless an erase came between)
                 text = _told_offline(store, group, raw)
             record = summaries.summary_record(group, text, title, ns, raw, used)
@@ -226,8 +229,10 @@ def _summarise(
         written += 1
     # A group the new turns dissolved (its turns now belong to another topic) leaves no frozen summary
     # behind: it would repeat, out of date, what the group that took its turns says.
-    with store.writing():
-        dissolved = sorted(set(store.active("summary")) - {group.id for group in groups})
+    with store.writing():  # only summaries no other run has told since this one read the turns
+        now = _digests_now(store)
+        dissolved = sorted(sid for sid in set(store.active("summary")) - {group.id for group in groups}
+                           if now.get(sid) == digests.get(sid))
         if dissolved:  # the digest first: a crash in between must not leave one for a summary that is gone
             for summary_id in dissolved:
                 _set_digest(store, summary_id, None)
@@ -235,11 +240,19 @@ def _summarise(
     return written, unchanged
 
 
+def _digests_now(store: MemoryStore) -> dict[str, str]:
+    """The summaries' digests as the ledger holds them now. Two runs of one namespace (two threads, or two
+    replicas) may overlap; the one that read the turns first must not take back what the later one wrote
+    from more turns (a smaller group told again, or a new group's summary dissolved), so each write checks
+    that the digest is still the one this run read."""
+    return dict(store.ledger.get_state(store.namespace, DIGESTS, {}) or {})  # type: ignore[arg-type]
+
+
 def _set_digest(store: MemoryStore, summary_id: str, digest: str | None) -> None:
     """Record (or, with None, forget) one summary's digest, under the caller's write lock. The ledger's
     digests are read again here, not written from a copy taken before: an erase meanwhile took out the
     digests of the summaries it removed, and writing them back made the next run skip those groups."""
-    digests = dict(store.ledger.get_state(store.namespace, DIGESTS, {}) or {})  # type: ignore[arg-type]
+    digests = _digests_now(store)
     if digest is None:
         digests.pop(summary_id, None)
     else:
