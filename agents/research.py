@@ -369,10 +369,14 @@ def _in_utc(plan: Plan, clock: int | None, zone: ZoneInfo | None = None) -> Plan
     """The plan with its time window, read in days on the speaker's clock, widened to hold both kinds of
     stored time: a turn's, a UTC instant ("last week" said in Denver is Denver's week, 06:00 UTC on), and a
     fact dated by its words ("on 7 May"), which is that day already. Each end shifts by the offset of the
-    memory's `timezone` at that day (daylight saving), else by the clock of the turn said last."""
-    if plan.time_window is None or not (clock or zone):
+    memory's `timezone` at that day (daylight saving), else by the clock of the turn said last. The days
+    themselves are kept as `Plan.days`, for what compares the speaker's days (the Working role's reader)."""
+    if plan.time_window is None:
         return plan
     start, end = plan.time_window
+    plan = plan.model_copy(update={"days": (start.date(), end.date())})
+    if not (clock or zone):
+        return plan
 
     def shifts(bound: datetime) -> int:
         return (offset_in(bound, zone) if zone is not None else clock) or 0

@@ -186,7 +186,7 @@ def working(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     """Write the answer from state.evidence only, citing the turns used; ends the run."""
     question = asked(state, runtime.context).strip()
     evidence = list(state.evidence)
-    window = state.plan.time_window if state.plan is not None else None  # Research's reading of the question
+    window = state.plan.days if state.plan is not None else None  # Research's reading of the question
     model = chat_model(runtime.context)
     cuts: list[str] = []
     if model is None or not evidence:
@@ -211,7 +211,7 @@ def asked(state: State, context: Context) -> str:
 
 
 def _answer_with_model(
-    question: str, evidence: list[Evidence], runtime: Runtime[Context], window: tuple[datetime, datetime] | None
+    question: str, evidence: list[Evidence], runtime: Runtime[Context], window: tuple[date, date] | None
 ) -> tuple[str, list[str], str]:
     model = chat_model(runtime.context)
     assert model is not None
@@ -289,7 +289,7 @@ class Candidate:
     matched: set[str] = field(default_factory=set)
 
 
-def analyse(question: str, evidence: list[Evidence], window: tuple[datetime, datetime] | None = None) -> Question:
+def analyse(question: str, evidence: list[Evidence], window: tuple[date, date] | None = None) -> Question:
     """Question type, the participants it names, the period it names, and its content words by specificity.
 
     The period is `window` when given: Research resolved the question's dates against the conversation's
@@ -321,7 +321,7 @@ def analyse(question: str, evidence: list[Evidence], window: tuple[datetime, dat
     stated = [d for d in dates if not d.relative]
     period = (min(d.start for d in stated), max(d.end for d in stated)) if stated else None
     if window is not None:
-        period = (window[0].date(), window[1].date())
+        period = window
     return Question(text=question, type=kind, people=named, weights=weights, window=period, name=name)
 
 
@@ -533,11 +533,12 @@ def asks_current_value(question: Question) -> bool:
 
 
 def answer_offline(
-    question: str, evidence: list[Evidence], window: tuple[datetime, datetime] | None = None
+    question: str, evidence: list[Evidence], window: tuple[date, date] | None = None
 ) -> tuple[str, list[str]]:
     """The extractive answer and the dialogue ids it came from, or "Not in memory.". `window` is the period
-    the question asks about as Research resolved it (`Plan.time_window`); without it only dates that name
-    their year count."""
+    the question asks about as Research resolved it, in the speaker's days (`Plan.days`: the days an item's
+    `local_time` falls on, not the UTC-widened `Plan.time_window`); without it only dates that name their
+    year count."""
     if not question or not evidence:
         return NOT_IN_MEMORY, []
     parsed = analyse(question, evidence, window)

@@ -11,7 +11,7 @@ import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import date, datetime
 from typing import Annotated, Any, Literal, TypeVar
 
 from langgraph.channels import UntrackedValue
@@ -91,6 +91,9 @@ class Plan(BaseModel):
     k_dyn: int = 5
     participants: list[str] = Field(default_factory=list)
     time_window: tuple[UtcTime, UtcTime] | None = None
+    days: tuple[date, date] | None = Field(
+        None, description="The period the question names, in the speaker's days (as date headings show them); "
+        "time_window is widened to hold UTC instants, so its days are off by one at either end.")
     searched: list[str] = Field(default_factory=list, description="Granularities searched so far.")
     policy: str = "offline"
 

@@ -7,17 +7,21 @@ it was said, and the turn was told under the next day's heading.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import date, datetime
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
+from langgraph.runtime import Runtime
+from strata.agents.common import evidence_of
 from strata.agents.memory import open_segment
 from strata.agents.research import _in_utc
-from strata.graph.state import Plan, validate_turns
+from strata.agents.working import working
+from strata.graph.context import Context
+from strata.graph.state import Plan, State, validate_turns
 from strata.memory.errors import ConfigError, InputError
 from strata.memory.graph.export import namespace_graph
-from strata.memory.records import Turn
+from strata.memory.records import Turn, raw_record
 
 from strata import Memory
 
@@ -83,10 +87,28 @@ def test_a_question_window_is_read_in_the_speakers_days() -> None:
     plan = Plan(query="q", time_window=(datetime(2023, 5, 1), datetime(2023, 5, 1, 23, 59, 59)))
     assert _in_utc(plan, -360).time_window == (datetime(2023, 5, 1), datetime(2023, 5, 2, 5, 59, 59))
     assert _in_utc(plan, 120).time_window == (datetime(2023, 4, 30, 22), datetime(2023, 5, 1, 23, 59, 59))
-    assert _in_utc(plan, None) is plan
+    assert _in_utc(plan, None).time_window == plan.time_window
+    assert _in_utc(plan, -360).days == _in_utc(plan, 120).days == (date(2023, 5, 1), date(2023, 5, 1))
     winter = Plan(query="q", time_window=(datetime(2024, 1, 10), datetime(2024, 1, 10, 23, 59, 59)))
     denver = ZoneInfo("America/Denver")  # January is -07:00 there, whatever the clock of the latest turn (May)
     assert _in_utc(winter, -360, denver).time_window == (datetime(2024, 1, 10), datetime(2024, 1, 11, 6, 59, 59))
+
+
+def test_the_reader_prefers_what_was_said_in_the_question_s_days_on_the_speaker_s_clock(data_dir: Path) -> None:
+    """The reader's window bonus compares the speaker's days with the days the question names. Compared with
+    the UTC-widened window, a day more at one end counted: in Denver a turn said in the evening eight days
+    after "1 May" (06:00 UTC the next day on), in Sydney one said eight days before "10 May"."""
+    for clock, day, near, far in ((-360, 1, "2023-05-09T20:00-06:00", "2023-05-25T20:00-06:00"),
+                                  (600, 10, "2023-05-02T08:00+10:00", "2023-05-25T08:00+10:00")):
+        asked = f"What did Ann bake on {day} May?"
+        plan = _in_utc(Plan(query=asked, time_window=(datetime(2023, 5, day), datetime(2023, 5, day, 23, 59, 59))),
+                       clock)
+        evidence = [evidence_of(raw_record(Turn(speaker="Ann", text=text, dia_id=dia_id, time=when), "u"))
+                    for dia_id, text, when in (("T1", "I baked sourdough bread.", near),
+                                               ("T2", "I baked a carrot cake.", far))]
+        state = State(question=asked, evidence=evidence, stage="asking", plan=plan)
+        out = working(state, Runtime(context=Context(namespace="u", data_dir=str(data_dir), mode="ask")))
+        assert out["cited_ids"] == ["T2"], (clock, out["answer"])  # neither in the week around it: the newer
 
 
 def test_a_fact_dated_by_its_words_is_found_in_a_window_of_that_day(data_dir: Path) -> None:

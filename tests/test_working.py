@@ -8,7 +8,7 @@ fake chat models, including the malformed replies real models send.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import date, datetime
 from pathlib import Path
 
 import pytest
@@ -368,9 +368,9 @@ def test_a_period_named_without_a_year_prefers_what_falls_in_it(data_dir: Path) 
         _said("T1", "I baked sourdough bread with my neighbour.", datetime(2023, 3, 1, 10)),
         _said("T2", "I baked a carrot cake for my dad.", datetime(2023, 5, 3, 10)),
     ]
-    march = (datetime(2023, 3, 1), datetime(2023, 3, 31, 23, 59, 59))
+    march = (date(2023, 3, 1), date(2023, 3, 31))
     assert answer_offline("What did Ann bake in March?", evidence, march)[1] == ["T1"]
-    plan = Plan(query="What did Ann bake in March?", time_window=march)
+    plan = Plan(query="What did Ann bake in March?", days=march)
     state = State(question="What did Ann bake in March?", evidence=evidence, stage="asking", plan=plan)
     out = working(state, runtime_for(data_dir))
     assert "sourdough" in str(out["answer"]) and out["cited_ids"] == ["T1"]
@@ -379,7 +379,7 @@ def test_a_period_named_without_a_year_prefers_what_falls_in_it(data_dir: Path) 
 def test_a_window_at_the_calendar_edge_is_no_error() -> None:
     """A window from 1 January 1 or to 31 December 9999 (placeholder times made "now") still scores."""
     evidence = [_said("T1", "I baked sourdough bread.", datetime(1, 1, 2)), _said("T2", "I baked a cake.", None)]
-    for window in ((datetime(1, 1, 1), datetime(1, 1, 31)), (datetime(9999, 12, 1), datetime.max)):
+    for window in ((date(1, 1, 1), date(1, 1, 31)), (date(9999, 12, 1), date.max)):
         assert answer_offline("What did Ann bake this month?", evidence, window)[0] != NOT_IN_MEMORY
 
 
