@@ -352,3 +352,32 @@ def test_an_older_consolidation_does_not_take_back_what_a_newer_one_told(
     assert not older.is_alive()
     assert {r.id: (r.text, tuple(r.source_ids)) for r in store.all("summary")} == told
     assert memory.consolidate().summaries == 0  # nothing left for a third run to put back
+
+
+def test_a_backfilled_turn_becomes_the_cause_of_the_later_turns_consolidated_before_it(data_dir: Path) -> None:
+    """"That's why I moved to Denver." was consolidated with nothing said before it; the turn before it,
+    imported afterwards, is its cause (not the cause of "That's why ..." in a later session). Looked at while
+    the model is down, the backfilled turn waits for the next run; and a pair already linked is not written
+    again."""
+    memory = Memory(NAMESPACE, data_dir=str(data_dir))
+    memory.add([{"speaker": "Ann", "dia_id": "D2:3", "text": "That's why I moved to Denver.",
+                 "time": "2023-05-08T10:05"},
+                {"speaker": "Ann", "dia_id": "D3:1", "text": "That's why I love hiking on weekends.",
+                 "time": "2023-06-08T10:05"}])
+    assert memory.consolidate().causal == 0
+    memory.add([{"speaker": "Ben", "dia_id": "D2:2", "text": "Ann got a job offer in Denver last spring.",
+                 "time": "2023-05-08T10:00"}])
+    offline, retry = offline_causal(memory.store), set[str]()
+
+    def down(record: Record, earlier: Sequence[Record]) -> list[causal.CausalLink]:
+        if causal.cues(record.text):  # as the model's policy, which asks about a turn with a cue word only
+            retry.add(record.id)  # told offline while the model was down
+        return offline(record, earlier)
+
+    assert consolidate(memory.store, causal_policy=down, retry=retry).causal == 0
+    assert "raw:D2:2" not in done_list(memory)
+    report = memory.consolidate()
+    links = memory.store.ledger.neighbours(NAMESPACE, ["raw:D2:2"], [LinkType.CAUSAL])
+    assert report.causal == 1 and [(link.src, link.dst) for link in links] == [("raw:D2:2", "raw:D2:3")]
+    memory.store.ledger.set_state(NAMESPACE, DONE, [])  # every turn to do again: every pair is found again
+    assert memory.consolidate().causal == 0

@@ -25,6 +25,7 @@ by default the offline ones run.
 
 from __future__ import annotations
 
+import bisect
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence, Set
@@ -112,14 +113,21 @@ def consolidate(
     todo = [i for i, r in enumerate(timeline) if r.id not in done] if causal_on or entities_on else []
     if limit is not None:
         todo = todo[:limit]
+    done_in_session: dict[str, list[int]] = defaultdict(list)  # a session's turns consolidated before, in order
+    for i, record in enumerate(timeline):
+        if record.id in done:
+            done_in_session[record.session].append(i)
     for start in range(0, len(todo), BATCH):
         batch = todo[start : start + BATCH]
         found_causes: list[Link] = []
+        unfinished: set[str] = set()  # backfilled turns whose later turns the model could not be asked about
         if causal_on:
             for index in batch:
                 found = causal.causal_links(ns, infer(timeline[index], timeline[:index]))
                 if timeline[index].id not in retry:  # told offline while the model was down: asked again later
                     found_causes += found
+            ahead, unfinished = _backfilled_causes(store, timeline, batch, done_in_session, infer, retry)
+            found_causes += ahead
         found_entities = _densify(store, [timeline[i] for i in batch], order) if entities_on else []
         with store.writing():  # an erase meanwhile has removed turns these links would point at
             kept = _between_kept(store, [*found_causes, *found_entities])
@@ -127,7 +135,8 @@ def consolidate(
             store.link(kept)  # all: densify's weight replaces the fast path's
             # read again under the lock: an erase meanwhile took its turns out of the list
             now = set(store.ledger.get_state(ns, key, []) or [])  # type: ignore[arg-type]
-            now.update(timeline[i].id for i in batch if store.has(timeline[i].id) and timeline[i].id not in retry)
+            now.update(timeline[i].id for i in batch
+                       if store.has(timeline[i].id) and timeline[i].id not in retry | unfinished)
             store.ledger.set_state(ns, key, sorted(now))
         report.turns += len(batch)
         report.causal += sum(link.type == LinkType.CAUSAL for link in added)
@@ -138,6 +147,37 @@ def consolidate(
         report.summaries, report.summaries_unchanged = written, unchanged
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _backfilled_causes(
+    store: MemoryStore, timeline: Sequence[Record], batch: Sequence[int], done_in_session: Mapping[str, list[int]],
+    infer: CausalPolicy, retry: Set[str],
+) -> tuple[list[Link], set[str]]:
+    """The causal links between the batch's backfilled turns and the later turns of their session that were
+    consolidated before them (an older session's turns imported after the newer ones): those turns' cue halves
+    point back to what was said before them, and a backfilled turn is now among it. Each later turn is judged
+    again by the same rule, and only its new links to a backfilled turn are kept (a pair already linked is
+    not written again). With the model down for a later turn, the backfilled turns of its session are
+    returned as unfinished: not counted done, so a later run looks again."""
+    first: dict[str, int] = {}  # the batch's earliest turn of each session (the batch is in time order)
+    for index in batch:
+        first.setdefault(timeline[index].session, index)
+    later: set[int] = set()
+    for session, index in first.items():
+        done = done_in_session.get(session, [])
+        later.update(done[bisect.bisect_right(done, index):])
+    backfilled = {timeline[i].id for i in batch}
+    found: list[Link] = []
+    unfinished: set[str] = set()
+    for index in sorted(later):
+        effect = timeline[index]
+        links = [link for link in causal.causal_links(store.namespace, infer(effect, timeline[:index]))
+                 if backfilled & {link.src, link.dst}]
+        if effect.id in retry:  # told offline while the model was down: asked again when the model is back
+            unfinished |= {timeline[i].id for i in batch if timeline[i].session == effect.session and i < index}
+            continue
+        found += links
+    return _new(store, found), unfinished
 
 
 def _densify(store: MemoryStore, batch: Sequence[Record], order: dict[str, int]) -> list[Link]:
