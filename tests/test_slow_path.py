@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from strata.memory.graph import causal
+from strata.memory.graph import causal, summaries
 from strata.memory.graph.consolidation import DIGESTS, DONE, DONE_BY, _densify, consolidate, offline_causal
 from strata.memory.journal import PENDING
 from strata.memory.records import LinkType, Record
@@ -243,6 +243,13 @@ def test_two_participants_never_share_a_summary(data_dir: Path) -> None:
     told = {r.participant for r in memory.store.all("summary") if r.id.startswith("summary:persona:")}
     assert told == {"Mary Ann", "Mary-Ann"}, told
     assert memory.consolidate().summaries == 0
+
+
+def test_spaces_around_a_names_hyphen_leave_its_summary_id_as_it_is() -> None:
+    """"Mary- Ann" and "Mary -Ann" were read as words ('mary-' and '-ann') and shared an id that neither
+    "Mary-Ann" nor "Mary - Ann" had; all four are Mary-Ann, and "Mary Ann" another person."""
+    hyphened = {summaries._slug(name) for name in ("Mary-Ann", "Mary - Ann", "Mary- Ann", "Mary -Ann")}
+    assert hyphened == {"mary--ann"} and summaries._slug("Mary Ann") == "mary-ann"
 
 
 def test_an_undo_keeps_a_summary_told_again_since_and_restores_one_that_was_not(data_dir: Path) -> None:

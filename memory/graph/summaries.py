@@ -16,6 +16,7 @@ record, not twenty turns.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections import defaultdict
 from collections.abc import Sequence
 
@@ -31,6 +32,7 @@ MIN_TOPIC_TURNS = 3
 MAX_TOPIC_SHARE = 0.2
 # Two entities whose turn sets overlap this much (Jaccard) are one topic.
 MERGE_OVERLAP = 0.5
+_HYPHEN_SPACES = re.compile(r"\s*-\s*")  # 'Mary - Ann', 'Mary- Ann': a hyphen typed with spaces
 MAX_LINES = 40  # a summary lists at most this many items; it cites every turn regardless
 
 
@@ -154,5 +156,8 @@ def group_digest(group: Group, raw: dict[str, Record], facts_by_turn: dict[str, 
 
 def _slug(text: str) -> str:
     """A name or topic as a part of an id: lower case, its words joined by '-', and a hyphen of its own
-    doubled, so that two participants never share a summary ('mary-ann' is Mary Ann, 'mary--ann' Mary-Ann)."""
-    return "-".join(word.replace("-", "--") for word in text.lower().replace("'", "").split())[:60]
+    doubled, so that two participants never share a summary ('mary-ann' is Mary Ann, 'mary--ann' Mary-Ann).
+    Spaces around a hyphen are a typing slip, not a word: 'Mary - Ann' and 'Mary- Ann' are Mary-Ann (read as
+    words, 'Mary- Ann' and 'Mary -Ann' were one id that neither Mary-Ann nor 'Mary - Ann' had)."""
+    joined = _HYPHEN_SPACES.sub("-", text.lower().replace("'", ""))
+    return "-".join(word.replace("-", "--") for word in joined.split())[:60]
