@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import re
 
+_CAMEL = re.compile(r"(?<=[a-z\d])(?=[A-Z])")  # "myFavoriteBook": a capital begins a part, as "_" does
 _PART = r"(?:^|[^a-z])(?:{})"  # a word that begins one of the attribute's parts: "likes_" yes, "education" not "cat"
 ASPECTS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("preferences", re.compile(_PART.format(r"like|dislike|love|enjoy|favou?rite|prefer|fan_of|into"))),
@@ -23,8 +24,10 @@ ASPECTS: tuple[tuple[str, re.Pattern[str]], ...] = (
 
 
 def aspect_of(attribute: str) -> str | None:
-    """The persona aspect an attribute belongs to, or None when it is not a stable trait."""
-    attribute = attribute.lower().strip()
+    """The persona aspect an attribute belongs to, or None when it is not a stable trait. Its parts are
+    snake_case's or camelCase's ("my_favorite_book", "myFavoriteBook"): lower-cased whole, a camelCase
+    part after the first ran into the one before it ("myfavoritebook") and named no aspect."""
+    attribute = _CAMEL.sub("_", attribute).lower().strip()
     if not attribute:
         return None
     for aspect, pattern in ASPECTS:

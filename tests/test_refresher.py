@@ -431,3 +431,12 @@ def test_a_persona_aspect_is_named_by_a_word_of_the_attribute_not_a_part_of_one(
                                    "plays_guitar", "reading", "works_as", "is_a")] == [
         "preferences", "preferences", "preferences", "home", "family", "family", "hobbies", "hobbies", "work",
         "identity"]
+
+
+def test_a_camel_case_attribute_is_split_into_its_words_as_a_snake_case_one_is() -> None:
+    """A model may name attributes in camelCase: "myFavoriteBook" read as "myfavoritebook" named no aspect."""
+    from strata.memory.persona import aspect_of
+
+    assert [aspect_of(a) for a in ("myFavoriteBook", "currentCity", "hasDog", "isA", "fanOf", "favoriteBook")] == [
+        "preferences", "home", "family", "identity", "preferences", "preferences"]
+    assert [aspect_of(a) for a in ("displayName", "vacationSpot", "emailAddress")] == [None] * 3
