@@ -19,6 +19,7 @@ import tempfile
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import ModuleType
 
 import numpy as np
 
@@ -41,6 +42,20 @@ PROBES = (
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 
+def load_onnxruntime() -> ModuleType:
+    """onnxruntime with its usage telemetry off. Since 1.2x its Linux build sends usage events to a
+    collector on the internet (DNS lookups of mobile.events.data.microsoft.com, seen under strace in
+    tests/test_tracing.py) and keeps them in ~/.cache/Microsoft; a memory library makes no network call
+    and writes nothing outside its own folders. The runtime reads ORT_DISABLE_TELEMETRY when it starts,
+    so it is set before the import (an app that set it itself keeps its value); the call turns events off
+    in a runtime an app had started earlier."""
+    os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
+    import onnxruntime
+
+    onnxruntime.disable_telemetry_events()
+    return onnxruntime
+
+
 def cache_dir() -> Path:
     """Where exported models are kept between processes."""
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
@@ -51,8 +66,9 @@ class OnnxMiniLM:
     """Mean-pooled, unit-length MiniLM vectors from an ONNX export of the packaged weights."""
 
     def __init__(self, model_dir: Path, threads: int) -> None:
-        import onnxruntime
         from tokenizers import Tokenizer
+
+        onnxruntime = load_onnxruntime()
 
         config = json.loads((model_dir / "sentence_bert_config.json").read_text())
         self._tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
@@ -139,7 +155,6 @@ def _exported(model_dir: Path) -> str | bytes:
 
 def _export(model_dir: Path) -> bytes:
     """Export the weights with PyTorch and check the result against sentence-transformers."""
-    import onnxruntime
     import torch
     from sentence_transformers import SentenceTransformer
     from transformers import AutoModel, AutoTokenizer
@@ -165,7 +180,7 @@ def _export(model_dir: Path) -> bytes:
             )
         data = path.read_bytes()
     reference = SentenceTransformer(str(model_dir), device="cpu").encode(list(PROBES), normalize_embeddings=True)
-    session = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"])
+    session = load_onnxruntime().InferenceSession(data, providers=["CPUExecutionProvider"])
     encoded = tokenizer(list(PROBES), padding=True, return_tensors="np")
     hidden = session.run(None, {name: encoded[name].astype(np.int64) for name in INPUTS})[0]
     gap = float(np.abs(mean_pooled(hidden, encoded["attention_mask"]) - reference).max())

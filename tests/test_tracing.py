@@ -126,6 +126,27 @@ def test_tracing_off_attempts_no_network_connection(
         assert calls == [], f"native code attempted network connections: {calls[:5]}"
 
 
+def test_onnxruntime_runs_with_its_usage_telemetry_off(tmp_path: Path, offline_env: dict[str, str]) -> None:
+    """onnxruntime's Linux build sends usage events to an internet collector: the test above saw, on a slow
+    run, DNS lookups of mobile.events.data.microsoft.com from a native thread. It also keeps them under the
+    cache folder (Microsoft/DeveloperTools/.onnxruntime), which is what is checked here, every time."""
+    from strata.memory.minilm_onnx import cache_dir
+
+    cache = tmp_path / "cache"
+    if cache_dir().is_dir():  # the exported model, so the process does not export it again
+        shutil.copytree(cache_dir(), cache / "strata")
+    env = {**offline_env, "XDG_CACHE_HOME": str(cache)}
+    env.pop("ORT_DISABLE_TELEMETRY", None)  # as in an app that never heard of it
+    script = ("import os\nfrom strata.memory.embeddings import get_embedder\n"
+              "get_embedder().embed(['Caroline went to a support group.'])\n"
+              "print('SET', os.environ.get('ORT_DISABLE_TELEMETRY'))\n")
+    result = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True,
+                            timeout=240)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split("SET ", 1)[1].strip() == "1"
+    assert not (cache / "Microsoft").exists(), sorted(str(p) for p in (cache / "Microsoft").rglob("*"))
+
+
 def test_the_guards_do_see_a_connection(tmp_path: Path, offline_env: dict[str, str]) -> None:
     """The checks above are not vacuous: a loopback connection is caught by both guards."""
     script = SOCKET_GUARD + (
