@@ -196,13 +196,23 @@ class OpenAIStub:
             self.filtered = ""
 
     def answer(self, body: dict[str, Any]) -> Scripted:
+        """The reply to one request; its status goes into `served` at the request's own place, so the two
+        lists pair up even when a client gave up on a slow reply and asked again before it was sent."""
         with self.lock:
+            place = len(self.requests)
             self.requests.append(body)
+            self.served.append(0)
             scripted = self.queue.pop(0) if self.queue else None
             reject = self.reject_structured
             filtered = self.filtered
-        if scripted is not None:
-            return scripted
+        if scripted is None:
+            scripted = self._unscripted(body, reject, filtered)
+        with self.lock:
+            if place < len(self.served):  # (a reset meanwhile emptied the lists)
+                self.served[place] = scripted.status
+        return scripted
+
+    def _unscripted(self, body: dict[str, Any], reject: bool, filtered: str) -> Scripted:
         if filtered and filtered in current_input(user_prompt(body)):
             return refused("content_filter")
         if reject and ("response_format" in body or "tools" in body):
@@ -224,8 +234,6 @@ class OpenAIStub:
                 scripted = stub.answer(body)
                 if scripted.delay:
                     time.sleep(scripted.delay)
-                with stub.lock:
-                    stub.served.append(scripted.status)
                 if scripted.status != 200:
                     payload = {"error": {"message": scripted.content or f"status {scripted.status}",
                                          "type": "invalid_request_error" if scripted.status < 500 else "server_error",
