@@ -90,9 +90,13 @@ class ModelFact(Reply):
 
 
 class ModelFacts(Reply):
-    """AMA's Constructor output contract, plus subject/attribute/value for conflict checks."""
+    """AMA's Constructor output contract, plus subject/attribute/value for conflict checks.
 
-    facts: Annotated[list[ModelFact], SOME_USABLE, at_most(MAX_ITEMS)] = Field(default_factory=list)
+    `facts` is required: a reply without it (a bare list of facts, `"Facts"`, a wrapped object) was not
+    read, and taking it as "no facts" would lose the turn's facts; refused, the offline extractor stands in.
+    An empty list the model writes is its answer."""
+
+    facts: Annotated[list[ModelFact], SOME_USABLE, at_most(MAX_ITEMS)]
     related_id: Ids = Field(default_factory=list)
     timestamp: Advisory = "empty"
 

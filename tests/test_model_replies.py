@@ -180,6 +180,35 @@ def test_weights_are_read_as_the_judges_confidence_and_bad_items_dropped() -> No
     assert parse_json(json.dumps({"facts": "Ann moved"}), ModelFacts)[0] is None
 
 
+# a reply that sets none of the contract's content field was not read: "no facts" (or "no causes") would lose
+# what the offline policy finds, so it is refused and the offline policy stands in, saying why
+UNREAD = {"a bare list": [{"content": "Ann moved to Denver.", "subject": "Ann"}],
+          "a key spelt otherwise": {"Facts": [{"content": "Ann moved to Denver."}]},
+          "a wrapped object": {"result": {"facts": [{"content": "Ann moved to Denver."}]}}}
+
+
+@pytest.mark.parametrize("reply", UNREAD.values(), ids=list(UNREAD))
+def test_a_facts_reply_without_its_facts_field_falls_back_to_the_offline_extractor(pair: Path, reply: Any
+                                                                                  ) -> None:
+    memory = Memory("pair", data_dir=str(pair), chat_model=RoleModel(scripts={"facts": [json.dumps(reply)]}))
+    result = graph.invoke({"turns": [turn("I moved to Denver last month.", "D2:1", "2023-07-03T10:00")]},
+                          context=memory.context("ingest"))
+    derive = next(n for n in reversed(result["trace"]) if n.role == "memory")
+    assert derive.policy == f"{FALLBACK}field facts: Field required)"
+    facts = [f.text for f in memory.store.all("fact") if f.dialogue_id == "D2:1"]
+    assert facts == ["Ann moved to Denver in June 2023."]
+
+
+def test_an_empty_list_of_facts_or_causes_is_still_the_models_answer() -> None:
+    facts, _ = parse_json(json.dumps({"facts": []}), ModelFacts)
+    assert facts is not None and facts.facts == []
+    causal, _ = parse_json(json.dumps({"links": []}), ModelCausal)
+    assert causal is not None and causal.links == []
+    link = {"cause": "raw:D1:1", "effect": "raw:D1:2", "confidence": 0.8}
+    assert parse_json(json.dumps([link]), ModelCausal) == (None, "field links: Field required")
+    assert parse_json(json.dumps({"Links": [link]}), ModelCausal)[0] is None
+
+
 def test_an_answer_with_null_citations_is_the_models_answer(pair: Path) -> None:
     model = RoleModel(scripts={"answer": [json.dumps({"answer": "Ann lives in Boston.", "cited_ids": None})]})
     answer = Memory("pair", data_dir=str(pair), chat_model=model).ask("Where does Ann live?")

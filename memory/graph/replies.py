@@ -236,9 +236,12 @@ class ModelCausalLink(Reply):
 
 
 class ModelCausal(Reply):
-    """MAGMA's slow-path inference over one neighbourhood."""
+    """MAGMA's slow-path inference over one neighbourhood.
 
-    links: Annotated[list[ModelCausalLink], SOME_USABLE, at_most(MAX_ITEMS)] = Field(default_factory=list)
+    `links` is required: a reply without it (a bare list, `"Links"`) was not read, and taking it as "no
+    causes" would drop the cue rule's links; refused, the cue rule stands in. An empty list is the answer."""
+
+    links: Annotated[list[ModelCausalLink], SOME_USABLE, at_most(MAX_ITEMS)]
 
 
 class ModelSummary(Reply):
