@@ -49,7 +49,7 @@ from strata.memory.episodes import (
     title_of,
 )
 from strata.memory.errors import InputError
-from strata.memory.facts import FactDraft, extract_facts
+from strata.memory.facts import FactDraft, comparable, extract_facts
 from strata.memory.forgetting import is_request
 from strata.memory.graph import fast_path
 from strata.memory.graph.entities import Mention, normalise
@@ -69,6 +69,7 @@ from strata.memory.graph.replies import (
     Weight,
     at_most,
     collected,
+    noted,
 )
 from strata.memory.journal import PENDING
 from strata.memory.moments import local, offset_in, utc_now, zone_of
@@ -300,12 +301,20 @@ def _facts(
         return extract_facts(turn), policy, []
     # AMA's Constructor gives the time the facts are about (when the turn states one) and the earlier turns it refers to
     stated = parse_datetime(parsed.timestamp) if parsed.timestamp.strip().lower() not in ("", "empty") else None
+    # a fact listed twice is one fact (the offline extractor's drafts are unique too): a second record of it
+    # would take a second place in every search; one differing in its slots says something else and stays
+    first: dict[tuple[str, ...], ModelFact] = {}
+    for f in parsed.facts:
+        first.setdefault(tuple(comparable(part) for part in (f.content, f.subject, f.attribute, f.value)), f)
+    unique = list(first.values())
+    if len(unique) < len(parsed.facts):
+        noted(f"facts: {len(parsed.facts) - len(unique)} duplicate(s) of {len(parsed.facts)} dropped")
     drafts = [
         FactDraft(
             text=f.content, subject=f.subject, attribute=f.attribute, value=f.value, time=stated or turn.time,
             source_ids=[turn.dia_id or ""], entities=extract_entities(f.content),
         )
-        for f in parsed.facts
+        for f in unique
     ]
     return drafts, policy, [i.strip() for i in parsed.related_id if i.strip()]
 

@@ -129,6 +129,20 @@ def test_a_reply_that_writes_too_much_is_cut_and_the_trace_says_so(pair: Path) -
     assert f"entities: kept the first {MAX_ITEMS} of 500" in memory_trace
 
 
+def test_a_fact_the_model_lists_twice_is_stored_once_and_the_trace_says_so(pair: Path) -> None:
+    jazz = {"content": "Ann likes jazz.", "subject": "Ann", "attribute": "likes", "value": "jazz"}
+    again = {"content": " ann likes JAZZ ", "subject": "Ann", "attribute": "likes", "value": "Jazz"}
+    other = {**jazz, "attribute": "plays"}  # the same words with other slots say something else: kept
+    memory = Memory("pair", data_dir=str(pair),
+                    chat_model=RoleModel(scripts={"facts": [json.dumps({"facts": [jazz, again, other]})]}))
+    result = graph.invoke({"turns": [turn("I like jazz.", "D2:1", "2023-07-03T10:00")]},
+                          context=memory.context("ingest"))
+    facts = sorted((f.id, f.attribute) for f in memory.store.all("fact") if f.dialogue_id == "D2:1")
+    assert facts == [("fact:D2:1:0", "likes"), ("fact:D2:1:1", "plays")]
+    memory_trace = " | ".join(n.summary for n in result["trace"] if n.role == "memory")
+    assert "cut from the model's replies: facts: 1 duplicate(s) of 3 dropped" in memory_trace
+
+
 def test_a_rewrite_too_long_for_a_fact_is_cut_in_the_refreshers_trace(pair: Path) -> None:
     memory = Memory("pair", data_dir=str(pair),
                     chat_model=RoleModel(scripts=refresh("fact:D1:1:0", "Ann lives in Denver. " + "x" * 5_000)))
