@@ -248,19 +248,41 @@ def _restore_subject(clause: str) -> str:
     if word in ("gonna", "wanna"):
         return f"I'm {word}{rest}" if word == "gonna" else f"I {word}{rest}"
     if word == "been":
-        return f"I've been{rest}" if re.match(r"\s+\w+ing\b", rest) else f"It's been{rest}"
+        return f"I've been{rest}" if _been_by_someone(rest) else f"It's been{rest}"
     second = re.match(r"\s+([a-z]+)", rest)
     gerund_subject = bool(second and re.search(r"[^s]s$", second.group(1)))  # "Painting looks like ..."
     if (
-        word.endswith("ing")
-        and len(word) > 4
-        and word not in _ING_ADJECTIVES
+        _is_participle(word)
         and word not in CHAT_WORDS
         and not gerund_subject
         and not _FINITE.search(clause)
+        and not _PARTICIPLE_OPENER.match(clause)
     ):
         return f"I'm {word}{rest}"
     return clause
+
+
+def _is_participle(word: str) -> bool:
+    """An -ing form of a verb ('volunteering'), not an -ing adjective ('exciting') or pronoun ('something')."""
+    return word.endswith("ing") and len(word) > 4 and word.lower() not in _ING_ADJECTIVES
+
+
+# "Growing up, I saw ...", "Taking your advice, I'm ...": the -ing phrase before the comma modifies a clause with
+# a subject of its own, it is no subjectless "(I'm) growing up"
+_PARTICIPLE_OPENER = re.compile(rf"^[^,]+,\s*{_SUBJECT_WORDS}\b")
+
+
+def _been_by_someone(rest: str) -> bool:
+    """Whether a subjectless 'Been ...' drops 'I've': someone has been somewhere or doing something ('Been only
+    to Rome', 'Been busy volunteering', 'Been practicing'); otherwise it is the time or the state of things that
+    has been ('Been a busy week', 'Been ages', 'Been hectic for me'). Read up to the clause's first comma."""
+    for word in re.findall(r"[A-Za-z]+", rest.split(",", 1)[0])[:3]:
+        low = word.lower()
+        if low in ("a", "an", "the"):
+            return False  # a noun phrase follows: 'a while', 'a long road', 'quite a ride'
+        if low == "to" or _is_participle(low):
+            return True
+    return False
 
 
 def _content_words(text: str, listener: str | None, speaker: str) -> list[str]:

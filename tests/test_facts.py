@@ -274,6 +274,27 @@ def test_present_tense_statements_with_an_opener_keep_their_attribute(text: str,
     assert (fact.subject, fact.attribute, fact.value) == ("Caroline", attribute, value)
 
 
+@pytest.mark.parametrize(
+    ("text", "fact"),
+    [
+        # a subjectless "Been" is the speaker's when someone has been somewhere or doing something
+        ("Been only to Rome once.", "Caroline has been only to Rome once."),
+        ("Been busy volunteering at the shelter.", "Caroline has been busy volunteering at the shelter."),
+        # and the state of things' when a noun phrase or a state follows
+        ("Been ages since my last trip.", "It's been ages since Caroline's last trip."),
+        ("Been a long road", "It's been a long road."),
+        ("Been hectic for me lately.", "It's been hectic for Caroline lately."),
+        # an -ing phrase before a clause with its own subject modifies it: no present-tense "is growing up"
+        ("Growing up, I saw how my parents worked.", "Growing up, Caroline saw how Caroline's parents worked."),
+        ("Volunteering at the shelter today.", "Caroline is volunteering at the shelter on 8 May 2023."),
+    ],
+)
+def test_a_dropped_subject_is_put_back_only_where_the_speaker_is_it(text: str, fact: str) -> None:
+    draft = _one(text)
+    assert (draft.text, draft.subject) == (fact, "Caroline")
+    assert draft.attribute != "doing" or text.startswith("Volunteering")
+
+
 def test_likes_and_dislikes_are_opposite_keys() -> None:
     assert (_one("I like jazz.").attribute, _one("I hate jazz.").attribute) == ("likes", "dislikes")
     assert _one("I hate jazz.").value == "jazz"
