@@ -124,6 +124,7 @@ def _keeps_form(word: str) -> bool:
         or low in _NOT_VERBS
         or (low.endswith("ed") and not low.endswith("eed") and len(low) > 3)
         or low.endswith("n't")
+        or (low.endswith("ing") and bool(re.search(r"[aeiouy]", low[:-3])))  # "you thinking": a gerund, not "sing"
     )
 
 

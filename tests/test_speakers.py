@@ -121,6 +121,8 @@ def test_no_first_person_survives_in_any_turn(conv26: dict[str, tuple[str, str, 
         ("It's great, you know?", "It's great, you know?"),
         ("I'm carving out some me-time.", "Caroline is carving out some me-time."),
         ("We visited the US.", "Caroline and others visited the US."),
+        ("You thinking about it is great.", "Melanie thinking about it is great."),  # a gerund keeps its form
+        ("I bring snacks and you sing.", "Caroline brings snacks and Melanie sings."),
     ],
 )
 def test_constructed(text: str, expected: str) -> None:
