@@ -137,6 +137,8 @@ _FINITE = re.compile(
     r"|would|can|could|should|might|must)\b|\w['’](?:s|re|ve|ll|d)\b",
     re.IGNORECASE,
 )
+# "Nice to meet you", "Great to hear that ...": a subjectless evaluation of what the infinitive does
+_EVALUATIVE_TO = re.compile(rf"^(?:so\s+|really\s+|super\s+|very\s+)?{_EVALUATIVE}\s+to\s+[a-z]+\b", re.IGNORECASE)
 _THANKS_FOR = re.compile(r"^(?:thanks|thank\s+you)(?:\s+so\s+much)?\s+for\b", re.IGNORECASE)
 
 
@@ -235,6 +237,8 @@ def _clean(clause: str, listener: str | None) -> str:
         text = text[: tail.start()] + tail.group(2)
     if thanked and re.match(r"^for\b", text, re.IGNORECASE):
         return ""  # "Thanks, Mel, for the tip": gratitude, not a fact
+    if thanked and re.fullmatch(r"an?\s+\w+\W*", text, re.IGNORECASE):
+        return ""  # "Thanks a bunch!", "Thanks a million": how much thanks, not a thing
     return text.strip(" ,")
 
 
@@ -302,7 +306,8 @@ def _is_chitchat(clause: str, listener: str | None, speaker: str) -> bool:
     """No proposition: thanks, greetings, evaluations ('That's so cool!'), reactions ('Sounds great')."""
     if _REACTION.match(clause) or _THANKS_FOR.match(clause):
         return True
-    return not _content_words(clause, listener, speaker)
+    opener = _EVALUATIVE_TO.match(clause)  # "Nice to meet you!": only what follows the verb may state something
+    return not _content_words(clause[opener.end():] if opener else clause, listener, speaker)
 
 
 @lru_cache(maxsize=65_536)

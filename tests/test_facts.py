@@ -295,6 +295,15 @@ def test_a_dropped_subject_is_put_back_only_where_the_speaker_is_it(text: str, f
     assert draft.attribute != "doing" or text.startswith("Volunteering")
 
 
+@pytest.mark.parametrize(
+    "text", ["Thanks a bunch!", "Thanks a million, Melanie!", "Hey Melanie, nice to meet you!", "So good to see you!"]
+)
+def test_thanks_and_greetings_of_an_evaluation_give_no_fact(text: str) -> None:
+    turn = Turn(speaker="Caroline", text=text, dia_id="T1", time="2023-05-08T10:00")
+    assert extract_facts(turn, None, "Melanie") == []
+    assert _one("Great to hear that you got the job!").text == "Great to hear that Melanie got the job."  # states one
+
+
 def test_likes_and_dislikes_are_opposite_keys() -> None:
     assert (_one("I like jazz.").attribute, _one("I hate jazz.").attribute) == ("likes", "dislikes")
     assert _one("I hate jazz.").value == "jazz"
