@@ -24,7 +24,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError
 
-from strata.memory.errors import InputError
+from strata.memory.errors import InputError, unstorable
 from strata.memory.moments import read_time
 from strata.memory.records import Turn
 from strata.memory.speakers import listener_of
@@ -193,7 +193,7 @@ def _a(value: object) -> str:
 def _describe(error: ValidationError) -> str:
     first = error.errors()[0]
     where = ".".join(str(part) for part in first["loc"]) or "value"
-    return f"{where}: {first['msg']}"
+    return f"{where}: {str(first['msg']).removeprefix('Value error, ')}"
 
 
 def _pick(raw: Mapping[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
@@ -218,6 +218,9 @@ def _checked_turn(raw: object, keys: tuple[str, ...], name: str, where: str) -> 
     for key, value in fields.items():
         if not isinstance(value, str):
             raise ConversationFileError(f"{name}: {where} has a {key} that is {_a(value)}: write the {key} as a string")
+        problem = unstorable(value)  # a NUL or a lone surrogate: `Turn` refuses it, after the file was read
+        if problem is not None:
+            raise ConversationFileError(f"{name}: {where} has a {key} that {problem}")
     if not fields["speaker"].strip():
         raise ConversationFileError(f"{name}: {where} has an empty speaker: give the speaker's name")
     if not fields["text"].strip():
@@ -236,6 +239,15 @@ def _parse_time(value: str, name: str, where: str) -> datetime:
             "an offset or Z is converted to UTC), epoch seconds or LoCoMo's '1:56 pm on 8 May, 2023'"
         )
     return parsed
+
+
+def _turn(name: str, where: str, **fields: Any) -> Turn:
+    """A `Turn` of the file, or one line naming the file and the turn: `Turn` has rules of its own, and its
+    pydantic error, with its traceback, named neither."""
+    try:
+        return Turn(**fields)
+    except ValidationError as error:
+        raise ConversationFileError(f"{name}: {where}: {_describe(error)}") from None
 
 
 def _unique_ids(sessions: list[Session], name: str) -> list[Session]:
@@ -261,6 +273,9 @@ def _locomo_speaker(raw: Mapping[str, Any], key: str, name: str) -> str:
     if not isinstance(value, str) or not value.strip():
         state = "missing" if value is None else _a(value)
         raise ConversationFileError(f"{name}: {key} is {state}: give the participant's name as a string")
+    problem = unstorable(value)  # the listener of the other speaker's turns
+    if problem is not None:
+        raise ConversationFileError(f"{name}: {key} {problem}")
     return value.strip()
 
 
@@ -318,7 +333,8 @@ def _locomo_conversation(raw: Mapping[str, Any], conversation_id: str, name: str
         date_time = conversation.date_times.get(number)
         when = _parse_time(date_time, name, f"session_{number}_date_time") if date_time else None
         turns = [
-            Turn(
+            _turn(
+                name, f"session_{number} turn {index}",
                 speaker=turn.speaker.strip(),
                 text=turn.text,
                 time=when,
@@ -345,7 +361,7 @@ def _sample_id(raw: Mapping[str, Any], fallback: str) -> str:
 
 def _plain_conversation(raw_turns: list[Any], conversation_id: str, name: str) -> LoadedConversation:
     """Turns in file order; a new session starts whenever the session label changes."""
-    parsed: list[tuple[PlainTurnIn, str, datetime | None]] = []
+    parsed: list[tuple[int, PlainTurnIn, str, datetime | None]] = []
     participants: list[str] = []
     for index, raw in enumerate(raw_turns, start=1):
         where = f"turn {index}"
@@ -359,10 +375,10 @@ def _plain_conversation(raw_turns: list[Any], conversation_id: str, name: str) -
         speaker = turn.speaker.strip()
         if speaker not in participants:
             participants.append(speaker)
-        parsed.append((turn, label, when))
+        parsed.append((index, turn, label, when))
 
     sessions: list[Session] = []
-    for turn, label, when in parsed:
+    for index, turn, label, when in parsed:
         speaker = turn.speaker.strip()
         if not sessions or sessions[-1].label != label:
             sessions.append(Session(label=label, time=None, turns=[]))
@@ -370,7 +386,8 @@ def _plain_conversation(raw_turns: list[Any], conversation_id: str, name: str) -
         if when is not None and (session.time is None or when < session.time):
             session.time = when
         session.turns.append(
-            Turn(
+            _turn(
+                name, f"turn {index}",
                 speaker=speaker,
                 text=turn.text,
                 time=when,

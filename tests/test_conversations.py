@@ -368,6 +368,10 @@ def test_wrong_shapes(tmp_path: Path, content: str, expected: str) -> None:
         ({"speaker": "Ann", "text": "hi", "time": "next tuesday-ish"}, "turn 2 time 'next tuesday-ish' is not a date"),
         ({"speaker": "Ann", "text": "hi", "image_caption": 5}, "image_caption that is a number"),
         ({"speaker": "Ann", "text": "hi", "dia_id": "D1:1"}, "dia_id 'D1:1' is used by more than one turn"),
+        ({"speaker": "Ann", "text": "a\x00b"}, "turn 2 has a text that holds a NUL character (\\x00) at character 2"),
+        ({"speaker": "Ann", "text": "hi", "dia_id": "D1:\x002"}, "turn 2 has a dia_id that holds a NUL"),
+        ({"speaker": "Ann", "text": "hi", "session": "\x00"}, "turn 2 has a session that holds a NUL"),
+        ({"speaker": "Ann", "text": "hi", "image_caption": "a\x00"}, "turn 2 has a image_caption that holds a NUL"),
     ],
 )
 def test_bad_plain_turns(tmp_path: Path, turn: dict[str, Any], expected: str) -> None:
@@ -410,6 +414,13 @@ def _locomo(session_1: Any, **extra: Any) -> dict[str, Any]:
             {**_locomo([{"speaker": "Ann", "text": "hi"}]), "session_1_date_time": 20230508},
             "session_1_date_time is a number",
         ),
+        (_locomo([{"speaker": "Ann", "dia_id": "D1:1", "text": "a\x00b"}]), "turn 1 has a text that holds a NUL"),
+        (_locomo([{"speaker": "Ann", "dia_id": "D1:\x001", "text": "hi"}]), "turn 1 has a dia_id that holds a NUL"),
+        (
+            _locomo([{"speaker": "Ann", "text": "hi", "blip_caption": "a\x00 dog"}]),
+            "session_1 turn 1 has a blip_caption that holds a NUL",
+        ),
+        ({**_locomo([{"speaker": "Ann", "text": "hi"}]), "speaker_b": "B\x00o"}, "speaker_b holds a NUL"),
     ],
 )
 def test_bad_locomo_files(tmp_path: Path, conversation: dict[str, Any], expected: str) -> None:
