@@ -32,7 +32,7 @@ from strata.conversations import (
 )
 from strata.demo import SAMPLE_CONVERSATION, run_demo
 from strata.graph.state import validate_turns
-from strata.ingestion import ingest_conversation, select_sessions
+from strata.ingestion import check_limits, ingest_conversation, select_sessions
 from strata.memory.erasure import compact_chroma
 from strata.memory.errors import ConfigError, InputError, StrataError
 from strata.memory.forgetting import shown_ids
@@ -296,6 +296,9 @@ def _ingest(args: argparse.Namespace) -> int:
         _memory(args, base if len(conversations) == 1 else f"{base}/{conversation.conversation_id}")
         for conversation in conversations
     ]
+    for conversation, memory in zip(conversations, memories, strict=True):
+        sample = f", sample {conversation.conversation_id!r}" if len(conversations) > 1 else ""
+        check_limits(memory, conversation, args.limit_sessions, f"{args.file}{sample}")
     summaries = []
     for conversation, memory in zip(conversations, memories, strict=True):
         total = sum(len(s.turns) for s in select_sessions(conversation, args.limit_sessions))

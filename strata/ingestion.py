@@ -18,6 +18,7 @@ from pydantic import BaseModel, Field
 
 from strata.api import Memory
 from strata.conversations import LoadedConversation, Session
+from strata.graph.state import validate_turns
 from strata.memory.errors import InputError
 from strata.memory.records import KINDS
 from strata.memory.turn_ids import check_turn_ids
@@ -63,12 +64,29 @@ def select_sessions(conversation: LoadedConversation, limit: int | None = None) 
     return conversation.sessions if limit is None else conversation.sessions[:limit]
 
 
+def check_limits(
+    memory: Memory, conversation: LoadedConversation, limit_sessions: int | None = None, where: str | None = None
+) -> None:
+    """Refuse, in one line naming `where` (the conversation, by default) and the session, a conversation whose
+    turns break the memory's size limits (max_turn_chars, 200-character names), before any of it is written:
+    `add` checks one session at a time, so a later session's (or sample's) turn over a limit was refused only
+    after the earlier ones were stored."""
+    limit = memory.context("ingest").max_turn_chars
+    for session in select_sessions(conversation, limit_sessions):
+        try:
+            validate_turns(session.turns, max_chars=limit)
+        except InputError as error:
+            shown = where or f"conversation {conversation.conversation_id!r}"
+            raise InputError(f"{shown}, session {session.label}: {error}; nothing was stored") from None
+
+
 def ingest_conversation(
     memory: Memory, conversation: LoadedConversation, limit_sessions: int | None = None,
     on_turn: Callable[[], None] | None = None,
 ) -> IngestSummary:
     """Store a conversation's sessions in order; `on_turn()` is called once per finished turn."""
     sessions = select_sessions(conversation, limit_sessions)
+    check_limits(memory, conversation, limit_sessions)
     check_turn_ids(memory.store, [turn for session in sessions for turn in session.turns])  # before any session
     turns = new_turns = 0
     started = time.perf_counter()

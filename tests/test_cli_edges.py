@@ -15,6 +15,7 @@ import stat
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from strata.memory.registry import close_all
@@ -196,3 +197,40 @@ def test_history_and_undo_say_what_an_evolution_changed(tmp_path: Path, offline_
     assert "restored tags '[\"cat\"]' -> " in undone.stdout, undone.stdout
     row = Memory("m", data_dir=str(tmp_path / "mem")).history(limit=1)[0]
     assert (row.old_fields["context"], row.new_fields["context"]) == ("Ann's new cat", before.context)
+
+
+def _locomo(turns: list[dict[str, str]], session_2: list[dict[str, str]] | None = None) -> dict[str, Any]:
+    """A small LoCoMo conversation between Ann and Bo; `session_2` makes it two sessions."""
+    conversation: dict[str, Any] = {"speaker_a": "Ann", "speaker_b": "Bo", "session_1": turns,
+                                    "session_1_date_time": "1:56 pm on 8 May, 2023"}
+    if session_2 is not None:
+        conversation |= {"session_2": session_2, "session_2_date_time": "2:10 pm on 9 May, 2023"}
+    return conversation
+
+
+def test_a_later_sample_or_session_over_a_limit_is_refused_before_anything_is_stored(
+    tmp_path: Path, offline_env: dict[str, str]
+) -> None:
+    """Audit (API, bug 3): the size limits were applied one `add` at a time, so a benchmark file's second sample
+    with a turn over max_turn_chars (or a dia_id over 200 characters) was refused only after the first sample
+    was stored, in a message naming neither the file nor the sample; a conversation's later session too."""
+    good = [{"speaker": "Ann", "dia_id": "D1:1", "text": "I moved to Denver last week."},
+            {"speaker": "Bo", "dia_id": "D1:2", "text": "Nice, how is Denver?"}]
+    long_turn = [good[0], {**good[1], "text": "word " * 9000}]
+    long_id = [good[0], {**good[1], "dia_id": "D1:" + "2" * 201}]
+    data_dir = tmp_path / "mem"
+    for bad, words in ((long_turn, "more than max_turn_chars=40,000"), (long_id, "dia_id has 204 characters")):
+        bench = tmp_path / "bench.json"
+        bench.write_text(json.dumps([{"sample_id": "one", "conversation": _locomo(good)},
+                                     {"sample_id": "two", "conversation": _locomo(bad)}]), encoding="utf-8")
+        refused = run("--data-dir", str(data_dir), "--namespace", "bench", "ingest", str(bench), env=offline_env,
+                      cwd=tmp_path)
+        one_line_error(refused, f"{bench}, sample 'two', session 1: turn 2", words, "nothing was stored")
+    two_sessions = tmp_path / "conv.json"  # one conversation: its first session was stored before the refusal
+    two_sessions.write_text(json.dumps(_locomo(good, session_2=[{**long_turn[1], "dia_id": "D2:1"}])),
+                            encoding="utf-8")
+    refused = run("--data-dir", str(data_dir), "--namespace", "conv", "ingest", str(two_sessions), env=offline_env,
+                  cwd=tmp_path)
+    one_line_error(refused, f"{two_sessions}, session 2: turn 1", "max_turn_chars", "nothing was stored")
+    for namespace in ("bench/one", "bench/two", "conv"):
+        assert Memory(namespace, data_dir=str(data_dir)).store.count("raw") == 0, namespace
