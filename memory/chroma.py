@@ -35,7 +35,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from strata.memory.errors import ConfigError
+from strata.memory.errors import ConfigError, disk_full, disk_full_message
 from strata.memory.locks import hold_folder, release_folder
 from strata.memory.records import KINDS, Kind
 from strata.memory.reindex import recover
@@ -218,6 +218,8 @@ def _connect(settings: StoreSettings) -> Any:
             return chromadb.PersistentClient(path=str(path), settings=chroma_settings)
     except Exception as exc:
         release_folder(path)
+        if disk_full(exc, path):
+            raise ConfigError(disk_full_message(path.parent)) from exc
         raise ConfigError(
             f"cannot open the memory folder {path} ({type(exc).__name__}: {str(exc)[:100]}): "
             "check data_dir (STRATA_DATA_DIR) points to a writable folder"

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import errno
 import reprlib
+import shutil
+import sqlite3
+from pathlib import Path
 
 
 class StrataError(ValueError):
@@ -23,6 +27,49 @@ class NotFoundError(StrataError):
 
 class UnavailableError(StrataError):
     """A server the memory relies on (the shared ledger database) stopped answering mid-run."""
+
+
+# How a full disk shows: SQLite's SQLITE_FULL (code 13), as sqlite3 and Chroma's InternalError say it ("(code: 13)
+# database or disk is full"), or ENOSPC as Rust says it (Chroma's index files).
+_DISK_FULL = ("database or disk is full", "No space left on device", "(os error 28)")
+# Free bytes under which a database's error in `folder` is taken for a full disk: Chroma's engine may lose the
+# cause on its way up ("Error in compaction: Failed to apply logs to the metadata segment").
+NEARLY_FULL = 4 * 2**20
+
+
+def disk_full(error: BaseException, folder: str | Path | None = None) -> bool:
+    """Whether `error` is the disk a memory is written to running out of space: something a user fixes (by
+    freeing space), unlike a bug, so it is said in one line (`disk_full_message`), not as a traceback. With
+    `folder` (where the memory is kept on this machine), a database error there while its disk is nearly full
+    is one too, whatever its text."""
+    if isinstance(error, StrataError):  # already one line, saying what to do
+        return False
+    if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    if any(sign in str(error) for sign in _DISK_FULL):
+        return True
+    if isinstance(error, sqlite3.Error):  # opened on a full disk, SQLite says "disk I/O error" (its WAL index)
+        unclear = (getattr(error, "sqlite_errorcode", 0) or 0) & 0xFF == sqlite3.SQLITE_IOERR
+    else:
+        unclear = type(error).__module__.startswith("chromadb")
+    return unclear and folder is not None and _free_bytes(Path(folder)) < NEARLY_FULL
+
+
+def _free_bytes(folder: Path) -> int:
+    """Free space on the disk holding `folder` (or its nearest existing parent); unknown counts as plenty."""
+    for place in (folder, *folder.parents):
+        try:
+            return shutil.disk_usage(place).free
+        except OSError:
+            continue
+    return NEARLY_FULL
+
+
+def disk_full_message(where: object) -> str:
+    """What to do when the disk holding `where` is full. Writes are ordered so that a run cut off by one keeps
+    what it stored and the same run, repeated, resumes (the ledger commits only what Chroma holds)."""
+    return (f"the disk holding {where} is full: free space there and run the same command (or call) again; "
+            "what is stored is kept, and the run picks up where this one stopped")
 
 
 def unstorable(value: str) -> str | None:

@@ -26,7 +26,15 @@ from strata.graph.state import ChangeNote, Evidence, RoleNote, Verdict, validate
 from strata.graph.tracing import run_config
 from strata.memory.chroma import server_stopped, server_stopped_message
 from strata.memory.erasure import ErasurePlan, ErasureReport, apply_erasure, finish_erasure, plan_erasure
-from strata.memory.errors import InputError, UnavailableError, check_text, shown_value
+from strata.memory.errors import (
+    ConfigError,
+    InputError,
+    UnavailableError,
+    check_text,
+    disk_full,
+    disk_full_message,
+    shown_value,
+)
 from strata.memory.graph.consolidation import ConsolidationReport
 from strata.memory.graph.export import MemoryGraph, build_graph, namespace_graph, person_graph
 from strata.memory.ledger_sql import LARGEST_INTEGER
@@ -85,16 +93,28 @@ class IngestReport(BaseModel):
 
 def _said_in_one_line(method: _Method) -> _Method:
     """A Chroma server that stops answering mid-call is an `UnavailableError` of one line (httpx's own
-    error, with its traceback, said nothing of what to do)."""
+    error, with its traceback, said nothing of what to do), and a disk that fills up mid-write a `ConfigError`
+    (Chroma's InternalError rose out of the graph run)."""
     @functools.wraps(method)
-    def call(*args: Any, **kwargs: Any) -> Any:
+    def call(memory: Memory, *args: Any, **kwargs: Any) -> Any:
         try:
-            return method(*args, **kwargs)
+            return method(memory, *args, **kwargs)
         except Exception as error:
             if server_stopped(error):
                 raise UnavailableError(server_stopped_message(error)) from error
+            context = memory.context("ask")
+            local = not context.chroma_host or not context.ledger_url  # a half of the memory kept in data_dir
+            if disk_full(error, context.data_dir if local else None):
+                raise ConfigError(disk_full_message(_disk_of(context))) from error
             raise
     return call  # type: ignore[return-value]
+
+
+def _disk_of(context: Context) -> str:
+    """Where a memory writes, as a full disk's message names it."""
+    if not context.chroma_host and not context.ledger_url:
+        return context.data_dir
+    return f"the memory (data_dir {context.data_dir}, the Chroma server or the ledger's database)"
 
 
 class Memory:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +21,7 @@ from strata.graph import build_graph
 from strata.graph.context import Context
 from strata.memory.errors import ConfigError, InputError, StrataError
 from strata.memory.namespaces import check_namespace
+from strata.memory.store import MemoryStore
 
 from strata.api import Memory
 from strata.checkpoint import sqlite_checkpointer
@@ -563,3 +565,29 @@ def test_an_empty_chat_model_field_of_a_form_is_not_given(empty: object, tmp_pat
     """A run's context from a form sends `chat_model` empty: offline, as every other empty field is not given."""
     context = Context(namespace="ann", data_dir=str(tmp_path), chat_model=empty)
     assert context.chat_model is None
+
+
+def _chroma_full() -> Exception:
+    from chromadb.errors import InternalError
+
+    return InternalError("Query error: Database error: error returned from database: (code: 13) database or disk "
+                         "is full")  # as Chroma 1.x said it when a tmpfs filled up
+
+
+@pytest.mark.parametrize("full", [_chroma_full, lambda: sqlite3.OperationalError("database or disk is full")])
+def test_a_full_disk_mid_write_is_one_line_and_keeps_what_is_stored(
+    full: Any, memory: Memory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write the disk has no room for (Chroma's error, or the SQLite ledger's) rose out of `add` as it was,
+    with the graph's traceback; a caller is told in one line to free space (a real full disk: test_cli_edges)."""
+    before = snapshot(memory)
+
+    def no_room(*args: Any, **kwargs: Any) -> None:
+        raise full()
+
+    monkeypatch.setattr(MemoryStore, "_write", no_room)
+    with pytest.raises(ConfigError) as error:
+        memory.add({"speaker": "Ann", "text": "I moved to Denver.", "dia_id": "D9:1"})
+    assert one_line(error).startswith(f"the disk holding {memory.context('ask').data_dir} is full: free space")
+    monkeypatch.undo()
+    assert snapshot(memory) == before

@@ -14,6 +14,8 @@ import shutil
 import stat
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -234,3 +236,65 @@ def test_a_later_sample_or_session_over_a_limit_is_refused_before_anything_is_st
     one_line_error(refused, f"{two_sessions}, session 2: turn 1", "max_turn_chars", "nothing was stored")
     for namespace in ("bench/one", "bench/two", "conv"):
         assert Memory(namespace, data_dir=str(data_dir)).store.count("raw") == 0, namespace
+
+
+@contextmanager
+def small_disk(folder: Path, size: str = "16m") -> Iterator[Path]:
+    """A tmpfs of `size` mounted at `folder` (root only; skipped elsewhere), unmounted afterwards."""
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("mounting a small disk needs root")
+    folder.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()[:200]}")
+    try:
+        yield folder
+    finally:
+        close_all()
+        # lazily: this process's Chroma may still hold files there until it exits, and a busy mount was left behind
+        subprocess.run(["umount", "--lazy", str(folder)], check=False)
+
+
+def fill(disk: Path, leave: int, name: str = "filler") -> Path:
+    """A file filling `disk` but for about `leave` bytes."""
+    filler = disk / name
+    descriptor = os.open(filler, os.O_WRONLY | os.O_CREAT)
+    try:
+        while True:
+            os.write(descriptor, b"\0" * 65536)
+    except OSError:
+        pass
+    finally:
+        os.close(descriptor)
+    os.truncate(filler, max(0, filler.stat().st_size - leave))
+    return filler
+
+
+def test_a_full_disk_during_ingest_is_one_line_and_the_same_command_resumes(
+    tmp_path: Path, offline_env: dict[str, str]
+) -> None:
+    """Audit (API, bug 2): a disk filling up mid-ingest ended `strata ingest` with Chroma's InternalError and a
+    LangGraph traceback (exit 1). It is one line saying to free space; what was stored stays, and the same
+    command, run once there is space, stores the rest."""
+    turns = [{"speaker": ("Ann", "Bo")[n % 2], "session": str(1 + n // 10),
+              "text": f"Turn {n}: " + " ".join(f"word{n}x{k} about Porto and cats" for k in range(60))}
+             for n in range(20)]
+    conversation = tmp_path / "conv.json"
+    conversation.write_text(json.dumps(turns), encoding="utf-8")
+    with small_disk(tmp_path / "disk") as disk:
+        data_dir = stored(disk / "mem")
+        filler = fill(disk, 256 * 1024)
+        ingest = ("--data-dir", str(data_dir), "--namespace", "m", "ingest", str(conversation))
+        one_line_error(run(*ingest, env=offline_env, cwd=tmp_path), f"the disk holding {data_dir} is full",
+                       "free space there and run the same command")
+        rest = fill(disk, 0, "rest")  # so full that the memory cannot even be opened
+        one_line_error(run("--data-dir", str(data_dir), "--namespace", "m", "stats", env=offline_env, cwd=tmp_path),
+                       f"the disk holding {data_dir} is full")
+        rest.unlink()
+        filler.unlink()
+        resumed = run(*ingest, env=offline_env, cwd=tmp_path)
+        assert resumed.returncode == 0, resumed.stderr[-600:]
+        memory = Memory("m", data_dir=str(data_dir))
+        assert memory.store.count("raw") == len(TURNS) + len(turns)
+        assert memory.store.get_one("raw:D1:1").text == TURNS[0]["text"], "what was stored before is kept"
