@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 from pydantic import TypeAdapter, ValidationError
 from strata.memory.embeddings import DEFAULT_EMBEDDER
-from strata.memory.errors import ConfigError, InputError, shown_value
+from strata.memory.errors import ConfigError, InputError, shown_value, unstorable
 from strata.memory.ledger_sql import LARGEST_INTEGER
 from strata.memory.moments import zone_of
 from strata.memory.namespaces import check_namespace
@@ -219,6 +219,9 @@ class Context:
             self.chat_model = None
         if self.chat_model is not None and not callable(getattr(self.chat_model, "invoke", None)):
             raise InputError("chat_model must be a LangChain chat model object: from Studio or the server, set model")
+        problem = unstorable(self.owner)  # a name compared with the speakers', as every other name refuses it
+        if problem is not None:
+            raise ConfigError(f"{source['owner']} {problem}")
         outside_chroma(real_folder(check_folder(self.data_dir)))
         self._check_pinned()  # after the folder's own checks: a NUL or an unencodable name is said as such
         self._check_named()

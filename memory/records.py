@@ -24,6 +24,7 @@ from strata.memory.moments import (
     offset_of,
     utc_now,
 )
+from strata.memory.names import composed
 
 Kind = Literal["raw", "fact", "episode", "persona", "summary"]
 KINDS: tuple[Kind, ...] = ("raw", "fact", "episode", "persona", "summary")
@@ -85,7 +86,8 @@ class Turn(BaseModel):
     @field_validator("text")
     @classmethod
     def _not_blank(cls, value: str) -> str:
-        if not value.strip():
+        """Words a reader can see: zero-width spaces alone were stored as a turn of nothing."""
+        if not composed(value).strip():
             raise ValueError("text is empty: give the turn some words")
         return value
 

@@ -312,10 +312,15 @@ class Memory:
         request = checked(_ExportRequest, about=about)
         return export_memory(self._whole(), request.about or "")
 
-    def import_from(self, document: MemoryDocument | dict[str, Any] | str | os.PathLike[str]) -> ImportReport:
-        """Write an export (the document, its JSON text or parsed JSON, or the path of its file) into this
-        namespace, which must be empty; every record is embedded again with this memory's embedder."""
-        if isinstance(document, str) and document.lstrip("\ufeff \t\r\n").startswith(("{", "[")):
+    def import_from(
+        self, document: MemoryDocument | dict[str, Any] | str | bytes | os.PathLike[str]
+    ) -> ImportReport:
+        """Write an export (the document, its JSON text, as text or UTF-8 bytes, or parsed JSON, or the path of
+        its file) into this namespace, which must be empty; every record is embedded again with this memory's
+        embedder."""
+        if isinstance(document, bytes | bytearray):  # a file read in binary mode: JSON text, never a path
+            document = _parsed(_text(document, "the export").lstrip("\ufeff"))
+        elif isinstance(document, str) and document.lstrip("\ufeff \t\r\n").startswith(("{", "[")):
             document = _parsed(document.lstrip("\ufeff"))  # JSON text; any other text names a file
         elif isinstance(document, str | os.PathLike):
             document = read_json_file(document, "memory")[2]

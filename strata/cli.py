@@ -36,6 +36,7 @@ from strata.ingestion import check_limits, ingest_conversation, select_sessions
 from strata.memory.erasure import compact_chroma
 from strata.memory.errors import ConfigError, InputError, StrataError
 from strata.memory.forgetting import shown_ids
+from strata.memory.ledger_sql import LARGEST_INTEGER
 from strata.memory.records import KINDS, Change
 from strata.memory.registry import close_all
 from strata.memory.store import IMPORTING, MemoryStore
@@ -63,6 +64,18 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USER_ERROR, f"{self.prog}: error: {_one_line(message)} (see `{self.prog} --help`)\n")
+
+
+def _count(text: str) -> int:
+    """A count or a change id of the command line, from 1 to what the ledger holds, refused in the option's own
+    words: the API's (`limit: Input should be ...`) reached the command line."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    if not 1 <= value <= LARGEST_INTEGER:
+        raise argparse.ArgumentTypeError(f"must be a whole number from 1 to {LARGEST_INTEGER}, got {text}")
+    return value
 
 
 def _settings_options(suppress: bool) -> argparse.ArgumentParser:
@@ -100,7 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
     consolidate = command(
         "consolidate", _consolidate, "the slow path: causal links, denser entity links, topic and persona summaries"
     )
-    consolidate.add_argument("--limit", type=int, metavar="N", help="consolidate at most N turns in this run")
+    consolidate.add_argument("--limit", type=_count, metavar="N", help="consolidate at most N turns in this run")
     consolidate.add_argument("--json", action="store_true", help="print the report as JSON")
 
     ask = command("ask", _ask, "answer a question from memory (the question is not stored)")
@@ -132,10 +145,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     history = command("history", _history, "changes made to memory, newest first")
     history.add_argument("--record", metavar="ID", help="only the changes of this record (e.g. fact:D1:3:0)")
-    history.add_argument("--limit", type=int, default=20, metavar="N", help="at most N changes (default 20)")
+    history.add_argument("--limit", type=_count, default=20, metavar="N", help="at most N changes (default 20)")
 
     undo = command("undo", _undo, "reverse a change (the latest update or delete when no id is given)")
-    undo.add_argument("change_id", nargs="?", type=int, metavar="CHANGE_ID")
+    undo.add_argument("change_id", nargs="?", type=_count, metavar="CHANGE_ID")
 
     erase_cmd = command(
         "erase", _erase,
@@ -440,8 +453,6 @@ def _consolidate(args: argparse.Namespace) -> int:
 
 
 def _history(args: argparse.Namespace) -> int:
-    if args.limit < 1:
-        raise InputError(f"--limit must be at least 1, got {args.limit}")
     memory = _stored_memory(args)
     changes = memory.history(args.record, args.limit)
     if not changes:
@@ -586,6 +597,8 @@ def _write_beside(target: Path, text: str, mode: int | None) -> None:
 
 
 def _export(args: argparse.Namespace) -> int:
+    if not args.out.strip():  # Path("") is the current folder: it said '--out . is a folder'
+        raise InputError("--out is empty: name the file to write, e.g. --out memory.json, or give --out - for stdout")
     to_stdout = args.out == "-"  # it wrote a file named '-'
     if to_stdout and sys.stdout is None:
         raise InputError("stdout is closed: give --out FILE")

@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError
 
 from strata.memory.errors import InputError, unstorable
 from strata.memory.moments import read_time
+from strata.memory.names import composed
 from strata.memory.records import Turn
 from strata.memory.speakers import listener_of
 
@@ -223,7 +224,7 @@ def _checked_turn(raw: object, keys: tuple[str, ...], name: str, where: str) -> 
             raise ConversationFileError(f"{name}: {where} has a {key} that {problem}")
     if not fields["speaker"].strip():
         raise ConversationFileError(f"{name}: {where} has an empty speaker: give the speaker's name")
-    if not fields["text"].strip():
+    if not composed(fields["text"]).strip():  # zero-width spaces alone are no words either
         raise ConversationFileError(f"{name}: {where} has empty text: {_TURN_FORMAT}, and the text needs words")
     return fields
 
@@ -338,7 +339,7 @@ def _locomo_conversation(raw: Mapping[str, Any], conversation_id: str, name: str
                 speaker=turn.speaker.strip(),
                 text=turn.text,
                 time=when,
-                dia_id=turn.dia_id or f"D{number}:{index}",
+                dia_id=(turn.dia_id or "").strip() or f"D{number}:{index}",  # "   " is no id, as "" is
                 session=label,
                 listener=listener_of(turn.speaker.strip(), tuple(participants)),
                 image_caption=turn.blip_caption or None,

@@ -7,6 +7,7 @@ stored as it was. A read-only memory folder can still be read.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -92,6 +93,9 @@ def one_line(error: pytest.ExceptionInfo[StrataError]) -> str:
         (lambda m: m.add({"speaker": "Ann", "text": "hi", "time": "0001-01-01T00:00:00+05:00"}), "time"),
         (lambda m: m.import_from("x" * 300), "cannot be a file's path"),
         (lambda m: m.import_from(" "), "the path of the memory file is empty"),
+        (lambda m: m.import_from(b"{not json"), "the export is not JSON"),
+        (lambda m: m.import_from(b"\xff{}"), "the export is bytes that are not UTF-8"),
+        (lambda m: m.add({"speaker": "Ann", "text": "\u200b\u200b"}), "turn 1: text: text is empty"),
         # an id that holds other words: the stored turn is not replaced (no history could undo it)
         (lambda m: m.add({"speaker": "Ann", "text": "I live in Denver now.", "dia_id": "D1:1"}),
          "turn D1:1 is already stored with other words ('I live in Boston.')"),
@@ -106,6 +110,17 @@ def test_wrong_arguments_are_one_line_errors_and_change_nothing(memory: Memory, 
         call(memory)
     assert words in one_line(error)
     assert snapshot(memory) == before
+
+
+def test_an_owner_holding_a_nul_is_refused_and_an_export_as_bytes_is_imported(memory: Memory, tmp_path: Path) -> None:
+    """Audit (API, minor): `owner="a\\x00"` was accepted though every other name refuses a NUL, and the bytes of
+    an export (a file read in binary mode) were "not a JSON object"."""
+    with pytest.raises(ConfigError) as error:
+        Memory("ann", data_dir=str(tmp_path / "mem"), owner="a\x00")
+    assert one_line(error) == "setting owner holds a NUL character (\\x00) at character 2: remove it"
+    copy = Memory("copy", data_dir=str(tmp_path / "mem"))
+    copy.import_from(memory.export().model_dump_json().encode("utf-8"))
+    assert copy.store.get_one("raw:D1:1").text == "I live in Boston."
 
 
 def test_a_store_handle_kept_past_close_all_says_so_and_the_memory_reopens(tmp_path: Path) -> None:
@@ -369,6 +384,23 @@ def test_cli_refuses_an_empty_namespace_and_a_bad_port(
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("strata: error:"), err
     assert not (tmp_path / "mem").exists(), "a refused command must not create the memory folder"
+
+
+def test_cli_counts_and_an_empty_out_are_refused_in_the_options_words(
+    memory: Memory, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Audit (API, minor): `history --limit 10**23` said `limit: Input should be ...` (the API's words), and
+    `export --out ""` said `--out . is a folder`."""
+    data_dir = memory.context("ask").data_dir
+    for argv, words in ((["history", "--limit", "9" * 23], "argument --limit: must be a whole number from 1"),
+                        (["consolidate", "--limit", "0"], "argument --limit: must be a whole number from 1"),
+                        (["undo", "9" * 23], "argument CHANGE_ID: must be a whole number from 1"),
+                        (["history", "--limit", "abc"], "argument --limit: invalid int value: 'abc'"),
+                        (["export", "--out", " "], "--out is empty: name the file to write")):
+        with contextlib.suppress(SystemExit):  # argparse's own errors exit (2) from inside main
+            assert main(["--data-dir", data_dir, "--namespace", "ann", *argv]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and words in err[0], (argv, err)
 
 
 # --- a read-only memory folder ----------------------------------------------------------------

@@ -368,6 +368,7 @@ def test_wrong_shapes(tmp_path: Path, content: str, expected: str) -> None:
         ({"speaker": "Ann", "text": "hi", "time": "next tuesday-ish"}, "turn 2 time 'next tuesday-ish' is not a date"),
         ({"speaker": "Ann", "text": "hi", "image_caption": 5}, "image_caption that is a number"),
         ({"speaker": "Ann", "text": "hi", "dia_id": "D1:1"}, "dia_id 'D1:1' is used by more than one turn"),
+        ({"speaker": "Ann", "text": "\u200b\u200b"}, "turn 2 has empty text"),
         ({"speaker": "Ann", "text": "a\x00b"}, "turn 2 has a text that holds a NUL character (\\x00) at character 2"),
         ({"speaker": "Ann", "text": "hi", "dia_id": "D1:\x002"}, "turn 2 has a dia_id that holds a NUL"),
         ({"speaker": "Ann", "text": "hi", "session": "\x00"}, "turn 2 has a session that holds a NUL"),
@@ -442,6 +443,13 @@ def test_locomo_edge_cases_that_load(tmp_path: Path) -> None:
     assert turns[0].dia_id == "D1:1"  # generated from the session and position
     assert turns[1].time is None  # session_3 has no date_time
     assert turns[1].image_caption == "a photo of a dog"
+
+
+def test_a_locomo_dia_id_of_spaces_is_no_id(tmp_path: Path) -> None:
+    """Audit (API, minor): "   " was kept as a dia_id (stored as raw:T1), where "" became the positional id."""
+    conversation = _locomo([{"speaker": "Ann", "dia_id": "   ", "text": "hi"},
+                            {"speaker": "Bo", "dia_id": "", "text": "yo"}])
+    assert [turn.dia_id for turn in load_turns(_write(tmp_path, conversation)).turns()] == ["D1:1", "D1:2"]
 
 
 def test_questions_errors(tmp_path: Path) -> None:
