@@ -137,8 +137,13 @@ _FINITE = re.compile(
     r"|would|can|could|should|might|must)\b|\w['’](?:s|re|ve|ll|d)\b",
     re.IGNORECASE,
 )
-# "Nice to meet you", "Great to hear that ...": a subjectless evaluation of what the infinitive does
-_EVALUATIVE_TO = re.compile(rf"^(?:so\s+|really\s+|super\s+|very\s+)?{_EVALUATIVE}\s+to\s+[a-z]+\b", re.IGNORECASE)
+# "Nice to meet you", "Great to hear that ...": a subjectless evaluation of meeting or hearing from the listener,
+# a greeting; what follows the verb may still state something. Other verbs carry the fact ("Amazing to
+# graduate last week!")
+_EVALUATIVE_TO = re.compile(
+    rf"^(?:so\s+|really\s+|super\s+|very\s+)?{_EVALUATIVE}\s+to\s+(?:meet|see|hear|talk|chat|catch\s+up)\b",
+    re.IGNORECASE,
+)
 _THANKS_FOR = re.compile(r"^(?:thanks|thank\s+you)(?:\s+so\s+much)?\s+for\b", re.IGNORECASE)
 
 

@@ -302,6 +302,8 @@ def test_thanks_and_greetings_of_an_evaluation_give_no_fact(text: str) -> None:
     turn = Turn(speaker="Caroline", text=text, dia_id="T1", time="2023-05-08T10:00")
     assert extract_facts(turn, None, "Melanie") == []
     assert _one("Great to hear that you got the job!").text == "Great to hear that Melanie got the job."  # states one
+    # only meeting or hearing from someone is a greeting: another verb is what happened
+    assert _one("Amazing to graduate last week!").text == "Amazing to graduate in the week before 8 May 2023."
 
 
 def test_likes_and_dislikes_are_opposite_keys() -> None:
