@@ -107,7 +107,7 @@ def first_unstorable(value: object, where: tuple[str, ...] = ()) -> str | None:
             problem = unstorable(key) if isinstance(key, str) else None
             if problem is not None:
                 return f"the field name {shown_value(key, 30)}{at} {problem}"
-            found = first_unstorable(item, (*where, str(key)))
+            found = first_unstorable(item, (*where, _path_part(key)))
             if found:
                 return found
     elif isinstance(value, (list, tuple)):
@@ -116,6 +116,12 @@ def first_unstorable(value: object, where: tuple[str, ...] = ()) -> str | None:
             if found:
                 return found
     return None
+
+
+def _path_part(key: object, width: int = 30) -> str:
+    """A field name as a part of a path in a one-line message: its words on one line, cut to `width`."""
+    text = " ".join(str(key).split())
+    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 def shown_value(value: object, width: int = 60) -> str:

@@ -179,6 +179,7 @@ def test_nul_and_missing_limits_are_one_line_errors(store: StrataStore) -> None:
         (lambda: store.put(("n",), "v", {"t": "a\x00b"}), "store value is refused: the text at t holds a NUL"),
         (lambda: store.put(("n",), "v", {"a\x00": "b"}), "the field name .a.+ holds a NUL"),
         (lambda: store.put(("n",), "v", {"t": ["x", {"y": "\x00"}]}), "the text at t.1.y holds a NUL"),
+        (lambda: store.put(("n",), "v", {"a\nb": {"x" * 300: "\x00"}}), r"the text at a b\.x{27}\.\.\. holds"),
         (lambda: store.batch([PutOp(("n\x00",), "v", {"t": "x"})]), "namespace label holds a NUL"),
         (lambda: store.search(("n",), limit=None), "limit must be a whole number"),  # type: ignore[arg-type]
         (lambda: store.search(("n",), offset=None), "offset must be a whole number"),  # type: ignore[arg-type]
