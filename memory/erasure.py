@@ -369,8 +369,9 @@ def _out_of_graph_state(store: MemoryStore, erased: set[str]) -> None:
     digests = dict(store.state(DIGESTS, {}) or {})  # type: ignore[call-overload]
     if erased & set(digests):
         store.set_state(DIGESTS, {sid: d for sid, d in digests.items() if sid not in erased})
-    if store.state(LAST_TURN) in erased:
-        turns = store.timeline()
+    if store.state(LAST_TURN) in erased:  # the latest turn derived: an add under way has stored later ones
+        pending = set(store.state(PENDING, []) or [])  # type: ignore[call-overload]  # raw, not derived yet
+        turns = [t for t in store.timeline() if t.id not in pending]
         store.set_state(LAST_TURN, turns[-1].id if turns else None)
 
 

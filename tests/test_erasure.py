@@ -648,3 +648,22 @@ def test_an_erase_between_two_turns_of_one_add_stays_erased(data_dir: Path, loco
     with store.ledger.reading() as session:
         assert session.execute("SELECT count(*) FROM links WHERE namespace = ? AND (src = ? OR dst = ?)",
                                ("conv-26", f"raw:{victim.dia_id}", f"raw:{victim.dia_id}")).fetchone()[0] == 0
+
+
+def test_erasing_the_turn_an_add_derived_last_keeps_the_temporal_chain(
+    data_dir: Path, locomo_dir: Path, embedder: Any
+) -> None:
+    """The chain's next link starts from the latest turn derived; an erase of it during an add picked the
+    input's last stored turn, not derived yet, and D1:11 -> D1:12 was never written."""
+    turns = [t for s in load_turns(locomo_dir / "conv-26.json").sessions for t in s.turns][:12]
+    memory = Memory("conv-26", data_dir=str(data_dir))
+
+    def erase_the_last_derived(done: int) -> None:
+        if done == 8:
+            memory.erase([f"raw:{turns[7].dia_id}"])  # D1:8, derived eighth
+
+    memory.add(turns, on_turn=erase_the_last_derived)
+    ids = [f"raw:{t.dia_id}" for t in turns]
+    chain = {(link.src, link.dst) for link in memory.store.ledger.neighbours("conv-26", ids, [LinkType.TEMPORAL])}
+    assert ("raw:D1:7", "raw:D1:9") in chain and ("raw:D1:11", "raw:D1:12") in chain
+    assert not any("raw:D1:8" in pair for pair in chain)
