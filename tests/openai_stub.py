@@ -161,6 +161,7 @@ class OpenAIStub:
         self.queue: list[Scripted] = []
         self.requests: list[dict[str, Any]] = []
         self.served: list[int] = []  # status of each reply, in order
+        self.generation = 0  # how many resets: a reply still in flight across one is not recorded
         self.lock = threading.Lock()
         self.reject_structured = False  # answer response_format/tools with 400, like a server without them
         self.filtered = ""  # a word that gets a 400 content_filter when a prompt asks about it (its last line)
@@ -192,6 +193,7 @@ class OpenAIStub:
             self.queue.clear()
             self.requests.clear()
             self.served.clear()
+            self.generation += 1
             self.reject_structured = False
             self.filtered = ""
 
@@ -199,7 +201,7 @@ class OpenAIStub:
         """The reply to one request; its status goes into `served` at the request's own place, so the two
         lists pair up even when a client gave up on a slow reply and asked again before it was sent."""
         with self.lock:
-            place = len(self.requests)
+            place, generation = len(self.requests), self.generation
             self.requests.append(body)
             self.served.append(0)
             scripted = self.queue.pop(0) if self.queue else None
@@ -208,7 +210,7 @@ class OpenAIStub:
         if scripted is None:
             scripted = self._unscripted(body, reject, filtered)
         with self.lock:
-            if place < len(self.served):  # (a reset meanwhile emptied the lists)
+            if generation == self.generation:  # a reset meanwhile began new lists
                 self.served[place] = scripted.status
         return scripted
 
