@@ -46,7 +46,7 @@ from strata.memory import store_items
 from strata.memory.episodes import OPEN_SEGMENT, OpenSegment
 from strata.memory.errors import InputError, first_unstorable
 from strata.memory.forgetting import same_person
-from strata.memory.graph.consolidation import DIGESTS, DONE, DONE_BY
+from strata.memory.graph.consolidation import DIGESTS, DONE, DONE_BY, RETRIED
 from strata.memory.graph.links import CATALOGUE, LAST_TURN
 from strata.memory.journal import PENDING
 from strata.memory.ledger_sql import LARGEST_INTEGER
@@ -81,7 +81,7 @@ _STATE_SHAPES: dict[str, TypeAdapter[Any]] = {
     LAST_TURN: TypeAdapter(str | None),
     DONE: TypeAdapter(list[str]),  # memory/graph/consolidation.py
     # ... and what an ablation run (causal or entity links off) did: an import would otherwise do it all again
-    **{key: TypeAdapter(list[str]) for key in DONE_BY.values()},
+    **{key: TypeAdapter(list[str]) for key in (*DONE_BY.values(), RETRIED)},
     DIGESTS: TypeAdapter(dict[str, str]),
     PENDING: TypeAdapter(list[str]),  # memory/journal.py
     OPEN_SEGMENT: TypeAdapter(OpenSegment),  # memory/episodes.py

@@ -388,3 +388,37 @@ def test_a_backfilled_turn_becomes_the_cause_of_the_later_turns_consolidated_bef
     assert report.causal == 1 and [(link.src, link.dst) for link in links] == [("raw:D2:2", "raw:D2:3")]
     memory.store.ledger.set_state(NAMESPACE, DONE, [])  # every turn to do again: every pair is found again
     assert memory.consolidate().causal == 0
+
+
+def test_a_turn_told_offline_while_the_model_was_down_is_no_backfill(tmp_path: Path, embedder: Any) -> None:
+    """The next run asks about that turn again, and only about it: the turns after it were judged with it in
+    place, so they are not judged again as if it had been backfilled (each cue turn after it was, each a model
+    call: 27 in a session of 40 such turns)."""
+    said = ["I lost my job last month.", "So I started baking bread at home.", "That's why I wake up at 4am now.",
+            "It was hard because the rent is high.", "So I moved to a cheaper place."]
+    memory = Memory("cues", data_dir=str(tmp_path / "mem"))
+    memory.add([{"speaker": "Ann" if i % 2 == 0 else "Ben", "dia_id": f"D1:{i + 1}", "text": f"{said[i % 5]} ({i})",
+                 "time": "2023-05-08T10:00"} for i in range(15)])
+    store = memory.store
+    offline = offline_causal(store)
+    down_for = "raw:D1:2"
+    retry: set[str] = set()
+
+    def model_down_once(record: Record, earlier: Sequence[Record]) -> list[causal.CausalLink]:
+        if record.id == down_for:
+            retry.add(record.id)
+        return offline(record, earlier)
+
+    consolidate(store, causal_policy=model_down_once, retry=retry, summaries_on=False)
+    done = set(store.ledger.get_state("cues", DONE, []) or [])  # type: ignore[arg-type]
+    assert retry == {down_for} and down_for not in done and len(done) == 14
+    asked: list[str] = []
+
+    def counting(record: Record, earlier: Sequence[Record]) -> list[causal.CausalLink]:
+        if causal.cues(record.text):
+            asked.append(record.id)  # where the model policy makes a call
+        return offline(record, earlier)
+
+    assert consolidate(store, causal_policy=counting, summaries_on=False).turns == 1
+    assert asked == [down_for]
+    assert consolidate(store, causal_policy=counting, summaries_on=False).turns == 0

@@ -42,7 +42,10 @@ from strata.memory.store import MemoryStore
 DONE = "consolidated_turns"  # ledger state: raw ids consolidated by a run with causal and entity links on
 # ... and by a run with only one of them on (an ablation): the other still has those turns to do
 DONE_BY = {"causal": f"{DONE}:causal", "entity": f"{DONE}:entity"}
-DONE_LISTS = (DONE, *DONE_BY.values())
+# ... and the turns a run told offline while the model was down (asked again later): they were in place when
+# the turns after them were judged, so they are no backfill (`_backfilled_causes`)
+RETRIED = f"{DONE}:retried"
+DONE_LISTS = (DONE, *DONE_BY.values(), RETRIED)
 DIGESTS = "summary_digests"  # ledger state: {summary id: digest of what it was written from}
 BATCH = 50  # turns per committed step: what a crash can cost at most
 MAX_PAIRS_PER_ENTITY = 50  # a turn is linked to at most this many other turns through one entity (its latest)
@@ -113,6 +116,7 @@ def consolidate(
     todo = [i for i, r in enumerate(timeline) if r.id not in done] if causal_on or entities_on else []
     if limit is not None:
         todo = todo[:limit]
+    retried = set(store.ledger.get_state(ns, RETRIED, []) or [])  # type: ignore[arg-type]
     done_in_session: dict[str, list[int]] = defaultdict(list)  # a session's turns consolidated before, in order
     for i, record in enumerate(timeline):
         if record.id in done:
@@ -126,7 +130,8 @@ def consolidate(
                 found = causal.causal_links(ns, infer(timeline[index], timeline[:index]))
                 if timeline[index].id not in retry:  # told offline while the model was down: asked again later
                     found_causes += found
-            ahead, unfinished = _backfilled_causes(store, timeline, batch, done_in_session, infer, retry)
+            backfilled = [i for i in batch if timeline[i].id not in retried]
+            ahead, unfinished = _backfilled_causes(store, timeline, backfilled, done_in_session, infer, retry)
             found_causes += ahead
         found_entities = _densify(store, [timeline[i] for i in batch], order) if entities_on else []
         with store.writing():  # an erase meanwhile has removed turns these links would point at
@@ -138,6 +143,9 @@ def consolidate(
             now.update(timeline[i].id for i in batch
                        if store.has(timeline[i].id) and timeline[i].id not in retry | unfinished)
             store.ledger.set_state(ns, key, sorted(now))
+            waiting_again = set(store.ledger.get_state(ns, RETRIED, []) or [])  # type: ignore[arg-type]
+            waiting_again = (waiting_again | {timeline[i].id for i in batch if timeline[i].id in retry}) - now
+            store.ledger.set_state(ns, RETRIED, sorted(i for i in waiting_again if store.has(i)))
         report.turns += len(batch)
         report.causal += sum(link.type == LinkType.CAUSAL for link in added)
         report.entity += sum(link.type == LinkType.ENTITY for link in added)
