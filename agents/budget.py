@@ -32,7 +32,7 @@ def line_tokens(text: str) -> int:
 
 
 def unit_evidence(unit: Unit, people: Sequence[str] = (), line: str | None = None) -> Evidence:
-    item = evidence_of(unit.record, round(unit.score, 6), sorted(unit.found_by), people, line)
+    item = evidence_of(unit.record, round(unit.score, 6), sorted(unit.found_by), people, line, unit.until)
     item.path = path_of(unit)
     return item
 
@@ -106,7 +106,7 @@ def candidates(units: dict[str, Unit], people: Sequence[str] = ()) -> list[Candi
     tokens as shown: without small talk when `people` are given)."""
     ranked = []
     for unit in units.values():
-        line = brief_line(unit.record, people)
+        line = brief_line(unit.record, people, unit.until)
         score = round(round(unit.score, 6) / (line_tokens(line) ** COST_EXPONENT), 8)
         ranked.append(Candidate(unit, line, score, people))
     return sorted(ranked, key=lambda c: (-c.score, c.id))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Literal
 
 from langgraph.runtime import Runtime
@@ -62,7 +63,7 @@ def traced(state: State, role: str, policy: str, summary: str) -> list[RoleNote]
 
 def evidence_of(
     record: Record, score: float = 0.0, found_by: Sequence[str] = (), people: Sequence[str] = (),
-    line: str | None = None,
+    line: str | None = None, until: datetime | None = None,
 ) -> Evidence:
     """A record as evidence. Built without validating again: every field comes from a validated record
     (a question at 100,000 records ranks over a thousand units, and validation was a fifth of its time).
@@ -80,8 +81,9 @@ def evidence_of(
         score=float(score),
         found_by=list(found_by),
         label=record.label(),
-        line=brief_line(record, people) if line is None else line,
+        line=brief_line(record, people, until) if line is None else line,
         path=[],
+        until=until,
     )
 
 
@@ -91,12 +93,12 @@ def shown_people(participants: Sequence[str], context: Context) -> tuple[str, ..
     return tuple(participants) if context.brief_turns else ()
 
 
-def brief_line(record: Record, people: Sequence[str]) -> str:
+def brief_line(record: Record, people: Sequence[str], until: datetime | None = None) -> str:
     """A turn's context line without its greetings, thanks and praise (`memory.facts.without_small_talk`);
     other records, and every record when no `people` are given (`brief_turns` off), as they are. The
     listener, whose name a greeting addresses, is the one other person of a two-person conversation."""
     if not people or record.kind != "raw" or not record.speaker:
-        return record.line()
+        return record.line(until=until)
     brief = without_small_talk(record.text, record.speaker, listener_of(record.speaker, tuple(people)))
     return record.line(brief if brief != record.text else None)
 

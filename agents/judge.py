@@ -567,6 +567,7 @@ def _valid_groups(groups: list[list[str]], s: Situation) -> tuple[list[list[str]
     are dropped. Not any record of the namespace: text the model read (a stored turn, the incoming one)
     could name another person's fact for the Refresher to rewrite, one it never saw."""
     kinds = {e.id: (e.kind, e.dialogue_id) for e in s.evidence}
+    past = {e.id for e in s.evidence if e.until is not None}
     behind = {f.id for f in s.facts}
     facts_of: dict[str, list[str]] = {}
     for f in s.facts:
@@ -586,6 +587,9 @@ def _valid_groups(groups: list[list[str]], s: Situation) -> tuple[list[list[str]
                 found, unknown = [name], []
             ignored += unknown
             for record_id in found:
+                if record_id in past and s.forget is None:  # shown for a time it held: not a live conflict
+                    ignored.append(name)
+                    continue
                 ids.append(record_id)
                 kind, dia = kinds.get(record_id, ("fact", ""))
                 if kind == "raw" and dia and s.forget is None:

@@ -14,15 +14,20 @@ How an update is written, consistently for both policies:
   (`store.supersede`): its status changes, its text stays, a supersedes link is
   added, and history keeps the decision;
 - a stored record disagrees with the incoming turn ("new" in the Judge's group):
-  the stored record's text is rewritten to the new value (`store.update`), with
-  only the disputed value changed, and the old text kept in history.
+  the stored record is superseded the same way, by the turn's own fact when it
+  is stored already, else by the turn itself (the Refresher runs before the
+  Memory role derives the turn's facts). A fact keeps saying what its dated turn
+  said, so "where did Ann live in May?" is still answered from May's words: the
+  superseded fact stays findable for questions about a time it held (until the
+  newer turn was said, `MemoryStore.valid_until`) and is shown as past.
 A newer value does not replace an older one when the user undid that same change,
 when the older is the subject's own statement and the newer only a question or
 (between stored facts) someone else's word, or when the newer tells of an event
 from well before the older was said ("I moved to Denver in 2015"): these are recorded
 no-ops. Another person's incoming statement is still taken.
 Raw turns are never rewritten: they are the verbatim record of what was said.
-A raw turn can only be tombstoned, on an explicit request to forget it.
+A raw turn can only be tombstoned, on an explicit request to forget it; a request
+to forget reaches superseded facts too (they are still what was said).
 Whatever a policy plans, a delete is applied only when the forget rule
 (`memory.forgetting.decide`: chat or ingest, the speaker's own words, the
 person the memory is about or the owner, a precise match, a bound) allows that
@@ -171,6 +176,7 @@ class Group:
     said: dict[str, datetime | None] = field(default_factory=dict)  # record id -> when its turn was said
     asked: set[str] = field(default_factory=set)  # facts whose value their turn only asked about
     undone: dict[str, set[str]] = field(default_factory=dict)  # record id -> new values of its changes undone
+    newer: list[Record] = field(default_factory=list)  # the incoming turn's stored records: its facts, its turn
 
     def said_key(self, record: Record) -> tuple[datetime, tuple[int, ...]]:
         """When a record was said, to order statements of one value: its turn's time, then the dialogue id
@@ -309,25 +315,37 @@ def conflict_groups(state: State, store: MemoryStore, incoming: Incoming) -> lis
                 unknown.append(record_id)
                 continue
             found = store.get([record_id])
-            if found and found[0].status == Status.ACTIVE:
+            if found and (found[0].status == Status.ACTIVE or forgettable(found[0], incoming)):
                 records.append(found[0])
             else:
                 unknown.append(record_id)
         if records:
-            groups.append(group_of(store, records, has_new, unknown))
+            groups.append(group_of(store, records, has_new, unknown, incoming))
     return groups
+
+
+def forgettable(record: Record, incoming: Incoming) -> bool:
+    """A superseded record the current request to forget may delete: it is no longer current, yet it is
+    still what was said (the forget rule matched it)."""
+    forget = incoming.forget
+    return record.status == Status.SUPERSEDED and forget is not None and record.id in forget.allowed
 
 
 def group_of(
     store: MemoryStore, records: list[Record], has_new: bool = False, unknown: list[str] | None = None,
+    incoming: Incoming | None = None,
 ) -> Group:
     """A conflict group with what decides it: when each record's turn was said, whether the turn only asked
-    the value, and the changes to its records that the user undid."""
+    the value, the changes to its records that the user undid, and the incoming turn's stored records (what
+    supersedes an older value it replaces)."""
     turns = {r.dialogue_id: r for r in store.get(f"raw:{r.dialogue_id}" for r in records)}
     said = {r.id: turns[r.dialogue_id].time if r.dialogue_id in turns else r.time for r in records}
     asked = {r.id for r in records if r.dialogue_id in turns and in_question(r.value, turns[r.dialogue_id].text)}
+    newer: list[Record] = []
+    if incoming is not None and incoming.raw_id:
+        newer = [*store.facts_from([incoming.dia_id]), *store.get([incoming.raw_id])]
     return Group(records=records, has_new=has_new, unknown=unknown or [], said=said, asked=asked,
-                 undone=undone_values(store, records))
+                 undone=undone_values(store, records), newer=newer)
 
 
 def settles(store: MemoryStore, record_ids: Sequence[str]) -> bool:
@@ -476,7 +494,9 @@ def same_slot_pairs(group: Group) -> list[tuple[Record, Record]]:
 
 
 def incoming_conflicts(group: Group, incoming: Incoming) -> list[Step]:
-    """A stored fact whose single-valued attribute the incoming turn states anew: rewrite its value."""
+    """A stored fact whose single-valued attribute the incoming turn states anew: superseded by the turn's own
+    fact when it is stored, else by the turn (its facts are derived after the Refresher). Not rewritten: the
+    older fact still says what its own turn said."""
     if not group.has_new or not incoming.is_statement():
         return []
     drafts = extract_facts(incoming.turn())  # (its listener, and its time on the speaker's clock)
@@ -491,15 +511,19 @@ def incoming_conflicts(group: Group, incoming: Incoming) -> list[Step]:
                 continue
             if said_later(group.said_key(record), incoming):
                 continue  # the stored value was said after this turn (a backfill of older talk)
-            change = f"{record.attribute} {record.value!r} -> {value_of(draft)!r}"
+            value = value_of(draft)
+            change = f"{record.attribute} {record.value!r} -> {value!r}"
             # another person's statement is taken (the subject is told what changed), a question's is not
-            kept = kept_because(group, record, value_of(draft), draft.time_end or draft.time,
+            kept = kept_because(group, record, value, draft.time_end or draft.time,
                                 in_question(draft.value, incoming.text), None)
-            if kept:
-                steps.append(Step("noop", record, f"{kept}: left as it is ({change} by {incoming.describe()})"))
+            by = next((r for r in group.newer if _same_slot(r, draft) and not _disagree(r, value)), None)
+            by = by or next((r for r in group.newer if r.kind == "raw"), None)
+            if kept or by is None:
+                why = kept or f"{incoming.describe()} is not stored to supersede it by"
+                steps.append(Step("noop", record, f"{why}: left as it is ({change} by {incoming.describe()})"))
             else:
-                steps.append(Step("update", record, f"updated by {incoming.describe()}: {change}",
-                                  new_text=rewrite_value(record, draft)))
+                steps.append(Step("supersede", record, f"superseded by {by.id} ({incoming.describe()}): {change}",
+                                  new_text=draft.text, by=by))
             break
     return steps
 
@@ -513,14 +537,6 @@ def said_later(stored: tuple[datetime, tuple[int, ...]], incoming: Incoming) -> 
     if when != incoming.time:
         return when > incoming.time
     return numbers > id_numbers(incoming.dia_id)
-
-
-def rewrite_value(record: Record, draft: FactDraft) -> str:
-    """Change only the disputed value (AMA: keep every other detail); else take the new fact whole."""
-    pattern = re.compile(re.escape(record.value), re.IGNORECASE)
-    if record.value and pattern.search(record.text):
-        return pattern.sub(lambda _: value_of(draft), record.text, count=1)
-    return draft.text
 
 
 def value_of(draft: FactDraft) -> str:
@@ -657,7 +673,8 @@ def apply(store: MemoryStore, step: Step, policy: str, follows: int | None = Non
                           reason=step.reason, change_id=change.id, policy=policy)
     if step.action == "supersede" and step.by is not None:
         change = store.supersede(record.id, step.by.id, step.reason, policy, follows=follows, cause=cause)
-        return ChangeNote(action="update", record_id=record.id, old_text=record.text, new_text=step.by.text,
+        return ChangeNote(action="update", record_id=record.id, old_text=record.text,
+                          new_text=step.new_text or step.by.text,
                           reason=step.reason, change_id=change.id, policy=policy)
     if step.action == "delete":
         change = store.delete(record.id, step.reason, policy, follows=follows, cause=cause)
@@ -668,13 +685,15 @@ def apply(store: MemoryStore, step: Step, policy: str, follows: int | None = Non
                       reason=step.reason, change_id=change.id, policy=policy)
 
 
-def traits_of(store: MemoryStore, fact: Record) -> list[Record]:
-    """Live persona traits distilled from this fact: same turn, participant, attribute and value."""
+def traits_of(store: MemoryStore, fact: Record, superseded: bool = False) -> list[Record]:
+    """Live persona traits distilled from this fact: same turn, participant, attribute and value; with
+    `superseded`, those retired with it too (a request to forget reaches what is no longer current)."""
     if fact.kind != "fact" or not fact.attribute:
         return []
+    kept = (Status.ACTIVE, Status.SUPERSEDED) if superseded else (Status.ACTIVE,)
     return [
-        p for p in store.all("persona")
-        if p.attribute == fact.attribute and comparable(p.value) == comparable(fact.value)
+        p for p in store.all("persona", include_inactive=superseded)
+        if p.status in kept and p.attribute == fact.attribute and comparable(p.value) == comparable(fact.value)
         and p.participant == (fact.subject or fact.speaker) and set(p.source_ids) & set(fact.source_ids)
     ]
 
@@ -687,13 +706,38 @@ def follow_persona(
     change restores the trait. The turn that brought the new value adds the new trait when derived."""
     notes: list[ChangeNote] = []
     source = f"the fact it came from ({step.record.id})"
-    for trait in traits_of(store, step.record):
+    for trait in traits_of(store, step.record, superseded=step.action == "delete"):
         if step.action == "delete":
             follow = Step(action="delete", record=trait, reason=f"{source} was deleted")
         else:  # superseded by the newer record, or by the fact as the update rewrote it (not as it was)
             by = step.by or (store.get_one(step.record.id) if step.action == "update" else step.record)
             follow = Step(action="supersede", record=trait, reason=f"{source} was updated", by=by)
         notes.append(apply(store, follow, policy, lead, cause))
+    return notes
+
+
+def settle_again(store: MemoryStore, fact_ids: Sequence[str]) -> list[ChangeNote]:
+    """Decide again which value of a slot is current, from the facts that remain: after an erase took back
+    what a turn in between had changed (Ann's "you moved to Zorbatown" superseded Bob's "I live in Denver",
+    and his later "I live in Austin now" superseded hers), both of his values were active. The slots of
+    `fact_ids` are settled by the rule for two stored facts (`stored_conflicts`, with its guards): the one
+    said later supersedes the others. Each change is made for the newer fact's turn (its `cause`), so an
+    erase of that turn takes it back in turn; nothing changes when a slot holds one value."""
+    slots = {(comparable(r.subject), comparable(r.attribute)) for r in store.get(fact_ids)
+             if r.kind == "fact" and r.subject and r.attribute}
+    notes: list[ChangeNote] = []
+    with store.edits():
+        for subject, attribute in sorted(slots):
+            members = [r for r in store.all("fact")
+                       if (comparable(r.subject), comparable(r.attribute)) == (subject, attribute)]
+            if len(members) < 2:
+                continue
+            for step in stored_conflicts(group_of(store, members)):
+                if step.action == "noop" or step.by is None:
+                    continue
+                step.reason += "; settled again after an erase"
+                note = apply(store, step, OFFLINE, cause=step.by.dialogue_id)
+                notes += [note, *follow_persona(store, step, OFFLINE, note.change_id, step.by.dialogue_id)]
     return notes
 
 

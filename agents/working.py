@@ -548,8 +548,10 @@ def answer_offline(
     statements = [c for c in ranked if not c.asks and c.grounded]
     best = statements[0] if statements else ranked[0]
     if asks_current_value(parsed):
-        # "Where does Ann live?": of the statements that answer it, the latest one holds the current value.
+        # "Where does Ann live?": of the statements that answer it, the latest one holds the current value;
+        # a superseded fact (shown for a time it held) never does
         answering = [c for c in statements if c.coverage >= MIN_COVERAGE and c.person == 1.0 and c.item.time
+                     and c.item.until is None
                      and (not parsed.name or name_answer(parsed, c))]  # a name asked: one that gives it
         best = max(answering, key=lambda c: (c.item.time, c.score), default=best)
     if best.asks or not best.grounded or best.coverage < MIN_COVERAGE or (best.person < 1.0 and best.about):

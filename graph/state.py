@@ -66,6 +66,8 @@ class Evidence(BaseModel):
     label: str = Field("", description="How the item is shown on its own: id, date, kind, text.")
     line: str = Field("", description="How the item appears in a context, under its date heading.")
     path: list[PathStep] = Field(default_factory=list, description="How the item was reached (anchor, then edges).")
+    until: MaybeUtcTime = Field(None, description="A superseded fact, shown for a time it held: when a newer "
+                                "statement replaced it (None: current).")
 
     def day(self) -> str:
         """The heading the item's line is grouped under in a context (`day_of`): the day it was said on the

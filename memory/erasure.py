@@ -23,7 +23,9 @@ call that cannot be undone:
   Refresher changed in records that stay for an erased turn (each change names
   the turn it was made for, its `cause`): such a record's history is replayed
   without those changes (`MemoryStore._take_back_edits`), so what turns that stay
-  changed stands, and a delete stands with a neutral reason;
+  changed stands, and a delete stands with a neutral reason; a slot that had its
+  current value decided by an erased turn is decided again from the facts that stay
+  (`agents/refresher.py` `settle_again`: the later statement supersedes the older);
 - every version of an erased LangGraph store item (memory/store_items.py);
   `Memory.erase` also deletes the saved threads that hold an erased record
   (strata/checkpoint.py), with `ErasurePlan.said`;
@@ -55,6 +57,7 @@ from pydantic import BaseModel, Field
 from strata.memory.chroma import open_clients
 from strata.memory.episodes import OPEN_SEGMENT, OpenSegment, narrate, photo_line, title_of
 from strata.memory.errors import ConfigError, InputError, shown_value
+from strata.memory.facts import comparable
 from strata.memory.forgetting import shown_ids
 from strata.memory.graph.consolidation import DIGESTS, DONE_LISTS
 from strata.memory.graph.links import CATALOGUE, LAST_TURN, still_mentioned
@@ -256,6 +259,7 @@ class _Unfinished(BaseModel):
     targets: list[str]
     turns: list[str]
     rejoined: list[tuple[str, str]]
+    settle: list[str] = Field(default_factory=list)  # facts that stay whose slot is decided again (`_unsettled`)
 
 
 def apply_erasure(store: MemoryStore, plan: ErasurePlan) -> ErasureReport:
@@ -266,7 +270,8 @@ def apply_erasure(store: MemoryStore, plan: ErasurePlan) -> ErasureReport:
     since a second erase could no longer find its records."""
     rejoined = _rejoined(store, set(plan.targets))
     unfinished = _Unfinished(targets=plan.targets, turns=sorted(plan.turns),
-                             rejoined=[(link.src, link.dst) for link in rejoined])
+                             rejoined=[(link.src, link.dst) for link in rejoined],
+                             settle=_unsettled(store, set(plan.targets), plan.turns))
     store.ledger.set_state(store.namespace, ERASING, unfinished.model_dump(mode="json"))
     removed = _carry_out(store, unfinished, plan.retold)
     store.embedder.forget(plan.texts)
@@ -290,11 +295,29 @@ def _carry_out(store: MemoryStore, unfinished: _Unfinished, retold_episodes: Seq
     turns = set(unfinished.turns)
     out_of_open_episode(store, turns, set(unfinished.targets))
     removed = store.erase(unfinished.targets, sorted(turns), retold_episodes)
+    if unfinished.settle:
+        from strata.agents.refresher import settle_again  # the Refresher's rule, which the roles import from here
+
+        settle_again(store, unfinished.settle)
     store.link([Link(namespace=store.namespace, src=src, dst=dst, type=LinkType.TEMPORAL)
                 for src, dst in unfinished.rejoined])
     _out_of_graph_state(store, set(unfinished.targets))
     store.ledger.clear_state(store.namespace, ERASING)
     return removed
+
+
+def _unsettled(store: MemoryStore, targets: set[str], turns: set[str]) -> list[str]:
+    """The facts that stay whose slot an erase may leave with two current values: those the Refresher changed
+    for an erased turn (a supersession it takes back), and those sharing a slot with an erased fact (the newer
+    value that superseded them may go). Ids only: the mark holds no words."""
+    def slot(record: Record) -> tuple[str, str]:
+        return comparable(record.subject), comparable(record.attribute)
+
+    facts = [r for r in store.all("fact", include_inactive=True) if r.subject and r.attribute]
+    erased = {slot(r) for r in facts if r.id in targets}
+    changed = {c.record_id for c in store.ledger.changes_caused_by(store.namespace, sorted(turns))}
+    return sorted(r.id for r in facts if r.id not in targets and r.status != Status.DELETED
+                  and (slot(r) in erased or r.id in changed))
 
 
 def _finished(store: MemoryStore, targets: list[str], removed: dict[str, int]) -> ErasureReport:

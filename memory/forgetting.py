@@ -295,7 +295,8 @@ def decide(
         decision.refused = "the request to forget does not say what: nothing deleted"
         return decision
     skip = set(exclude)
-    candidates = [r for kind in ("raw", "fact") for r in store.all(kind)]  # type: ignore[arg-type]
+    # a superseded fact is no longer current but is still what was said: "forget where I live" reaches it too
+    candidates = [*store.all("raw"), *store.all("fact"), *store.superseded("fact")]
     decision.matched = [
         r.id for r in candidates
         if r.id not in skip and not (set(r.source_ids) & {i.removeprefix("raw:") for i in skip})

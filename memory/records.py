@@ -45,7 +45,7 @@ class Status(StrEnum):
     """Lifecycle of a stored record: nothing is destroyed silently."""
 
     ACTIVE = "active"
-    SUPERSEDED = "superseded"  # an update replaced it; the old text lives in history
+    SUPERSEDED = "superseded"  # a newer statement replaced it: its text stays, what was said then
     DELETED = "deleted"  # a tombstone until purged on purpose
 
 
@@ -155,12 +155,15 @@ class Record(BaseModel):
         when = self.said_on()
         return f"[{self.dialogue_id or self.id} | {when} | {self.kind}] {self._said()}"
 
-    def line(self, text: str | None = None) -> str:
+    def line(self, text: str | None = None, until: datetime | None = None) -> str:
         """How the record appears in a role's context, under a heading with its date: the id, the kind
         when it is not a raw turn, and the text (the date is shared by the lines below one heading).
         `text` shows other words in the record's place (a turn without its small talk). A photo reads
-        "[shared a photo of a bookcase]", not "[shared a photo: a photo of a bookcase]"."""
+        "[shared a photo of a bookcase]", not "[shared a photo: a photo of a bookcase]". A superseded
+        record says it is past, and `until` when it stopped holding: it is shown for a time it held."""
         tag = "" if self.kind == "raw" else f" {self.kind}"
+        if self.status == Status.SUPERSEDED:
+            tag += f", until {until.day} {until:%B %Y}" if until is not None else ", no longer current"
         photo = f" [shared a photo of {photo_subject(self.image_caption)}]" if self.image_caption else ""
         return f"[{self.dialogue_id or self.id}{tag}] {self._said(text, photo)}"
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Protocol
 
+import numpy as np
 from strata.memory import store_items
 from strata.memory.bm25 import reciprocal_rank_fusion
 from strata.memory.graph.traversal import Reached, traverse
@@ -81,6 +82,7 @@ class Unit:
     score: float = 0.0
     found_by: set[str] = field(default_factory=set)
     walked: Walked | None = None  # how the walk reached it, when it did
+    until: datetime | None = None  # a superseded fact: when a newer statement replaced it
 
 
 def strip_names(query: str, participants: Sequence[str]) -> str:
@@ -118,6 +120,7 @@ class Searcher:
         # away from raw text). Its first round searches no raw turns, and facts are shown on their own.
         self.compact = compact
         self.summaries = True  # summaries may start a walk (the `summaries` switch turns it off)
+        self._past: dict[str, Record] = {}  # superseded facts a windowed list found (`past`)
 
     def records(self, kind: Kind) -> Mapping[str, Record]:
         """A granularity's active records by id (the store's view), looked up once per round."""
@@ -156,14 +159,39 @@ class Searcher:
                         found.setdefault(key, set()).add(tag or name)
                         if kind == "fact":
                             found[key].add("fact")
+        until: dict[str, datetime] = {}
+        if len(windows) > 1 and "fact" in kinds:
+            weight = ROUTED_WEIGHT if self.plan.route == "fact" else 1.0
+            until = self.past(windows[1][0])  # type: ignore[arg-type]
+            for rank, key in enumerate(until, start=1):
+                shown.setdefault(key, self._past[key])
+                scores[key] = scores.get(key, 0.0) + weight / (RRF_K + rank)
+                found.setdefault(key, set()).update(("time", "fact", "past"))
         walked = self._walk(scores, found, shown, kinds, walk) if walk else {}
         if not light:
             self._boost(scores, shown)
         return {
-            key: Unit(key=key, record=shown[key], score=score, found_by=found.get(key, set()), walked=walked.get(key))
+            key: Unit(key=key, record=shown[key], score=score, found_by=found.get(key, set()), walked=walked.get(key),
+                      until=until.get(key))
             for key, score in scores.items()
             if key in shown and key not in self.exclude
         }
+
+    def past(self, window: tuple[datetime, datetime]) -> dict[str, datetime]:
+        """The superseded facts that held during the question's window (said before its end, replaced after
+        its start), nearest the question first, with when each was replaced: "where did Ann live in May?"
+        is answered by May's fact after she moved, not only by the fact that replaced it."""
+        start, end = window
+        superseded = self.store.superseded("fact")
+        ends = self.store.valid_until(superseded)
+        held = {r.id: r for r in superseded
+                if r.time is not None and r.time <= end and r.id in ends and ends[r.id] >= start}
+        if not held:
+            return {}
+        self._past.update(held)
+        vectors = self.store.vectors(sorted(held))
+        similarity = {rid: float(np.dot(vectors[rid], self.vector)) if rid in vectors else -1.0 for rid in held}
+        return {rid: ends[rid] for rid in sorted(held, key=lambda rid: (-similarity[rid], rid))}
 
     def _walk(
         self, scores: dict[str, float], found: dict[str, set[str]], shown: MutableMapping[str, Record],

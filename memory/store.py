@@ -1059,9 +1059,13 @@ class MemoryStore:
             undoes=change.id, old_fields=now, new_fields=fields,
         )
         entry = JournalEntry(records=[record], undid=change.id)
+        # "X supersedes it" no longer holds: the link would still date the record's end (`valid_until`)
+        taken_back = change.new_status == Status.SUPERSEDED and status != Status.SUPERSEDED
+        unlinked = self._superseded_by(record.id) if taken_back else []
         with self.ledger.transaction() as session:
             entry.change = self.ledger.record_change(undo, session)
             self.ledger.mark_undone(self.namespace, int(change.id or 0), session)
+            self.ledger.remove_links(unlinked, session)
             self._journal(entry, session)
         self._write_or_take_back(restored, entry)
         return undo.model_copy(update={"id": entry.change})
@@ -1196,7 +1200,9 @@ class MemoryStore:
             if not found:
                 continue
             record = found[0]
-            text, status, fields = ends[record_id] = replay.end
+            text, status, fields = replay.end
+            fields = {**{k: getattr(record, k) for k in _FACT_FIELDS}, **fields}  # a supersede's rows hold none
+            ends[record_id] = (text, status, fields)
             status = self._as_its_fact_ends(record, status, replay.followed, ends)
             if _state_of(record) != (text, status, {k: fields.get(k, getattr(record, k)) for k in _FACT_FIELDS}):
                 restored.append(record.model_copy(update={
@@ -1204,11 +1210,45 @@ class MemoryStore:
                     **{k: v for k, v in fields.items() if k in _FACT_FIELDS},
                 }))
             if replay.unsuperseded and status != Status.SUPERSEDED:  # "X supersedes it" no longer holds
-                unlinked += [link for link in self.ledger.neighbours(self.namespace, [record_id],
-                                                                     [LinkType.SUPERSEDES]) if link.dst == record_id]
+                unlinked += self._superseded_by(record_id)
         self.ledger.rewrite_changes(self.namespace, rewritten)
         self.ledger.remove_links(unlinked)
         return restored, dropped
+
+    def _superseded_by(self, record_id: str) -> list[Link]:
+        """The supersedes links into a record (newer record -> it)."""
+        return [link for link in self.ledger.neighbours(self.namespace, [record_id], [LinkType.SUPERSEDES])
+                if link.dst == record_id]
+
+    def valid_until(self, records: Iterable[Record]) -> dict[str, datetime]:
+        """When each superseded record stopped holding: the time the earliest record superseding it was
+        said (its turn's time). Kept as the supersedes link, not on the record, so an undo or an erase that
+        takes the supersession back takes its end with it. Records not superseded are left out."""
+        superseded = [r.id for r in records if r.status == Status.SUPERSEDED]
+        if not superseded:
+            return {}
+        wanted = set(superseded)
+        newer: dict[str, set[str]] = {}
+        for link in self.edges(superseded, [LinkType.SUPERSEDES]):
+            if link.dst in wanted:
+                newer.setdefault(link.dst, set()).add(link.src)
+        by_id = {r.id: r for r in self.get(sorted({i for ids in newer.values() for i in ids}))}
+        turns = {r.dialogue_id: r.time for r in self.get(sorted({f"raw:{r.dialogue_id}" for r in by_id.values()
+                                                                 if r.dialogue_id}))}
+        until: dict[str, datetime] = {}
+        for record_id, sources in newer.items():
+            said = [turns.get(r.dialogue_id) or r.time for r in (by_id.get(s) for s in sources) if r is not None]
+            moments = [moment for moment in said if moment is not None]
+            if moments:
+                until[record_id] = min(moments)
+        return until
+
+    def superseded(self, kind: Kind) -> list[Record]:
+        """The records of `kind` no longer current (superseded by a newer statement), for questions about
+        the past: a scan of the mirror, since they are few."""
+        records = self._load(kind)
+        with self._lock:
+            return [r for r in records.values() if r.status == Status.SUPERSEDED]
 
     def _as_its_fact_ends(
         self, trait: Record, status: Status, leads: Sequence[int], ends: dict[str, tuple[str, Status, dict[str, str]]]

@@ -185,12 +185,14 @@ def test_what_an_erased_turn_changed_in_anothers_records_is_taken_back(data_dir:
     assert not [f for f in _files_holding(data_dir, "Zorbatown") if "chroma" not in f]
 
 
-@pytest.mark.parametrize(("later", "status", "text"), [
-    ("Please forget where I live.", Status.DELETED, "Bob lives in Denver."),  # his own forget stands
-    ("I live in Austin now.", Status.ACTIVE, "Bob lives in Austin."),  # his own update stands
+@pytest.mark.parametrize(("later", "status", "text", "current"), [
+    # his own forget stands, and reached the Denver fact Ann's turn had superseded
+    ("Please forget where I live.", Status.DELETED, "Bob lives in Denver.", []),
+    # his own update stands: the erase settles the slot again, Austin superseding Denver (both were left active)
+    ("I live in Austin now.", Status.SUPERSEDED, "Bob lives in Denver.", ["Bob lives in Austin now."]),
 ])
 def test_what_a_turn_that_stays_changed_after_an_erased_one_stands(
-    data_dir: Path, embedder: Any, later: str, status: Status, text: str
+    data_dir: Path, embedder: Any, later: str, status: Status, text: str, current: list[str]
 ) -> None:
     """Taking back an erased turn's edit gave the record back as it was before it, and dropped every row after:
     Bob's own later forget or update was undone by erasing Ann."""
@@ -208,6 +210,7 @@ def test_what_a_turn_that_stays_changed_after_an_erased_one_stands(
     rows = memory.history("fact:D1:1:0")
     assert rows and not [c for c in rows if "Zorbatown" in c.old_text + c.new_text + c.reason]
     assert all(c.cause == "D3:1" for c in rows)
+    assert [f.text for f in memory.store.all("fact") if f.attribute == "lives_in"] == current  # one current value
 
 
 def test_no_summary_retells_an_erased_fact_and_a_persons_copy_quotes_no_one_else(memory: Memory) -> None:

@@ -295,7 +295,8 @@ def test_a_model_delete_without_a_request_falls_back(boston: Path) -> None:
     [label] = policies(result["trace"], "refresher")
     assert label == f"{FALLBACK}Delete without an explicit request to forget in the input)"
     assert [(c.action, c.record_id) for c in leads(result["changes"])] == [("update", "fact:D1:1:0")]  # offline: update
-    assert Memory("ann", data_dir=str(boston)).get(["fact:D1:1:0"])[0].status == Status.ACTIVE
+    # the offline update supersedes the older fact (its words kept): nothing is deleted
+    assert Memory("ann", data_dir=str(boston)).get(["fact:D1:1:0"])[0].status == Status.SUPERSEDED
 
 
 # --- malformed replies ------------------------------------------------------------------------------------

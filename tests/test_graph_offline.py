@@ -128,14 +128,14 @@ def test_a_newer_statement_updates_the_older_fact_and_undo_restores_it(data_dir:
     change, trait = result["changes"]  # the fact, and the persona trait distilled from it
     assert (change.action, change.record_id) == ("update", "fact:D1:1:0")
     assert trait.action == "update" and trait.record_id.startswith("persona:Ann:home:")
-    assert (change.old_text, change.new_text) == ("Ann lives in Boston.", "Ann lives in Denver.")
+    assert (change.old_text, change.new_text) == ("Ann lives in Boston.", "Ann moved to Denver in June 2023.")
 
     memory = Memory("ann", data_dir=str(data_dir))
-    fact = memory.get(["fact:D1:1:0"])[0]
-    assert fact.text == "Ann lives in Denver." and fact.version == 2 and fact.status == Status.ACTIVE
+    fact = memory.get(["fact:D1:1:0"])[0]  # superseded, still saying what D1:1 said
+    assert fact.text == "Ann lives in Boston." and fact.version == 2 and fact.status == Status.SUPERSEDED
     assert memory.get(["raw:D1:1"])[0].text == "I live in Boston."  # the verbatim turn is never rewritten
     [entry] = memory.history("fact:D1:1:0")
-    assert entry.action == Action.UPDATE and entry.old_text == "Ann lives in Boston." and entry.id == change.change_id
+    assert entry.action == Action.UPDATE and entry.new_status == Status.SUPERSEDED and entry.id == change.change_id
 
     undo = memory.undo()
     assert undo.undoes == change.change_id
@@ -144,11 +144,10 @@ def test_a_newer_statement_updates_the_older_fact_and_undo_restores_it(data_dir:
     assert memory.history("fact:D1:1:0")[1].undone
 
 
-def test_an_updated_fact_carries_its_new_value(data_dir: Path, embedder: Any) -> None:
+def test_the_newer_value_is_the_one_current_fact(data_dir: Path, embedder: Any) -> None:
     graph.invoke({"turns": [BOSTON, SPRING, DENVER]}, context=context(data_dir, "ingest", "ann"))
-    fact = Memory("ann", data_dir=str(data_dir)).get(["fact:D1:1:0"])[0]
-    assert fact.text == "Ann lives in Denver."
-    assert fact.value == "Denver"
+    homes = Memory("ann", data_dir=str(data_dir)).store.all("fact")
+    assert [(f.id, f.value) for f in homes if f.attribute == "lives_in"] == [("fact:D2:1:0", "Denver")]
 
 
 def test_after_the_update_ask_gives_the_new_value(data_dir: Path, embedder: Any) -> None:
@@ -164,11 +163,11 @@ def test_actually_i_live_in_boulder_now_updates_the_home_and_undo_goes_back(data
     memory = Memory("ann", data_dir=str(data_dir))
     homes = [f for f in memory.store.all("fact") if f.subject == "Ann" and f.attribute == "lives_in"]
     assert homes and all("Boulder" in f.text for f in homes), [f.text for f in homes]
-    [latest, first] = memory.history("fact:D1:1:0")[:2]
-    assert (first.old_text, latest.old_text, latest.new_text) == (
-        "Ann lives in Boston.", "Ann lives in Denver.", "Ann lives in Boulder.")
+    assert memory.get(["fact:D1:1:0"])[0].status == Status.SUPERSEDED  # Boston, by the move to Denver
+    [latest] = memory.history("fact:D2:1:0")[:1]  # Denver, by Boulder
+    assert latest.new_status == Status.SUPERSEDED and "'Denver' -> 'Boulder'" in latest.reason
     memory.undo(latest.id)
-    assert memory.get(["fact:D1:1:0"])[0].text == "Ann lives in Denver."
+    assert memory.get(["fact:D2:1:0"])[0].status == Status.ACTIVE
 
 
 # --- forget: tombstone, undo -------------------------------------------------------------------------
@@ -178,8 +177,9 @@ def test_a_request_to_forget_tombstones_and_undo_restores(data_dir: Path, embedd
     assert result["verdict"].action == "Refresh"
     assert roles(result["trace"]) == ["memory", "research", "judge", "refresher", "memory"]
     deleted = {c.record_id: c for c in result["changes"] if c.action == "delete"}
-    # "Ann moved to Denver in June 2023." (its attribute is lives_in) and the Boston fact the move updated
-    assert {"fact:D2:1:0", "fact:D1:1:0"} <= set(deleted)
+    # "Ann moved to Denver in June 2023." (its attribute is lives_in); the Boston fact the move superseded says
+    # Boston, not the Denver the request names
+    assert "fact:D2:1:0" in deleted and "fact:D1:1:0" not in deleted
     assert "raw:D1:1" not in deleted  # what was said about Boston is not what the request names
     assert "raw:D2:1" not in deleted  # "I moved to Denver last month." does not say "live": a precise match only
 
@@ -192,14 +192,12 @@ def test_a_request_to_forget_tombstones_and_undo_restores(data_dir: Path, embedd
     assert store.history("raw:D2:2")[0].old_text == FORGET["text"]  # which an undo gives back
     assert not [f for f in store.all("fact") if f.source_ids == ["D2:2"]]  # but it is not a fact to remember
 
-    # a trait retired with its fact comes back when the fact's change is undone, by its id
-    later = max((c for c in deleted.values() if c.record_id.startswith("fact:")), key=lambda c: c.change_id)
+    # a trait retired with its fact follows the fact's change
+    fact = deleted["fact:D2:1:0"]
     traits = [c.record_id for c in result["changes"] if c.record_id.startswith("persona:")
-              and store.ledger.get_change("ann", c.change_id).follows == later.change_id]
+              and store.ledger.get_change("ann", c.change_id).follows == fact.change_id]
     assert traits
-    memory.undo(later.change_id)
-    assert {store.get_one(record_id).status for record_id in [later.record_id, *traits]} == {Status.ACTIVE}
-    undo = memory.undo()  # one request to forget is one edit: its other deletes follow the first
+    undo = memory.undo()  # one request to forget is one edit: its other changes follow the first delete
     assert undo.undoes == min(c.change_id for c in deleted.values())
     assert {store.get_one(record_id).status for record_id in deleted} == {Status.ACTIVE}
     assert {h.action for h in memory.history("fact:D2:1:0")} == {Action.DELETE, Action.UNDO}

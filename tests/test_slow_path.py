@@ -167,7 +167,9 @@ def test_a_summary_is_told_again_when_its_facts_change_and_when_the_change_is_un
     assert summaries_of_ann() and all("Denver" in text for text in summaries_of_ann())
     memory.chat("Actually I live in Boulder now.", speaker="Ann")
     assert memory.consolidate().summaries >= 1
-    assert all("Boulder" in text and "Denver" not in text for text in summaries_of_ann())
+    # the superseded Denver fact is told by no summary (it still says what T1 said, so none tells it as Boulder)
+    assert all("Denver" not in text for text in summaries_of_ann())
+    assert any("Boulder" in text for text in summaries_of_ann())
     memory.undo()
     assert memory.consolidate().summaries >= 1
     assert all("lives in Denver" in text for text in summaries_of_ann())

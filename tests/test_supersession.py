@@ -1,0 +1,125 @@
+"""A change of a single-valued slot keeps history: the older fact is superseded, not rewritten.
+
+Found by audit (runs/audit_refresh/REPORT.md, bug 1): after "I live in Boston" (May) and "I moved to Denver"
+(September), May's fact was rewritten to say Denver while still citing May's turn, so "Where did Ann live in
+May?" got the new city. Now the older fact keeps its words, is marked superseded with an end (the newer turn's
+time), is still found for a question about a time it held and is shown there as past, while a question about
+now gets the newer value. Undo, forget, erase, export/import and reopening keep that. Each test runs real
+turns offline through the whole graph.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from strata.memory.records import Action, Status
+from strata.memory.registry import close_all
+
+from strata import Memory
+
+MAY_FACT = "fact:D1:1:0"
+MOVED = datetime(2023, 9, 1, 10, 0)
+
+
+def said(speaker: str, listener: str, text: str, time: str, dia_id: str) -> dict[str, str]:
+    return {"speaker": speaker, "listener": listener, "text": text, "time": time, "dia_id": dia_id}
+
+
+def moved(memory: Memory) -> None:
+    memory.add([said("Ann", "Bob", "I live in Boston.", "2023-05-01T10:00", "D1:1")])
+    memory.add([said("Ann", "Bob", "I moved to Denver last week.", "2023-09-01T10:00", "D2:1")])
+
+
+@pytest.fixture
+def memory(data_dir: Path, embedder: Any) -> Iterator[Memory]:
+    memory = Memory("moves", data_dir=str(data_dir))
+    moved(memory)
+    yield memory
+    close_all()
+
+
+def assert_kept(memory: Memory) -> None:
+    """May's fact still says what May's turn said, superseded since the move was told."""
+    [old] = memory.get([MAY_FACT])
+    assert (old.text, old.status, old.source_ids) == ("Ann lives in Boston.", Status.SUPERSEDED, ["D1:1"])
+    assert memory.store.valid_until([old]) == {MAY_FACT: MOVED}
+
+
+def test_a_past_time_question_is_answered_from_the_superseded_fact(memory: Memory) -> None:
+    assert_kept(memory)
+    answer = memory.ask("Where did Ann live in May 2023?")
+    assert answer.answer == "Boston" and answer.cited_ids == ["D1:1"]
+    [past] = [e for e in answer.evidence if e.id == MAY_FACT]  # found for the time it held, shown as past
+    assert past.until == MOVED and "until 1 September 2023" in past.line
+    assert answer.verdict is not None and answer.verdict.action != "Refresh"  # past, not a live conflict
+    assert answer.changes == []
+
+
+def test_a_question_about_now_gets_the_newer_value(memory: Memory) -> None:
+    answer = memory.ask("Where does Ann live?")
+    assert answer.answer == "Denver" and answer.cited_ids == ["D2:1"]
+    assert MAY_FACT not in [e.id for e in answer.evidence]  # no time asked: the superseded fact stays out
+
+
+def test_undoing_the_update_makes_the_older_fact_current_again(memory: Memory) -> None:
+    memory.undo()  # the supersession, and the trait retired with it
+    [old] = memory.get([MAY_FACT])
+    assert (old.text, old.status) == ("Ann lives in Boston.", Status.ACTIVE)
+    assert memory.store.valid_until([old]) == {} and "raw:D2:1" not in memory.store.neighbours([MAY_FACT])
+    assert [p.status for p in memory.store.all("persona", include_inactive=True) if p.value == "Boston"] == [
+        Status.ACTIVE]
+
+
+def test_a_request_to_forget_reaches_the_superseded_fact_and_its_undo_gives_it_back_as_it_was(
+    memory: Memory,
+) -> None:
+    memory.add([said("Ann", "Bob", "Please forget where I live.", "2023-09-02T10:00", "D3:1")])
+    [old] = memory.get([MAY_FACT])
+    assert old.status == Status.DELETED
+    [forgot] = [c for c in memory.history(MAY_FACT) if c.action == Action.DELETE]
+    assert forgot.old_status == Status.SUPERSEDED
+    assert memory.ask("Where did Ann live in May 2023?").answer != "Boston"
+    memory.undo()  # the request, with every record it forgot
+    assert_kept(memory)
+
+
+def test_an_erase_settles_the_slot_again_and_the_change_it_made_can_be_undone(data_dir: Path, embedder: Any) -> None:
+    """Ann's "You moved to Zorbatown" came between Bob's two statements; erasing Ann took back her supersession
+    of Denver, which left Denver and Austin both current."""
+    memory = Memory("pair", data_dir=str(data_dir))
+    memory.add([said("Bob", "Ann", "I live in Denver.", "2023-05-01T10:00", "D1:1"),
+                said("Ann", "Bob", "You moved to Zorbatown last week, near Quillfeather Lane.", "2023-06-01T10:00",
+                     "D2:1"),
+                said("Bob", "Ann", "I live in Austin now.", "2023-07-01T10:00", "D3:1")])
+    memory.erase(about="Ann")
+    current = [f.id for f in memory.store.all("fact") if f.attribute == "lives_in"]
+    assert current == ["fact:D3:1:0"]
+    [denver] = memory.get([MAY_FACT])
+    assert denver.status == Status.SUPERSEDED
+    assert memory.store.valid_until([denver]) == {MAY_FACT: datetime(2023, 7, 1, 10, 0)}
+    assert memory.ask("Where does Bob live?").answer == "Austin"
+    assert memory.ask("Where did Bob live in May 2023?").answer == "Denver"
+    [settled] = [c for c in memory.history(MAY_FACT) if c.action == Action.UPDATE]
+    assert settled.cause == "D3:1"  # made for Bob's turn: erasing it would take this back too
+    memory.undo()  # an ordinary change: the latest one, reversed with the trait it retired
+    assert memory.get([MAY_FACT])[0].status == Status.ACTIVE
+    close_all()
+
+
+def test_export_and_import_keep_the_supersession(memory: Memory, tmp_path: Path) -> None:
+    copy = Memory("moves", data_dir=str(tmp_path / "copy"))
+    copy.import_from(memory.export())
+    assert_kept(copy)
+    assert copy.ask("Where did Ann live in May 2023?").answer == "Boston"
+    assert copy.ask("Where does Ann live?").answer == "Denver"
+
+
+def test_reopening_keeps_the_supersession(memory: Memory, data_dir: Path) -> None:
+    close_all()
+    again = Memory("moves", data_dir=str(data_dir))
+    assert_kept(again)
+    assert again.ask("Where did Ann live in May 2023?").answer == "Boston"
