@@ -152,10 +152,19 @@ class Ledger:
     def neighbours(
         self, namespace: str, ids: Iterable[str], types: Iterable[LinkType] | None = None
     ) -> list[Link]:
-        """Edges touching any of `ids`, in either direction."""
+        """Edges touching any of `ids`, in either direction (each once)."""
         ids = list(dict.fromkeys(ids))
         if not ids:
             return []
+        if len(ids) > _CHUNK // 2:  # each id is bound three times below: SQLite's older builds bind 999 at most
+            seen: set[tuple[str, str, str]] = set()
+            edges: list[Link] = []
+            for part in chunked(ids, _CHUNK // 2):
+                for link in self.neighbours(namespace, part, types):
+                    if (key := (link.src, link.dst, link.type.value)) not in seen:
+                        seen.add(key)
+                        edges.append(link)
+            return edges
         marks = ",".join("?" * len(ids))
         typed, type_values = "", []
         if types is not None:

@@ -182,16 +182,16 @@ class Searcher:
         its start), nearest the question first, with when each was replaced: "where did Ann live in May?"
         is answered by May's fact after she moved, not only by the fact that replaced it."""
         start, end = window
-        superseded = self.store.superseded("fact")
-        ends = self.store.valid_until(superseded)
-        held = {r.id: r for r in superseded
-                if r.time is not None and r.time <= end and r.id in ends and ends[r.id] >= start}
+        said_by_then = [r for r in self.store.superseded("fact") if r.time is not None and r.time <= end]
+        ends = self.store.valid_until(said_by_then)
+        held = {r.id: r for r in said_by_then if r.id in ends and ends[r.id] >= start}
         if not held:
             return {}
-        self._past.update(held)
         vectors = self.store.vectors(sorted(held))
         similarity = {rid: float(np.dot(vectors[rid], self.vector)) if rid in vectors else -1.0 for rid in held}
-        return {rid: ends[rid] for rid in sorted(held, key=lambda rid: (-similarity[rid], rid))}
+        nearest = sorted(held, key=lambda rid: (-similarity[rid], rid))[:POOL]  # a pool, as each ranked list is
+        self._past.update({rid: held[rid] for rid in nearest})
+        return {rid: ends[rid] for rid in nearest}
 
     def _walk(
         self, scores: dict[str, float], found: dict[str, set[str]], shown: MutableMapping[str, Record],

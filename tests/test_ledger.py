@@ -28,7 +28,7 @@ from strata.memory.bm25 import BM25Index
 from strata.memory.errors import ConfigError
 from strata.memory.ledger import Ledger, open_ledger
 from strata.memory.ledger_sql import SCHEMA_VERSION, SqliteBackend
-from strata.memory.records import Action, Change, Record, Turn, raw_record
+from strata.memory.records import Action, Change, Link, LinkType, Record, Turn, raw_record
 from strata.memory.registry import close_all
 from strata.memory.settings import StoreSettings
 from strata.memory.store import MemoryStore
@@ -109,6 +109,24 @@ def test_the_histories_of_many_records_are_read_together_oldest_first(tmp_path: 
     assert sorted((c.record_id, c.new_text) for c in found) == sorted(
         (i, f"{i} v{n}") for i in wanted for n in (1, 2))
     assert ledger.histories("ns", []) == []
+    ledger.close()
+
+
+def test_the_links_of_many_records_are_read_in_statements_sqlite_can_bind(tmp_path: Path) -> None:
+    """A link query binds each id three times: the links of 11,000 superseded facts (a windowed question reads
+    them all) made one statement of 33,000 variables, over SQLite's usual limit of 32,766 (999 on older
+    builds). Read in parts, each link still comes once, also one whose two ends fall in different parts."""
+    ledger = open_ledger(tmp_path / "ledger.sqlite3")
+    ids = [f"fact:D{i}:1:0" for i in range(1_000)]
+    chain = [Link(namespace="ns", src=a, dst=b, type=LinkType.SUPERSEDES) for a, b in zip(ids[1:], ids, strict=False)]
+    ledger.add_links(chain)
+    ledger.add_links([Link(namespace="other", src=ids[1], dst=ids[0], type=LinkType.SUPERSEDES)])
+    with ledger.reading() as session:
+        connection = getattr(session, "conn", session)
+        if hasattr(connection, "setlimit"):  # as an older SQLite build would bind
+            connection.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 999)
+    found = ledger.neighbours("ns", ids, [LinkType.SUPERSEDES])
+    assert sorted((k.src, k.dst) for k in found) == sorted((k.src, k.dst) for k in chain)  # each once, no other ns
     ledger.close()
 
 
