@@ -289,6 +289,7 @@ def _derived_turns(ledger: Path) -> int:
     return int(row[0]) if row else 0
 
 
+@pytest.mark.slow  # many fresh processes: kept out of the default run's ten minutes
 def test_reindex_rebuilds_a_closed_folder_and_refuses_one_without_chroma(
     tmp_path: Path, data_dir: Path, offline_env: dict[str, str],
 ) -> None:

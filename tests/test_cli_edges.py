@@ -125,6 +125,7 @@ def test_import_reads_a_file_whose_name_looks_like_json(
     assert not result.stdout.startswith("imported 0 records"), result.stdout
 
 
+@pytest.mark.slow  # many fresh processes: kept out of the default run's ten minutes
 def test_reads_on_a_folder_without_a_memory_say_so_and_create_nothing(
     tmp_path: Path, offline_env: dict[str, str]
 ) -> None:
@@ -159,6 +160,7 @@ def test_graph_with_no_format_is_refused(tmp_path: Path, offline_env: dict[str, 
     assert not (tmp_path / "g").exists()
 
 
+@pytest.mark.slow  # many fresh processes: kept out of the default run's ten minutes
 def test_drop_lists_then_deletes_even_a_namespace_no_other_command_can_open(
     tmp_path: Path, offline_env: dict[str, str]
 ) -> None:

@@ -391,6 +391,7 @@ def first_sessions(tmp_path_factory: pytest.TempPathFactory, locomo_dir: Path, e
     return folders
 
 
+@pytest.mark.slow  # many fresh processes: kept out of the default run's ten minutes
 def test_a_summary_whose_group_dissolved_does_not_outlive_it(
     tmp_path: Path, locomo_dir: Path, first_sessions: dict[int, Path], monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -172,6 +172,7 @@ def test_a_wrong_import_writes_nothing_and_says_so_in_one_line(memory: Memory, t
     assert len(memory.export().records) == len(document.records)
 
 
+@pytest.mark.slow  # many fresh processes: kept out of the default run's ten minutes
 def test_export_and_import_from_the_command_line(memory: Memory, tmp_path: Path, offline_env: dict[str, str]) -> None:
     from strata.memory.registry import close_all
 
