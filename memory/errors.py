@@ -107,7 +107,7 @@ def first_unstorable(value: object, where: tuple[str, ...] = ()) -> str | None:
             problem = unstorable(key) if isinstance(key, str) else None
             if problem is not None:
                 return f"the field name {shown_value(key, 30)}{at} {problem}"
-            found = first_unstorable(item, (*where, _path_part(key)))
+            found = first_unstorable(item, (*where, one_line(str(key), 30)))  # a field name, as a path's part
             if found:
                 return found
     elif isinstance(value, (list, tuple)):
@@ -118,9 +118,9 @@ def first_unstorable(value: object, where: tuple[str, ...] = ()) -> str | None:
     return None
 
 
-def _path_part(key: object, width: int = 30) -> str:
-    """A field name as a part of a path in a one-line message: its words on one line, cut to `width`."""
-    text = " ".join(str(key).split())
+def one_line(text: str, width: int) -> str:
+    """`text` as one line of at most `width` characters, for error messages."""
+    text = " ".join(text.split())
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
@@ -130,5 +130,4 @@ def shown_value(value: object, width: int = 60) -> str:
         text = reprlib.repr(value)
     except Exception:
         text = f"a {type(value).__name__}"
-    text = " ".join(text.split())
-    return text if len(text) <= width else text[: width - 3] + "..."
+    return one_line(text, width)
