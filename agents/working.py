@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from functools import lru_cache
@@ -51,6 +51,7 @@ from strata.memory.entities import (
 from strata.memory.facts import single_valued
 from strata.memory.graph.replies import Ids, Line, Reply, collected
 from strata.memory.lemmas import plural_noun, text_forms
+from strata.memory.moments import local
 from strata.memory.names import unaccented
 from strata.memory.speakers import resolve_participant
 from strata.prompts import working as prompts
@@ -532,6 +533,25 @@ def asks_current_value(question: Question) -> bool:
     return any(single_valued(word) for word in re.findall(r"[a-z]+", question.text.lower()))
 
 
+def value_then(question: Question) -> Callable[[Evidence], bool] | None:
+    """For a question about a property that holds one value at a time, which statements can tell its value at
+    the time asked (None for other questions): now, when it asks the current value (statements not superseded);
+    in the period it names (statements said by the period's last day and not superseded before its first)."""
+    if question.window is None:
+        if not asks_current_value(question):
+            return None
+        return lambda item: item.until is None
+    if not any(single_valued(word) for word in re.findall(r"[a-z]+", question.text.lower())):
+        return None
+    first, last = question.window
+
+    def held(item: Evidence) -> bool:
+        said, until = item.local_time(), local(item.until, item.utc_offset)
+        return said is not None and said.date() <= last and (until is None or until.date() > first)
+
+    return held
+
+
 def answer_offline(
     question: str, evidence: list[Evidence], window: tuple[date, date] | None = None
 ) -> tuple[str, list[str]]:
@@ -547,11 +567,13 @@ def answer_offline(
         return NOT_IN_MEMORY, []
     statements = [c for c in ranked if not c.asks and c.grounded]
     best = statements[0] if statements else ranked[0]
-    if asks_current_value(parsed):
-        # "Where does Ann live?": of the statements that answer it, the latest one holds the current value;
-        # a superseded fact (shown for a time it held) never does
+    held = value_then(parsed)
+    if held is not None:
+        # "Where does Ann live?", "Where did Ann live in October 2023?": of the statements that answer it, the
+        # latest one said by then holds the value then; one superseded before then (shown for a time it held)
+        # does not, nor does one said after it
         answering = [c for c in statements if c.coverage >= MIN_COVERAGE and c.person == 1.0 and c.item.time
-                     and c.item.until is None
+                     and held(c.item)
                      and (not parsed.name or name_answer(parsed, c))]  # a name asked: one that gives it
         best = max(answering, key=lambda c: (c.item.time, c.score), default=best)
     if best.asks or not best.grounded or best.coverage < MIN_COVERAGE or (best.person < 1.0 and best.about):

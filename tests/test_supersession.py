@@ -65,6 +65,19 @@ def test_a_question_about_now_gets_the_newer_value(memory: Memory) -> None:
     assert MAY_FACT not in [e.id for e in answer.evidence]  # no time asked: the superseded fact stays out
 
 
+def test_a_question_about_a_period_gets_the_value_said_by_its_end(memory: Memory) -> None:
+    """Found by review: with Austin told in November, "in October" got Austin (the best-scoring statement),
+    and with only Boston and Denver it got Boston (the raw May turn). The value then is the latest said by the
+    period's end, of the statements not superseded before it began."""
+    memory.add([said("Ann", "Bob", "I live in Austin now.", "2023-11-01T10:00", "D3:1")])
+    for question, city, turn in [("Where did Ann live in June 2023?", "Boston", "D1:1"),
+                                 ("Where was Ann living in October 2023?", "Denver", "D2:1"),
+                                 ("Where did Ann live in December 2023?", "Austin", "D3:1"),
+                                 ("Where does Ann live?", "Austin", "D3:1")]:
+        answer = memory.ask(question)
+        assert (answer.answer, answer.cited_ids) == (city, [turn]), question
+
+
 def test_undoing_the_update_makes_the_older_fact_current_again(memory: Memory) -> None:
     memory.undo()  # the supersession, and the trait retired with it
     [old] = memory.get([MAY_FACT])
