@@ -217,6 +217,7 @@ class MemoryStore:
         self._collections: dict[Kind, Any] = {}  # opened (or created again after a drop) on first use
         self._records: dict[Kind, dict[str, Record]] = {}
         self._active: dict[Kind, dict[str, Record]] = {}  # the active records of each mirror, kept with it
+        self._superseded: dict[Kind, dict[str, Record]] = {}  # and those superseded (read for past times)
         self._lexical: dict[Kind, BM25Index] = {}
         self._seen = 0  # the change sequence the mirrors reflect
         self._saved: dict[Kind, int] = {}  # the sequence each mirror was last saved at (memory/snapshots.py)
@@ -528,6 +529,7 @@ class MemoryStore:
         self._times.pop(kind, None)
         self._exact.pop(kind, None)
         self._active[kind] = {}
+        self._superseded[kind] = {}
         self._lexical[kind] = BM25Index()
         if kind == "raw":
             self._timeline = Timeline()
@@ -540,6 +542,7 @@ class MemoryStore:
         self._times.clear()
         self._exact.clear()
         self._active.clear()
+        self._superseded.clear()
         self._lexical.clear()
         self._saved.clear()
         self._timeline = Timeline()
@@ -856,6 +859,10 @@ class MemoryStore:
         else:
             self._active[kind].pop(record.id, None)
             index.remove(record.id)
+        if record.status == Status.SUPERSEDED:
+            self._superseded[kind][record.id] = record
+        else:
+            self._superseded[kind].pop(record.id, None)
         if kind == "raw":
             self._turn_list = None
             if active:
@@ -881,6 +888,7 @@ class MemoryStore:
         if exact is not None:
             exact.remove(record_id)
         self._active[kind].pop(record_id, None)
+        self._superseded[kind].pop(record_id, None)
         self._lexical[kind].remove(record_id)
         if kind == "raw":
             self._turn_list = None
@@ -1245,10 +1253,10 @@ class MemoryStore:
 
     def superseded(self, kind: Kind) -> list[Record]:
         """The records of `kind` no longer current (superseded by a newer statement), for questions about
-        the past: a scan of the mirror, since they are few."""
-        records = self._load(kind)
+        the past: kept apart in the mirror, so a question does not scan every record for the few."""
+        self._load(kind)
         with self._lock:
-            return [r for r in records.values() if r.status == Status.SUPERSEDED]
+            return list(self._superseded[kind].values())
 
     def _as_its_fact_ends(
         self, trait: Record, status: Status, leads: Sequence[int], ends: dict[str, tuple[str, Status, dict[str, str]]]

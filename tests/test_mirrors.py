@@ -143,3 +143,25 @@ def test_a_time_windowed_dense_search_names_the_window_s_records_to_chroma(
     monkeypatch.setattr(store_module, "WINDOW_IDS", 0)  # Chroma's metadata filter instead
     assert by_ids == store.dense("raw", vector, 5, window)
     assert sorted(rid for rid, _ in by_ids) == ["raw:D1:2", "raw:D1:4"]
+
+
+def test_the_superseded_records_are_kept_apart_through_a_save_another_writer_and_an_undo(
+    data_dir: Path, embedder: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Questions about a past time read the superseded facts from their own lookup (not a scan of every
+    record): it must follow every way a record's status changes."""
+    settings = StoreSettings(data_dir=str(data_dir))
+    facts = [_fact("ann", 1, "Ann lives in Boston."), _fact("ann", 2, "Ann lives in Denver."),
+             _fact("ann", 3, "Ann lives in Austin.")]
+    _saved(data_dir, monkeypatch, [*_turns("ann"), *facts])
+    reader = _store(settings, "ann")
+    assert reader.superseded("fact") == []
+    writer = _store(settings, "ann")  # another process supersedes after the mirror was saved
+    writer.supersede("fact:D1:1:0", "fact:D1:2:0", reason="moved")
+    later = writer.supersede("fact:D1:2:0", "fact:D1:3:0", reason="moved again")
+    assert sorted(r.id for r in reader.superseded("fact")) == ["fact:D1:1:0", "fact:D1:2:0"]
+    writer.undo(later.id)
+    assert [r.id for r in reader.superseded("fact")] == ["fact:D1:1:0"]
+    writer.delete("fact:D1:1:0", reason="forgotten")  # tombstoned: no longer found for a past time either
+    assert reader.superseded("fact") == []
+    assert _store(settings, "ann").superseded("fact") == []  # a fresh open agrees
