@@ -26,10 +26,10 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from langgraph.runtime import Runtime
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
+from pydantic import AliasChoices, ConfigDict, Field, field_validator
 from strata.agents.common import OFFLINE, classify, decided_offline, format_evidence, input_of, store_of, traced
 from strata.agents.llm import ask_json, chat_model, one_of
 from strata.agents.refresher import settles
@@ -49,7 +49,7 @@ from strata.memory.entities import (
 )
 from strata.memory.facts import FactDraft, extract_facts, single_valued, told_as_past
 from strata.memory.forgetting import decide
-from strata.memory.graph.replies import Ids, weight
+from strata.memory.graph.replies import MAX_LINE_CHARS, Ids, Reply, clipped, weight
 from strata.memory.lemmas import forms, text_forms
 from strata.memory.names import unaccented
 from strata.memory.records import Record, Status, Turn
@@ -108,17 +108,18 @@ Need = Literal["time", "place", "number", "name", "content"]
 
 
 # --- the model's output contract ---------------------------------------------------------------
-class ModelVerdict(BaseModel):
-    """AMA's Judge output (figure 10), plus the ids that disagree; lenient where models slip."""
+class ModelVerdict(Reply):
+    """AMA's Judge output (figure 10), plus the ids that disagree; lenient where models slip. Its texts are
+    cut to a statement's length: they go to the trace, the thread's checkpoints and the next search."""
 
     model_config = ConfigDict(extra="ignore")
 
     action: Action = Field(..., validation_alias=AliasChoices("Action", "action", "ACTION", "decision"))
-    reason: str = ""
+    reason: Annotated[str, clipped(MAX_LINE_CHARS)] = ""
     confidence: float = 0.5
     conflicts: list[list[str]] = Field(default_factory=list)
     irrelevant: Ids = Field(default_factory=list)  # one id as a string; null or anything else as none
-    missing: list[str] = Field(default_factory=list)
+    missing: list[Annotated[str, clipped(MAX_LINE_CHARS)]] = Field(default_factory=list)
 
     @field_validator("missing", mode="before")
     @classmethod

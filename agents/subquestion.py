@@ -14,12 +14,14 @@ value spelled out; with a chat model, the model writes it (prompt in
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Annotated
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
+from pydantic import AliasChoices, ConfigDict, Field, field_validator
 from strata.agents.common import OFFLINE, format_evidence
 from strata.agents.llm import ask_json, chat_model
 from strata.graph.context import Context
 from strata.graph.state import Evidence
+from strata.memory.graph.replies import MAX_LINE_CHARS, Reply, clipped
 from strata.prompts import research as prompts
 
 NEEDS: dict[str, str] = {  # the kind of value a question asks for, as words a turn stating it tends to hold
@@ -31,12 +33,13 @@ NEEDS: dict[str, str] = {  # the kind of value a question asks for, as words a t
 MAX_SHOWN = 12  # evidence items the model sees when it writes the sub-question
 
 
-class SubQuestion(BaseModel):
-    """One narrower question for the next search round."""
+class SubQuestion(Reply):
+    """One narrower question for the next search round (cut to a statement's length: it becomes the query)."""
 
     model_config = ConfigDict(extra="ignore")
 
-    question: str = Field(..., min_length=3, validation_alias=AliasChoices("question", "sub_question", "query"))
+    question: Annotated[str, clipped(MAX_LINE_CHARS)] = Field(
+        ..., min_length=3, validation_alias=AliasChoices("question", "sub_question", "query"))
 
     @field_validator("question", mode="before")
     @classmethod

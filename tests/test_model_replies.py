@@ -129,6 +129,19 @@ def test_a_reply_that_writes_too_much_is_cut_and_the_trace_says_so(pair: Path) -
     assert f"entities: kept the first {MAX_ITEMS} of 500" in memory_trace
 
 
+def test_the_judges_texts_and_the_sub_question_are_cut_to_a_statements_length(pair: Path) -> None:
+    """Found by audit: the Judge's reason and missing, and the sub-question, were kept whole: a looping model's
+    200,000 characters went into the verdict, the trace (so every checkpoint) and the next search's query."""
+    scripts = {"judge": [json.dumps({"Action": "Retry", "reason": "r" * 200_000, "missing": ["m" * 100_000]}),
+                         json.dumps({"Action": "Pass", "reason": "ok"})],
+               "subquestion": [json.dumps({"question": "Where does Ann live " * 20_000})]}
+    model = RoleModel(scripts=scripts)
+    result = Memory("pair", data_dir=str(pair), chat_model=model, k_r=1).ask("Where does Ann live?")
+    assert all(len(note.summary) <= 2 * MAX_LINE_CHARS for note in result.trace), [len(n.summary) for n in result.trace]
+    assert all(len(prompt) <= 4 * MAX_LINE_CHARS for prompt in model.calls("subquestion"))
+    assert [n.role for n in result.trace][:3] == ["research", "judge", "research"]  # the Retry's round ran
+
+
 def test_a_fact_the_model_lists_twice_is_stored_once_and_the_trace_says_so(pair: Path) -> None:
     jazz = {"content": "Ann likes jazz.", "subject": "Ann", "attribute": "likes", "value": "jazz"}
     again = {"content": " ann likes JAZZ ", "subject": "Ann", "attribute": "likes", "value": "Jazz"}
