@@ -32,7 +32,6 @@ from langgraph.runtime import Runtime
 from pydantic import AliasChoices, ConfigDict, Field, field_validator
 from strata.agents.common import OFFLINE, classify, decided_offline, format_evidence, input_of, store_of, traced
 from strata.agents.llm import ask_json, chat_model, one_of
-from strata.agents.refresher import settles
 from strata.graph.context import Context
 from strata.graph.routing import refresh_allowed, retry_allowed
 from strata.graph.state import Action, Evidence, State, Verdict
@@ -53,6 +52,7 @@ from strata.memory.graph.replies import MAX_LINE_CHARS, Ids, Reply, clipped, wei
 from strata.memory.lemmas import forms, text_forms
 from strata.memory.names import unaccented
 from strata.memory.records import Record, Status, Turn
+from strata.memory.slots import settles
 from strata.memory.speakers import resolve_participant
 from strata.memory.store import MemoryStore
 from strata.prompts import judge as prompts

@@ -12,7 +12,10 @@ stays visible.
 How an update is written, consistently for both policies:
 - two stored records disagree: the older (by time) is superseded by the newer
   (`store.supersede`): its status changes, its text stays, a supersedes link is
-  added, and history keeps the decision;
+  added, and history keeps the decision. That rule, which value of a slot is
+  current, lives in the memory layer (`memory/slots.py`, with the `Group` and
+  `Step` this role plans with and `apply`, which writes a step through the
+  store), since the Judge and an erase decide slots by it too;
 - a stored record disagrees with the incoming turn ("new" in the Judge's group):
   the stored record is superseded the same way, by the turn's own fact when it
   is stored already, else by the turn itself (the Refresher runs before the
@@ -24,7 +27,7 @@ A newer value does not replace an older one when the user undid that same change
 when the older is the subject's own statement and the newer only a question or
 (between stored facts) someone else's word, or when the newer tells of an event
 from well before the older was said ("I moved to Denver in 2015"): these are recorded
-no-ops. Another person's incoming statement is still taken.
+no-ops (`memory.slots.kept_because`). Another person's incoming statement is still taken.
 Raw turns are never rewritten: they are the verbatim record of what was said.
 A raw turn can only be tombstoned, on an explicit request to forget it; a request
 to forget reaches superseded facts too (they are still what was said).
@@ -55,17 +58,10 @@ from strata.agents.common import (
 )
 from strata.agents.llm import ask_json, chat_model, one_of
 from strata.graph.context import Context
-from strata.graph.state import ChangeNote, Evidence, State, validate_turns
+from strata.graph.state import Evidence, State, validate_turns
 from strata.memory.erasure import erased_turns, out_of_open_episode, still_telling
 from strata.memory.errors import InputError
-from strata.memory.facts import (
-    FactDraft,
-    comparable,
-    extract_facts,
-    single_valued,
-    split_sentences,
-    told_as_past,
-)
+from strata.memory.facts import extract_facts, single_valued
 from strata.memory.forgetting import ForgetDecision, decide, request_told
 from strata.memory.graph.replies import (
     MAX_ITEMS,
@@ -81,21 +77,28 @@ from strata.memory.graph.replies import (
 )
 from strata.memory.moments import local
 from strata.memory.names import same_name
-from strata.memory.records import Action, Record, Status, Turn, id_numbers
+from strata.memory.records import ChangeNote, Record, Status, Turn, id_numbers
+from strata.memory.slots import (
+    CHANGE_CUE,
+    Group,
+    Step,
+    already_consistent,
+    apply,
+    disagree,
+    follow_persona,
+    group_of,
+    in_question,
+    kept_because,
+    same_slot,
+    stored_conflicts,
+    value_of,
+)
 from strata.memory.store import MemoryStore, kind_of
 from strata.prompts import refresher as prompts
 
 NEW = "new"  # how the Judge names the incoming turn inside a conflict group
 MAX_GROUPS = 4  # conflict groups settled per run; the rest wait for a later turn
-UNDONE = "the user undid this same change"  # how a no-op that keeps an undo standing starts
 
-_VALUE_TAIL = re.compile(r"\s+(?:now|currently|these days|anymore|any more|at the moment|instead)$", re.IGNORECASE)
-# Words in the newer statement that announce a change of state.
-_CHANGE_CUE = re.compile(
-    r"\b(now|no longer|anymore|any more|moved|changed|switched|instead|actually|currently|these days|quit|"
-    r"not .{1,30} anymore)\b",
-    re.IGNORECASE,
-)
 _QUESTION_START = re.compile(
     r"^\s*(who|whom|whose|what|when|where|why|how|which|is|are|was|were|do|does|did|can|could|would|will|should|"
     r"has|have|had)\b",
@@ -164,36 +167,6 @@ class Incoming:
 
     def describe(self) -> str:
         return f"turn {self.dia_id}" if self.dia_id else "the current input"
-
-
-@dataclass
-class Group:
-    """One conflict group: the stored records in it, and whether the incoming turn is part of it."""
-
-    records: list[Record]
-    has_new: bool
-    unknown: list[str] = field(default_factory=list)  # ids the Judge named that are not live records
-    said: dict[str, datetime | None] = field(default_factory=dict)  # record id -> when its turn was said
-    asked: set[str] = field(default_factory=set)  # facts whose value their turn only asked about
-    undone: dict[str, set[str]] = field(default_factory=dict)  # record id -> new values of its changes undone
-    newer: list[Record] = field(default_factory=list)  # the incoming turn's stored records: its facts, its turn
-
-    def said_key(self, record: Record) -> tuple[datetime, tuple[int, ...]]:
-        """When a record was said, to order statements of one value: its turn's time, then the dialogue id
-        (D1:9 before D1:10 at one session time). Not the fact's own time, which is when the event was ("I
-        moved to Denver last year", said in June, is newer than "I live in Boulder", said in May)."""
-        return self.said.get(record.id) or datetime.min, id_numbers(record.dialogue_id)
-
-
-@dataclass
-class Step:
-    """One planned edit, applied through the store so it is recorded and undoable."""
-
-    action: Literal["update", "supersede", "delete", "noop"]
-    record: Record
-    reason: str
-    new_text: str = ""
-    by: Record | None = None  # the newer record that supersedes this one
 
 
 @dataclass
@@ -320,7 +293,7 @@ def conflict_groups(state: State, store: MemoryStore, incoming: Incoming) -> lis
             else:
                 unknown.append(record_id)
         if records:
-            groups.append(group_of(store, records, has_new, unknown, incoming))
+            groups.append(group_of(store, records, has_new, unknown, incoming.dia_id))
     return groups
 
 
@@ -329,57 +302,6 @@ def forgettable(record: Record, incoming: Incoming) -> bool:
     still what was said (the forget rule matched it)."""
     forget = incoming.forget
     return record.status == Status.SUPERSEDED and forget is not None and record.id in forget.allowed
-
-
-def group_of(
-    store: MemoryStore, records: list[Record], has_new: bool = False, unknown: list[str] | None = None,
-    incoming: Incoming | None = None,
-) -> Group:
-    """A conflict group with what decides it: when each record's turn was said, whether the turn only asked
-    the value, the changes to its records that the user undid, and the incoming turn's stored records (what
-    supersedes an older value it replaces)."""
-    turns = {r.dialogue_id: r for r in store.get(f"raw:{r.dialogue_id}" for r in records)}
-    said = {r.id: turns[r.dialogue_id].time if r.dialogue_id in turns else r.time for r in records}
-    asked = {r.id for r in records if r.dialogue_id in turns and in_question(r.value, turns[r.dialogue_id].text)}
-    newer: list[Record] = []
-    if incoming is not None and incoming.raw_id:
-        newer = [*store.facts_from([incoming.dia_id]), *store.get([incoming.raw_id])]
-    return Group(records=records, has_new=has_new, unknown=unknown or [], said=said, asked=asked,
-                 undone=undone_values(store, records), newer=newer)
-
-
-def settles(store: MemoryStore, record_ids: Sequence[str]) -> bool:
-    """Whether the offline plan for stored facts that disagree changes one, or records that the user undid
-    that change: the Judge's offline verdict names only conflicts the Refresher acts on."""
-    group = group_of(store, [r for r in store.get(record_ids) if r.status == Status.ACTIVE])
-    return any(step.action != "noop" or step.reason.startswith(UNDONE) for step in stored_conflicts(group))
-
-
-def in_question(value: str, text: str) -> bool:
-    """Whether a turn names this value only in questions ("You live in Denver now, right?"): asked, not said."""
-    if not value:
-        return False
-    holding = [s for s in split_sentences(text) if comparable(value) in comparable(s)]
-    return bool(holding) and all(s.rstrip().rstrip("\"”')]").endswith("?") for s in holding)
-
-
-_NEW_VALUE = re.compile(r"->\s*(['\"])(.+)\1\s*$")
-
-
-def undone_values(store: MemoryStore, records: Sequence[Record]) -> dict[str, set[str]]:
-    """The new values of the changes to these records that the user undid (the value a rewrite wrote, or the
-    one its reason names after "->"): the Refresher does not make a change again that was taken back."""
-    undone: dict[str, set[str]] = {}
-    for record in records:
-        for change in store.history(record.id, limit=1_000):
-            if not change.undone or change.action != Action.UPDATE:
-                continue
-            named = _NEW_VALUE.search(change.reason)
-            values = {named.group(2) if named else ""}
-            if change.new_fields.get("value") != change.old_fields.get("value"):
-                values.add(change.new_fields.get("value") or "")
-            undone.setdefault(record.id, set()).update(_plain(v) for v in values if v)
-    return undone
 
 
 # --- the offline policy --------------------------------------------------------------------
@@ -425,74 +347,6 @@ def guarded(step: Step, incoming: Incoming) -> Step:
     return Step("noop", step.record, f"not deleted ({why}); proposed: {step.reason}")
 
 
-def stored_conflicts(group: Group) -> list[Step]:
-    """Two stored facts, same subject and single-valued attribute, different values: the one said later wins."""
-    steps: list[Step] = []
-    for older, newest in same_slot_pairs(group):
-        if not _disagree(older, newest.value) or not _replaces(comparable(older.attribute), newest.text, older, newest):
-            continue
-        change = f"{older.attribute} {older.value!r} -> {newest.value!r}"
-        kept = kept_because(group, older, newest.value, newest.time_end or newest.time, newest.id in group.asked,
-                            newest.speaker)
-        if kept:
-            steps.append(Step("noop", older, f"{kept}: left as it is ({change} by {newest.id})"))
-            continue
-        when = newest.said_on("later")
-        steps.append(Step("supersede", older, f"superseded by {newest.id} ({when}): {change}",
-                          new_text=newest.text, by=newest))
-    return steps
-
-
-def kept_because(
-    group: Group, older: Record, value: str, when: datetime | None, asked: bool, speaker: str | None,
-) -> str:
-    """Why a newer value may not replace an older record ('' when it may): the user undid this same change;
-    the older is its subject's own statement and the newer only a question or someone else's word (`speaker`
-    None: not checked); or the newer tells of a time before the older was said (a past event, not a change)."""
-    if _plain(value) in group.undone.get(older.id, set()):
-        return f"{UNDONE} to {older.id}"
-    own = bool(older.subject and older.speaker and same_name(older.speaker, older.subject))
-    if own and (asked or (speaker is not None and not same_name(speaker or "", older.subject))):
-        newer = "only asked" if asked else f"only {speaker}'s word"
-        return f"{older.subject} said it of themselves; the newer value is {newer}"
-    said = group.said.get(older.id)
-    if told_as_past(when, said):
-        return f"the newer statement is about {when:%Y-%m-%d}, well before the older was said ({said:%Y-%m-%d})"
-    return ""
-
-
-def _plain(value: str) -> str:
-    """A value as compared with an undone one: without the words that only announced the change."""
-    return comparable(_VALUE_TAIL.sub("", value).strip() or value)
-
-
-def already_consistent(group: Group) -> set[str]:
-    """Ids of same-slot records that agree already: the older one's text was brought up to the newer value.
-
-    An update rewrites a fact's text but not its stored `value`, so the two can
-    still look different by value; there is nothing to decide and nothing to record.
-    """
-    settled: set[str] = set()
-    for older, newest in same_slot_pairs(group):
-        old, new = comparable(older.value), comparable(newest.value)
-        if old != new and new in comparable(older.text):
-            settled.update((older.id, newest.id))
-    return settled
-
-
-def same_slot_pairs(group: Group) -> list[tuple[Record, Record]]:
-    """(older, newest) for facts sharing a subject and attribute, oldest first by when they were said."""
-    by_key: dict[tuple[str, str], list[Record]] = {}
-    for record in group.records:
-        if record.kind != "raw" and record.subject and record.attribute and record.value:
-            by_key.setdefault((comparable(record.subject), comparable(record.attribute)), []).append(record)
-    pairs: list[tuple[Record, Record]] = []
-    for members in by_key.values():
-        ordered = sorted(members, key=lambda r: (group.said_key(r), r.version, r.id))
-        pairs += [(older, ordered[-1]) for older in ordered[:-1]]
-    return pairs
-
-
 def incoming_conflicts(group: Group, incoming: Incoming) -> list[Step]:
     """A stored fact whose single-valued attribute the incoming turn states anew: superseded by the turn's own
     fact when it is stored, else by the turn (its facts are derived after the Refresher). Not rewritten: the
@@ -505,9 +359,9 @@ def incoming_conflicts(group: Group, incoming: Incoming) -> list[Step]:
         if record.kind == "raw" or not (record.subject and record.attribute and record.value):
             continue
         for draft in drafts:
-            if not _same_slot(record, draft) or not _disagree(record, value_of(draft)):
+            if not same_slot(record, draft) or not disagree(record, value_of(draft)):
                 continue
-            if not (single_valued(record.attribute) or _CHANGE_CUE.search(incoming.text)):
+            if not (single_valued(record.attribute) or CHANGE_CUE.search(incoming.text)):
                 continue
             if said_later(group.said_key(record), incoming):
                 continue  # the stored value was said after this turn (a backfill of older talk)
@@ -516,7 +370,7 @@ def incoming_conflicts(group: Group, incoming: Incoming) -> list[Step]:
             # another person's statement is taken (the subject is told what changed), a question's is not
             kept = kept_because(group, record, value, draft.time_end or draft.time,
                                 in_question(draft.value, incoming.text), None)
-            by = next((r for r in group.newer if _same_slot(r, draft) and not _disagree(r, value)), None)
+            by = next((r for r in group.newer if same_slot(r, draft) and not disagree(r, value)), None)
             by = by or next((r for r in group.newer if r.kind == "raw"), None)
             if kept or by is None:
                 why = kept or f"{incoming.describe()} is not stored to supersede it by"
@@ -537,30 +391,6 @@ def said_later(stored: tuple[datetime, tuple[int, ...]], incoming: Incoming) -> 
     if when != incoming.time:
         return when > incoming.time
     return numbers > id_numbers(incoming.dia_id)
-
-
-def value_of(draft: FactDraft) -> str:
-    """The new value without the words that only announced the change ("nurse now" -> "nurse")."""
-    return _VALUE_TAIL.sub("", draft.value).strip() or draft.value
-
-
-def _replaces(attribute: str, newer_text: str, older: Record, newer: Record) -> bool:
-    if older.time and newer.time and older.time == newer.time and older.dialogue_id == newer.dialogue_id:
-        return False  # said in the same breath: two values that hold together
-    return single_valued(attribute) or bool(_CHANGE_CUE.search(newer_text))
-
-
-def _same_slot(record: Record, draft: FactDraft | Record) -> bool:
-    return (comparable(record.subject), comparable(record.attribute)) == (comparable(draft.subject),
-                                                                        comparable(draft.attribute))
-
-
-def _disagree(record: Record, value: str) -> bool:
-    """Different values that do not contain each other, and not already what the record says."""
-    old, new = comparable(record.value), comparable(value)
-    if not old or not new or old == new or old in new or new in old:
-        return False
-    return new not in comparable(record.text)
 
 
 # --- the model policy ----------------------------------------------------------------------
@@ -636,7 +466,7 @@ def update_refused(record: Record, incoming: Incoming, group: Sequence[Record] =
         return ""
     if record.subject and record.attribute and any(
         other.id != record.id and other.speaker and same_name(other.speaker, record.subject)
-        and _same_slot(record, other) for other in group
+        and same_slot(record, other) for other in group
     ):
         return ""
     whose = record.subject or record.participant or record.speaker or "someone else"
@@ -645,7 +475,7 @@ def update_refused(record: Record, incoming: Incoming, group: Sequence[Record] =
         # the offline reading knows the speaker and the listener by name; a chat turn has no listener, so the
         # record's subject stands in for it ("Ben works as a chef now", said to the assistant)
         drafts = extract_facts(turn, listener=incoming.listener or record.subject)
-        if any(_same_slot(record, draft) for draft in drafts):
+        if any(same_slot(record, draft) for draft in drafts):
             return ""
     return (f"it is about {whose}, and {incoming.describe()} by {incoming.speaker} does not state "
             f"{record.attribute or 'it'} of {whose} again")
@@ -663,84 +493,6 @@ def _memory_line(record: Record) -> str:
 
 
 # --- applying and reporting ----------------------------------------------------------------
-def apply(store: MemoryStore, step: Step, policy: str, follows: int | None = None, cause: str = "") -> ChangeNote:
-    """One step through the store: history first, then the record (undoable by its change id). `cause`: the
-    stored turn it was made for, whose erase takes it back."""
-    record = step.record
-    if step.action == "update":
-        change = store.update(record.id, step.new_text, step.reason, policy, follows=follows, cause=cause)
-        return ChangeNote(action="update", record_id=record.id, old_text=change.old_text, new_text=change.new_text,
-                          reason=step.reason, change_id=change.id, policy=policy)
-    if step.action == "supersede" and step.by is not None:
-        change = store.supersede(record.id, step.by.id, step.reason, policy, follows=follows, cause=cause)
-        return ChangeNote(action="update", record_id=record.id, old_text=record.text,
-                          new_text=step.new_text or step.by.text,
-                          reason=step.reason, change_id=change.id, policy=policy)
-    if step.action == "delete":
-        change = store.delete(record.id, step.reason, policy, follows=follows, cause=cause)
-        return ChangeNote(action="delete", record_id=record.id, old_text=record.text, reason=step.reason,
-                          change_id=change.id, policy=policy)
-    change = store.record_noop(record.id, record.kind, step.reason, policy, cause)
-    return ChangeNote(action="noop", record_id=record.id, old_text=record.text, new_text=record.text,
-                      reason=step.reason, change_id=change.id, policy=policy)
-
-
-def traits_of(store: MemoryStore, fact: Record, superseded: bool = False) -> list[Record]:
-    """Live persona traits distilled from this fact: same turn, participant, attribute and value; with
-    `superseded`, those retired with it too (a request to forget reaches what is no longer current)."""
-    if fact.kind != "fact" or not fact.attribute:
-        return []
-    kept = (Status.ACTIVE, Status.SUPERSEDED) if superseded else (Status.ACTIVE,)
-    return [
-        p for p in store.all("persona", include_inactive=superseded)
-        if p.status in kept and p.attribute == fact.attribute and comparable(p.value) == comparable(fact.value)
-        and p.participant == (fact.subject or fact.speaker) and set(p.source_ids) & set(fact.source_ids)
-    ]
-
-
-def follow_persona(
-    store: MemoryStore, step: Step, policy: str, lead: int | None, cause: str = ""
-) -> list[ChangeNote]:
-    """A trait may not outlive the fact it came from: when the fact is updated, superseded or deleted,
-    the trait is retired too, in a change that follows the fact's (`lead`), so undoing the fact's
-    change restores the trait. The turn that brought the new value adds the new trait when derived."""
-    notes: list[ChangeNote] = []
-    source = f"the fact it came from ({step.record.id})"
-    for trait in traits_of(store, step.record, superseded=step.action == "delete"):
-        if step.action == "delete":
-            follow = Step(action="delete", record=trait, reason=f"{source} was deleted")
-        else:  # superseded by the newer record, or by the fact as the update rewrote it (not as it was)
-            by = step.by or (store.get_one(step.record.id) if step.action == "update" else step.record)
-            follow = Step(action="supersede", record=trait, reason=f"{source} was updated", by=by)
-        notes.append(apply(store, follow, policy, lead, cause))
-    return notes
-
-
-def settle_again(store: MemoryStore, fact_ids: Sequence[str]) -> list[ChangeNote]:
-    """Decide again which value of a slot is current, from the facts that remain: after an erase took back
-    what a turn in between had changed (Ann's "you moved to Zorbatown" superseded Bob's "I live in Denver",
-    and his later "I live in Austin now" superseded hers), both of his values were active. The slots of
-    `fact_ids` are settled by the rule for two stored facts (`stored_conflicts`, with its guards): the one
-    said later supersedes the others. Each change is made for the newer fact's turn (its `cause`), so an
-    erase of that turn takes it back in turn; nothing changes when a slot holds one value."""
-    slots = {(comparable(r.subject), comparable(r.attribute)) for r in store.get(fact_ids)
-             if r.kind == "fact" and r.subject and r.attribute}
-    notes: list[ChangeNote] = []
-    with store.edits():
-        for subject, attribute in sorted(slots):
-            members = [r for r in store.all("fact")
-                       if (comparable(r.subject), comparable(r.attribute)) == (subject, attribute)]
-            if len(members) < 2:
-                continue
-            for step in stored_conflicts(group_of(store, members)):
-                if step.action == "noop" or step.by is None:
-                    continue
-                step.reason += "; settled again after an erase"
-                note = apply(store, step, OFFLINE, cause=step.by.dialogue_id)
-                notes += [note, *follow_persona(store, step, OFFLINE, note.change_id, step.by.dialogue_id)]
-    return notes
-
-
 def follow_turn(
     store: MemoryStore, step: Step, policy: str, lead: int | None, cause: str, touched: set[str]
 ) -> list[ChangeNote]:

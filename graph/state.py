@@ -21,7 +21,7 @@ from strata.graph.context import Context
 from strata.memory.errors import InputError, shown_value
 from strata.memory.moments import MaybeUtcTime, UtcTime, local
 from strata.memory.names import clean_name
-from strata.memory.records import Kind, Turn
+from strata.memory.records import ChangeNote, Kind, Turn
 
 Node = TypeVar("Node", bound=Callable[..., Any])
 
@@ -108,18 +108,6 @@ class Verdict(BaseModel):
     confidence: float = Field(0.5, ge=0.0, le=1.0)
     conflicts: list[list[str]] = Field(default_factory=list, description="Groups of record ids that disagree.")
     missing: list[str] = Field(default_factory=list, description="What the evidence lacks: entity, time, place...")
-    policy: str = "offline"
-
-
-class ChangeNote(BaseModel):
-    """What the Refresher did, as shown to the caller; `change_id` undoes it."""
-
-    action: Literal["update", "delete", "noop"]
-    record_id: str
-    old_text: str = ""
-    new_text: str = ""
-    reason: str = ""
-    change_id: int | None = None
     policy: str = "offline"
 
 

@@ -25,7 +25,7 @@ call that cannot be undone:
   without those changes (`MemoryStore._take_back_edits`), so what turns that stay
   changed stands, and a delete stands with a neutral reason; a slot that had its
   current value decided by an erased turn is decided again from the facts that stay
-  (`agents/refresher.py` `settle_again`: the later statement supersedes the older);
+  (`memory/slots.py` `settle_again`: the later statement supersedes the older);
 - every version of an erased LangGraph store item (memory/store_items.py);
   `Memory.erase` also deletes the saved threads that hold an erased record
   (strata/checkpoint.py), with `ErasurePlan.said`;
@@ -66,6 +66,7 @@ from strata.memory.locks import hold_folder, release_folder
 from strata.memory.names import canonical_name
 from strata.memory.records import KINDS, Link, LinkType, Record, Status, chronological_key
 from strata.memory.reindex import CHROMA_DB, open_chroma_db
+from strata.memory.slots import settle_again
 from strata.memory.store import ERASING, MemoryStore
 
 DERIVED_KINDS = ("fact", "persona", "episode", "summary")  # kinds that cite the turns they came from
@@ -296,8 +297,6 @@ def _carry_out(store: MemoryStore, unfinished: _Unfinished, retold_episodes: Seq
     out_of_open_episode(store, turns, set(unfinished.targets))
     removed = store.erase(unfinished.targets, sorted(turns), retold_episodes)
     if unfinished.settle:
-        from strata.agents.refresher import settle_again  # the Refresher's rule, which the roles import from here
-
         settle_again(store, unfinished.settle)
     store.link([Link(namespace=store.namespace, src=src, dst=dst, type=LinkType.TEMPORAL)
                 for src, dst in unfinished.rejoined])

@@ -255,6 +255,18 @@ class Change(BaseModel):
                        "none): an erase of that turn takes the change back (memory/erasure.py).")
 
 
+class ChangeNote(BaseModel):
+    """What the Refresher did, as shown to the caller; `change_id` undoes it."""
+
+    action: Literal["update", "delete", "noop"]
+    record_id: str
+    old_text: str = ""
+    new_text: str = ""
+    reason: str = ""
+    change_id: int | None = None
+    policy: str = "offline"
+
+
 def raw_record(turn: Turn, namespace: str, entities: list[str] | None = None) -> Record:
     """A turn as the raw record stored for it: id `raw:<dia_id>`, verbatim text, photo caption kept."""
     dia = turn.dia_id or ""

@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from strata.agents.refresher import UNDONE
 from strata.memory.records import Action, Status
 from strata.memory.registry import close_all
+from strata.memory.slots import UNDONE
 
 from strata import Memory
 

@@ -20,14 +20,16 @@ from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage
 from langgraph.runtime import Runtime
 from strata.agents.common import evidence_of
-from strata.agents.refresher import UNDONE, refresher, single_valued
+from strata.agents.refresher import refresher
 from strata.graph.context import Context, Mode
 from strata.graph.state import PathStep, State, Verdict
 from strata.memory.entities import stem
+from strata.memory.facts import single_valued
 from strata.memory.forgetting import read_forget_request
 from strata.memory.records import Action, Record, Status, Turn
 from strata.memory.registry import close_all, open_store
 from strata.memory.settings import StoreSettings
+from strata.memory.slots import UNDONE
 from strata.memory.store import MemoryStore
 
 from strata.conversations import load_turns
