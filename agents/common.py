@@ -17,12 +17,10 @@ from strata.graph.context import Context
 from strata.graph.state import Evidence, RoleNote, State, validate_turns
 from strata.memory.errors import InputError, check_text
 from strata.memory.facts import without_small_talk
-from strata.memory.records import Record
+from strata.memory.records import OFFLINE, Record
 from strata.memory.registry import open_store
 from strata.memory.speakers import listener_of
 from strata.memory.store import MemoryStore
-
-OFFLINE = "offline"
 
 
 def store_of(runtime: Runtime[Context]) -> MemoryStore:

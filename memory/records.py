@@ -28,6 +28,7 @@ from strata.memory.names import composed
 
 Kind = Literal["raw", "fact", "episode", "persona", "summary"]
 KINDS: tuple[Kind, ...] = ("raw", "fact", "episode", "persona", "summary")
+OFFLINE = "offline"  # the policy a rule-made record or change is recorded under (else "model:<name>")
 
 
 # A shared photo's caption usually opens with what it is ("a photo of ..."); said once, not twice.
@@ -39,6 +40,7 @@ CAPTION_LEAD = re.compile(
 def photo_subject(caption: str) -> str:
     """What a photo shows: its caption without the "a photo of" it opens with."""
     return CAPTION_LEAD.sub("", caption).strip()
+
 
 
 class Status(StrEnum):

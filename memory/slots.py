@@ -30,10 +30,9 @@ from typing import Literal
 
 from strata.memory.facts import FactDraft, comparable, single_valued, split_sentences, told_as_past
 from strata.memory.names import same_name
-from strata.memory.records import Action, ChangeNote, Record, Status, id_numbers
+from strata.memory.records import OFFLINE, Action, ChangeNote, Record, Status, id_numbers
 from strata.memory.store import MemoryStore
 
-OFFLINE = "offline"  # the policy a rule-made change is recorded under (the roles' `agents.common.OFFLINE`)
 UNDONE = "the user undid this same change"  # how a no-op that keeps an undo standing starts
 _VALUE_TAIL = re.compile(r"\s+(?:now|currently|these days|anymore|any more|at the moment|instead)$", re.IGNORECASE)
 # Words in the newer statement that announce a change of state.
