@@ -15,7 +15,10 @@ call that cannot be undone:
   episode that also tells of turns that stay is told again without it (the
   offline narrative), one that told of nothing else goes;
 - their links, their history rows, the working-memory rows of erased turns,
-  and their place in the open episode and the graph's state (the entity
+  the row that told the turn of a request to forget an erased record without
+  its words (its old text is the request, which names what it forgot: an undo
+  would tell it again; `request_rows`) and the words its working-memory row
+  kept, and their place in the open episode and the graph's state (the entity
   catalogue's names no other record mentions; the turns either side are
   linked in time instead);
 - what an erased note added to its neighbours (A-MEM evolution: tags and a
@@ -50,7 +53,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pydantic import BaseModel, Field
@@ -64,7 +67,7 @@ from strata.memory.graph.links import CATALOGUE, LAST_TURN, still_mentioned
 from strata.memory.journal import PENDING
 from strata.memory.locks import hold_folder, release_folder
 from strata.memory.names import canonical_name
-from strata.memory.records import KINDS, Link, LinkType, Record, Status, chronological_key
+from strata.memory.records import KINDS, Action, Change, Link, LinkType, Record, Status, chronological_key
 from strata.memory.reindex import CHROMA_DB, open_chroma_db
 from strata.memory.slots import settle_again
 from strata.memory.store import ERASING, MemoryStore
@@ -115,12 +118,14 @@ class ErasurePlan:
     """What an erasure will remove, worked out before anything changes (a listing shows it; `apply`
     carries it out). `said` pairs every id an erased record goes by (its id; a turn's dialogue id too)
     with every text it had, each version: what a thread's saved state may still hold (a turn or an
-    evidence item is an id beside a text). It is not part of any report."""
+    evidence item is an id beside a text). It is not part of any report. `requests`: the history rows that
+    told a request's turn without its words, for a request that forgot an erased record (`request_rows`)."""
 
     targets: list[str]
     turns: set[str]
     retold: list[Record]
     said: list[Said]
+    requests: list[Change] = field(default_factory=list)
 
     @property
     def texts(self) -> set[str]:
@@ -136,10 +141,14 @@ def plan_erasure(store: MemoryStore, ids: Sequence[str] = (), about: str = "") -
     records = store.get(targets)
     turns = erased_turns(records)
     episodes = retold(store, turns, set(targets))
+    requests = request_rows(store, records)
     said_records = [*records, *store.get([e.id for e in episodes])]
     texts: dict[str, set[str]] = {record.id: {record.text} for record in said_records}
     for change in store.histories(list(texts)):
         texts[change.record_id] |= {change.old_text, change.new_text}
+    for change in requests:  # the request's own words, which a thread that made it may hold
+        said_records += [r for r in store.get([change.record_id]) if r.id not in texts]
+        texts.setdefault(change.record_id, set()).add(change.old_text)
     said: set[Said] = set()
     for record in said_records:
         names = {record.id, record.dialogue_id} if record.kind == "raw" and record.dialogue_id else {record.id}
@@ -147,7 +156,33 @@ def plan_erasure(store: MemoryStore, ids: Sequence[str] = (), about: str = "") -
     # what the Refresher wrote into records that stay, for an erased turn: the erase takes it back
     said |= {(c.record_id, c.new_text) for c in store.ledger.changes_caused_by(store.namespace, sorted(turns))
              if c.record_id not in texts and c.new_text.strip() and c.new_text != c.old_text}  # new words only
-    return ErasurePlan(targets, turns, episodes, sorted(said))
+    return ErasurePlan(targets, turns, episodes, sorted(said), requests)
+
+
+def request_rows(store: MemoryStore, records: Sequence[Record]) -> list[Change]:
+    """The rows that told a request's turn without its words ("Please forget that my PIN is 4321" ->
+    "[asked the memory to forget ...]", agents/refresher.py `tell_request_without_words`), for each request
+    to forget, still in force, that forgot one of `records`: the row's old text is the request, which names
+    what it forgot, and undoing the request would put it back in the turn. The request's turn stays as it is
+    told now. A forget is one edit (its changes follow its first delete); the rewrite is its one update of a
+    turn, the rest delete records or tell an episode again (which the erase tells again itself)."""
+    erased = {r.id for r in records}
+    forgotten = [r.id for r in records if r.status == Status.DELETED]
+    leads: set[int] = set()
+    for change in store.histories(forgotten):
+        if change.action == Action.DELETE and not change.undone:
+            while change.follows is not None and (lead := store.ledger.get_change(store.namespace,
+                                                                                   change.follows)):
+                change = lead
+            leads.add(int(change.id or 0))
+    group: list[Change] = []
+    waiting = sorted(leads)
+    while waiting:
+        followers = store.ledger.followers(store.namespace, waiting.pop())
+        group += followers
+        waiting += [int(c.id or 0) for c in followers]
+    return sorted((c for c in group if c.action == Action.UPDATE and c.kind == "raw" and c.record_id not in erased),
+                  key=lambda c: c.id or 0)
 
 
 def erasure_targets(store: MemoryStore, ids: Sequence[str] = (), about: str = "", done: str = "erased") -> list[str]:
@@ -261,6 +296,8 @@ class _Unfinished(BaseModel):
     turns: list[str]
     rejoined: list[tuple[str, str]]
     settle: list[str] = Field(default_factory=list)  # facts that stay whose slot is decided again (`_unsettled`)
+    requests: list[int] = Field(default_factory=list)  # history rows of requests' words (`request_rows`)
+    told: list[str] = Field(default_factory=list)  # their turns, whose working-memory rows lose the words
 
 
 def apply_erasure(store: MemoryStore, plan: ErasurePlan) -> ErasureReport:
@@ -272,7 +309,9 @@ def apply_erasure(store: MemoryStore, plan: ErasurePlan) -> ErasureReport:
     rejoined = _rejoined(store, set(plan.targets))
     unfinished = _Unfinished(targets=plan.targets, turns=sorted(plan.turns),
                              rejoined=[(link.src, link.dst) for link in rejoined],
-                             settle=_unsettled(store, set(plan.targets), plan.turns))
+                             settle=_unsettled(store, set(plan.targets), plan.turns),
+                             requests=[int(c.id or 0) for c in plan.requests],
+                             told=sorted({c.record_id for c in plan.requests}))
     store.ledger.set_state(store.namespace, ERASING, unfinished.model_dump(mode="json"))
     removed = _carry_out(store, unfinished, plan.retold)
     store.embedder.forget(plan.texts)
@@ -295,7 +334,7 @@ def _carry_out(store: MemoryStore, unfinished: _Unfinished, retold_episodes: Seq
     """Every step of an erase, each one harmless to repeat; the mark goes last."""
     turns = set(unfinished.turns)
     out_of_open_episode(store, turns, set(unfinished.targets))
-    removed = store.erase(unfinished.targets, sorted(turns), retold_episodes)
+    removed = store.erase(unfinished.targets, sorted(turns), retold_episodes, unfinished.requests, unfinished.told)
     if unfinished.settle:
         settle_again(store, unfinished.settle)
     store.link([Link(namespace=store.namespace, src=src, dst=dst, type=LinkType.TEMPORAL)

@@ -13,7 +13,7 @@ and reloads only the records changed since (ledger_sql.py, ledger_postgres.py).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 from pathlib import Path
@@ -327,11 +327,13 @@ class Ledger:
 
     def erase(
         self, namespace: str, ids: Sequence[str], changes: Sequence[int], dia_ids: Sequence[str],
-        history_of: Sequence[str] = (),
+        history_of: Sequence[str] = (), told: Mapping[str, str] | None = None,
     ) -> dict[str, int]:
         """Delete for good the links touching `ids`, their history rows, the rows `changes` and the history
         of `history_of` (records rewritten, their links kept), and the working-memory rows of `dia_ids`;
-        joins the open transaction. Returns what each removed."""
+        write the working-memory rows of the turns `told` names with the text given (a request's turn, which
+        kept its words there: reads show the record's text, an export and the file the row's). Joins the open
+        transaction. Returns what each removed."""
         by_column = (("record_id", [*ids, *history_of]), ("id", [int(c) for c in changes]))
         with self.transaction() as session:
             links = delete_each(
@@ -345,6 +347,9 @@ class Ledger:
             working = delete_each(
                 session, "DELETE FROM working WHERE namespace = ? AND dia_id IN ({ids})", namespace, dia_ids
             )
+            for dia_id, text in (told or {}).items():
+                session.execute("UPDATE working SET text = ? WHERE namespace = ? AND dia_id = ?",
+                                (text, namespace, dia_id))
             relink_followers(session, namespace)
         return {"links": links, "history": history, "working": working}
 

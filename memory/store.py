@@ -1150,12 +1150,15 @@ class MemoryStore:
         return removed
 
     def erase(
-        self, ids: Sequence[str], dia_ids: Sequence[str] = (), retold: Sequence[Record] = ()
+        self, ids: Sequence[str], dia_ids: Sequence[str] = (), retold: Sequence[Record] = (),
+        changes: Sequence[int] = (), told: Sequence[str] = (),
     ) -> dict[str, int]:
         """Remove records for good, with their links and history, and the working-memory rows of
         `dia_ids` (memory/erasure.py chooses what to erase); write `retold` records in place of their
-        old versions, whose history goes too (it holds what they said before). Not undoable: nothing
-        is journaled.
+        old versions, whose history goes too (it holds what they said before); delete the history rows
+        `changes` too, and write the working-memory rows of the turns `told` (ids) as they read now (a
+        request's words that named an erased record: memory/erasure.py `request_rows`). Not undoable:
+        nothing is journaled.
 
         The notes these records evolved (A-MEM) get back the tags and context they had before the
         first such evolution, and their evolution rows from then on go too (those rows hold what the
@@ -1167,7 +1170,7 @@ class MemoryStore:
             self.flush()
             reverted, rows = self._unevolve(wanted)
             taken_back, edit_rows = self._take_back_edits(dia_ids, set(wanted))
-            rows += edit_rows
+            rows += [*edit_rows, *changes]
             self._rewrite_all([*retold, *taken_back])
             by_kind: dict[Kind, list[str]] = {}
             for record in self.get(wanted):
@@ -1177,7 +1180,8 @@ class MemoryStore:
                 for record_id in group:
                     self._vectors.pop(record_id, None)
             with self.ledger.transaction():
-                removed = self.ledger.erase(self.namespace, wanted, rows, dia_ids, [r.id for r in retold])
+                told_now = {r.dialogue_id: r.text for r in self.get(told) if r.dialogue_id}
+                removed = self.ledger.erase(self.namespace, wanted, rows, dia_ids, [r.id for r in retold], told_now)
                 removed["items"] = store_items.erase_items(self.ledger, self.namespace, wanted)
             snapshots.remove(self.settings.ledger_path.parent, collection_names(self.namespace))
         return {"reverted": reverted, "edits_taken_back": len(taken_back), "retold": len(retold), **removed}

@@ -222,6 +222,7 @@ async def erase(request: Request, memory: Memory) -> Any:
     threads = await server_threads_holding(set(plan.said), memory.store.namespace)
     if not body.confirm:
         return {"erased": False, "would_erase": plan.targets, "would_delete_threads": threads,
+                "would_erase_requests": [c.id for c in plan.requests],
                 "hint": 'nothing was erased: send "confirm": true to erase them'}
     await asyncio.to_thread(memory.store.ledger.check_writable)  # a read-only memory: no thread is deleted
     deleted: list[str] = []

@@ -482,10 +482,15 @@ def _erase(args: argparse.Namespace) -> int:
         plan = memory.erasure_plan(args.ids, args.about)
         threads = threads_holding(memory.context("ask").data_dir, plan.said, memory.store.namespace)
         if args.json:
-            print(json.dumps({"erased": False, "targets": plan.targets, "threads": threads}, indent=2))
+            requests = [c.id for c in plan.requests]
+            print(json.dumps({"erased": False, "targets": plan.targets, "requests": requests, "threads": threads},
+                             indent=2))
             return 0
         print(f"would erase {len(plan.targets)} records for good (with their links and history): "
               f"{', '.join(plan.targets)}")
+        if plan.requests:  # the turn stays, told without its words; the row holding them goes
+            print(f"and the words of {len(plan.requests)} requests to forget them, kept in history rows: "
+                  f"{', '.join(f'#{c.id} ({c.record_id})' for c in plan.requests)}")
         if threads:
             print(f"and delete {len(threads)} saved threads that hold them: {shown_ids(threads)}")
         print("nothing was erased: run again with --yes to erase them")

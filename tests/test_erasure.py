@@ -34,6 +34,7 @@ from strata.memory.registry import close_all
 
 from strata import Memory
 from strata.checkpoint import sqlite_checkpointer, threads_holding
+from strata.cli import main
 from strata.conversations import load_turns
 from strata.langgraph_store import StrataStore
 
@@ -211,6 +212,45 @@ def test_what_a_turn_that_stays_changed_after_an_erased_one_stands(
     assert rows and not [c for c in rows if "Zorbatown" in c.old_text + c.new_text + c.reason]
     assert all(c.cause == "D3:1" for c in rows)
     assert [f.text for f in memory.store.all("fact") if f.attribute == "lives_in"] == current  # one current value
+
+
+PIN = "quokkamarmalade"
+
+
+@pytest.mark.parametrize(("asker", "owner", "erase"), [
+    ("Zelda", "", {"ids": ["raw:D1:1"]}),  # her own turn, erased by id
+    ("Bob", "Bob", {"about": "Zelda"}),  # the owner forgot her PIN; she asks for her data to go
+])
+def test_erasing_a_forgotten_record_takes_the_words_of_the_request_that_forgot_it(
+    data_dir: Path, embedder: Any, offline_env: dict[str, str], capsys: pytest.CaptureFixture[str], asker: str,
+    owner: str, erase: dict[str, Any],
+) -> None:
+    """The row that told the request's turn without its words kept them after the erase: history, export and
+    the ledger's file held the PIN, and a plain undo gave the request its words back, so `ask` answered it."""
+    memory = Memory("pin", data_dir=str(data_dir), owner=owner)
+    memory.add([{"speaker": "Zelda", "text": f"My bank PIN is {PIN}.", "dia_id": "D1:1", "time": "2024-03-01T10:00"},
+                {"speaker": "Bob", "text": "I adopted a puppy named Snorklewick.", "dia_id": "D1:2",
+                 "time": "2024-03-01T10:01"}], end_session=True)
+    whose = "my" if asker == "Zelda" else "Zelda's"
+    memory.chat(f"Please forget that {whose} bank PIN is {PIN}.", speaker=asker)
+    [request] = [r for r in memory.store.all("raw") if r.speaker == asker and r.dialogue_id.startswith("T")]
+    told = request.text
+    assert PIN not in told and any(PIN in c.old_text for c in memory.history(request.id))
+    # the command line's listing names the row that goes
+    named = [*erase.get("ids", []), *(["--about", erase["about"]] if "about" in erase else [])]
+    assert main(["--data-dir", str(data_dir), "--namespace", "pin", "erase", *named]) == 0
+    assert f"({request.id})" in capsys.readouterr().out
+    report = memory.erase(**erase)
+    assert not [c.id for c in memory.history(limit=100) if PIN in c.old_text + c.new_text + c.reason]
+    assert PIN not in memory.export().model_dump_json()
+    assert memory.get([request.id])[0].text == told  # the request stays, told without its words
+    while memory.store.ledger.latest_edit("pin"):  # nothing left to undo puts them back
+        memory.undo()
+        assert PIN not in memory.get([request.id])[0].text
+    assert PIN not in memory.ask("What is Zelda's bank PIN?").answer
+    assert report.history >= 1
+    close_all()
+    assert "ledger.sqlite3" not in " ".join(_files_holding(data_dir, PIN))
 
 
 def test_no_summary_retells_an_erased_fact_and_a_persons_copy_quotes_no_one_else(memory: Memory) -> None:
