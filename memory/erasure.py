@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pydantic import BaseModel, Field
-from strata.memory.chroma import open_clients
+from strata.memory.chroma import collection_names, open_clients
 from strata.memory.episodes import OPEN_SEGMENT, OpenSegment, narrate, photo_line, title_of
 from strata.memory.errors import ConfigError, InputError, shown_value
 from strata.memory.facts import comparable
@@ -448,20 +448,25 @@ def out_of_open_episode(store: MemoryStore, turns: set[str], gone: set[str]) -> 
 
 
 def _in_chroma_log(store: MemoryStore, ids: Iterable[str]) -> int | None:
-    """Erased ids still in Chroma's write-ahead log (its `embeddings_queue` table); None when the table
-    cannot be read (a Chroma whose file is laid out otherwise), which is not the same as none left."""
+    """Erased ids still in Chroma's write-ahead log (its `embeddings_queue` table), counted in this namespace's
+    collections only: another namespace's records share ids (every chat starts at raw:T1) and their rows
+    are not erased text. None when the tables cannot be read (a Chroma whose file is laid out otherwise),
+    which is not the same as none left."""
     conn = open_chroma_db(store.settings.chroma_path)
     if conn is None:
         return 0
     try:
+        names = collection_names(store.namespace)
+        own = {str(row[0]) for row in conn.execute(
+            f"SELECT id FROM collections WHERE name IN ({', '.join('?' * len(names))})", names)}
         wanted = list(ids)
-        count = 0
+        found: set[str] = set()
         for start in range(0, len(wanted), 400):
             chunk = wanted[start : start + 400]
-            row = conn.execute(f"SELECT COUNT(DISTINCT id) FROM embeddings_queue WHERE operation != {_DELETE} "
-                               f"AND id IN ({', '.join('?' * len(chunk))})", chunk).fetchone()
-            count += int(row[0])
-        return count
+            rows = conn.execute(f"SELECT topic, id FROM embeddings_queue WHERE operation != {_DELETE} "
+                                f"AND id IN ({', '.join('?' * len(chunk))})", chunk)
+            found |= {str(rid) for topic, rid in rows if str(topic).rsplit("/", 1)[-1] in own}  # topic: .../<id>
+        return len(found)
     except sqlite3.Error:
         return None
     finally:

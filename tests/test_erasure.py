@@ -24,9 +24,9 @@ import pytest
 from conftest import files_holding_vector, index_folders, offline_environment
 from strata.graph import build_graph
 from strata.graph.context import Context
-from strata.memory.chroma import collection_name, get_collection, open_client
+from strata.memory.chroma import collection_name, get_collection, grown_large, open_client
 from strata.memory.episodes import OPEN_SEGMENT, OpenSegment, narrate, title_of
-from strata.memory.erasure import ERASING, compact_chroma, told_again
+from strata.memory.erasure import ERASING, _in_chroma_log, compact_chroma, told_again
 from strata.memory.errors import ConfigError, InputError
 from strata.memory.graph.links import CATALOGUE, LAST_TURN, still_mentioned
 from strata.memory.records import KINDS, Link, LinkType, Status
@@ -251,6 +251,19 @@ def test_erasing_a_forgotten_record_takes_the_words_of_the_request_that_forgot_i
     assert report.history >= 1
     close_all()
     assert "ledger.sqlite3" not in " ".join(_files_holding(data_dir, PIN))
+
+
+def test_the_report_counts_only_this_namespaces_records_still_in_chromas_log(data_dir: Path, embedder: Any) -> None:
+    """Another namespace's records with the erased ids (every chat starts at raw:T1) were counted as erased
+    text "still in Chroma's log": the log was read across every collection of the folder."""
+    ann, bea = Memory("ann", data_dir=str(data_dir)), Memory("bea", data_dir=str(data_dir))
+    ann.add([{"speaker": "Zelda", "text": f"My bank PIN is {PIN}.", "dia_id": "D1:1", "time": "2024-03-01T10:00"}])
+    bea.add([{"speaker": "Ann", "text": "I like tea.", "dia_id": "D1:1", "time": "2024-03-01T10:00"}])
+    report = ann.erase(["raw:D1:1"])
+    assert report.in_chroma_log == 0 and "Chroma's log" not in report.summary()
+    grown_large(get_collection(open_client(bea.context("ask").store_settings()), "bea", "raw", True))
+    bea.add([{"speaker": "Ann", "text": "I play the cello.", "dia_id": "D1:2", "time": "2024-03-01T10:01"}])
+    assert _in_chroma_log(bea.store, ["raw:D1:2"]) == 1  # its own record is counted: its index is saved later
 
 
 def test_no_summary_retells_an_erased_fact_and_a_persons_copy_quotes_no_one_else(memory: Memory) -> None:
