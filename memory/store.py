@@ -112,9 +112,12 @@ def _state_of(record: Record) -> tuple[str, Status, dict[str, str]]:
     return record.text, record.status, {k: getattr(record, k) for k in _FACT_FIELDS}
 
 
-def _replayed(rows: Sequence[Change], erased_turns: set[str]) -> _Replay:
+def _replayed(rows: Sequence[Change], erased_turns: set[str], standing: set[int] = frozenset()) -> _Replay:
     """Replay a record's rows (oldest first) from the state before the first, leaving out the updates and
-    supersedes and no-op notes made for an erased turn and the undos of those."""
+    supersedes and no-op notes made for an erased turn and the undos of those; not one that follows a
+    delete that stands (`standing`): an episode a request to forget told without what it forgot is part of
+    that forget, which stands (taken back, it was left deleted, its text the forgotten words, and no undo
+    of the forget brought it back)."""
     text, status, fields = rows[0].old_text, rows[0].old_status, dict(rows[0].old_fields)
     before: dict[int, tuple[str, Status, dict[str, str]]] = {}
     rewritten: list[Change] = []
@@ -124,7 +127,8 @@ def _replayed(rows: Sequence[Change], erased_turns: set[str]) -> _Replay:
     said: dict[str, str] = {}  # what a dropped row made the record say -> what it says without it
     for row in rows:
         row_id = int(row.id or 0)
-        if (row.cause in erased_turns and row.action in (Action.UPDATE, Action.NOOP)) or (
+        if (row.cause in erased_turns and row.action in (Action.UPDATE, Action.NOOP)
+                and row.follows not in standing) or (
                 row.action == Action.UNDO and row.undoes in dropped):
             dropped.append(row_id)
             unsuperseded |= row.new_status == Status.SUPERSEDED
@@ -1195,7 +1199,9 @@ class MemoryStore:
         record ends as the last of them leaves it. A delete made for an erased turn (a forget the owner
         asked for) stays, with a neutral reason. Returns the records as they come out and the rows to
         delete; the rows told again are rewritten here (repeating this gives the same)."""
-        touched = sorted({c.record_id for c in self.ledger.changes_caused_by(self.namespace, list(turns))} - erased)
+        caused = self.ledger.changes_caused_by(self.namespace, list(turns))
+        touched = sorted({c.record_id for c in caused} - erased)
+        standing = {int(c.id or 0) for c in caused if c.action == Action.DELETE and c.record_id not in erased}
         by_record: dict[str, list[Change]] = {}
         for change in self.ledger.histories(self.namespace, touched):  # oldest first
             by_record.setdefault(change.record_id, []).append(change)
@@ -1205,7 +1211,7 @@ class MemoryStore:
         unlinked: list[Link] = []
         ends: dict[str, tuple[str, Status, dict[str, str]]] = {}
         for record_id, rows in sorted(by_record.items(), key=lambda item: item[0].startswith("persona:")):
-            replay = _replayed(rows, set(turns))  # facts first: a trait ends as the fact it follows ends
+            replay = _replayed(rows, set(turns), standing)  # facts first: a trait ends as the fact it follows ends
             dropped += replay.dropped
             rewritten += replay.rewritten
             found = self.get([record_id])

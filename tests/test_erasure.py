@@ -29,7 +29,7 @@ from strata.memory.episodes import OPEN_SEGMENT, OpenSegment, narrate, title_of
 from strata.memory.erasure import ERASING, _in_chroma_log, compact_chroma, told_again
 from strata.memory.errors import ConfigError, InputError
 from strata.memory.graph.links import CATALOGUE, LAST_TURN, still_mentioned
-from strata.memory.records import KINDS, Link, LinkType, Status
+from strata.memory.records import KINDS, Link, LinkType, Record, Status
 from strata.memory.registry import close_all
 
 from strata import Memory
@@ -217,6 +217,18 @@ def test_what_a_turn_that_stays_changed_after_an_erased_one_stands(
 PIN = "quokkamarmalade"
 
 
+def _pin_forgotten(data_dir: Path, asker: str = "Zelda", owner: str = "") -> tuple[Memory, Record]:
+    """Zelda's PIN, in an episode with Bob's puppy, forgotten on `asker`'s request; the request's turn."""
+    memory = Memory("pin", data_dir=str(data_dir), owner=owner)
+    memory.add([{"speaker": "Zelda", "text": f"My bank PIN is {PIN}.", "dia_id": "D1:1", "time": "2024-03-01T10:00"},
+                {"speaker": "Bob", "text": "I adopted a puppy named Snorklewick.", "dia_id": "D1:2",
+                 "time": "2024-03-01T10:01"}], end_session=True)
+    whose = "my" if asker == "Zelda" else "Zelda's"
+    memory.chat(f"Please forget that {whose} bank PIN is {PIN}.", speaker=asker)
+    [request] = [r for r in memory.store.all("raw") if r.speaker == asker and r.dialogue_id.startswith("T")]
+    return memory, request
+
+
 @pytest.mark.parametrize(("asker", "owner", "erase"), [
     ("Zelda", "", {"ids": ["raw:D1:1"]}),  # her own turn, erased by id
     ("Bob", "Bob", {"about": "Zelda"}),  # the owner forgot her PIN; she asks for her data to go
@@ -227,13 +239,7 @@ def test_erasing_a_forgotten_record_takes_the_words_of_the_request_that_forgot_i
 ) -> None:
     """The row that told the request's turn without its words kept them after the erase: history, export and
     the ledger's file held the PIN, and a plain undo gave the request its words back, so `ask` answered it."""
-    memory = Memory("pin", data_dir=str(data_dir), owner=owner)
-    memory.add([{"speaker": "Zelda", "text": f"My bank PIN is {PIN}.", "dia_id": "D1:1", "time": "2024-03-01T10:00"},
-                {"speaker": "Bob", "text": "I adopted a puppy named Snorklewick.", "dia_id": "D1:2",
-                 "time": "2024-03-01T10:01"}], end_session=True)
-    whose = "my" if asker == "Zelda" else "Zelda's"
-    memory.chat(f"Please forget that {whose} bank PIN is {PIN}.", speaker=asker)
-    [request] = [r for r in memory.store.all("raw") if r.speaker == asker and r.dialogue_id.startswith("T")]
+    memory, request = _pin_forgotten(data_dir, asker, owner)
     told = request.text
     assert PIN not in told and any(PIN in c.old_text for c in memory.history(request.id))
     # the command line's listing names the row that goes
@@ -251,6 +257,21 @@ def test_erasing_a_forgotten_record_takes_the_words_of_the_request_that_forgot_i
     assert report.history >= 1
     close_all()
     assert "ledger.sqlite3" not in " ".join(_files_holding(data_dir, PIN))
+
+
+def test_erasing_the_request_to_forget_leaves_the_forget_whole(data_dir: Path, embedder: Any) -> None:
+    """Erasing the request's turn took back the forget's retelling of the episode (an update made for it) but
+    not its deletes: the episode was left deleted, holding the forgotten PIN, and undoing the forget did
+    not bring it back."""
+    memory, request = _pin_forgotten(data_dir)
+    [episode] = memory.store.all("episode")
+    assert PIN not in episode.text and "Snorklewick" in episode.text
+    memory.erase([request.id])
+    [after] = memory.get([episode.id])
+    assert (after.status, after.text) == (Status.ACTIVE, episode.text)
+    assert not [c.id for c in memory.history(limit=100) if "forget that" in c.old_text + c.new_text + c.reason]
+    memory.undo()  # the forget, which stands, is undone whole
+    assert PIN in memory.get([episode.id])[0].text and memory.get(["raw:D1:1"])[0].status == Status.ACTIVE
 
 
 def test_the_report_counts_only_this_namespaces_records_still_in_chromas_log(data_dir: Path, embedder: Any) -> None:
