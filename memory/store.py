@@ -1173,7 +1173,8 @@ class MemoryStore:
         with self.edits():  # which refuses a read-only folder first
             self.flush()
             reverted, rows = self._unevolve(wanted)
-            taken_back, edit_rows = self._take_back_edits(dia_ids, set(wanted))
+            # an episode told again is told from what stays, its history gone: nothing of it to take back
+            taken_back, edit_rows = self._take_back_edits(dia_ids, {*wanted, *(r.id for r in retold)})
             rows += [*edit_rows, *changes]
             self._rewrite_all([*retold, *taken_back])
             by_kind: dict[Kind, list[str]] = {}

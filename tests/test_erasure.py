@@ -274,6 +274,19 @@ def test_erasing_the_request_to_forget_leaves_the_forget_whole(data_dir: Path, e
     assert PIN in memory.get([episode.id])[0].text and memory.get(["raw:D1:1"])[0].status == Status.ACTIVE
 
 
+def test_erasing_someone_who_asked_to_forget_their_own_words_erases_them(data_dir: Path, embedder: Any) -> None:
+    """The episode the erase tells again was also taken back (the forget's retelling, made for her erased
+    request): written twice in one upsert, Chroma refused it (DuplicateIDError) and the erase stopped midway."""
+    memory, _ = _pin_forgotten(data_dir)
+    report = memory.erase(about="Zelda")
+    assert report.retold == 1
+    [episode] = memory.store.all("episode")
+    assert PIN not in episode.text and "Snorklewick" in episode.text
+    assert PIN not in memory.export().model_dump_json()
+    close_all()
+    assert not [f for f in _files_holding(data_dir, PIN) if "chroma" not in f]  # Chroma's: compact_chroma
+
+
 def test_the_report_counts_only_this_namespaces_records_still_in_chromas_log(data_dir: Path, embedder: Any) -> None:
     """Another namespace's records with the erased ids (every chat starts at raw:T1) were counted as erased
     text "still in Chroma's log": the log was read across every collection of the folder."""
