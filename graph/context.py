@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 from pydantic import TypeAdapter, ValidationError
 from strata.memory.embeddings import DEFAULT_EMBEDDER
-from strata.memory.errors import ConfigError, InputError, shown_value, unstorable
+from strata.memory.errors import ConfigError, InputError, shown_url, shown_value, unstorable
 from strata.memory.ledger_sql import LARGEST_INTEGER
 from strata.memory.moments import zone_of
 from strata.memory.namespaces import check_namespace
@@ -289,7 +289,7 @@ class Context:
         url = urlsplit(self.base_url.strip())
         if self.base_url.strip() and not (url.scheme in ("http", "https") and url.netloc):
             raise ConfigError(f"base_url must be an http(s) URL such as http://localhost:8000/v1, got "
-                              f"{shown_value(self.base_url)}")  # else every call failed and answers went offline
+                              f"{shown_url(self.base_url)}")  # else every call failed and answers went offline
         name, colon, _ = self.chroma_auth_header.partition(":")
         if self.chroma_auth_header and not (colon and name.strip()):
             raise ConfigError("chroma_auth_header must be 'Name: value' (e.g. 'X-Chroma-Token: secret'), got a "

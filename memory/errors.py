@@ -131,3 +131,12 @@ def shown_value(value: object, width: int = 60) -> str:
     except Exception:
         text = f"a {type(value).__name__}"
     return one_line(text, width)
+
+
+def shown_url(url: str, width: int = 60) -> str:
+    """A URL as `shown_value` shows it, less what may be a secret: the user and password before an '@' and
+    the query and fragment (a mistyped base_url printed the tail of its `?api_key=...` in the error)."""
+    text = url.split("?", 1)[0].split("#", 1)[0]
+    scheme, sep, rest = text.partition("://")
+    shown = scheme + sep + rest.rpartition("@")[2] if sep else text.rpartition("@")[2]
+    return shown_value(shown, width)

@@ -326,6 +326,23 @@ def test_wrong_settings_are_one_line_errors(tmp_path: Path, settings: dict[str, 
     assert words in one_line(caught)
 
 
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("localhost:8000/v1?api_key=sk-live-abcdef123456", "'localhost:8000/v1'"),
+        ("htp://bob:hunter2@llm.internal:8000/v1", "'htp://llm.internal:8000/v1'"),
+        ("bob:hunter2@llm.internal:8000/v1#sk-live-abcdef123456", "'llm.internal:8000/v1'"),
+    ],
+)
+def test_a_mistyped_base_url_is_shown_without_its_secrets(tmp_path: Path, url: str, shown: str) -> None:
+    """The error names the URL, never its user, password, query or fragment (the key's tail was printed)."""
+    with pytest.raises(ConfigError) as caught:
+        Memory("ann", data_dir=str(tmp_path), model="openai:gpt-4o-mini", base_url=url)
+    message = one_line(caught)
+    assert message.endswith(f"got {shown}"), message
+    assert not any(secret in message for secret in ("hunter", "sk-live", "abcdef", "api_key", "bob"))
+
+
 def test_settings_from_text_are_converted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     memory = Memory("ann", data_dir=tmp_path, k_r="3", refresher="false")  # a Path and strings, as a form sends
     context = memory.context("ask")
