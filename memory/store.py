@@ -1538,7 +1538,8 @@ class MemoryStore:
         return counts
 
     def drop(self) -> None:
-        """Delete this namespace entirely (collections, links, history); it can be written again at once."""
+        """Delete this namespace entirely (collections, links, history); it can be written again at once. The
+        ledger is compacted as after an erase, so the dropped rows' words leave its files (and its log) now."""
         self.ledger.check_writable()
         with self._write_lock, self._lock:
             existing = {c.name: c for c in self._client.list_collections()}
@@ -1554,6 +1555,7 @@ class MemoryStore:
             if not self.settings.chroma_host:  # Chroma leaves a deleted collection's index folder, vectors and all
                 remove_orphan_indexes(self.settings.chroma_path)
             self.ledger.drop_namespace(self.namespace)
+            self.ledger.compact()
             snapshots.remove(self.settings.ledger_path.parent, collection_names(self.namespace))
             self._saved.clear()
             self._staged = StagedWrites()

@@ -17,7 +17,7 @@ from typing import Annotated, Any, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
-from strata.checkpoint import erase_threads
+from strata.checkpoint import drop_threads, erase_threads
 from strata.conversations import read_json_file
 from strata.graph.context import Context
 from strata.graph.graph import graph
@@ -328,10 +328,15 @@ class Memory:
             document = read_document(document)
         return import_memory(self.store, document)
 
-    def drop(self) -> None:
-        """Delete this namespace's memory entirely; the namespace can be used again at once."""
+    def drop(self) -> list[str]:
+        """Delete this namespace's memory entirely, and the threads saved in the data folder that ran on it
+        (strata/checkpoint.py): once the namespace is empty, no erase can find them. The namespace can be
+        used again at once. Returns the threads deleted."""
         context = self.context("ask")
+        self.store.ledger.check_writable()  # a read-only folder refuses before any thread is deleted
+        threads, _ = drop_threads(context.data_dir, context.namespace)  # may fail: then nothing is dropped
         drop_namespace(context.store_settings(), context.namespace)
+        return threads
 
     # the same calls for async apps -------------------------------------------
     # Each runs its synchronous twin in a worker thread (the memory is safe to share between threads),

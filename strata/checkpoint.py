@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from enum import Enum
 from pathlib import Path
@@ -167,8 +167,17 @@ def threads_holding(data_dir: str | Path, said: Iterable[Said], namespace: str |
     record (a turn, an evidence item) with that id and that text, in any checkpoint or pending write;
     with `namespace`, only threads run on it (`_holding`)."""
     wanted = set(said)
-    with _threads_file(data_dir, wanted) as conn:
+    if not wanted:
+        return []
+    with _threads_file(data_dir) as conn:
         return sorted(_holding(conn, wanted, namespace)) if conn is not None else []
+
+
+def threads_run_on(data_dir: str | Path, namespace: str) -> list[str]:
+    """The threads of a data folder with a run on `namespace` (each run records it on its thread): what
+    `drop_threads` deletes."""
+    with _threads_file(data_dir, "dropped") as conn:
+        return sorted(_run_on(conn, namespace)) if conn is not None else []
 
 
 def erase_threads(data_dir: str | Path, said: Iterable[Said], namespace: str | None = None) -> tuple[list[str], bool]:
@@ -177,11 +186,25 @@ def erase_threads(data_dir: str | Path, said: Iterable[Said], namespace: str | N
     was rebuilt (not while another connection is writing to it: the deleted rows' bytes are then
     overwritten already, and only the file's free pages remain to reclaim)."""
     wanted = set(said)
-    with _threads_file(data_dir, wanted) as conn:
+    return _delete_threads(data_dir, lambda conn: _holding(conn, wanted, namespace), "erased") if wanted else (
+        [], False)
+
+
+def drop_threads(data_dir: str | Path, namespace: str) -> tuple[list[str], bool]:
+    """Delete the threads run on `namespace` (`threads_run_on`), as `erase_threads` deletes: a dropped
+    namespace is empty, so no erase could find its threads afterwards, and they held its words."""
+    return _delete_threads(data_dir, lambda conn: _run_on(conn, namespace), "dropped")
+
+
+def _delete_threads(
+    data_dir: str | Path, choose: Callable[[sqlite3.Connection], set[str]], done: str
+) -> tuple[list[str], bool]:
+    """Delete the threads `choose` picks, with secure delete, then rebuild the file (`erase_threads`)."""
+    with _threads_file(data_dir, done) as conn:
         if conn is None:
             return [], False
         conn.execute("PRAGMA secure_delete=ON")
-        threads = sorted(_holding(conn, wanted, namespace))
+        threads = sorted(choose(conn))
         with conn:
             for table in ("checkpoints", "writes"):
                 conn.executemany(f"DELETE FROM {table} WHERE thread_id = ?", [(t,) for t in threads])
@@ -192,23 +215,23 @@ def erase_threads(data_dir: str | Path, said: Iterable[Said], namespace: str | N
 
 
 @contextmanager
-def _threads_file(data_dir: str | Path, wanted: set[Said]) -> Iterator[sqlite3.Connection | None]:
-    """The threads file, open for reading and writing (None when there is none or nothing is wanted);
-    any SQLite error is one `ConfigError` (the memory's records are erased only after this succeeds)."""
+def _threads_file(data_dir: str | Path, done: str = "erased") -> Iterator[sqlite3.Connection | None]:
+    """The threads file, open for reading and writing (None when there is none);
+    any SQLite error is one `ConfigError` (the memory's records are `done` only after this succeeds)."""
     path = checkpoint_path(data_dir)
-    if not wanted or not path.is_file():
+    if not path.is_file():
         yield None
         return
     try:
         conn = sqlite3.connect(sqlite_uri(path, "mode=rw"), uri=True, timeout=BUSY_SECONDS)
     except sqlite3.Error as exc:
         raise ConfigError(f"cannot open the saved threads at {path} ({exc}): check the file; "
-                          "nothing was erased") from None
+                          f"nothing was {done}") from None
     try:
         yield conn
     except sqlite3.Error as exc:
         raise ConfigError(f"cannot read or change the saved threads in {path} ({exc}): check the file is a "
-                          "writable SQLite database; nothing was erased") from None
+                          f"writable SQLite database; nothing was {done}") from None
     finally:
         conn.close()
 
@@ -225,6 +248,21 @@ def _holding(conn: sqlite3.Connection, wanted: set[Said], namespace: str | None)
     """The threads holding one of `wanted`, and, given a namespace, run on it: a thread records the
     namespace of each run (`start_run`), and two namespaces may hold the same id and text ("hi" as
     `raw:T1`). A thread saved before runs recorded it counts as any namespace's."""
+    found, spaces = _scan(conn, wanted)
+    if namespace is None:
+        return found
+    return {thread for thread in found if not spaces.get(thread) or namespace in spaces[thread]}
+
+
+def _run_on(conn: sqlite3.Connection, namespace: str) -> set[str]:
+    """The threads with a run on `namespace`. One saved before runs recorded it names no namespace and
+    is left: nothing says whose it is."""
+    return {thread for thread, spaces in _scan(conn, set())[1].items() if namespace in spaces}
+
+
+def _scan(conn: sqlite3.Connection, wanted: set[Said]) -> tuple[set[str], dict[str, set[str]]]:
+    """The threads holding one of `wanted`, and the run namespaces each thread records, from every
+    checkpoint and pending write (`_BLOBS`)."""
     found: set[str] = set()
     spaces: dict[str, set[str]] = {}
     tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
@@ -236,11 +274,9 @@ def _holding(conn: sqlite3.Connection, wanted: set[Said], namespace: str | None)
                                                            f"FROM {table}"):
             value = _read(serialised, blob)
             spaces.setdefault(thread, set()).update(namespaces_in(name, value))
-            if thread not in found and not wanted.isdisjoint(said_in(value)):
+            if wanted and thread not in found and not wanted.isdisjoint(said_in(value)):
                 found.add(thread)
-    if namespace is None:
-        return found
-    return {thread for thread in found if not spaces.get(thread) or namespace in spaces[thread]}
+    return found, spaces
 
 
 def namespaces_in(channel: str, value: object) -> set[str]:

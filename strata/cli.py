@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from strata.api import Answer, Memory
-from strata.checkpoint import checkpoint_path, threads_holding
+from strata.checkpoint import checkpoint_path, threads_holding, threads_run_on
 from strata.conversations import (
     ConversationFileError,
     LoadedConversation,
@@ -496,18 +496,28 @@ def _erase(args: argparse.Namespace) -> int:
         print("nothing was erased: run again with --yes to erase them")
         return 0
     report = memory.erase(args.ids, args.about)
-    settings = memory.context("ask").store_settings()
-    close_all()  # the embedded Chroma file can be rebuilt only with no client open on it
-    compacted = None if settings.chroma_host else compact_chroma(settings.chroma_path)
+    compacted = _closed_and_compacted(memory)
     if args.json:
         print(json.dumps({**report.model_dump(mode="json"), "chroma_compacted": compacted}, indent=2))
         return 0
     print(report.summary())
+    _say_compacted(compacted, "erased")
+    return 0
+
+
+def _closed_and_compacted(memory: Memory) -> bool | None:
+    """Close the memory and rebuild its embedded Chroma folder (`compact_chroma`), so what was removed leaves
+    Chroma's files too: None on a Chroma server, which is not rebuilt from here."""
+    settings = memory.context("ask").store_settings()
+    close_all()  # the embedded Chroma file can be rebuilt only with no client open on it
+    return None if settings.chroma_host else compact_chroma(settings.chroma_path)
+
+
+def _say_compacted(compacted: bool | None, removed: str) -> None:
     if compacted is not None:
-        print("Chroma's database and indexes rebuilt without the erased records' bytes and vectors" if compacted
+        print(f"Chroma's database and indexes rebuilt without the {removed} records' bytes and vectors" if compacted
               else "Chroma's files were not rebuilt: with the memory closed, run "
               "strata.memory.erasure.compact_chroma(Path(data_dir) / 'chroma') from Python")
-    return 0
 
 
 def _held(store: MemoryStore) -> dict[str, int]:
@@ -526,10 +536,16 @@ def _drop(args: argparse.Namespace) -> int:
     unfinished = " (an import of it had not finished)" if store.state(IMPORTING) is not None else ""
     if not args.yes:
         print(f"would drop {_where(memory)} for good: {held}{unfinished}")
+        threads = threads_run_on(memory.context("ask").data_dir, store.namespace)
+        if threads:
+            print(f"and delete {len(threads)} saved threads run on it: {shown_ids(threads)}")
         print("nothing was deleted: run again with --yes to drop it")
         return 0
-    memory.drop()
-    print(f"dropped {_where(memory)}: {held}{unfinished}; the namespace is empty and can be used again")
+    threads = memory.drop()
+    compacted = _closed_and_compacted(memory)  # as after `erase --yes`: Chroma's free pages held the dropped words
+    deleted = f"; {len(threads)} saved threads deleted ({shown_ids(threads)})" if threads else ""
+    print(f"dropped {_where(memory)}: {held}{unfinished}{deleted}; the namespace is empty and can be used again")
+    _say_compacted(compacted, "dropped")
     return 0
 
 

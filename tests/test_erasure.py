@@ -460,6 +460,62 @@ def test_a_thread_of_another_namespace_with_the_same_words_stays(memory: Memory,
     assert memory.erase([turn.id]).threads == ["conv-26"]
 
 
+PIN = "quokkamarmalade"
+
+
+def _threads_on_two_namespaces(data_dir: Path) -> None:
+    """alice told her PIN on thread alice-chat, bob something else on bob-chat, both saved in the folder."""
+    with sqlite_checkpointer(data_dir) as saver:
+        app = build_graph(checkpointer=saver)
+        for user, text in (("alice", f"My bank PIN is {PIN}."), ("bob", "I play the cello.")):
+            context = Context(namespace=user, mode="ingest", data_dir=str(data_dir))
+            app.invoke({"turns": [{"speaker": user.title(), "text": text, "dia_id": "D1:1"}]},
+                       {"configurable": {"thread_id": f"{user}-chat"}}, context=context)
+
+
+def _thread_kept(data_dir: Path, thread: str) -> bool:
+    with sqlite_checkpointer(data_dir) as saver:
+        return bool(build_graph(checkpointer=saver).get_state({"configurable": {"thread_id": thread}}).values)
+
+
+def test_a_drop_deletes_the_threads_run_on_it_and_leaves_its_words_in_no_ledger_file(data_dir: Path) -> None:
+    """A drop left the namespace's saved threads holding its words (and the ledger's log until the process
+    closed it), and once the namespace was empty no erase could find them. The threads run on it go with
+    it, the ledger is compacted at once; another namespace's thread and records stay."""
+    _threads_on_two_namespaces(data_dir)
+    alice = Memory("alice", data_dir=str(data_dir))
+    assert "threads.sqlite3" in _files_holding(data_dir, PIN)
+
+    dropped = alice.drop()
+
+    # before any close: only Chroma's own files, until `strata drop --yes` rebuilds them with the memory closed
+    assert [f for f in _files_holding(data_dir, PIN) if not f.startswith("chroma/")] == []
+    assert dropped == ["alice-chat"]
+    assert not _thread_kept(data_dir, "alice-chat") and _thread_kept(data_dir, "bob-chat")
+    assert [r.text for r in Memory("bob", data_dir=str(data_dir)).store.all("raw")] == ["I play the cello."]
+    assert alice.stats()["raw"]["active"] == 0
+
+
+def test_drop_from_the_command_line_names_the_threads_and_leaves_its_words_in_no_file(
+    data_dir: Path, offline_env: dict[str, str]
+) -> None:
+    """`strata drop --yes` left the PIN in threads.sqlite3 and chroma.sqlite3, and `erase` then refused
+    (nothing in the memory). It deletes the threads and rebuilds Chroma's files as `erase --yes` does."""
+    _threads_on_two_namespaces(data_dir)
+    close_all()  # an embedded folder is one process's at a time: hand it to the command line
+    base = [sys.executable, "-m", "strata", "--data-dir", str(data_dir), "--namespace", "alice", "drop"]
+    run = partial(subprocess.run, capture_output=True, text=True, env=offline_env, timeout=300)
+    listed = run(base)
+    assert listed.returncode == 0 and "delete 1 saved threads run on it: alice-chat" in listed.stdout, listed
+    assert _thread_kept(data_dir, "alice-chat")  # a listing deletes nothing
+    done = run([*base, "--yes"])
+    assert done.returncode == 0 and "1 saved threads deleted (alice-chat)" in done.stdout, done
+    assert "rebuilt" in done.stdout
+    assert _files_holding(data_dir, PIN) == []
+    assert _thread_kept(data_dir, "bob-chat")
+    assert [r.text for r in Memory("bob", data_dir=str(data_dir)).store.all("raw")] == ["I play the cello."]
+
+
 def test_an_erased_store_item_loses_every_version(memory: Memory, data_dir: Path) -> None:
     """An app's LangGraph store item is a record too: erasing it removes each version of its value."""
     store = StrataStore(data_dir=str(data_dir))
