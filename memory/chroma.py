@@ -39,7 +39,7 @@ from strata.memory.errors import ConfigError, disk_full, disk_full_message
 from strata.memory.locks import hold_folder, release_folder
 from strata.memory.records import KINDS, Kind
 from strata.memory.reindex import recover
-from strata.memory.settings import StoreSettings, env_number, folder_is_read_only, max_open_stores
+from strata.memory.settings import StoreSettings, env_number, folder_is_read_only, make_private_folder, max_open_stores
 from strata.memory.vector_index import EXACT_LIMIT
 
 VECTOR_INDEXES_PER_STORE = len(KINDS)
@@ -213,7 +213,7 @@ def _connect(settings: StoreSettings) -> Any:
         release_folder(path)
         raise
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        make_private_folder(path)
         with _index_cache_bound(bound):
             return chromadb.PersistentClient(path=str(path), settings=chroma_settings)
     except Exception as exc:

@@ -141,11 +141,19 @@ def max_open_stores() -> int:
     return int(env_number("max_open_stores", DEFAULT_MAX_OPEN_STORES, 1, whole=True))
 
 
+def make_private_folder(folder: Path) -> None:
+    """Create `folder` (and any missing parents) so that only this user can enter it: a memory holds what
+    people said, and under the usual umask 022 every local user could read its files. A folder that exists
+    keeps its mode (one shared on purpose stays shared); the parents made on the way are ordinary folders."""
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+
+
 def folder_is_read_only(folder: Path) -> bool:
     """True when the memory folder exists but this process may not write in it (a read-only mount,
-    permissions); creates the folder when it does not exist. An unusable path is a `ConfigError`."""
+    permissions); creates the folder, private (`make_private_folder`), when it does not exist. An
+    unusable path is a `ConfigError`."""
     try:
-        folder.mkdir(parents=True, exist_ok=True)
+        make_private_folder(folder)
     except OSError as exc:
         reason = "a file is in the way" if isinstance(exc, FileExistsError | NotADirectoryError) else exc.strerror
         try:

@@ -26,6 +26,7 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 from strata.memory.records import Kind, Record
+from strata.memory.settings import make_private_folder
 
 FORMAT = 3
 """Bumped whenever what a file holds changes, so files of an older layout are ignored (3: the BM25 index's
@@ -47,7 +48,7 @@ def save(path: Path, namespace: str, kind: Kind, seq: int, records: Iterable[Rec
         "records": [record.model_dump(mode="json", exclude_defaults=True) for record in records], "index": index,
     }
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_private_folder(path.parent)
         handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
         try:
             with os.fdopen(handle, "wb") as file:

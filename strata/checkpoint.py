@@ -37,7 +37,7 @@ import strata.memory.records
 from strata.memory.erasure import Said
 from strata.memory.errors import ConfigError
 from strata.memory.ledger_sql import BUSY_SECONDS, sqlite_uri, vacuum
-from strata.memory.settings import DEFAULT_DATA_DIR, check_folder
+from strata.memory.settings import DEFAULT_DATA_DIR, check_folder, make_private_folder
 
 THREADS_FILE = "threads.sqlite3"
 TypeName = tuple[str, str]
@@ -88,7 +88,7 @@ def open_checkpointer(
     """
     path = checkpoint_path(data_dir)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_private_folder(path.parent)
         conn = sqlite3.connect(str(path), check_same_thread=False)
     except (OSError, sqlite3.Error) as exc:
         raise ConfigError(
@@ -130,7 +130,7 @@ async def async_sqlite_checkpointer(
 
     path = checkpoint_path(data_dir)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_private_folder(path.parent)
     except OSError as exc:
         raise _unusable(path, exc) from None
     async with aiosqlite.connect(str(path)) as conn:

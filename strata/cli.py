@@ -597,12 +597,13 @@ def _export_target(out: Path) -> tuple[Path, int | None]:
 def _write_beside(target: Path, text: str, mode: int | None) -> None:
     """`text` into `target`, written beside it and renamed over it: a failed write leaves an earlier file
     whole. The partial file is created afresh (never written through whatever holds its name) and keeps
-    the permissions the replaced file had."""
+    the permissions the replaced file had; a new one is private to the user (0600), as the memory it holds
+    is (it was 0644 under the usual umask)."""
     partial = target.with_name(f".{target.name}.partial")
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         partial.unlink(missing_ok=True)  # a stopped run's leftover
-        descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(descriptor, "w", encoding="utf-8") as file:
             file.write(text)
             file.flush()

@@ -23,6 +23,7 @@ import pytest
 from strata.memory.registry import close_all
 
 from strata.api import Memory
+from strata.checkpoint import sqlite_checkpointer
 
 REPO = Path(__file__).resolve().parents[1]
 TURNS = [
@@ -150,6 +151,44 @@ def test_an_erase_listing_exits_0_and_honours_json(tmp_path: Path, offline_env: 
     text = run(*base, env=offline_env, cwd=tmp_path)
     assert text.returncode == 0 and "would erase" in text.stdout and "--yes" in text.stdout
     assert Memory("m", data_dir=str(tmp_path / "mem")).get(["raw:D1:2"]), "a listing erases nothing"
+
+
+@contextmanager
+def umask(mask: int) -> Iterator[None]:
+    """This process's umask (and its children's) set to `mask` for a block."""
+    before = os.umask(mask)
+    try:
+        yield
+    finally:
+        os.umask(before)
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_memory_folders_and_new_exports_are_private_to_their_user(tmp_path: Path, offline_env: dict[str, str]) -> None:
+    """Under the usual umask 022 the data folder and chroma/ were 0755 and a new `export --out` file 0644: every
+    local user could read every conversation. The folders strata creates are 0700 and a new export 0600; a
+    folder that already exists keeps its mode (one shared on purpose stays shared), as does a replaced export."""
+    with umask(0o022):
+        data_dir = stored(tmp_path / "made" / "mem")
+        with sqlite_checkpointer(tmp_path / "threads-first"):  # a thread saved before any memory makes the folder
+            pass
+        shared = tmp_path / "shared"
+        shared.mkdir(mode=0o755)
+        stored(shared)
+        base = ["--data-dir", str(data_dir), "--namespace", "m", "export", "--out"]
+        new = run(*base, str(tmp_path / "new.json"), env=offline_env, cwd=tmp_path)
+        old = tmp_path / "old.json"
+        old.write_text("{}", encoding="utf-8")
+        replaced = run(*base, str(old), env=offline_env, cwd=tmp_path)
+    assert new.returncode == 0 and replaced.returncode == 0, (new.stderr[-600:], replaced.stderr[-600:])
+    made = [data_dir, data_dir / "chroma", tmp_path / "threads-first", shared / "chroma"]
+    made += [folder for folder in (data_dir / "mirrors", shared / "mirrors") if folder.exists()]
+    assert {str(folder): mode(folder) for folder in made} == {str(folder): 0o700 for folder in made}
+    assert mode(tmp_path / "made") == mode(shared) == 0o755  # a parent made on the way, a folder that was there
+    assert mode(tmp_path / "new.json") == 0o600 and mode(old) == 0o644
 
 
 def test_graph_with_no_format_is_refused(tmp_path: Path, offline_env: dict[str, str]) -> None:
