@@ -6,6 +6,7 @@ variables, so Studio, the server, the CLI and an embedding app can all set it.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import os
 from pathlib import Path
@@ -51,8 +52,27 @@ def outside_chroma(folder: str) -> str:
 
 def real_folder(name: str) -> str:
     """A folder's one real path (`~` expanded, relative and `..` parts and links resolved): the same folder
-    named two ways must open one Chroma client and one ledger, never two over the same files."""
-    return str(Path(name).expanduser().resolve())
+    named two ways must open one Chroma client and one ledger, never two over the same files.
+
+    A relative name is taken from the working directory, read without a blocking call when on a running
+    event loop: there it is the one this module was imported in. A server's loop (`langgraph dev`'s
+    blockbuster) refuses `os.getcwd()`, and the README's `make serve` has no STRATA_DATA_DIR, so every run
+    and every /strata/* route resolved `.strata` there and failed with a BlockingError."""
+    path = Path(name).expanduser()
+    return str((path if path.is_absolute() else Path(_working_dir(), path)).resolve())
+
+
+_IMPORT_DIR = os.getcwd()  # the working directory a server's loop resolves relative folders against
+
+
+def _working_dir() -> str:
+    """The working directory now, or, on a running event loop, the one read at import (a process that
+    changes directory, as a test does, resolves against the new one off the loop)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return os.getcwd()
+    return _IMPORT_DIR
 
 
 class StoreSettings(BaseModel):

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from servers import REPO, ServerProcess, langgraph_dev, log_tail, repo_mirror
+from servers import BIN, LOOPBACK, REPO, ServerProcess, free_port, langgraph_dev, log_tail, repo_mirror, server_env
 from strata.graph.state import Evidence
 
 from strata.admin_routes import HISTORY_PAGE, TOKEN_VARIABLE
@@ -422,3 +422,74 @@ def test_an_operator_erases_through_the_server_and_its_threads_go_too(served: Se
     assert [r["id"] for r in seen["records"].json()] == ["raw:D1:3"]
     assert seen["pages"] > HISTORY_PAGE  # the search read that thread's history in more than one page
     assert seen["kept"] == [seen["other"], seen["long_run"]]
+
+
+def test_a_relative_folder_resolves_on_an_event_loop_without_getcwd(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server's loop refuses os.getcwd() (blockbuster): a relative folder named there resolves against the
+    working directory read at import; off the loop, against the current one (a test may have changed it)."""
+    import os
+
+    from strata.memory import settings
+
+    here = os.getcwd()
+
+    async def on_loop() -> str:
+        return settings.real_folder(".strata")
+
+    def refused() -> str:
+        raise RuntimeError("Blocking call to os.getcwd")
+
+    with monkeypatch.context() as patch:  # undone before pytest itself needs the working directory
+        patch.setattr(os, "getcwd", refused)
+        try:
+            resolved: str | Exception = asyncio.run(on_loop())
+        except RuntimeError as error:
+            resolved = error
+    assert resolved == str(Path(settings._IMPORT_DIR, ".strata").resolve())
+    monkeypatch.chdir(Path(here).parent)
+    assert settings.real_folder(".strata") == str(Path(here).parent.resolve() / ".strata")
+
+
+@pytest.mark.slow
+def test_make_serve_without_a_data_dir_serves_runs_and_routes(tmp_path: Path) -> None:
+    """The README's `make serve`: `langgraph dev` from the checkout, no STRATA_DATA_DIR, so the memory is the
+    relative default `.strata` there (run here from a mirror of the repo, without its browser and reload). Runs
+    and the operator's routes work, and a run naming a relative data_dir gets the one-line pin refusal."""
+    import httpx
+
+    root = repo_mirror(tmp_path / "root")
+    env = {k: v for k, v in server_env({TOKEN_VARIABLE: ADMIN_TOKEN}).items() if k != "STRATA_DATA_DIR"}
+    port = free_port()
+    server = ServerProcess("langgraph dev", [str(BIN / "langgraph"), "dev", "--no-browser", "--no-reload", "--host",
+                                             LOOPBACK, "--port", str(port)], port, "/ok", tmp_path / "server.log", env,
+                           cwd=root)
+    turn = {"speaker": "Ann", "text": "I started the cello in March.", "dia_id": "D1:1"}
+
+    async def scenario() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], httpx.Response]:
+        from langgraph_sdk import get_client
+
+        client = get_client(url=server.url, timeout=RUN_TIMEOUT)
+        results = []
+        for payload, context in (({"turns": [turn]}, {"namespace": "ann", "mode": "ingest"}),
+                                 ({"question": "What did Ann start?"}, {"namespace": "ann"}),
+                                 ({"question": "What did Ann start?"}, {"namespace": "ann", "data_dir": "./mem"})):
+            thread = await client.threads.create()
+            results.append(dict(await client.runs.wait(thread["thread_id"], "strata", input=payload, context=context,
+                                                       raise_error=False)))
+        async with httpx.AsyncClient(timeout=RUN_TIMEOUT) as http:
+            stats = await http.get(f"{server.url}/strata/stats?namespace=ann",
+                                   headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+        return results[0], results[1], results[2], stats
+
+    server.start(120.0)
+    try:
+        ingested, asked, moved, stats = asyncio.run(asyncio.wait_for(scenario(), RUN_TIMEOUT))
+    finally:
+        server.stop()
+    log = log_tail(server.log_path)
+    assert ingested.get("stored_ids"), f"{ingested}\n{log}"
+    assert "D1:1" in evidence_ids(asked), f"{asked}\n{log}"
+    assert "STRATA_PIN_STORAGE" in str(moved) and "Blocking" not in str(moved), moved
+    assert not (root / "mem").exists()
+    assert stats.status_code == 200 and stats.json()["raw"], stats.text
+    assert (root / ".strata" / "ledger.sqlite3").is_file()  # the default, relative to where the server runs
