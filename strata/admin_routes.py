@@ -81,8 +81,8 @@ class _ConsolidateBody(BaseModel):
 
 def route(handler: Handler, reads: bool = False) -> Callable[[Request], Awaitable[JSONResponse]]:
     """A handler behind the token check and the one-line errors, given the namespace's memory. A route that
-    `reads` answers 404 for a namespace that holds nothing: a misspelt name gave zeros, and an export of it a
-    backup that looked whole."""
+    `reads` (or consolidates what is there) answers 404 for a namespace that holds nothing: a misspelt name
+    gave zeros, and an export of it a backup that looked whole."""
 
     async def endpoint(request: Request) -> JSONResponse:
         refused = _refused(request)
@@ -308,7 +308,7 @@ _ROUTES: list[tuple[str, Handler, str, bool]] = [  # path, handler, method, read
     ("/strata/graph", graph, "GET", True),
     ("/strata/export", export, "GET", True),
     ("/strata/import", import_document, "POST", False),
-    ("/strata/consolidate", consolidate, "POST", False),
+    ("/strata/consolidate", consolidate, "POST", True),  # nothing to consolidate: a misspelt name, as a read
 ]
 _METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
 app = Starlette(routes=[

@@ -135,6 +135,7 @@ def test_a_wrong_request_gets_one_line_and_changes_nothing(memory: Memory, clien
         ("DELETE", f"/strata/export?namespace={NAMESPACE}", None, 405),
         ("GET", "/strata/stats?namespace=conv-62", None, 404),  # a misspelt namespace: not an empty memory
         ("GET", "/strata/export?namespace=conv-62", None, 404),  # nor a backup that looks whole
+        ("POST", "/strata/consolidate?namespace=conv-62", {"limit": None}, 404),  # nor zeros consolidated
     ]
     for method, path, body, status in wrong:
         sent = {"json": body} if isinstance(body, dict) else {"content": body} if body else {}
