@@ -209,7 +209,7 @@ class StrataStore(BaseStore):
         scores: dict[tuple[tuple[str, ...], str], float] = {}
         vector: np.ndarray | None = None
         for namespace in self._namespaces():
-            if tuple(namespace[: len(op.namespace_prefix)]) != tuple(op.namespace_prefix):
+            if tuple(namespace[: len(op.namespace_prefix)]) != _composed(op.namespace_prefix):
                 continue
             store = self._open_existing(namespace_name(namespace))
             if store is None:
@@ -473,14 +473,20 @@ def _encode_label(label: str) -> str:
     """A label as a memory namespace's: composed (NFC) when it is not plain, so "José" typed with a separate
     accent is the namespace `Memory("users/José")` opens; a combining mark after a letter, digit or mark stays
     as it is (memory/namespaces.py), any other character the rule refuses becomes `.<hex>.`."""
-    if not all(c.isalnum() or c in _PLAIN_MARKS for c in label):
-        label = unicodedata.normalize("NFC", label)
+    label = _composed((label,))[0]
     kept: list[str] = []
     for c in label:
         # the character written before it: an escape ends in ".", which no mark may follow
         previous = kept[-1][-1] if kept else ""
         kept.append(c if c.isalnum() or c in _PLAIN_MARKS or mark_after(previous, c) else f".{ord(c):x}.")
     return "".join(kept)
+
+
+def _composed(labels: Sequence[str]) -> tuple[str, ...]:
+    """Labels as a stored namespace reads them back: composed (NFC) when not plain, so a prefix or a match
+    typed with a separate accent finds what `get` finds under either spelling."""
+    return tuple(label if all(c.isalnum() or c in _PLAIN_MARKS for c in label)
+                 else unicodedata.normalize("NFC", label) for label in labels)
 
 
 def _decode_label(label: str) -> str:
@@ -499,7 +505,7 @@ def _decode_label(label: str) -> str:
 
 def _namespace_matches(condition: MatchCondition, namespace: tuple[str, ...]) -> bool:
     """Prefix or suffix match with "*" as a one-label wildcard."""
-    path = tuple(condition.path)
+    path = _composed(condition.path)
     if len(namespace) < len(path):
         return False
     if condition.match_type == "prefix":

@@ -166,6 +166,11 @@ def test_labels_langgraph_accepts_map_reversibly_to_memory_namespaces(store: Str
     found = store.get(("users", "José"), "k")
     assert found is not None and found.value == {"text": "likes tea"}
     assert Memory(f"users/{decomposed}", data_dir=str(data_dir)).store.has("raw:item:k")
+    for typed in (decomposed, "José"):  # search and list_namespaces find it under either spelling, as get does
+        assert [r.value for r in store.search(("users", typed))] == [{"text": "likes tea"}]
+        assert [r.key for r in store.search(("users", typed), query="tea")] == ["k"]
+        assert store.list_namespaces(prefix=("users", typed)) == [("users", "José")]
+        assert store.list_namespaces(suffix=(typed,)) == [("users", "José")]
     assert langgraph_store.namespace_labels("app/v1.0.1") == ("app", "v1.0.1")  # a memory's own dots, no NUL
 
 
