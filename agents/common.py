@@ -103,14 +103,13 @@ def brief_line(record: Record, people: Sequence[str], until: datetime | None = N
 
 def current_turn_text(state: State, mode: str) -> str:
     """The text the run is about, as research reads it (`input_of`): the turn being stored (ingest, chat),
-    else the question, else the last turn given (an ask given turns and no question, as Studio's default mode
-    sends them: only the Memory role, which an ask skips, makes the server's dicts Turns)."""
+    else the question, else a storing run's last turn (a read given turns is refused: `input_of`)."""
     turns = validate_turns(state.turns)  # Turns pass through it as they are
     if mode in ("ingest", "chat") and turns and state.cursor < len(turns):
         return turns[state.cursor].text
     if state.question.strip():
         return state.question
-    return turns[-1].text if turns else ""
+    return turns[-1].text if turns and mode in ("ingest", "chat") else ""
 
 
 def context_lines(items: Sequence[Evidence]) -> list[str]:
@@ -171,7 +170,15 @@ def classify(question: str) -> QuestionType:
 
 
 def input_of(state: State, context: Context) -> tuple[str, str, set[str]]:
-    """The text researched, who said it, and the ids to leave out (the turn's own write-ahead record)."""
+    """The text researched, who said it, and the ids to leave out (the turn's own write-ahead record). A read
+    (ask, retrieve) given turns is refused in one line: it stores nothing, and they were dropped in silence,
+    the last one answered as the question (Studio's form has turns first, and mode ask by default), so the
+    caller believed them stored. Refused here, after `start_run`, so the next run on the thread is not: it
+    reads them as a stopped run's input, which `start_run` takes off a read."""
+    if context.mode in ("ask", "retrieve") and state.turns:
+        raise InputError(f"mode {context.mode!r} answers a question and stores nothing, so the turns given would be "
+                         "dropped: send the question alone ({'question': '...'}), or store the turns with mode "
+                         "'ingest' or 'chat'")
     if context.mode in ("ingest", "chat") and state.turns and state.cursor < len(state.turns):
         turn = state.turns[state.cursor]
         return turn.text, turn.speaker, {f"raw:{turn.dia_id}"} if turn.dia_id else set()

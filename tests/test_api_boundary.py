@@ -217,21 +217,22 @@ def test_server_shaped_input_of_the_wrong_type_is_one_line(
     assert says in one_line(error)
 
 
-def test_an_ask_given_turns_as_the_server_sends_them_asks_the_last_and_stores_nothing(tmp_path: Path) -> None:
-    """Studio's default mode is ask: a user who fills in turns and no question gets an answer to the last
-    turn (the Working role read the server's dicts as Turns and failed with an AttributeError)."""
+def test_a_read_given_turns_is_refused_in_one_line_not_dropped(tmp_path: Path) -> None:
+    """Studio's default mode is ask: turns sent to a read (ask, retrieve), with a question or not, were dropped
+    in silence, the last one answered as the question, and the caller thought them stored. A stopped run's
+    turns left on the thread are not this run's: a question after it is answered."""
     memory = Memory("ann", data_dir=str(tmp_path))
-    memory.add([{"speaker": "Ann", "text": "I keep a pet iguana named Iggy.", "dia_id": "D1:1"},
-                {"speaker": "Bob", "text": "My sister plays the cello in an orchestra.", "dia_id": "D1:2"}])
-    other = {"speaker": "Zed", "text": "What instrument does Bob's sister play?"}
+    memory.add([{"speaker": "Ann", "text": "I keep a pet iguana named Iggy.", "dia_id": "D1:1"}])
     turn = {"speaker": "Zed", "text": "What is the name of Ann's iguana?"}
-    for mode, turns in (("ask", [other, turn]), ("retrieve", [other, turn]), ("ask", turn["text"])):
-        out = build_graph().invoke({"turns": turns}, context=Context(namespace="ann", mode=mode,
-                                                                     data_dir=str(tmp_path)))
-        assert not out.get("stored_ids") and out["evidence"][0].id == "raw:D1:1"  # the last turn, read
-        if mode == "ask":
-            assert "Iggy" in out["answer"]  # and answered: the first turn was answered before
-    assert memory.stats()["raw"]["active"] == 2
+    for mode, payload in (("ask", {"turns": [turn]}), ("retrieve", {"turns": [turn]}), ("ask", {"turns": turn["text"]}),
+                          ("ask", {"turns": [turn], "question": turn["text"]})):
+        with pytest.raises(InputError) as error:
+            build_graph().invoke(payload, context=Context(namespace="ann", mode=mode, data_dir=str(tmp_path)))
+        assert f"mode '{mode}' answers a question and stores nothing" in one_line(error)
+        assert "send the question alone" in one_line(error) and "mode 'ingest' or 'chat'" in one_line(error)
+    assert memory.stats()["raw"]["active"] == 1
+    out = build_graph().invoke({"question": turn["text"]}, context=Context(namespace="ann", data_dir=str(tmp_path)))
+    assert "Iggy" in out["answer"]
 
 
 def test_a_graph_run_with_a_context_or_question_it_cannot_use_is_one_line(tmp_path: Path) -> None:

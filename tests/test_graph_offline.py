@@ -324,6 +324,20 @@ def test_a_run_stopped_and_never_resumed_does_not_leak_into_the_next(
     assert asked["answer"] == "Boston"
 
 
+def test_a_read_refuses_its_own_turns_not_those_a_stopped_run_left(threaded: tuple[Any, dict[str, Any], str]) -> None:
+    """A read stores nothing: turns sent to it are refused in one line. A stopped ingest's turns, left on the
+    thread, are not the read's own, nor are the refused read's: the question after them is answered."""
+    app, config, data_dir = threaded
+    nurse = turn("I work as a nurse.", "D1:3", "2023-05-08T10:02")
+    app.invoke({"turns": [nurse]}, config, context=context(data_dir, "ingest", "ann"), interrupt_after=["memory"])
+    assert app.get_state(config).values["turns"]
+    with pytest.raises(InputError, match="mode 'retrieve' answers a question and stores nothing"):
+        app.invoke({"turns": [turn("I have two cats.", "D1:4", "2023-05-08T10:03")]}, config,
+                   context=context(data_dir, "retrieve", "ann"))
+    asked = app.invoke({"question": "Where does Ann live?"}, config, context=context(data_dir, "ask", "ann"))
+    assert asked["answer"] == "Boston"
+
+
 def test_a_runs_input_leaves_the_thread_with_it(threaded: tuple[Any, dict[str, Any], str]) -> None:
     """A thread keeps every field between runs and a run's input sets only the fields it names: a chat run
     for another namespace given only a question stored the last run's turn again, in its own namespace."""
