@@ -49,6 +49,7 @@ from strata.api import Memory, checked
 from strata.checkpoint import run_namespaces, said_in
 from strata.memory.erasure import Said
 from strata.memory.errors import InputError, NotFoundError, StrataError
+from strata.memory.namespaces import check_namespace
 from strata.memory.portability import read_document
 
 LOG = logging.getLogger(__name__)
@@ -243,16 +244,18 @@ async def erase(request: Request, memory: Memory) -> Any:
 
 async def server_threads_holding(said: set[Said], namespace: str) -> list[str]:
     """The server's threads any of whose saved states holds one of the (id, text) pairs `said` (as
-    `strata.checkpoint.threads_holding` reads a data folder's threads file)."""
+    `strata.checkpoint.threads_holding` reads a data folder's threads file). Only the namespace's threads are
+    read: one whose runs all named other namespaces is left without reading its states (another namespace's
+    2,000-turn ingest made a one-record erase take minutes and gigabytes)."""
     from langgraph_sdk import get_client
 
     client = get_client()  # in process: the server this app is mounted in
     found: list[str] = []
     offset = 0
     while said:
-        page = await client.threads.search(limit=THREADS_PAGE, offset=offset)
+        page = await client.threads.search(limit=THREADS_PAGE, offset=offset, select=["thread_id"])
         for thread in page:
-            if await _holds(client, thread, said, namespace):
+            if await _holds(client, thread["thread_id"], said, namespace):
                 found.append(thread["thread_id"])
         if len(page) < THREADS_PAGE:
             break
@@ -260,28 +263,56 @@ async def server_threads_holding(said: set[Said], namespace: str) -> list[str]:
     return found
 
 
-async def _holds(client: Any, thread: dict[str, Any], said: set[Said], namespace: str) -> bool:
+async def _ran_elsewhere(client: Any, thread_id: str, namespace: str) -> bool:
+    """Whether every run of the thread named a namespace (its context, or `configurable` from older clients,
+    as the server records them) and none is `namespace`. A thread with no runs (its states written by
+    another way), or a run naming none (the server's default), is not known to be another namespace's."""
+    named: set[str] = set()
+    offset = 0
+    while True:
+        runs = await client.runs.list(thread_id, limit=HISTORY_PAGE, offset=offset, select=["kwargs"])
+        for run in runs:
+            kwargs = run.get("kwargs") or {}
+            given = [(kwargs.get(part) or {}) for part in ("context", "config")]
+            name = given[0].get("namespace") or (given[1].get("configurable") or {}).get("namespace")
+            try:
+                named.add(check_namespace(name))
+            except StrataError:  # none (the server's default) or one refused: not known to be another's
+                return False
+        if len(runs) < HISTORY_PAGE:
+            return bool(named) and namespace not in named
+        offset += len(runs)
+
+
+async def _holds(client: Any, thread_id: str, said: set[Said], namespace: str) -> bool:
     """Whether a thread's states hold one of `said` and were run on `namespace` (a thread saved before runs
-    recorded their namespace counts as any namespace's: `strata.checkpoint._holding`)."""
+    recorded their namespace counts as any namespace's: `strata.checkpoint._holding`). The states are read a
+    page at a time and checked one by one, keeping only the namespaces seen: a long ingest's history held in
+    memory whole took gigabytes."""
     from langgraph_sdk.errors import NotFoundError
 
-    values = [thread.get("values")]
-    if not said.isdisjoint(said_in(values[0])) and namespace in run_namespaces(values[0]):
-        return True  # its latest state, run on this namespace, holds one: no need to read its history
+    try:
+        if await _ran_elsewhere(client, thread_id, namespace):
+            return False
+    except NotFoundError:  # deleted meanwhile (another erase): it holds nothing now
+        return False
+    holds = False
+    spaces: set[str] = set()
     before: Any = None
     while True:
         try:
-            states = await client.threads.get_history(thread["thread_id"], limit=HISTORY_PAGE, before=before)
+            states = await client.threads.get_history(thread_id, limit=HISTORY_PAGE, before=before)
         except NotFoundError:  # deleted meanwhile (another erase): it holds nothing now
             return False
-        values += [state.get("values") for state in states]
+        for state in states:
+            values = state.get("values")
+            spaces |= run_namespaces(values)
+            holds = holds or not said.isdisjoint(said_in(values))
+            if holds and namespace in spaces:
+                return True
         if len(states) < HISTORY_PAGE:
-            break
+            return holds and not spaces
         before = {"configurable": states[-1]["checkpoint"]}  # the server reads `before` as a run's config
-    if all(said.isdisjoint(said_in(value)) for value in values):
-        return False
-    spaces = {found for value in values for found in run_namespaces(value)}
-    return not spaces or namespace in spaces
 
 
 async def _delete_threads(threads: list[str], deleted: list[str]) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -144,3 +145,60 @@ def test_a_wrong_request_gets_one_line_and_changes_nothing(memory: Memory, clien
         assert reply.status_code == status and message and "\n" not in message and "Traceback" not in message, (
             path, body, reply.status_code, message)
     assert memory.stats() == before
+
+
+class _Threads:
+    """The server's threads as the SDK's in-process client reads them (a thread: its states' values, newest
+    first, and its runs' kwargs), counting the pages of states read per thread."""
+
+    def __init__(self, threads: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]]]]) -> None:
+        self.data = threads
+        self.pages: dict[str, int] = dict.fromkeys(threads, 0)
+        self.threads = SimpleNamespace(search=self.search, get_history=self.get_history)
+        self.runs = SimpleNamespace(list=self.list_runs)
+
+    async def search(self, limit: int, offset: int, **_: Any) -> list[dict[str, Any]]:
+        return [{"thread_id": t, "values": self.data[t][0][0]} for t in list(self.data)[offset:offset + limit]]
+
+    async def get_history(self, thread_id: str, limit: int, before: Any = None, **_: Any) -> list[dict[str, Any]]:
+        start = 0 if before is None else before["configurable"]["at"] + 1
+        self.pages[thread_id] += 1
+        states = self.data[thread_id][0][start:start + limit]
+        return [{"values": values, "checkpoint": {"at": start + n}} for n, values in enumerate(states)]
+
+    async def list_runs(self, thread_id: str, limit: int = 10, offset: int = 0, **_: Any) -> list[dict[str, Any]]:
+        return [{"kwargs": kwargs} for kwargs in self.data[thread_id][1][offset:offset + limit]]
+
+
+def test_an_erase_reads_only_its_namespaces_threads_a_state_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One long ingest thread of another namespace made a one-record erase read every state of it, its
+    whole history held in memory (minutes, gigabytes): a thread whose runs all named other namespaces is
+    not read, and a thread's states are read a page at a time until one holds an erased record."""
+    import asyncio
+
+    import langgraph_sdk
+
+    from strata.admin_routes import HISTORY_PAGE, server_threads_holding
+
+    secret = {"dia_id": "D1:1", "text": "My PIN is 4242."}
+    said = {("D1:1", secret["text"])}
+
+    def states(namespace: str | None, count: int, holding: int | None = None) -> list[dict[str, Any]]:
+        return [{**({"namespace": namespace} if namespace else {}), "turns": [
+            secret if n == holding else {"dia_id": f"D2:{n}", "text": f"Turn {n} about tomatoes."}]}
+            for n in range(count)]
+
+    pages = 3 * HISTORY_PAGE
+    server = _Threads({
+        "long-other": (states("big", pages), [{"context": {"namespace": "big"}}]),
+        "mine": (states("small", pages, holding=0), [{"config": {"configurable": {"namespace": "small"}}}]),
+        "legacy": (states(None, pages, holding=pages - 1), []),  # saved before runs recorded their namespace
+        "moved": (states("big", 5) + states("small", pages, holding=pages - 1),
+                  [{"context": {"namespace": "big"}}, {"context": {"namespace": "small"}}]),
+        "same-words": (states("big", 5, holding=2), [{"context": {"namespace": "big"}}]),  # big's own D1:1
+    })
+    monkeypatch.setattr(langgraph_sdk, "get_client", lambda: server)
+    found = asyncio.run(server_threads_holding(said, "small"))
+    assert found == ["mine", "legacy", "moved"]
+    assert server.pages["long-other"] == server.pages["same-words"] == 0  # another namespace's: never read
+    assert server.pages["mine"] == 1  # its first state holds the record: no more pages read

@@ -385,7 +385,7 @@ def test_an_operator_erases_through_the_server_and_its_threads_go_too(served: Se
         await client.runs.wait(asked["thread_id"], "strata", input={"question": "What is Ann's locker code?"},
                                context={"namespace": namespace, "mode": "ask"})
         other, _ = await _ask(client, QUESTION)  # the LoCoMo namespace: never saw the secret
-        # a thread with more saved states than the route reads a page at a time, which never saw it either
+        # a thread of another namespace with more saved states than a page, which never saw it either
         long_run = await client.threads.create()
         await client.runs.wait(long_run["thread_id"], "strata", input={"turns": served.turns},
                                context={"namespace": "erase-other", "mode": "ingest"})
@@ -420,7 +420,7 @@ def test_an_operator_erases_through_the_server_and_its_threads_go_too(served: Se
     assert seen["done"].status_code == 200 and "raw:D1:1" in report["erased"], served.fail(str(report))
     assert sorted(report["threads"]) == sorted([seen["ingest"], seen["asked"]])
     assert [r["id"] for r in seen["records"].json()] == ["raw:D1:3"]
-    assert seen["pages"] > HISTORY_PAGE  # the search read that thread's history in more than one page
+    assert seen["pages"] > HISTORY_PAGE  # more than a page of states, none of which the erase needed to read
     assert seen["kept"] == [seen["other"], seen["long_run"]]
 
 
