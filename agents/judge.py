@@ -8,14 +8,16 @@ asked for must be stated at the precision asked, and vague stand-ins such as
 questions, and only K_r times (AMA's bounded retry); when the budget is spent
 the run answers from what it has and says so in a note.
 
-Offline, both checks are rules. Conflicts compare facts slot by slot: the same
-subject and the same single-valued attribute (lives_in, works_as, age ...) with
-values that differ once normalised; an incoming statement is compared the same
-way through the facts `memory.facts` extracts from it; and an explicit request
-to forget names the records `memory.forgetting` allows this turn to delete
-(whose memory it is, a precise match, a bound). The single-valued test is the
-Refresher's own and the forget rule is shared, so a Refresh verdict is always
-one the Refresher can act on; a refused request or one waiting for a
+Offline, both checks are rules. Conflicts compare facts slot by slot (the same
+subject and a single-valued attribute such as lives_in, works_as, age, or what
+someone is when the newer statement announces a change) by the memory layer's
+rule for which value is current (`memory.slots`): stored facts a newer stored
+fact outdates, and stored facts the incoming statement outdates, read through
+the facts `memory.facts` extracts from it; and an explicit request to forget
+names the records `memory.forgetting` allows this turn to delete (whose memory
+it is, a precise match, a bound). The Refresher settles a group by the same
+rule and the forget rule is shared, so an offline Refresh verdict names what
+the Refresher then acts on; a refused request or one waiting for a
 confirmation is said in the run's notes. Sufficiency reads the
 question type and looks for what it needs in the items that cover the
 question's content words.
@@ -24,7 +26,7 @@ question's content words.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -34,7 +36,7 @@ from strata.agents.common import OFFLINE, classify, decided_offline, format_evid
 from strata.agents.llm import ask_json, chat_model, one_of
 from strata.graph.context import Context
 from strata.graph.routing import refresh_allowed, retry_allowed
-from strata.graph.state import Action, Evidence, State, Verdict
+from strata.graph.state import NEW, Action, Evidence, State, Verdict
 from strata.memory.dates import resolve_relative
 from strata.memory.entities import (
     CHAT_WORDS,
@@ -46,18 +48,17 @@ from strata.memory.entities import (
     stem,
     tokenize,
 )
-from strata.memory.facts import FactDraft, extract_facts, single_valued, told_as_past
+from strata.memory.facts import FactDraft, extract_facts
 from strata.memory.forgetting import decide
 from strata.memory.graph.replies import MAX_LINE_CHARS, Ids, Reply, clipped, weight
 from strata.memory.lemmas import forms, text_forms
 from strata.memory.names import unaccented
 from strata.memory.records import Record, Status, Turn
-from strata.memory.slots import settles
+from strata.memory.slots import announces_change, group_of, outdated_by, outdated_stored, same_slot, slot_of
 from strata.memory.speakers import resolve_participant
 from strata.memory.store import MemoryStore
 from strata.prompts import judge as prompts
 
-NEW = "new"  # the incoming turn inside a conflict group (the Refresher's name for it)
 MIN_COVERAGE = 0.5  # share of the question's content words an item must hold to count as relevant
 MAX_GROUPS = 6
 MAX_MISSING = 5  # phrases of the model's "missing" kept for the sub-question
@@ -67,10 +68,6 @@ MAX_LISTED = 8  # ids a trace line lists before "..."
 # but costs recall.
 KEEP_SHARE = 0.9
 
-_CHANGE_CUE = re.compile(
-    r"\b(now|no longer|anymore|any more|moved|changed|switched|instead|actually|currently|these days|quit)\b",
-    re.IGNORECASE,
-)
 _VAGUE = re.compile(
     r"\b(recently|lately|some ?time|a while|the other day|back then|around then|around that time|somewhere"
     r"|home country|back home|abroad|overseas|a few|a couple|several|some)\b",
@@ -163,24 +160,6 @@ class ModelVerdict(Reply):
 
 
 # --- conflicts ----------------------------------------------------------------------------------
-def norm(text: str) -> str:
-    """Lower case, no punctuation or articles: wording differences are not conflicts."""
-    words = re.sub(r"[^\w\s]", " ", text.lower().replace("_", " ")).split()
-    return " ".join(w for w in words if w not in ("a", "an", "the"))
-
-
-def disagree(old: str, new: str) -> bool:
-    """Different values that neither contains (so 'New York' and 'New York City' agree)."""
-    a, b = norm(old), norm(new)
-    if not a or not b or a == b:
-        return False
-    return not (f" {a} " in f" {b} " or f" {b} " in f" {a} ")
-
-
-def slot(subject: str, attribute: str) -> tuple[str, str]:
-    return norm(subject), norm(attribute)
-
-
 def facts_behind(store: MemoryStore, evidence: Sequence[Evidence]) -> list[Record]:
     """The live facts in the evidence, and those derived from the evidence's raw turns."""
     ids = [e.id for e in evidence if e.kind == "fact"]
@@ -191,67 +170,23 @@ def facts_behind(store: MemoryStore, evidence: Sequence[Evidence]) -> list[Recor
     return list(found.values())
 
 
-def stored_conflicts(facts: Iterable[Record]) -> list[list[str]]:
-    """Groups of stored facts with one subject and single-valued attribute but different values."""
-    by_slot: dict[tuple[str, str], list[Record]] = {}
-    for record in facts:
-        if record.subject and record.attribute and record.value:
-            by_slot.setdefault(slot(record.subject, record.attribute), []).append(record)
-    groups: list[list[str]] = []
-    for (_, attribute), members in by_slot.items():
-        if len(members) < 2:
-            continue
-        ordered = sorted(members, key=lambda r: (r.time or datetime.min, r.id))
-        newest = ordered[-1]
-        if not single_valued(attribute):
-            continue  # a person likes many things and "is" many things at once
-        clash = [r.id for r in ordered[:-1] if disagree(r.value, newest.value) and r.dialogue_id != newest.dialogue_id]
-        if clash:
-            groups.append([*clash, newest.id])
-    return groups
-
-
 def incoming_conflicts(
-    drafts: Sequence[FactDraft], text: str, facts: Iterable[Record], said: Mapping[str, datetime | None] | None = None,
+    store: MemoryStore, turn: Turn, drafts: Sequence[FactDraft], facts: Iterable[Record]
 ) -> list[list[str]]:
-    """Stored facts whose slot the incoming turn fills with a different value: [id, ..., "new"].
-
-    A single-valued attribute always counts; what someone is ("is_a") counts when
-    the turn announces a change ("I'm a nurse now"). A draft about a time before the
-    fact was said (`said`: fact id -> its turn's time) tells of the past, not of a change.
-    """
-    clashing: list[str] = []
-    change = bool(_CHANGE_CUE.search(text))
-    for record in facts:
-        if not (record.subject and record.attribute and record.value):
-            continue
-        for draft in drafts:
-            if not draft.attribute or slot(draft.subject, draft.attribute) != slot(record.subject, record.attribute):
-                continue
-            replaceable = single_valued(record.attribute) or (change and norm(record.attribute) == "is a")
-            if disagree(record.value, draft.value) and replaceable and not _before(draft, (said or {}).get(record.id)):
-                clashing.append(record.id)
-                break
-    return [[*dict.fromkeys(clashing), NEW]] if clashing else []
-
-
-def _before(draft: FactDraft, said: datetime | None) -> bool:
-    return told_as_past(draft.time_end or draft.time, said)
-
-
-def said_times(store: MemoryStore, facts: Iterable[Record]) -> dict[str, datetime | None]:
-    """When each fact's turn was said (its own time when the turn is not stored)."""
-    facts = list(facts)
-    turns = {r.dialogue_id: r.time for r in store.get(sorted({f"raw:{f.dialogue_id}" for f in facts}))}
-    return {f.id: turns.get(f.dialogue_id, f.time) for f in facts}
+    """Stored facts the incoming statement outdates, [id, ..., "new"]: those the Refresher supersedes by it
+    or keeps for an undone change (`slots.outdated_by`, the rule it settles the group by)."""
+    group = group_of(store, [f for f in facts if any(same_slot(f, d) and announces_change(f.attribute, d.text)
+                                                     for d in drafts)])  # read the history of these only
+    outdated = [found.record.id for found in outdated_by(group, turn, drafts) if found.acted_on()]
+    return [[*dict.fromkeys(outdated), NEW]] if outdated else []
 
 
 def same_slot_facts(store: MemoryStore, drafts: Sequence[FactDraft]) -> list[Record]:
     """Live facts filling the slots the incoming turn speaks about (an exact lookup backs off retrieval)."""
-    slots = {slot(d.subject, d.attribute) for d in drafts if d.subject and d.attribute}
+    slots = {slot_of(d) for d in drafts if d.subject and d.attribute}
     if not slots:
         return []
-    return [r for r in store.all("fact") if r.subject and r.attribute and slot(r.subject, r.attribute) in slots]
+    return [r for r in store.all("fact") if r.subject and r.attribute and slot_of(r) in slots]
 
 
 # --- sufficiency --------------------------------------------------------------------------------
@@ -484,10 +419,10 @@ class Situation:
 def offline_verdict(s: Situation) -> Verdict:
     if s.forget is not None and s.forget.allowed:
         return Verdict(action="Refresh", reason=s.forget.reason(), confidence=0.9, conflicts=[[*s.forget.allowed, NEW]])
-    # stored facts that disagree are a conflict when the Refresher would settle them: not when the newer value is
-    # only asked, someone else's word against the subject's own, or about a time before the older was said
-    stored = [g for g in stored_conflicts(s.facts) if settles(s.store, g)]
-    groups = incoming_conflicts(s.drafts, s.text, s.facts, said_times(s.store, s.facts)) + stored
+    # a conflict is what the Refresher acts on (`memory.slots`): not a newer value only asked, someone else's
+    # word against the subject's own, about a time before the older was said, or said before it
+    incoming = incoming_conflicts(s.store, s.turn, s.drafts, s.facts) if s.turn is not None and s.drafts else []
+    groups = incoming + outdated_stored(s.store, s.facts)
     if groups:
         groups = groups[:MAX_GROUPS]
         return Verdict(

@@ -58,10 +58,10 @@ from strata.agents.common import (
 )
 from strata.agents.llm import ask_json, chat_model, one_of
 from strata.graph.context import Context
-from strata.graph.state import Evidence, State, validate_turns
+from strata.graph.state import NEW, Evidence, State, validate_turns
 from strata.memory.erasure import erased_turns, out_of_open_episode, still_telling
 from strata.memory.errors import InputError
-from strata.memory.facts import extract_facts, single_valued
+from strata.memory.facts import extract_facts
 from strata.memory.forgetting import ForgetDecision, decide, request_told
 from strata.memory.graph.replies import (
     MAX_ITEMS,
@@ -77,9 +77,8 @@ from strata.memory.graph.replies import (
 )
 from strata.memory.moments import local
 from strata.memory.names import same_name
-from strata.memory.records import ChangeNote, Record, Status, Turn, id_numbers
+from strata.memory.records import ChangeNote, Record, Status, Turn
 from strata.memory.slots import (
-    CHANGE_CUE,
     Group,
     Step,
     already_consistent,
@@ -87,16 +86,13 @@ from strata.memory.slots import (
     disagree,
     follow_persona,
     group_of,
-    in_question,
-    kept_because,
+    outdated_by,
     same_slot,
     stored_conflicts,
-    value_of,
 )
 from strata.memory.store import MemoryStore, kind_of
 from strata.prompts import refresher as prompts
 
-NEW = "new"  # how the Judge names the incoming turn inside a conflict group
 MAX_GROUPS = 4  # conflict groups settled per run; the rest wait for a later turn
 
 _QUESTION_START = re.compile(
@@ -348,49 +344,25 @@ def guarded(step: Step, incoming: Incoming) -> Step:
 
 
 def incoming_conflicts(group: Group, incoming: Incoming) -> list[Step]:
-    """A stored fact whose single-valued attribute the incoming turn states anew: superseded by the turn's own
-    fact when it is stored, else by the turn (its facts are derived after the Refresher). Not rewritten: the
-    older fact still says what its own turn said."""
+    """A stored fact the incoming statement outdates (`slots.outdated_by`, the rule the Judge named it by):
+    superseded by the turn's own fact when it is stored, else by the turn (its facts are derived after the
+    Refresher). Not rewritten: the older fact still says what its own turn said."""
     if not group.has_new or not incoming.is_statement():
         return []
-    drafts = extract_facts(incoming.turn())  # (its listener, and its time on the speaker's clock)
+    turn = incoming.turn()
     steps: list[Step] = []
-    for record in group.records:
-        if record.kind == "raw" or not (record.subject and record.attribute and record.value):
-            continue
-        for draft in drafts:
-            if not same_slot(record, draft) or not disagree(record, value_of(draft)):
-                continue
-            if not (single_valued(record.attribute) or CHANGE_CUE.search(incoming.text)):
-                continue
-            if said_later(group.said_key(record), incoming):
-                continue  # the stored value was said after this turn (a backfill of older talk)
-            value = value_of(draft)
-            change = f"{record.attribute} {record.value!r} -> {value!r}"
-            # another person's statement is taken (the subject is told what changed), a question's is not
-            kept = kept_because(group, record, value, draft.time_end or draft.time,
-                                in_question(draft.value, incoming.text), None)
-            by = next((r for r in group.newer if same_slot(r, draft) and not disagree(r, value)), None)
-            by = by or next((r for r in group.newer if r.kind == "raw"), None)
-            if kept or by is None:
-                why = kept or f"{incoming.describe()} is not stored to supersede it by"
-                steps.append(Step("noop", record, f"{why}: left as it is ({change} by {incoming.describe()})"))
-            else:
-                steps.append(Step("supersede", record, f"superseded by {by.id} ({incoming.describe()}): {change}",
-                                  new_text=draft.text, by=by))
-            break
+    for found in outdated_by(group, turn, extract_facts(turn)):  # (its listener, and its time on the speaker's clock)
+        record, value = found.record, found.value
+        change = f"{record.attribute} {record.value!r} -> {value!r}"
+        by = next((r for r in group.newer if same_slot(r, found.draft) and not disagree(r, value)), None)
+        by = by or next((r for r in group.newer if r.kind == "raw"), None)
+        if found.kept or by is None:
+            why = found.kept or f"{incoming.describe()} is not stored to supersede it by"
+            steps.append(Step("noop", record, f"{why}: left as it is ({change} by {incoming.describe()})"))
+        else:
+            steps.append(Step("supersede", record, f"superseded by {by.id} ({incoming.describe()}): {change}",
+                              new_text=found.draft.text, by=by))
     return steps
-
-
-def said_later(stored: tuple[datetime, tuple[int, ...]], incoming: Incoming) -> bool:
-    """Whether a stored statement was said after the incoming turn: by time when both have one (at one time,
-    by dialogue id); an undated turn is taken as the newer, as it arrives now."""
-    when, numbers = stored
-    if incoming.time is None or when == datetime.min:
-        return False
-    if when != incoming.time:
-        return when > incoming.time
-    return numbers > id_numbers(incoming.dia_id)
 
 
 # --- the model policy ----------------------------------------------------------------------

@@ -100,13 +100,18 @@ class Plan(BaseModel):
     policy: str = "offline"
 
 
+NEW = "new"  # the incoming turn inside a conflict group: how the Judge names it and the Refresher reads it
+
+
 class Verdict(BaseModel):
     """The Judge's decision on the evidence (AMA Judge output contract)."""
 
     action: Action
     reason: str = ""
     confidence: float = Field(0.5, ge=0.0, le=1.0)
-    conflicts: list[list[str]] = Field(default_factory=list, description="Groups of record ids that disagree.")
+    conflicts: list[list[str]] = Field(
+        default_factory=list, description=f"Groups of record ids that disagree; {NEW!r} is the incoming turn."
+    )
     missing: list[str] = Field(default_factory=list, description="What the evidence lacks: entity, time, place...")
     policy: str = "offline"
 

@@ -1,21 +1,25 @@
 """Which stored value of a slot is current, and writing that decision through the store.
 
 A slot is a subject and a single-valued attribute (where Ann lives, what Bob
-works as; another attribute counts when the newer statement announces a change,
-`CHANGE_CUE`). AMA (section 3.4) updates the outdated value to the latest one;
-here is that rule for the facts already stored: of two facts of one slot with
-different values, the one said later supersedes the older (`stored_conflicts`),
+works as; what someone is counts when the newer statement itself announces a
+change, `announces_change`). AMA (section 3.4) updates the outdated value to the
+latest one; here is that rule for the facts already stored: of two facts of one
+slot with different values, the one said later supersedes the older (`stored_conflicts`),
 unless the user undid that same change, the older is its subject's own word and
 the newer only a question or someone else's, or the newer tells of a time well
 before the older was said (`kept_because`). A decision is applied through the
 store (`apply`), so it lands in the ledger's history and can be undone, and a
 persona trait goes with the fact it came from (`follow_persona`).
 
+The same rule decides what an incoming statement outdates (`outdated_by`): a
+stored fact of the slot the turn fills with another value, unless it was said
+after the turn or one of the reasons above keeps it.
+
 It lives in the memory layer, not in a role, because more than one place
-decides a slot: the Refresher (agents/refresher.py) runs it on a conflict the
-Judge found and adds the incoming turn's own statements; the Judge
-(agents/judge.py) names a conflict of stored facts only when this rule would
-settle it (`settles`); and an erase (memory/erasure.py) decides a slot again
+decides a slot: the Judge (agents/judge.py) names as a conflict exactly what
+this rule changes or keeps for an undone change (`outdated_stored`,
+`outdated_by` with `acted_on`), and the Refresher (agents/refresher.py) settles
+what the Judge named by it; an erase (memory/erasure.py) decides a slot again
 from the facts that stay (`settle_again`). The roles import it from here; this
 module knows no role and no graph state.
 """
@@ -30,7 +34,7 @@ from typing import Literal
 
 from strata.memory.facts import FactDraft, comparable, single_valued, split_sentences, told_as_past
 from strata.memory.names import same_name
-from strata.memory.records import OFFLINE, Action, ChangeNote, Record, Status, id_numbers
+from strata.memory.records import OFFLINE, Action, ChangeNote, Record, Status, Turn, id_numbers
 from strata.memory.store import MemoryStore
 
 UNDONE = "the user undid this same change"  # how a no-op that keeps an undo standing starts
@@ -41,6 +45,7 @@ CHANGE_CUE = re.compile(
     r"not .{1,30} anymore)\b",
     re.IGNORECASE,
 )
+_CHANGING = frozenset({"is_a"})  # attributes that hold several values, one of which a change cue replaces
 _NEW_VALUE = re.compile(r"->\s*(['\"])(.+)\1\s*$")
 
 
@@ -115,11 +120,25 @@ def undone_values(store: MemoryStore, records: Sequence[Record]) -> dict[str, se
     return undone
 
 
-def settles(store: MemoryStore, record_ids: Sequence[str]) -> bool:
-    """Whether the offline plan for stored facts that disagree changes one, or records that the user undid
-    that change: the Judge's offline verdict names only conflicts the Refresher acts on."""
-    group = group_of(store, [r for r in store.get(record_ids) if r.status == Status.ACTIVE])
-    return any(step.action != "noop" or step.reason.startswith(UNDONE) for step in stored_conflicts(group))
+def acted_on(step: Step) -> bool:
+    """Whether the Refresher does something with this step: changes the record, or records that the user
+    undid that same change (a no-op kept in history so the undo is seen to stand)."""
+    return step.action != "noop" or step.reason.startswith(UNDONE)
+
+
+def outdated_stored(store: MemoryStore, facts: Sequence[Record]) -> list[list[str]]:
+    """Per slot, the ids of the stored facts a newer stored fact outdates, then the newer one's: the groups
+    on which the offline plan (`stored_conflicts`) changes a fact or records an undone change, so the Judge
+    names as a conflict only what the Refresher then acts on. Only slots held by two facts are looked up."""
+    groups: list[list[str]] = []
+    for members in by_slot(facts).values():
+        if len(members) < 2 or not any(announces_change(r.attribute, r.text) for r in members):
+            continue  # nothing to settle: no reading of the group's history needed
+        group = group_of(store, members)
+        older = [step.record.id for step in stored_conflicts(group) if acted_on(step)]
+        if older:  # one slot: every pair has the same newest
+            groups.append([*older, same_slot_pairs(group)[0][1].id])
+    return groups
 
 
 def stored_conflicts(group: Group) -> list[Step]:
@@ -158,6 +177,56 @@ def kept_because(
     return ""
 
 
+@dataclass
+class Outdated:
+    """A stored fact whose slot the incoming statement fills with another value, and why it stays ('' when
+    the newer value replaces it)."""
+
+    record: Record
+    draft: FactDraft
+    value: str  # the new value, without the words that only announced the change
+    kept: str
+
+    def acted_on(self) -> bool:
+        """Whether the Refresher changes the fact, or records that the user undid this same change."""
+        return not self.kept or self.kept.startswith(UNDONE)
+
+
+def outdated_by(group: Group, turn: Turn, drafts: Sequence[FactDraft]) -> list[Outdated]:
+    """The group's stored facts an incoming statement (`turn`, read as `drafts`) gives another value of the
+    same slot, where the statement replaces the older value (`announces_change`, as between stored facts);
+    not a fact said after the turn (a backfill of older talk). Each says why it stays, if it does
+    (`kept_because`: another person's statement is taken, a question's is not). One draft per fact."""
+    found: list[Outdated] = []
+    for record in group.records:
+        if record.kind == "raw" or not (record.subject and record.attribute and record.value):
+            continue
+        for draft in drafts:
+            value = value_of(draft)
+            if not same_slot(record, draft) or not disagree(record, value):
+                continue
+            if not announces_change(record.attribute, draft.text):
+                continue
+            if said_later(group.said_key(record), turn):
+                continue
+            kept = kept_because(group, record, value, draft.time_end or draft.time,
+                                in_question(draft.value, turn.text), None)
+            found.append(Outdated(record, draft, value, kept))
+            break
+    return found
+
+
+def said_later(stored: tuple[datetime, tuple[int, ...]], turn: Turn) -> bool:
+    """Whether a stored statement was said after the incoming turn: by time when both have one (at one time,
+    by dialogue id); an undated turn is taken as the newer, as it arrives now."""
+    when, numbers = stored
+    if turn.time is None or when == datetime.min:
+        return False
+    if when != turn.time:
+        return when > turn.time
+    return numbers > id_numbers(turn.dia_id or "")
+
+
 def _plain(value: str) -> str:
     """A value as compared with an undone one: without the words that only announced the change."""
     return comparable(_VALUE_TAIL.sub("", value).strip() or value)
@@ -179,15 +248,20 @@ def already_consistent(group: Group) -> set[str]:
 
 def same_slot_pairs(group: Group) -> list[tuple[Record, Record]]:
     """(older, newest) for facts sharing a subject and attribute, oldest first by when they were said."""
-    by_key: dict[tuple[str, str], list[Record]] = {}
-    for record in group.records:
-        if record.kind != "raw" and record.subject and record.attribute and record.value:
-            by_key.setdefault((comparable(record.subject), comparable(record.attribute)), []).append(record)
     pairs: list[tuple[Record, Record]] = []
-    for members in by_key.values():
+    for members in by_slot(group.records).values():
         ordered = sorted(members, key=lambda r: (group.said_key(r), r.version, r.id))
         pairs += [(older, ordered[-1]) for older in ordered[:-1]]
     return pairs
+
+
+def by_slot(records: Sequence[Record]) -> dict[tuple[str, str], list[Record]]:
+    """The facts with a value, by the slot they fill (raw turns state no slot)."""
+    slots: dict[tuple[str, str], list[Record]] = {}
+    for record in records:
+        if record.kind != "raw" and record.subject and record.attribute and record.value:
+            slots.setdefault(slot_of(record), []).append(record)
+    return slots
 
 
 def value_of(draft: FactDraft) -> str:
@@ -198,12 +272,26 @@ def value_of(draft: FactDraft) -> str:
 def _replaces(attribute: str, newer_text: str, older: Record, newer: Record) -> bool:
     if older.time and newer.time and older.time == newer.time and older.dialogue_id == newer.dialogue_id:
         return False  # said in the same breath: two values that hold together
-    return single_valued(attribute) or bool(CHANGE_CUE.search(newer_text))
+    return announces_change(attribute, newer_text)
+
+
+def announces_change(attribute: str, statement: str) -> bool:
+    """Whether a newer statement of this attribute replaces the older value: a single-valued one always;
+    what someone is ("is_a") when the statement itself announces a change ("Caroline is a nurse now").
+    Not any attribute with a cue: a person likes, does and is (glad, busy) many things at once, and on
+    LoCoMo (conv-30) "Jon is currently reading ..." superseded 16 of Jon's other "is" facts. Not the cue
+    anywhere in the turn: "Now the hard work starts. I'm truly grateful ..." outdates nothing."""
+    return single_valued(attribute) or (comparable(attribute).replace(" ", "_") in _CHANGING
+                                        and bool(CHANGE_CUE.search(statement)))
+
+
+def slot_of(item: FactDraft | Record) -> tuple[str, str]:
+    """The slot a fact or a statement fills, as compared: its subject and attribute without wording."""
+    return comparable(item.subject), comparable(item.attribute)
 
 
 def same_slot(record: Record, draft: FactDraft | Record) -> bool:
-    return (comparable(record.subject), comparable(record.attribute)) == (comparable(draft.subject),
-                                                                        comparable(draft.attribute))
+    return slot_of(record) == slot_of(draft)
 
 
 def disagree(record: Record, value: str) -> bool:
@@ -274,13 +362,11 @@ def settle_again(store: MemoryStore, fact_ids: Sequence[str], policy: str = OFFL
     `fact_ids` are settled by the rule for two stored facts (`stored_conflicts`, with its guards): the one
     said later supersedes the others. Each change is made for the newer fact's turn (its `cause`), so an
     erase of that turn takes it back in turn; nothing changes when a slot holds one value."""
-    slots = {(comparable(r.subject), comparable(r.attribute)) for r in store.get(fact_ids)
-             if r.kind == "fact" and r.subject and r.attribute}
+    slots = {slot_of(r) for r in store.get(fact_ids) if r.kind == "fact" and r.subject and r.attribute}
     notes: list[ChangeNote] = []
     with store.edits():
-        for subject, attribute in sorted(slots):
-            members = [r for r in store.all("fact")
-                       if (comparable(r.subject), comparable(r.attribute)) == (subject, attribute)]
+        for slot in sorted(slots):
+            members = [r for r in store.all("fact") if slot_of(r) == slot]
             if len(members) < 2:
                 continue
             for step in stored_conflicts(group_of(store, members)):

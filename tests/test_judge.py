@@ -21,8 +21,6 @@ from langchain_core.messages import AIMessage
 from langgraph.runtime import Runtime
 from strata.agents.judge import (
     ModelVerdict,
-    disagree,
-    incoming_conflicts,
     irrelevant_items,
     judge,
     need_of,
@@ -36,6 +34,7 @@ from strata.memory.facts import extract_facts
 from strata.memory.records import Record, Turn, raw_record
 from strata.memory.registry import close_all, open_store
 from strata.memory.settings import StoreSettings
+from strata.memory.slots import Group, disagree, outdated_by
 
 from strata.conversations import load_turns
 
@@ -203,9 +202,12 @@ def test_stored_facts_that_disagree_are_a_conflict(memory_dir: Path) -> None:
 
 
 def test_wording_alone_is_not_a_conflict() -> None:
-    assert not disagree("New York City", "new york")
-    assert not disagree("a teacher", "Teacher.")
-    assert disagree("Boston", "New York City")
+    nyc = fact("fact:D1:1:0", "Caroline lives in NYC.", "Caroline", "lives_in", "New York City", MAY_8, "D1:1")
+    teacher = fact("fact:D1:2:0", "Caroline is a teacher.", "Caroline", "is_a", "a teacher", MAY_8, "D1:2")
+    boston = fact("fact:D2:1:0", "Caroline lives in Boston.", "Caroline", "lives_in", "Boston", MAY_8, "D2:1")
+    assert not disagree(nyc, "new york")
+    assert not disagree(teacher, "Teacher.")
+    assert disagree(boston, "New York City")
 
 
 def test_a_new_turn_that_contradicts_a_stored_fact_is_a_conflict(memory_dir: Path) -> None:
@@ -225,8 +227,29 @@ def test_a_new_turn_in_other_words_is_not_a_conflict() -> None:
     assert [(d.subject, d.attribute) for d in drafts] == [("Caroline", "lives_in")]
     nyc = fact("fact:D1:1:0", "Caroline lives in NYC.", "Caroline", "lives_in", "New York City", MAY_8, "D1:1")
     boston = fact("fact:D2:1:0", "Caroline lives in Boston.", "Caroline", "lives_in", "Boston", MAY_8, "D2:1")
-    assert incoming_conflicts(drafts, turn.text, [nyc]) == []
-    assert incoming_conflicts(drafts, turn.text, [nyc, boston]) == [["fact:D2:1:0", "new"]]
+    assert outdated_by(Group([nyc], has_new=True), turn, drafts) == []
+    assert [o.record.id for o in outdated_by(Group([nyc, boston], has_new=True), turn, drafts)] == ["fact:D2:1:0"]
+
+
+@pytest.mark.parametrize(
+    ("text", "outdated"),
+    [
+        ("Actually, I'm a nurse now.", ["fact:D1:2:0"]),  # what she is, and the statement says it changed
+        ("I'm a nurse. Now the hard work starts.", []),  # the cue is in another sentence: she is both
+        ("I'm currently reading a book about startups.", []),  # a person is (glad, reading ...) many things at once
+    ],
+)
+def test_a_new_turn_outdates_what_someone_is_only_when_its_statement_says_it_changed(
+    text: str, outdated: list[str]
+) -> None:
+    """The rule the Judge names conflicts by and the Refresher settles them by (`slots.outdated_by`). On LoCoMo
+    conv-30, a cue in the statement letting any attribute count superseded 57 "is" and "doing" facts ("Jon is
+    currently reading ..." outdating "Jon is determined to make it work"); a cue anywhere in the turn, more."""
+    teacher = fact("fact:D1:2:0", "Caroline is a teacher.", "Caroline", "is_a", "teacher", MAY_8, "D1:2")
+    busy = fact("fact:D1:3:0", "Caroline is so busy with work.", "Caroline", "is", "so busy with work", MAY_8, "D1:3")
+    turn = Turn(speaker="Caroline", text=text, time=JUNE_9, dia_id="D3:1", listener="Melanie")
+    found = outdated_by(Group([teacher, busy], has_new=True), turn, extract_facts(turn))
+    assert [o.record.id for o in found] == outdated
 
 
 def test_a_new_turn_that_agrees_is_not_a_conflict(memory_dir: Path) -> None:
