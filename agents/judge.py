@@ -48,7 +48,7 @@ from strata.memory.entities import (
     stem,
     tokenize,
 )
-from strata.memory.facts import FactDraft, extract_facts
+from strata.memory.facts import FactDraft, asks, extract_facts, only_asks
 from strata.memory.forgetting import decide
 from strata.memory.graph.replies import MAX_LINE_CHARS, Ids, Reply, clipped, weight
 from strata.memory.lemmas import forms, text_forms
@@ -93,11 +93,6 @@ _PERSON_NOUN = re.compile(
     r"|children|family|friends?|sister|brother|siblings?|grandma|grandmother|grandpa|grandfather|aunt|uncle"
     r"|cousin|mentors?|teacher|coach|colleagues?|coworkers?|boss|neighbou?rs?|team|group|community|doctor"
     r"|therapist|counselor)\b",
-    re.IGNORECASE,
-)
-_QUESTION_START = re.compile(
-    r"^\s*(who|whom|whose|what|when|where|why|how|which|is|are|was|were|do|does|did|can|could|would|will|should"
-    r"|has|have|had)\b",
     re.IGNORECASE,
 )
 _LIGHT = frozenset(stem(w) for w in PLAIN_WORDS | CHAT_WORDS)
@@ -190,11 +185,6 @@ def same_slot_facts(store: MemoryStore, drafts: Sequence[FactDraft]) -> list[Rec
 
 
 # --- sufficiency --------------------------------------------------------------------------------
-def is_question(text: str) -> bool:
-    stripped = text.strip()
-    return stripped.endswith("?") or bool(_QUESTION_START.match(stripped))
-
-
 def need_of(question: str) -> Need:
     """What the answer must state, from the question type (AMA's entity / place / time / quantity rules)."""
     kind = classify(question)
@@ -402,14 +392,14 @@ class Situation:
         self.turn: Turn | None = None
         if context.mode in ("ingest", "chat") and state.turns and state.cursor < len(state.turns):
             self.turn = state.turns[state.cursor]
-        self.question = context.mode in ("ask", "retrieve") or (self.turn is not None and is_question(self.text))
+        self.question = context.mode in ("ask", "retrieve") or (self.turn is not None and asks(self.text))
         if context.mode == "ingest":
             self.question = False
         self.participants = self.store.participants()
         listener = self.turn.listener or "" if self.turn is not None else ""
         self.forget = decide(self.store, context.mode, self.text, self.speaker, listener, context.owner, self.exclude)
         self.drafts: list[FactDraft] = []
-        if self.turn is not None and not is_question(self.text) and self.forget is None:
+        if self.turn is not None and not only_asks(self.text) and self.forget is None:
             self.drafts = [d for d in extract_facts(self.turn) if d.attribute]  # (on the speaker's clock)
         self.facts = facts_behind(self.store, self.evidence)
         known = {f.id for f in self.facts}

@@ -39,7 +39,6 @@ record for the current turn; any other delete becomes a recorded no-op.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -61,7 +60,7 @@ from strata.graph.context import Context
 from strata.graph.state import NEW, Evidence, State, validate_turns
 from strata.memory.erasure import erased_turns, out_of_open_episode, still_telling
 from strata.memory.errors import InputError
-from strata.memory.facts import extract_facts
+from strata.memory.facts import extract_facts, only_asks
 from strata.memory.forgetting import ForgetDecision, decide, request_told
 from strata.memory.graph.replies import (
     MAX_ITEMS,
@@ -95,11 +94,6 @@ from strata.prompts import refresher as prompts
 
 MAX_GROUPS = 4  # conflict groups settled per run; the rest wait for a later turn
 
-_QUESTION_START = re.compile(
-    r"^\s*(who|whom|whose|what|when|where|why|how|which|is|are|was|were|do|does|did|can|could|would|will|should|"
-    r"has|have|had)\b",
-    re.IGNORECASE,
-)
 
 
 # --- the model's output contract ---------------------------------------------------------------
@@ -152,7 +146,7 @@ class Incoming:
         return self.dia_id if self.is_turn else ""
 
     def is_statement(self) -> bool:
-        return self.is_turn and not (self.text.rstrip().endswith("?") and _QUESTION_START.search(self.text))
+        return self.is_turn and not only_asks(self.text)
 
     def turn(self) -> Turn:
         return Turn(speaker=self.speaker, text=self.text, time=self.time, dia_id=self.dia_id or None,

@@ -87,9 +87,10 @@ _PAST_SPLIT = re.compile(
     r"|[a-z]{3,}ed\s+(?:a|an|the|my|our|his|her|their|some|it|them|this|that|these|those|\d+)\b)"
 )
 _LEADING_SUBJECT = re.compile(r"^(I|we|you|he|she|they|[A-Z][a-z]+)\b(?!['’])")
-_QUESTION_START = re.compile(
-    r"^(?:do|does|did|are|is|was|were|have|has|can|could|would|will|should|shall|what|when|where|who|whom|whose|why"
-    r"|how|which|any|anything|wanna|want)\b",
+# How a question opens (not "Can't wait", whose "can" is followed by an apostrophe).
+QUESTION_START = re.compile(
+    r"^\s*(?:do|does|did|are|is|was|were|have|has|had|can|could|would|will|should|shall|what|when|where|who|whom"
+    r"|whose|why|how|which|any|anything|wanna|want)\b(?!['’])",
     re.IGNORECASE,
 )
 _TAG_QUESTION = re.compile(
@@ -339,8 +340,23 @@ def _small_talk(sentence: str, speaker: str, listener: str | None) -> bool:
     return all(not clause or _is_chitchat(clause, listener, speaker) for clause in clauses)
 
 
+def only_asks(text: str) -> bool:
+    """Whether a turn asks and states nothing of its own: it ends with a question mark and opens as a question
+    ("Do you still live in Boston?"); "I moved to Denver, did you know?" states a move."""
+    stripped = text.strip()
+    return stripped.endswith(_QUESTION_MARKS) and bool(QUESTION_START.match(stripped))
+
+
+def asks(text: str) -> bool:
+    """Whether a turn asks something to answer: it ends with a question mark, or opens as a question and does
+    not end as a statement does ("where do you live" typed without one; not "Do you know I moved.")."""
+    stripped = text.strip()
+    return stripped.endswith(_QUESTION_MARKS) or (bool(QUESTION_START.match(stripped))
+                                                   and not stripped.endswith((".", "!")))
+
+
 def _is_question(clause: str, sentence_is_question: bool) -> bool:
-    return clause.rstrip().endswith(_QUESTION_MARKS) or (sentence_is_question and bool(_QUESTION_START.match(clause)))
+    return clause.rstrip().endswith(_QUESTION_MARKS) or (sentence_is_question and bool(QUESTION_START.match(clause)))
 
 
 # --- dates ---------------------------------------------------------------------------------

@@ -78,6 +78,21 @@ def test_a_question_about_a_period_gets_the_value_said_by_its_end(memory: Memory
         assert (answer.answer, answer.cited_ids) == (city, [turn]), question
 
 
+@pytest.mark.parametrize("told", ["Did you hear? I moved to Denver.", "Have you heard? I moved to Denver last week."])
+def test_a_turn_that_asks_and_states_a_move_is_read_alike_by_the_judge_and_the_refresher(
+    data_dir: Path, embedder: Any, told: str
+) -> None:
+    """Found by review: the Judge took a turn opening with a question word ("Did you hear?") for a question
+    and named no conflict, while the Refresher read it as the statement it is; both now read it by one
+    rule (`facts.only_asks`), so the move supersedes May's fact."""
+    memory = Memory("told", data_dir=str(data_dir))
+    memory.add([said("Ann", "Bob", "I live in Boston.", "2023-05-01T10:00", "D1:1")])
+    memory.chat(told, speaker="Ann")
+    [old] = memory.get([MAY_FACT])
+    assert old.status == Status.SUPERSEDED, told
+    close_all()
+
+
 def test_undoing_the_update_makes_the_older_fact_current_again(memory: Memory) -> None:
     memory.undo()  # the supersession, and the trait retired with it
     [old] = memory.get([MAY_FACT])
