@@ -214,7 +214,7 @@ def start_run(state: State, runtime: Runtime[Context]) -> dict[str, object]:
                 f"input, so it is not taken as input for {shown_value(runtime.context.namespace)}: send it on a "
                 "new thread (or resume that run in its own namespace)")
     if runtime.context.mode in ("ask", "retrieve") and turns and not state.finished \
-            and input_print(turns) == state.turns_seen:
+            and input_print(state.turns) == state.turns_seen:  # as held (Turns), not as sent again (dicts)
         turns = update["turns"] = []  # a stopped run's, left on the thread: a read's own turns are refused (`input_of`)
     update.update(turns_seen=input_print(turns), question_seen=input_print(question))
     return update
