@@ -136,7 +136,8 @@ def shown_value(value: object, width: int = 60) -> str:
 def shown_url(url: str, width: int = 60) -> str:
     """A URL as `shown_value` shows it, less what may be a secret: the user and password before an '@' and
     the query and fragment (a mistyped base_url printed the tail of its `?api_key=...` in the error)."""
-    text = url.split("?", 1)[0].split("#", 1)[0]
-    scheme, sep, rest = text.partition("://")
-    shown = scheme + sep + rest.rpartition("@")[2] if sep else text.rpartition("@")[2]
-    return shown_value(shown, width)
+    scheme, sep, rest = url.partition("://")
+    # the user and password first, up to the last '@': a password may hold '?' or '#' (then a query cut first
+    # left "bob:hunter" standing); a query's own '@' makes it hide more, never less
+    text = scheme + sep + rest.rpartition("@")[2] if sep else url.rpartition("@")[2]
+    return shown_value(text.split("?", 1)[0].split("#", 1)[0], width)

@@ -333,6 +333,8 @@ def test_wrong_settings_are_one_line_errors(tmp_path: Path, settings: dict[str, 
         ("localhost:8000/v1?api_key=sk-live-abcdef123456", "'localhost:8000/v1'"),
         ("htp://bob:hunter2@llm.internal:8000/v1", "'htp://llm.internal:8000/v1'"),
         ("bob:hunter2@llm.internal:8000/v1#sk-live-abcdef123456", "'llm.internal:8000/v1'"),
+        ("htp://bob:hunter#2@llm.internal:8000/v1", "'htp://llm.internal:8000/v1'"),  # found by review
+        ("htp://bob:hunter?2@llm.internal:8000/v1", "'htp://llm.internal:8000/v1'"),
     ],
 )
 def test_a_mistyped_base_url_is_shown_without_its_secrets(tmp_path: Path, url: str, shown: str) -> None:
