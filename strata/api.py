@@ -41,6 +41,7 @@ from strata.memory.ledger_sql import LARGEST_INTEGER
 from strata.memory.portability import ImportReport, MemoryDocument, export_memory, import_memory, read_document
 from strata.memory.records import Change, Record, Turn
 from strata.memory.registry import drop_namespace, open_store, set_aside
+from strata.memory.settings import real_folder
 from strata.memory.store import MemoryStore
 
 TurnLike = Turn | dict[str, Any] | str
@@ -125,11 +126,16 @@ class Memory:
         unknown = set(settings) - known
         if unknown:
             raise InputError(f"unknown setting(s) {', '.join(sorted(unknown))}: use some of {', '.join(sorted(known))}")
-        self._settings = settings
         # validate settings now, not at the first call; with no namespace, STRATA_NAMESPACE, then 'default'
         named = {} if namespace is None else {"namespace": namespace}
-        self.namespace: str = Context(mode="ask", **named, **settings,  # type: ignore[call-arg]
-                                      _given=frozenset({*named, *settings})).namespace
+        first = Context(mode="ask", **named, **settings,  # type: ignore[call-arg]
+                        _given=frozenset({*named, *settings}))
+        self.namespace: str = first.namespace
+        # the folder is found once, here: a relative name read again at each call resolved against the working
+        # directory then, which an app may change, and which a call on an event loop reads as it was at import
+        # (memory/settings.py `real_folder`), so an async app's calls in worker threads and on its loop split
+        # one memory over two folders
+        self._settings = {**settings, "data_dir": real_folder(first.data_dir)}
 
     def context(self, mode: str, **overrides: Any) -> Context:
         """The runtime context of a call: the settings given here are kept even when one equals its default

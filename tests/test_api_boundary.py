@@ -643,3 +643,20 @@ def test_a_full_disk_mid_write_is_one_line_and_keeps_what_is_stored(
     assert one_line(error).startswith(f"the disk holding {memory.context('ask').data_dir} is full: free space")
     monkeypatch.undo()
     assert snapshot(memory) == before
+
+
+def test_a_relative_folder_is_found_once_when_the_memory_is_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, embedder: Any
+) -> None:
+    """Found by review: a relative data_dir was resolved again at every call, against the working directory
+    then (or, on an event loop, the one at import), so an app that changed directory, or called on its loop
+    and in worker threads, split one memory over two folders."""
+    (tmp_path / "app").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "app")
+    memory = Memory("ann", data_dir="mem")
+    memory.add([{"speaker": "Ann", "text": "I live in Boston.", "dia_id": "D1:1", "time": "2023-05-08T10:00"}])
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    assert memory.stats()["raw"]["active"] == 1
+    assert memory.context("ask").data_dir == str(tmp_path / "app" / "mem")
+    assert not (tmp_path / "elsewhere" / "mem").exists()
