@@ -173,11 +173,15 @@ def threads_holding(data_dir: str | Path, said: Iterable[Said], namespace: str |
         return sorted(_holding(conn, wanted, namespace)) if conn is not None else []
 
 
-def threads_run_on(data_dir: str | Path, namespace: str) -> list[str]:
-    """The threads of a data folder with a run on `namespace` (each run records it on its thread): what
-    `drop_threads` deletes."""
+def threads_run_on(data_dir: str | Path, namespace: str) -> dict[str, list[str]]:
+    """The threads of a data folder with a run on `namespace` (each run records it on its thread), what
+    `drop_threads` deletes, each with the other namespaces that ran on it too: their runs there go with it,
+    which a listing must say."""
     with _threads_file(data_dir, "dropped") as conn:
-        return sorted(_run_on(conn, namespace)) if conn is not None else []
+        if conn is None:
+            return {}
+        spaces = _scan(conn, set())[1]
+        return {thread: sorted(spaces[thread] - {namespace}) for thread in sorted(_run_on(conn, namespace))}
 
 
 def erase_threads(data_dir: str | Path, said: Iterable[Said], namespace: str | None = None) -> tuple[list[str], bool]:

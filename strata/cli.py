@@ -538,7 +538,12 @@ def _drop(args: argparse.Namespace) -> int:
         print(f"would drop {_where(memory)} for good: {held}{unfinished}")
         threads = threads_run_on(memory.context("ask").data_dir, store.namespace)
         if threads:
-            print(f"and delete {len(threads)} saved threads run on it: {shown_ids(threads)}")
+            print(f"and delete {len(threads)} saved threads run on it: {shown_ids(list(threads))}")
+            shared = {thread: others for thread, others in threads.items() if others}
+            if shared:
+                others = sorted({name for names in shared.values() for name in names})
+                print(f"{len(shared)} of them also ran on other namespaces ({', '.join(others)}), whose runs on "
+                      f"them go too (their memories stay): {shown_ids(list(shared))}")
         print("nothing was deleted: run again with --yes to drop it")
         return 0
     threads = memory.drop()

@@ -33,7 +33,7 @@ from strata.memory.records import KINDS, Link, LinkType, Record, Status
 from strata.memory.registry import close_all
 
 from strata import Memory
-from strata.checkpoint import sqlite_checkpointer, threads_holding
+from strata.checkpoint import sqlite_checkpointer, threads_holding, threads_run_on
 from strata.cli import main
 from strata.conversations import load_turns
 from strata.langgraph_store import StrataStore
@@ -494,6 +494,18 @@ def test_a_drop_deletes_the_threads_run_on_it_and_leaves_its_words_in_no_ledger_
     assert not _thread_kept(data_dir, "alice-chat") and _thread_kept(data_dir, "bob-chat")
     assert [r.text for r in Memory("bob", data_dir=str(data_dir)).store.all("raw")] == ["I play the cello."]
     assert alice.stats()["raw"]["active"] == 0
+
+
+def test_a_drop_lists_the_other_namespaces_that_ran_on_a_thread_it_deletes(data_dir: Path) -> None:
+    """Found by review: a thread that ran on alice and then on bob went with alice's drop, bob's runs on it
+    too, and the listing did not say so. It now names them (their memories stay)."""
+    _threads_on_two_namespaces(data_dir)
+    with sqlite_checkpointer(data_dir) as saver:
+        build_graph(checkpointer=saver).invoke(
+            {"question": "What does Bob play?"}, {"configurable": {"thread_id": "alice-chat"}},
+            context=Context(namespace="bob", mode="ask", data_dir=str(data_dir)))
+    assert threads_run_on(data_dir, "alice") == {"alice-chat": ["bob"]}
+    assert threads_run_on(data_dir, "bob") == {"alice-chat": ["alice"], "bob-chat": []}
 
 
 def test_drop_from_the_command_line_names_the_threads_and_leaves_its_words_in_no_file(
