@@ -167,6 +167,7 @@ def mode(path: Path) -> int:
     return stat.S_IMODE(path.stat().st_mode)
 
 
+@pytest.mark.slow  # fresh processes (the command line): kept out of the default run's ten minutes
 def test_memory_folders_and_new_exports_are_private_to_their_user(tmp_path: Path, offline_env: dict[str, str]) -> None:
     """Under the usual umask 022 the data folder and chroma/ were 0755 and a new `export --out` file 0644: every
     local user could read every conversation. The folders strata creates are 0700 and a new export 0600; a

@@ -508,6 +508,7 @@ def test_a_drop_lists_the_other_namespaces_that_ran_on_a_thread_it_deletes(data_
     assert threads_run_on(data_dir, "bob") == {"alice-chat": ["alice"], "bob-chat": []}
 
 
+@pytest.mark.slow  # fresh processes (the command line): kept out of the default run's ten minutes
 def test_drop_from_the_command_line_names_the_threads_and_leaves_its_words_in_no_file(
     data_dir: Path, offline_env: dict[str, str]
 ) -> None:
