@@ -364,9 +364,10 @@ def settle_again(store: MemoryStore, fact_ids: Sequence[str], policy: str = OFFL
     erase of that turn takes it back in turn; nothing changes when a slot holds one value."""
     slots = {slot_of(r) for r in store.get(fact_ids) if r.kind == "fact" and r.subject and r.attribute}
     notes: list[ChangeNote] = []
+    held = by_slot(store.all("fact"))  # every fact once, not once per slot
     with store.edits():
         for slot in sorted(slots):
-            members = [r for r in store.all("fact") if slot_of(r) == slot]
+            members = held.get(slot, [])
             if len(members) < 2:
                 continue
             for step in stored_conflicts(group_of(store, members)):

@@ -180,8 +180,8 @@ def threads_run_on(data_dir: str | Path, namespace: str) -> dict[str, list[str]]
     with _threads_file(data_dir, "dropped") as conn:
         if conn is None:
             return {}
-        spaces = _scan(conn, set())[1]
-        return {thread: sorted(spaces[thread] - {namespace}) for thread in sorted(_run_on(conn, namespace))}
+        spaces = _scan(conn, set())[1]  # read once: `_run_on` would decode every checkpoint again
+        return {thread: sorted(names - {namespace}) for thread, names in sorted(spaces.items()) if namespace in names}
 
 
 def erase_threads(data_dir: str | Path, said: Iterable[Said], namespace: str | None = None) -> tuple[list[str], bool]:
