@@ -530,6 +530,11 @@ def asks_current_value(question: Question) -> bool:
     """A present-tense question about a property that holds one value at a time (where one lives, one's job)."""
     if not _PRESENT.search(question.text) or _PAST.search(question.text):
         return False
+    return asks_one_value(question)
+
+
+def asks_one_value(question: Question) -> bool:
+    """Whether a question names a property that holds one value at a time (lives, works, age ...)."""
     return any(single_valued(word) for word in re.findall(r"[a-z]+", question.text.lower()))
 
 
@@ -541,7 +546,7 @@ def value_then(question: Question) -> Callable[[Evidence], bool] | None:
         if not asks_current_value(question):
             return None
         return lambda item: item.until is None
-    if not any(single_valued(word) for word in re.findall(r"[a-z]+", question.text.lower())):
+    if not asks_one_value(question):
         return None
     first, last = question.window
 
