@@ -93,9 +93,27 @@ QUESTION_START = re.compile(
     r"|whose|why|how|which|any|anything|wanna|want)\b(?!['’])",
     re.IGNORECASE,
 )
-_TAG_QUESTION = re.compile(
-    r",?\s*(?:you\s+know|ya\s+know|huh|right|eh|isn['’]t\s+it|don['’]t\s+you\s+think|ok|okay)\s*\?+\s*$", re.I
+# A tag question: a statement, then a short tail that only asks the listener to agree or to react. Set off by a
+# comma, the tail is an auxiliary before a pronoun ("did you know", "isn't that great", "have you") or words that
+# name nothing ("right", "you know", "and you"); without a comma only a negative inverted tag ("isn't it") or a
+# particle ("right", "huh") is read so, as "... the thought that matters right?" is written in chat.
+_AUX = r"(?:do|does|did|is|are|was|were|am|have|has|had|can|could|will|would|should|shall|must|might|may|need)"
+_NEGATED_AUX = rf"(?:{_AUX}n['’]?t|can['’]?t|won['’]?t|shan['’]?t|ain['’]?t)"
+_TAG_PRONOUN = r"(?:I|you|ya|he|she|it|we|they|that|this|there|one)"
+_INVERTED_TAG = re.compile(
+    rf"(?:{_NEGATED_AUX}|{_AUX}(?:\s+not)?)\s+{_TAG_PRONOUN}(?:\s+[^\W\d_]+(?:['’][^\W\d_]+)?){{0,2}}", re.I
 )
+_BARE_TAG = re.compile(
+    rf"\s(?:{_NEGATED_AUX}\s+{_TAG_PRONOUN}(?:\s+[^\W\d_]+){{0,2}}|right|huh|eh|innit)$", re.I
+)
+_TAG_PARTICLES = wordset("huh eh innit ya y'know")  # words of a tag the word lists do not hold
+_QUESTION_WORD = re.compile(r"\b(?:what|when|where|who|whom|whose|why|how|which)\b", re.I)
+# What opens a clause that depends on another: "If I move, will you visit?" states no move.
+_SUBORDINATE = re.compile(
+    r"^(?:if|unless|since|because|although|though|while|once|whether|before|after|until|as\s+soon\s+as"
+    r"|in\s+case)\b", re.I,
+)
+_ABOUT_LISTENER = re.compile(r"^(?:you|ya|your|yours)\b", re.I)
 _FILLER = re.compile(
     r"^(?:(?:wow+|woah+|whoa+|gosh|geez|hey+|hi|hello|oh+|ah+|aw+|yeah+|yep|yup|nope|ok|okay|haha+|lol|omg|woo+hoo+"
     r"|yay+|hmm+|um+|uh+"
@@ -224,8 +242,9 @@ def _is_vocative(word: str, listener: str | None) -> bool:
 
 
 def _clean(clause: str, listener: str | None) -> str:
-    """Strip interjections, the listener's name when addressed, and tag questions."""
-    text = _TAG_QUESTION.sub(".", clause.strip())
+    """Strip interjections and the listener's name when addressed (a tag question goes with its sentence,
+    `stated_before_tag`)."""
+    text = clause.strip()
     thanked = bool(_THANKED.match(text))
     for _ in range(3):
         before = text
@@ -341,10 +360,63 @@ def _small_talk(sentence: str, speaker: str, listener: str | None) -> bool:
 
 
 def only_asks(text: str) -> bool:
-    """Whether a turn asks and states nothing of its own: it ends with a question mark and opens as a question
-    ("Do you still live in Boston?"); "I moved to Denver, did you know?" states a move."""
+    """Whether a turn asks and states nothing of its own: it ends with a question mark, opens as a question
+    ("Do you still live in Boston?") and none of its sentences is a statement before a tag ("Did you hear? I
+    moved to Denver, right?" states a move). The Judge and the Refresher read a turn by it."""
     stripped = text.strip()
-    return stripped.endswith(_QUESTION_MARKS) and bool(QUESTION_START.match(stripped))
+    if not (stripped.endswith(_QUESTION_MARKS) and QUESTION_START.match(stripped)):
+        return False
+    return all(asks_sentence(s) for s in split_sentences(stripped) if _ends_asking(s))
+
+
+def stated_before_tag(sentence: str) -> str | None:
+    """The statement a sentence makes before a tag question ("I moved to Denver, did you know?" -> "I moved to
+    Denver"; "We adopted a puppy, isn't that great?"), None when it is no such sentence. The tag is short (four
+    words at most) and asks nothing of its own: no question word, no name or other content ("Where did you
+    move, Denver?" asks). What comes before it is a main clause that states: it does not open as a question
+    or as a clause that depends on another ("If I move, will you visit?"), it has two words at least, and
+    one of them is no name or function word ("Hi Melanie and Caroline, are you ok?" states nothing)."""
+    if not _ends_asking(sentence):
+        return None
+    body = sentence.rstrip().rstrip("\"”')]").rstrip().rstrip("".join(_QUESTION_MARKS)).rstrip()
+    head, comma, tail = body.rpartition(",")
+    if not (comma and _is_tag(tail.strip())):
+        bare = _BARE_TAG.search(body)
+        if bare is None:
+            return None
+        head = body[: bare.start()]
+    head = head.rstrip(" ,-–—")
+    main = _FILLER.sub("", head).strip(" ,")
+    if _word_count(main) < 2 or QUESTION_START.match(main) or _SUBORDINATE.match(main):
+        return None
+    if not any(w.islower() and w not in STOPWORDS for w in _WORDS.findall(main)):
+        return None  # names only: "Hi Melanie and Caroline, are you ok?" addresses them
+    return head
+
+
+def _is_tag(tail: str) -> bool:
+    words = tail.split()
+    if not 1 <= len(words) <= 4 or _QUESTION_WORD.search(tail):
+        return False
+    if _INVERTED_TAG.fullmatch(tail):
+        return True
+    plain = [w for w in words if w.lower().strip(".!") not in _TAG_PARTICLES]
+    return len(words) <= 3 and not _content_words(" ".join(plain), None, "")
+
+
+def asks_sentence(sentence: str) -> bool:
+    """Whether a sentence asks: it ends with a question mark and is no statement before a tag
+    (`stated_before_tag`), except a statement about the listener, whose tag asks them to confirm what only
+    they know ("You live in Denver now, right?" asks Bob; its value is only asked, `slots.in_question`)."""
+    if not _ends_asking(sentence):
+        return False
+    statement = stated_before_tag(sentence)
+    return statement is None or bool(_ABOUT_LISTENER.match(_FILLER.sub("", statement).strip(" ,")))
+
+
+def _ends_asking(sentence: str) -> bool:
+    """Whether a sentence ends with a question mark (before a closing quote or bracket)."""
+    return sentence.rstrip().rstrip("\"”')]").rstrip().endswith(_QUESTION_MARKS)
 
 
 def asks(text: str) -> bool:
@@ -647,7 +719,10 @@ def extract_facts(turn: Turn, anchor: datetime | None = None, listener: str | No
             drafts.append(draft)
 
     for sentence in split_sentences(turn.text):
-        sentence_is_question = _TAG_QUESTION.search(sentence) is None and sentence.rstrip().endswith(_QUESTION_MARKS)
+        statement = stated_before_tag(sentence)  # "I moved to Denver, did you know?" states the move
+        if statement is not None:
+            sentence = f"{statement}."
+        sentence_is_question = statement is None and sentence.rstrip().endswith(_QUESTION_MARKS)
         for raw_clause in split_clauses(sentence):
             clause = _clean(raw_clause, listener)
             if (

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
 
-from strata.memory.facts import FactDraft, comparable, single_valued, split_sentences, told_as_past
+from strata.memory.facts import FactDraft, asks_sentence, comparable, single_valued, split_sentences, told_as_past
 from strata.memory.names import same_name
 from strata.memory.records import OFFLINE, Action, ChangeNote, Record, Status, Turn, id_numbers
 from strata.memory.store import MemoryStore
@@ -97,11 +97,13 @@ def group_of(
 
 
 def in_question(value: str, text: str) -> bool:
-    """Whether a turn names this value only in questions ("You live in Denver now, right?"): asked, not said."""
+    """Whether a turn names this value only in questions ("You live in Denver now, right?"): asked, not said.
+    A statement before a tag is said ("I moved to Denver, did you know?"), as the facts read it
+    (`facts.asks_sentence`)."""
     if not value:
         return False
     holding = [s for s in split_sentences(text) if comparable(value) in comparable(s)]
-    return bool(holding) and all(s.rstrip().rstrip("\"”')]").endswith("?") for s in holding)
+    return bool(holding) and all(asks_sentence(s) for s in holding)
 
 
 def undone_values(store: MemoryStore, records: Sequence[Record]) -> dict[str, set[str]]:

@@ -12,8 +12,16 @@ from pathlib import Path
 import pytest
 from strata.memory.dates import parse_datetime
 from strata.memory.entities import keywords, split_entities, stem, tokenize
-from strata.memory.facts import FactDraft, extract_facts, split_clauses, split_sentences, without_small_talk
+from strata.memory.facts import (
+    FactDraft,
+    extract_facts,
+    only_asks,
+    split_clauses,
+    split_sentences,
+    without_small_talk,
+)
 from strata.memory.records import Turn
+from strata.memory.slots import in_question
 
 
 @pytest.fixture(scope="module")
@@ -319,6 +327,56 @@ def test_second_person_facts_are_about_the_listener() -> None:
         "lives_in",
         "Paris",
     )
+
+
+@pytest.mark.parametrize(
+    ("text", "fact"),
+    [
+        ("I moved to Denver, did you know?", "Caroline moved to Denver."),
+        ("I moved to Denver, right?", "Caroline moved to Denver."),
+        ("We adopted a puppy, isn't that great?", "Caroline and others adopted a puppy."),
+        ("I love that book, do you?", "Caroline loves that book."),
+        ("It's all about practice isn't it?", "It's all about practice."),  # a negative tag needs no comma
+        ("I live in Denver now, ya know?", "Caroline lives in Denver now."),
+    ],
+)
+def test_a_statement_before_a_tag_question_states_its_fact(text: str, fact: str) -> None:
+    """Found by review: a statement before a tag was read as a question unless its tag was one of a list, and
+    a listed tag was cut inside the statement ("... did you know?" gave "Caroline moved to Denver, did.").
+    A tag is now read by its form: a short tail after the statement, an auxiliary before a pronoun or words
+    that name nothing; the statement before it is stated, by the facts, the slot rule and the turn's reading."""
+    draft = _one(text)
+    assert draft.text == fact
+    turn = f"Did you hear? {text}"
+    assert not only_asks(turn)  # the Judge and the Refresher read the turn as a statement
+    assert draft.value == "" or not in_question(draft.value, turn)  # said, not only asked: it may supersede
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Did you know I moved?",
+        "Where did you move, Denver?",
+        "Hey Mel, are you ok?",
+        "If I move to Denver, will you visit?",
+        "I moved to Denver, what do you think?",  # a question after it, not a tag: as before
+        "Hi Melanie and Caroline, are you ok?",
+        "What're you working on in that notebook?",  # "notebook" once ended as the tag "ok" did
+    ],
+)
+def test_a_real_question_stays_a_question(text: str) -> None:
+    turn = Turn(speaker="Caroline", text=text, dia_id="T1", time="2023-05-08T10:00")
+    assert extract_facts(turn, None, "Melanie") == []
+
+
+def test_a_tag_after_a_statement_about_the_listener_asks_them_to_confirm_it() -> None:
+    """The listener knows where they live: "You live in Denver now, right?" stores the guess as the speaker's
+    word, but its value is only asked, so it does not supersede what the listener said of themselves."""
+    assert in_question("Denver", "You live in Denver now, right?")
+    assert in_question("Denver", "So you moved to Denver, didn't you?")
+    assert not in_question("Denver", "I moved to Denver, right?")
+    assert only_asks("Did you move? You live in Denver now, right?")
+    assert only_asks("Did you know I moved?") and only_asks("Where did you move, Denver?")
 
 
 def test_unrecognised_patterns_leave_attribute_empty(conv26: dict[str, Turn]) -> None:

@@ -93,6 +93,22 @@ def test_a_turn_that_asks_and_states_a_move_is_read_alike_by_the_judge_and_the_r
     close_all()
 
 
+@pytest.mark.parametrize("told", ["I moved to Denver, did you know?", "I moved to Denver last week, right?",
+                                  "Did you hear? I moved to Denver, isn't that great?"])
+def test_a_move_told_before_a_tag_question_supersedes_the_older_home(data_dir: Path, embedder: Any, told: str) -> None:
+    """Found by review: a statement before a tag question counted as only asked (`slots.in_question` read every
+    sentence ending in "?" as a question), so Ann's own move was kept from superseding her own Boston, and the
+    Judge named no conflict. A tag now leaves the statement stated: the Judge names it and the Refresher acts."""
+    memory = Memory("tagged", data_dir=str(data_dir))
+    memory.add([said("Ann", "Bob", "I live in Boston.", "2023-05-01T10:00", "D1:1")])
+    answer = memory.chat(told, speaker="Ann")
+    assert answer.verdict is not None and answer.verdict.action == "Refresh", told
+    assert [MAY_FACT, "new"] in answer.verdict.conflicts
+    [old] = memory.get([MAY_FACT])
+    assert old.status == Status.SUPERSEDED, told
+    close_all()
+
+
 def test_undoing_the_update_makes_the_older_fact_current_again(memory: Memory) -> None:
     memory.undo()  # the supersession, and the trait retired with it
     [old] = memory.get([MAY_FACT])
