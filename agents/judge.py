@@ -36,7 +36,7 @@ from strata.agents.common import OFFLINE, classify, decided_offline, format_evid
 from strata.agents.llm import ask_json, chat_model, one_of
 from strata.graph.context import Context
 from strata.graph.routing import refresh_allowed, retry_allowed
-from strata.graph.state import NEW, Action, Evidence, State, Verdict
+from strata.graph.state import MAX_CONFLICT_GROUPS, NEW, Action, Evidence, State, Verdict
 from strata.memory.dates import resolve_relative
 from strata.memory.entities import (
     CHAT_WORDS,
@@ -60,7 +60,6 @@ from strata.memory.store import MemoryStore
 from strata.prompts import judge as prompts
 
 MIN_COVERAGE = 0.5  # share of the question's content words an item must hold to count as relevant
-MAX_GROUPS = 6
 MAX_MISSING = 5  # phrases of the model's "missing" kept for the sub-question
 MAX_LISTED = 8  # ids a trace line lists before "..."
 # The filter never drops the better-scored share of the context: the search's own ranking stands for it.
@@ -412,11 +411,10 @@ def offline_verdict(s: Situation) -> Verdict:
     # a conflict is what the Refresher acts on (`memory.slots`): not a newer value only asked, someone else's
     # word against the subject's own, about a time before the older was said, or said before it
     incoming = incoming_conflicts(s.store, s.turn, s.drafts, s.facts) if s.turn is not None and s.drafts else []
-    groups = incoming + outdated_stored(s.store, s.facts)
+    groups, waiting = settled_now(incoming + outdated_stored(s.store, s.facts))
     if groups:
-        groups = groups[:MAX_GROUPS]
         return Verdict(
-            action="Refresh", reason=_describe_conflicts(groups, s), confidence=0.75, conflicts=groups,
+            action="Refresh", reason=_describe_conflicts(groups, s) + waiting, confidence=0.75, conflicts=groups,
         )
     if not s.question:
         why = "a statement: nothing to answer, no conflict with stored facts"
@@ -425,6 +423,15 @@ def offline_verdict(s: Situation) -> Verdict:
         return Verdict(action="Pass", reason=why, confidence=0.8)
     enough, missing, why, confidence = sufficiency(s.text, s.evidence, s.participants)
     return Verdict(action="Pass" if enough else "Retry", reason=why, confidence=confidence, missing=missing)
+
+
+def settled_now(groups: list[list[str]]) -> tuple[list[list[str]], str]:
+    """(the groups the Refresher settles this run, what the reason says of the rest): at most
+    `MAX_CONFLICT_GROUPS`, the incoming turn's first, as it is met only now; a conflict between stored facts
+    is found again when they are next read."""
+    ordered = sorted(groups, key=lambda group: NEW not in group)
+    rest = len(ordered) - MAX_CONFLICT_GROUPS
+    return ordered[:MAX_CONFLICT_GROUPS], f" ({rest} more group(s) wait for a later run)" if rest > 0 else ""
 
 
 def _describe_conflicts(groups: list[list[str]], s: Situation) -> str:
@@ -473,7 +480,8 @@ def model_verdict(
     ignored: list[str] = []
     if action == "Refresh":
         groups, ignored = _valid_groups(parsed.conflicts, s)
-        conflicts = groups or offline.conflicts
+        conflicts, waiting = settled_now(groups) if groups else (offline.conflicts, "")
+        reason += waiting
     missing: list[str] = []
     if action == "Retry":  # what the sub-question searches for: the model's words, else the rule's, else its reason
         missing = parsed.missing or offline.missing or ([parsed.reason.strip()] if parsed.reason.strip() else [])

@@ -57,7 +57,7 @@ from strata.agents.common import (
 )
 from strata.agents.llm import ask_json, chat_model, one_of
 from strata.graph.context import Context
-from strata.graph.state import NEW, Evidence, State, validate_turns
+from strata.graph.state import MAX_CONFLICT_GROUPS, NEW, Evidence, State, validate_turns
 from strata.memory.erasure import erased_turns, out_of_open_episode, still_telling
 from strata.memory.errors import InputError
 from strata.memory.facts import extract_facts, only_asks
@@ -91,9 +91,6 @@ from strata.memory.slots import (
 )
 from strata.memory.store import MemoryStore, kind_of
 from strata.prompts import refresher as prompts
-
-MAX_GROUPS = 4  # conflict groups settled per run; the rest wait for a later turn
-
 
 
 # --- the model's output contract ---------------------------------------------------------------
@@ -188,7 +185,7 @@ def refresher(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     looked_at = 0
     # the step's changes stand or fall together (a crash midway redoes them whole); a turn's stand with its derive
     with store.edits(until_flush=incoming.is_turn):
-        for group in groups[:MAX_GROUPS]:
+        for group in groups[:MAX_CONFLICT_GROUPS]:
             group.records = [r for r in group.records if r.id not in touched]
             if not group.records:
                 continue
@@ -221,9 +218,11 @@ def refresher(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     evidence = refreshed_evidence(state.evidence, store, notes, people)
     counts = {a: sum(n.action == a for n in notes) for a in ("update", "delete", "noop")}
     summary = (
-        f"{min(len(groups), MAX_GROUPS)} conflict group(s): {counts['update']} updated, {counts['delete']} deleted, "
-        f"{counts['noop']} left as they were"
+        f"{min(len(groups), MAX_CONFLICT_GROUPS)} conflict group(s): {counts['update']} updated, "
+        f"{counts['delete']} deleted, {counts['noop']} left as they were"
     )
+    if len(groups) > MAX_CONFLICT_GROUPS:  # a verdict the Judge did not cut (a caller's state): said, not hidden
+        summary += f", {len(groups) - MAX_CONFLICT_GROUPS} more group(s) wait for a later run"
     if looked_at > len(notes):
         summary += f", {looked_at - len(notes)} already consistent"
     if not groups:

@@ -101,6 +101,13 @@ class Plan(BaseModel):
 
 
 NEW = "new"  # the incoming turn inside a conflict group: how the Judge names it and the Refresher reads it
+MAX_CONFLICT_GROUPS = 4
+"""Conflict groups one verdict names and the Refresher settles in one run; the Judge cuts to it (the incoming
+turn's groups first) and the Refresher reads no more, so no group is named and then left alone. Why 4: with a
+model the Refresher asks once per group, and a stored turn's `max_model_calls` (10 by default, retries
+included) pays for the Judge before it (1) and for the facts, note, episode boundary and a closing episode's
+narrative after it (4): four groups leave one call for a retry, where six ran the Memory role's last calls
+offline. What is left waits: a conflict between stored facts is found again the next time they are read."""
 
 
 class Verdict(BaseModel):

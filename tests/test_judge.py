@@ -28,7 +28,7 @@ from strata.agents.judge import (
 )
 from strata.agents.research import research
 from strata.graph.context import Context
-from strata.graph.state import Evidence, State
+from strata.graph.state import MAX_CONFLICT_GROUPS, Evidence, State
 from strata.memory.entities import extract_entities
 from strata.memory.facts import extract_facts
 from strata.memory.records import Record, Turn, raw_record
@@ -327,6 +327,19 @@ def test_model_refresh_keeps_only_ids_that_exist(memory_dir: Path) -> None:
     assert verdict.action == "Refresh" and verdict.conflicts == [["fact:D1:1:0", "raw:D2:1", "fact:D2:1:0"]]
     assert verdict.policy == "model:FakeListChatModel"
     assert out["trace"][-1].summary.endswith("| ignored ids the evidence does not hold: fact:nowhere:9")
+
+
+def test_model_refresh_names_no_more_groups_than_the_refresher_settles(memory_dir: Path) -> None:
+    """Found by review: the model's groups went to the Refresher uncut, and it settled the first four; the
+    incoming turn's group, met only now, could be among those left. The verdict now names at most
+    `MAX_CONFLICT_GROUPS`, the incoming turn's first, and its reason says how many wait."""
+    stored = [["fact:D1:1:0", "fact:D2:1:0"]] * 5
+    reply = json.dumps({"Action": "Refresh", "reason": "homes", "conflicts": [*stored, ["fact:D1:1:0", "new"]]})
+    state, _ = researched(memory_dir, "Where does Caroline live?", namespace=MOVES, mode="ask")
+    out = judge(state, runtime(memory_dir, MOVES, mode="ask", chat_model=FakeListChatModel(responses=[reply])))
+    verdict = out["verdict"]
+    assert len(verdict.conflicts) == MAX_CONFLICT_GROUPS and verdict.conflicts[0] == ["fact:D1:1:0", "new"]
+    assert verdict.reason == "homes (2 more group(s) wait for a later run)"
 
 
 def test_model_refresh_reads_the_labels_its_prompt_showed(memory_dir: Path) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -20,9 +21,10 @@ from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage
 from langgraph.runtime import Runtime
 from strata.agents.common import evidence_of
+from strata.agents.judge import judge
 from strata.agents.refresher import refresher
 from strata.graph.context import Context, Mode
-from strata.graph.state import PathStep, State, Verdict
+from strata.graph.state import MAX_CONFLICT_GROUPS, PathStep, State, Verdict
 from strata.memory.entities import stem
 from strata.memory.facts import single_valued
 from strata.memory.forgetting import read_forget_request
@@ -145,6 +147,29 @@ def test_two_stored_values_the_older_is_superseded_by_the_newer(store: MemorySto
 
     store.undo(note.change_id)
     assert store.get_one(BOSTON.id).status == Status.ACTIVE
+
+
+def test_every_group_the_judge_names_the_refresher_settles(store: MemoryStore, data_dir: Path) -> None:
+    """Found by review: the Judge named up to six conflict groups and the Refresher settled four, so a Refresh
+    verdict could name conflicts that no run then acted on. One bound (`MAX_CONFLICT_GROUPS`) now serves both."""
+    people = ["Ann", "Ben", "Cid", "Dee", "Eva", "Fay"]
+    older = [fact(f"fact:D1:{i}:0", f"{p} lives in Austin.", p, "lives_in", "Austin", MAY)
+             for i, p in enumerate(people)]
+    newer = [fact(f"fact:D5:{i}:0", f"{p} lives in Denver.", p, "lives_in", "Denver", JULY)
+             for i, p in enumerate(people)]
+    store.add([*older, *newer])
+    question = "Where do they live?"
+    state = State(question=question, evidence=[evidence_of(r, 1.0, ["dense"]) for r in store.get(
+        r.id for r in [*older, *newer])])
+    context = Context(namespace=NAMESPACE, data_dir=str(data_dir), mode="ask", refresh_on_read=True)
+    verdict = judge(state, Runtime(context=context))["verdict"]
+    assert verdict.action == "Refresh" and len(verdict.conflicts) == MAX_CONFLICT_GROUPS < len(people)
+    assert f"({len(people) - MAX_CONFLICT_GROUPS} more group(s) wait for a later run)" in verdict.reason
+    out = refresher(replace(state, verdict=verdict), Runtime(context=context))
+    named = [i for group in verdict.conflicts for i in group if i.startswith("fact:D1:")]
+    assert len(named) == MAX_CONFLICT_GROUPS
+    assert all(store.get_one(i).status == Status.SUPERSEDED for i in named)  # none named and then left alone
+    assert "more group(s) wait" not in out["trace"][-1].summary
 
 
 def test_an_undone_change_is_not_made_again(store: MemoryStore, data_dir: Path) -> None:
