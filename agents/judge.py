@@ -397,8 +397,11 @@ class Situation:
         self.participants = self.store.participants()
         listener = self.turn.listener or "" if self.turn is not None else ""
         self.forget = decide(self.store, context.mode, self.text, self.speaker, listener, context.owner, self.exclude)
+        # whether the input is a stored turn that states (not only a question, not a request to forget): only
+        # such a turn can outdate a stored value, by the Refresher's either policy
+        self.states = self.turn is not None and not only_asks(self.text) and self.forget is None
         self.drafts: list[FactDraft] = []
-        if self.turn is not None and not only_asks(self.text) and self.forget is None:
+        if self.states:
             self.drafts = [d for d in extract_facts(self.turn) if d.attribute]  # (on the speaker's clock)
         self.facts = facts_behind(self.store, self.evidence)
         known = {f.id for f in self.facts}
@@ -479,9 +482,11 @@ def model_verdict(
     conflicts: list[list[str]] = []
     ignored: list[str] = []
     if action == "Refresh":
-        groups, ignored = _valid_groups(parsed.conflicts, s)
+        groups, ignored, unstated = _valid_groups(parsed.conflicts, s)
         conflicts, waiting = settled_now(groups) if groups else (offline.conflicts, "")
         reason += waiting
+        if unstated:
+            reason += " ('new' left out: a question states no newer value)"
     missing: list[str] = []
     if action == "Retry":  # what the sub-question searches for: the model's words, else the rule's, else its reason
         missing = parsed.missing or offline.missing or ([parsed.reason.strip()] if parsed.reason.strip() else [])
@@ -492,14 +497,16 @@ def model_verdict(
     return verdict, list(parsed.irrelevant), ignored
 
 
-def _valid_groups(groups: list[list[str]], s: Situation) -> tuple[list[list[str]], list[str]]:
-    """(groups as record ids, names that stand for nothing shown). A name is read as the prompt showed it
-    (`resolve_names`: "D1:1" is the turn, "D1:1 fact" every fact shown so); a stored fact behind the evidence
-    counts by its record id. A raw turn brings the live facts drawn from it: the Refresher never rewrites a
-    turn, so a conflict the model sees in a turn is settled on its facts; not on a request to forget, where
-    a forgotten turn takes its facts along (the Refresher's `follow_turn`). Groups left without a stored id
-    are dropped. Not any record of the namespace: text the model read (a stored turn, the incoming one)
-    could name another person's fact for the Refresher to rewrite, one it never saw."""
+def _valid_groups(groups: list[list[str]], s: Situation) -> tuple[list[list[str]], list[str], bool]:
+    """(groups as record ids, names that stand for nothing shown, whether "new" was left out). A name is read
+    as the prompt showed it (`resolve_names`: "D1:1" is the turn, "D1:1 fact" every fact shown so); a stored
+    fact behind the evidence counts by its record id. A raw turn brings the live facts drawn from it: the
+    Refresher never rewrites a turn, so a conflict the model sees in a turn is settled on its facts; not on a
+    request to forget, where a forgotten turn takes its facts along (the Refresher's `follow_turn`). Groups
+    left without a stored id are dropped. Not any record of the namespace: text the model read (a stored turn,
+    the incoming one) could name another person's fact for the Refresher to rewrite, one it never saw. For a
+    question "new" is left out, and a group needs records of two stored turns: the Refresher takes a question
+    for no newer value and leaves such a group as it is (a request to forget acts on its group either way)."""
     kinds = {e.id: (e.kind, e.dialogue_id) for e in s.evidence}
     past = {e.id for e in s.evidence if e.until is not None}
     behind = {f.id for f in s.facts}
@@ -507,14 +514,20 @@ def _valid_groups(groups: list[list[str]], s: Situation) -> tuple[list[list[str]
     for f in s.facts:
         for dia in f.source_ids:
             facts_of.setdefault(dia, []).append(f.id)
+    side = {e.id: e.dialogue_id or e.id for e in s.evidence} | {f.id: f.dialogue_id or f.id for f in s.facts}
+    asking = not s.states and s.forget is None
     valid: list[list[str]] = []
     ignored: list[str] = []
+    unstated = False
     for group in groups:
         ids: list[str] = []
         for raw_id in group:
             name = str(raw_id).strip()
             if name.lower() == NEW or name in s.exclude:
-                ids.append(NEW)
+                if asking:  # a question outdates nothing: the Refresher would leave the group alone
+                    unstated = True
+                else:
+                    ids.append(NEW)
                 continue
             found, unknown = resolve_names([name], s.evidence)
             if not found and name in behind:
@@ -529,9 +542,10 @@ def _valid_groups(groups: list[list[str]], s: Situation) -> tuple[list[list[str]
                 if kind == "raw" and dia and s.forget is None:
                     ids += facts_of.get(dia, [])
         ids = list(dict.fromkeys(ids))
-        if any(i != NEW for i in ids):
+        sides = {side.get(i, i) for i in ids if i != NEW}
+        if sides and (not asking or len(sides) > 1):  # without the turn, a conflict is between two stored turns
             valid.append(ids)
-    return valid, list(dict.fromkeys(ignored))
+    return valid, list(dict.fromkeys(ignored)), unstated
 
 
 # --- the node ---------------------------------------------------------------------------------

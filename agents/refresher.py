@@ -34,7 +34,9 @@ to forget reaches superseded facts too (they are still what was said).
 Whatever a policy plans, a delete is applied only when the forget rule
 (`memory.forgetting.decide`: chat or ingest, the speaker's own words, the
 person the memory is about or the owner, a precise match, a bound) allows that
-record for the current turn; any other delete becomes a recorded no-op.
+record for the current turn; any other delete becomes a recorded no-op. A group beside
+the request, two stored facts of one slot the Judge names whatever the turn, is
+settled as for any other turn (`settled_apart`).
 """
 
 from __future__ import annotations
@@ -80,6 +82,7 @@ from strata.memory.records import ChangeNote, Record, Status, Turn
 from strata.memory.slots import (
     Group,
     Step,
+    acted_on,
     already_consistent,
     apply,
     disagree,
@@ -296,7 +299,7 @@ def forgettable(record: Record, incoming: Incoming) -> bool:
 # --- the offline policy --------------------------------------------------------------------
 def offline_plan(group: Group, incoming: Incoming) -> Plan:
     """Delete on an explicit request, supersede or update a single-valued attribute, else no-op."""
-    if incoming.forget is not None:
+    if incoming.forget is not None and not settled_apart(group, incoming.forget):
         return Plan(forget_steps(group, incoming, incoming.forget), OFFLINE)
     steps: list[Step] = []
     changed: set[str] = set()
@@ -312,6 +315,16 @@ def offline_plan(group: Group, incoming: Incoming) -> Plan:
     kept |= already_consistent(group)
     steps += [Step("noop", r, why) for r in group.records if r.id not in changed and r.id not in kept]
     return Plan(steps, OFFLINE)
+
+
+def settled_apart(group: Group, decision: ForgetDecision) -> bool:
+    """Whether a group beside a request to forget is settled as for any other turn: it holds nothing the
+    request may delete, and a newer stored fact of its slot outdates an older one (`stored_conflicts`). The
+    Judge names such a group whatever the turn (`slots.outdated_stored`); a request that deletes nothing
+    (refused, matching nothing, waiting for a confirmation) used to leave it named and untouched."""
+    if any(r.id in decision.allowed for r in group.records):
+        return False
+    return any(acted_on(step) for step in stored_conflicts(group))
 
 
 def forget_steps(group: Group, incoming: Incoming, decision: ForgetDecision) -> list[Step]:
@@ -379,7 +392,7 @@ def model_plan(group: Group, incoming: Incoming, runtime: Runtime[Context]) -> P
     if parsed.action == "No-Op":
         return Plan([Step("noop", r, reason) for r in group.records], name)
     if incoming.forget is not None and parsed.action == "Update":
-        return _fallback(group, incoming, "Update on a request to forget: only the forget rule may act on it")
+        return _fallback(group, incoming, "Update on a request to forget: its rules act on it, not a rewrite")
     if parsed.action == "Delete":
         if incoming.forget is None:
             return _fallback(group, incoming, "Delete without an explicit request to forget in the input")

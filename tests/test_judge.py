@@ -335,8 +335,12 @@ def test_model_refresh_names_no_more_groups_than_the_refresher_settles(memory_di
     `MAX_CONFLICT_GROUPS`, the incoming turn's first, and its reason says how many wait."""
     stored = [["fact:D1:1:0", "fact:D2:1:0"]] * 5
     reply = json.dumps({"Action": "Refresh", "reason": "homes", "conflicts": [*stored, ["fact:D1:1:0", "new"]]})
-    state, _ = researched(memory_dir, "Where does Caroline live?", namespace=MOVES, mode="ask")
-    out = judge(state, runtime(memory_dir, MOVES, mode="ask", chat_model=FakeListChatModel(responses=[reply])))
+    moved = Turn(speaker="Caroline", text="I moved to Denver.", time=datetime(2023, 7, 1), dia_id="D3:1",
+                 listener="Melanie")
+    rt = runtime(memory_dir, MOVES, mode="ingest")
+    state = State(turns=[moved], stage="intake")
+    state = replace(state, **research(state, rt))
+    out = judge(state, runtime(memory_dir, MOVES, mode="ingest", chat_model=FakeListChatModel(responses=[reply])))
     verdict = out["verdict"]
     assert len(verdict.conflicts) == MAX_CONFLICT_GROUPS and verdict.conflicts[0] == ["fact:D1:1:0", "new"]
     assert verdict.reason == "homes (2 more group(s) wait for a later run)"

@@ -25,7 +25,7 @@ from strata.agents.common import evidence_of, format_evidence
 from strata.agents.judge import ModelVerdict, judge, resolve_names
 from strata.graph.context import Context
 from strata.graph.state import Evidence, State
-from strata.memory.records import Record
+from strata.memory.records import Record, Turn
 from test_graph_fake_models import DEFAULTS, RoleModel, turn
 
 from strata.api import Memory
@@ -111,9 +111,15 @@ def shown_evidence(memory_dir: Path) -> list[Evidence]:
 
 
 def judged(memory_dir: Path, reply: dict[str, Any], evidence: list[Evidence], **settings: Any) -> dict[str, Any]:
+    """The Judge on a question, or with mode="chat" on a turn of Ann's that states a newer job ("new" in a
+    group stands for a turn that states: a question outdates nothing)."""
     model = FakeListChatModel(responses=[json.dumps(reply)])
     context = Context(data_dir=str(memory_dir), namespace="ann", chat_model=model, **settings)
-    return judge(State(question="What job does Ann have?", evidence=evidence), Runtime(context=context))
+    state = State(question="What job does Ann have?", evidence=evidence)
+    if context.mode == "chat":
+        said = Turn(speaker="Ann", text="I fly planes for Delta now.", time=MAY_8, dia_id="D2:1")
+        state = State(turns=[said], evidence=evidence, stage="intake")
+    return judge(state, Runtime(context=context))
 
 
 @pytest.mark.parametrize(
@@ -131,16 +137,17 @@ def test_conflict_names_are_read_as_the_prompt_shows_them(
     evidence = shown_evidence(nurse)
     assert "[D1:1 fact] Ann loves jazz." in format_evidence(evidence)
     reply = {"Action": "Refresh", "reason": "the job changed", "confidence": 0.8, "conflicts": [names]}
-    out = judged(nurse, reply, evidence, mode="retrieve")
+    out = judged(nurse, reply, evidence, mode="chat")
     assert out["verdict"].conflicts == [group]
     assert "ignored" not in out["trace"][-1].summary
 
 
 def test_names_that_stand_for_nothing_shown_are_said_in_the_trace(nurse: Path) -> None:
     reply = {"Action": "Refresh", "reason": "the job changed", "confidence": 0.8,
-             "conflicts": [["D1:1 fact", "D7:7", "new"], ["D9:9 fact", "new"]], "irrelevant": ["Z3:3"]}
+             "conflicts": [["D1:1 fact", "D7:7", "D1:2"], ["D9:9 fact", "new"]], "irrelevant": ["Z3:3"]}
     out = judged(nurse, reply, shown_evidence(nurse), mode="retrieve")
-    assert out["verdict"].conflicts == [["fact:D1:1:0", "fact:D1:1:1", "new"]]  # the group of nothing shown is gone
+    # the group of nothing shown is gone; a turn brings its facts
+    assert out["verdict"].conflicts == [["fact:D1:1:0", "fact:D1:1:1", "raw:D1:2", "fact:D1:2:0"]]
     assert out["trace"][-1].summary.endswith("| ignored ids the evidence does not hold: D7:7, D9:9 fact, Z3:3")
 
 

@@ -67,3 +67,32 @@ def test_a_move_told_as_past_does_not_replace_the_current_home(memory: Memory) -
     [home] = memory.get(["fact:D1:1:0"])
     assert home.status == Status.ACTIVE and home.text == "Ann lives in Boston."
     assert edits(memory, "fact:D1:1:0") == []
+
+
+@pytest.mark.parametrize(
+    ("request_to_forget", "how"),
+    [
+        ("Please forget where Bob lives.", "chat"),  # not Ann's memory to forget: refused
+        ("Please forget my zebra named Quillfeather.", "chat"),  # nothing matches
+        ("Can you forget where I live?", "ask"),  # a question never deletes, even with refresh
+    ],
+)
+def test_a_request_that_deletes_nothing_still_settles_the_conflict_the_judge_named(
+    data_dir: Path, embedder: Any, request_to_forget: str, how: str
+) -> None:
+    """Found by review: beside a request to forget, the Refresher read every group as the request's, so a
+    request that deleted nothing left the stored conflict the Judge had named as it was ("2 left as they
+    were"), named again on every later turn. The group is now settled as for any other turn."""
+    unsettled = Memory("pending", data_dir=str(data_dir), refresher=False)  # stored, the slot not yet settled
+    unsettled.add([said("Ann", "Bob", "I live in Boston.", "2023-05-01T10:00", "D1:1"),
+                   said("Bob", "Ann", "I live in Austin.", "2023-05-01T10:01", "D1:2"),
+                   said("Ann", "Bob", "I live in Denver now.", "2023-09-01T10:00", "D2:1")])
+    close_all()
+    memory = Memory("pending", data_dir=str(data_dir))
+    answer = memory.chat(request_to_forget, speaker="Ann") if how == "chat" else memory.ask(request_to_forget,
+                                                                                            refresh=True)
+    assert answer.verdict is not None and ["fact:D1:1:0", "fact:D2:1:0"] in answer.verdict.conflicts
+    [boston] = memory.get(["fact:D1:1:0"])
+    assert boston.status == Status.SUPERSEDED  # what the Judge named, the Refresher acted on
+    assert [c for c in memory.history(limit=100) if c.action == Action.DELETE] == []  # and forgot nothing
+    close_all()

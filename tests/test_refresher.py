@@ -172,6 +172,32 @@ def test_every_group_the_judge_names_the_refresher_settles(store: MemoryStore, d
     assert "more group(s) wait" not in out["trace"][-1].summary
 
 
+@pytest.mark.parametrize("mode", ["ask", "chat"])
+def test_a_group_the_model_judge_sets_against_a_question_is_not_named(
+    mode: Mode, store: MemoryStore, data_dir: Path
+) -> None:
+    """Found by review: a model Judge could set a stored fact against the incoming question ("new"), and the
+    Refresher, which takes a question for no newer value, left the group as it was. The Judge now leaves "new"
+    out for a question, and a group then needs records of two stored turns; a real conflict still goes."""
+    asked = turn("Do you still live in Boston?")
+    store.add([BOSTON, DENVER, raw_of(asked)])
+    reply = json.dumps({"Action": "Refresh", "reason": "asked about", "conflicts": [
+        [BOSTON.id, "new"], [DENVER.id, "new"], [BOSTON.id, DENVER.id]]})
+    model = GenericFakeChatModel(messages=iter([AIMessage(content=reply)]))
+    evidence = [evidence_of(r, 1.0, ["dense"]) for r in store.get([BOSTON.id, DENVER.id])]
+    state = State(question=asked.text if mode == "ask" else "", turns=[asked] if mode == "chat" else [],
+                  evidence=evidence, stage="intake")
+    context = Context(namespace=NAMESPACE, data_dir=str(data_dir), mode=mode, refresh_on_read=True,
+                      chat_model=model)
+    verdict = judge(state, Runtime(context=context))["verdict"]
+    assert verdict.conflicts == [[BOSTON.id, DENVER.id]]
+    assert verdict.reason.endswith("('new' left out: a question states no newer value)")
+    out = refresher(replace(state, verdict=verdict), Runtime(context=replace(context, chat_model=None)))
+    acted = {n.record_id for n in out["changes"] if n.action != "noop"}
+    assert {i for group in verdict.conflicts for i in group} - {DENVER.id} <= acted  # the newest stays as it is
+    assert store.get_one(BOSTON.id).status == Status.SUPERSEDED
+
+
 def test_an_undone_change_is_not_made_again(store: MemoryStore, data_dir: Path) -> None:
     """Found by audit: a rewrite the user undid was made again (by supersession) on the next turn that brought
     both facts into evidence."""
