@@ -48,7 +48,7 @@ from strata.memory.entities import (
     tokenize,
     wordset,
 )
-from strata.memory.facts import single_valued
+from strata.memory.facts import asks_sentence, single_valued
 from strata.memory.graph.replies import Ids, Line, Reply, collected
 from strata.memory.lemmas import plural_noun, text_forms
 from strata.memory.moments import local
@@ -461,8 +461,9 @@ def _weight(question: Question, words: set[str]) -> float:
 
 
 def echoes(sentence: str) -> bool:
-    """A question, or a reaction to what the other speaker said ("That charity race sounds great!")."""
-    if sentence.rstrip().endswith("?"):
+    """A question, or a reaction to what the other speaker said ("That charity race sounds great!"); a
+    statement before a tag question ("I moved to Denver, right?") states, as the facts read it."""
+    if asks_sentence(sentence):
         return True
     return bool(_REACTION.search(sentence)) and not _FIRST_PERSON.search(sentence)
 
