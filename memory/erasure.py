@@ -17,8 +17,10 @@ call that cannot be undone:
 - their links, their history rows, the working-memory rows of erased turns,
   the row that told the turn of a request to forget an erased record without
   its words (its old text is the request, which names what it forgot: an undo
-  would tell it again; `request_rows`) and the words its working-memory row
-  kept, and their place in the open episode and the graph's state (the entity
+  would tell it again; `request_rows`) and the undo of that row, for every such
+  request, in force or undone; a request's turn that an undo gave its words
+  back is told without them again (`requests_told`), and so are the words its
+  working-memory row kept, and their place in the open episode and the graph's state (the entity
   catalogue's names no other record mentions; the turns either side are
   linked in time instead);
 - what an erased note added to its neighbours (A-MEM evolution: tags and a
@@ -119,7 +121,8 @@ class ErasurePlan:
     carries it out). `said` pairs every id an erased record goes by (its id; a turn's dialogue id too)
     with every text it had, each version: what a thread's saved state may still hold (a turn or an
     evidence item is an id beside a text). It is not part of any report. `requests`: the history rows that
-    told a request's turn without its words, for a request that forgot an erased record (`request_rows`)."""
+    told a request's turn without its words and their undos, for every request, in force or undone, that
+    forgot an erased record (`request_rows`)."""
 
     targets: list[str]
     turns: set[str]
@@ -146,9 +149,12 @@ def plan_erasure(store: MemoryStore, ids: Sequence[str] = (), about: str = "") -
     texts: dict[str, set[str]] = {record.id: {record.text} for record in said_records}
     for change in store.histories(list(texts)):
         texts[change.record_id] |= {change.old_text, change.new_text}
-    for change in requests:  # the request's own words, which a thread that made it may hold
-        said_records += [r for r in store.get([change.record_id]) if r.id not in texts]
-        texts.setdefault(change.record_id, set()).add(change.old_text)
+    told = told_requests(requests)  # the request's own words, which a thread that made it may hold: as it reads
+    for request in store.get(sorted(told)):  # now (an undo gave them back) and in its history
+        said_records.append(request)
+        texts[request.id] = {request.text} - {told[request.id]}
+    for change in store.histories(sorted(told)):
+        texts[change.record_id] |= {change.old_text, change.new_text} - {told[change.record_id]}
     said: set[Said] = set()
     for record in said_records:
         names = {record.id, record.dialogue_id} if record.kind == "raw" and record.dialogue_id else {record.id}
@@ -160,17 +166,18 @@ def plan_erasure(store: MemoryStore, ids: Sequence[str] = (), about: str = "") -
 
 
 def request_rows(store: MemoryStore, records: Sequence[Record]) -> list[Change]:
-    """The rows that told a request's turn without its words ("Please forget that my PIN is 4321" ->
-    "[asked the memory to forget ...]", agents/refresher.py `tell_request_without_words`), for each request
-    to forget, still in force, that forgot one of `records`: the row's old text is the request, which names
-    what it forgot, and undoing the request would put it back in the turn. The request's turn stays as it is
-    told now. A forget is one edit (its changes follow its first delete); the rewrite is its one update of a
-    turn, the rest delete records or tell an episode again (which the erase tells again itself)."""
+    """The rows that hold the words of a request to forget one of `records` ("Please forget that my PIN is 4321"):
+    the row that told the request's turn without them ("[asked the memory to forget ...]", agents/refresher.py
+    `tell_request_without_words`), whose old text is the request, and the undo of that row, whose new text is
+    the request again; for every request that forgot one of them, in force or undone, however many forgets and
+    undos came before (an undone request's turn holds its words again: `requests_told` tells it without them).
+    The request's turn stays. A forget is one edit (its changes follow its first delete); the rewrite is its
+    one update of a turn, the rest delete records or tell an episode again (which the erase tells again
+    itself)."""
     erased = {r.id for r in records}
-    forgotten = [r.id for r in records if r.status == Status.DELETED]
     leads: set[int] = set()
-    for change in store.histories(forgotten):
-        if change.action == Action.DELETE and not change.undone:
+    for change in store.histories(sorted(erased)):
+        if change.action == Action.DELETE:  # undone or not: its request's turn may have its words back
             while change.follows is not None and (lead := store.ledger.get_change(store.namespace,
                                                                                    change.follows)):
                 change = lead
@@ -178,11 +185,33 @@ def request_rows(store: MemoryStore, records: Sequence[Record]) -> list[Change]:
     group: list[Change] = []
     waiting = sorted(leads)
     while waiting:
-        followers = store.ledger.followers(store.namespace, waiting.pop())
+        followers = store.ledger.followers(store.namespace, waiting.pop(), undone=True)
         group += followers
         waiting += [int(c.id or 0) for c in followers]
-    return sorted((c for c in group if c.action == Action.UPDATE and c.kind == "raw" and c.record_id not in erased),
-                  key=lambda c: c.id or 0)
+    rewrites = {int(c.id or 0): c for c in group
+                if c.action == Action.UPDATE and c.kind == "raw" and c.record_id not in erased}
+    undos = [c for c in store.histories(sorted({c.record_id for c in rewrites.values()}))
+             if c.action == Action.UNDO and c.undoes in rewrites]
+    return sorted([*rewrites.values(), *undos], key=lambda c: c.id or 0)
+
+
+def told_requests(rows: Iterable[Change]) -> dict[str, str]:
+    """Each request's turn among `rows` (`request_rows`), as its latest request told it without its words."""
+    return {c.record_id: c.new_text for c in sorted(rows, key=lambda c: c.id or 0) if c.action == Action.UPDATE}
+
+
+def requests_told(store: MemoryStore, rows: Sequence[Change]) -> tuple[list[Record], list[Change]]:
+    """The request turns of `rows` (`request_rows`, which go) told without their words: the turns an undo of
+    their request gave the words back to, as their request had told them (their text was the request again:
+    found by search, answered from, exported), and the rows of theirs that stay (a later request's delete of
+    the turn, which said the words too, and its undo) told with that text, so that undoing them still works."""
+    told = told_requests(rows)
+    going = {int(c.id or 0) for c in rows}
+    turns = [r.model_copy(update={"text": told[r.id], "version": r.version + 1})
+             for r in store.get(sorted(told)) if r.text != told[r.id]]
+    kept = [c for c in store.histories(sorted(told)) if int(c.id or 0) not in going]
+    again = [c.model_copy(update={"old_text": told[c.record_id], "new_text": told[c.record_id]}) for c in kept]
+    return turns, [c for c, was in zip(again, kept, strict=True) if c != was]
 
 
 def erasure_targets(store: MemoryStore, ids: Sequence[str] = (), about: str = "", done: str = "erased") -> list[str]:
@@ -334,7 +363,10 @@ def _carry_out(store: MemoryStore, unfinished: _Unfinished, retold_episodes: Seq
     """Every step of an erase, each one harmless to repeat; the mark goes last."""
     turns = set(unfinished.turns)
     out_of_open_episode(store, turns, set(unfinished.targets))
-    removed = store.erase(unfinished.targets, sorted(turns), retold_episodes, unfinished.requests, unfinished.told)
+    rows = [c for i in unfinished.requests if (c := store.ledger.get_change(store.namespace, i)) is not None]
+    told_turns, told_rows = requests_told(store, rows)  # none left once the rows are gone: done then
+    removed = store.erase(unfinished.targets, sorted(turns), retold_episodes, unfinished.requests, unfinished.told,
+                          told_turns, told_rows)
     if unfinished.settle:
         settle_again(store, unfinished.settle)
     store.link([Link(namespace=store.namespace, src=src, dst=dst, type=LinkType.TEMPORAL)

@@ -288,10 +288,12 @@ class Ledger:
         )
         return found[0] if found else None
 
-    def followers(self, namespace: str, change_id: int) -> list[Change]:
-        """The changes made together with this one (undone with it), not yet undone."""
+    def followers(self, namespace: str, change_id: int, undone: bool = False) -> list[Change]:
+        """The changes made together with this one (undone with it), not yet undone; with `undone`, those
+        undone too (an erase looks for every request to forget what it erases, in force or not)."""
         return self._changes(
-            "SELECT * FROM history WHERE namespace = ? AND follows = ? AND undone = 0 ORDER BY id DESC",
+            "SELECT * FROM history WHERE namespace = ? AND follows = ? "
+            f"{'' if undone else 'AND undone = 0 '}ORDER BY id DESC",
             [namespace, change_id],
         )
 

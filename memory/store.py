@@ -1155,14 +1155,16 @@ class MemoryStore:
 
     def erase(
         self, ids: Sequence[str], dia_ids: Sequence[str] = (), retold: Sequence[Record] = (),
-        changes: Sequence[int] = (), told: Sequence[str] = (),
+        changes: Sequence[int] = (), told: Sequence[str] = (), told_turns: Sequence[Record] = (),
+        told_rows: Sequence[Change] = (),
     ) -> dict[str, int]:
         """Remove records for good, with their links and history, and the working-memory rows of
         `dia_ids` (memory/erasure.py chooses what to erase); write `retold` records in place of their
         old versions, whose history goes too (it holds what they said before); delete the history rows
         `changes` too, and write the working-memory rows of the turns `told` (ids) as they read now (a
-        request's words that named an erased record: memory/erasure.py `request_rows`). Not undoable:
-        nothing is journaled.
+        request's words that named an erased record: memory/erasure.py `request_rows`), after writing
+        `told_turns` in place (such a turn an undo gave its words back to) and the rows `told_rows` of
+        those turns as given, their history kept (`requests_told`). Not undoable: nothing is journaled.
 
         The notes these records evolved (A-MEM) get back the tags and context they had before the
         first such evolution, and their evolution rows from then on go too (those rows hold what the
@@ -1176,7 +1178,8 @@ class MemoryStore:
             # an episode told again is told from what stays, its history gone: nothing of it to take back
             taken_back, edit_rows = self._take_back_edits(dia_ids, {*wanted, *(r.id for r in retold)})
             rows += [*edit_rows, *changes]
-            self._rewrite_all([*retold, *taken_back])
+            written = {r.id: r for r in [*retold, *taken_back, *told_turns]}  # one version of each in one upsert
+            self._rewrite_all(list(written.values()))
             by_kind: dict[Kind, list[str]] = {}
             for record in self.get(wanted):
                 by_kind.setdefault(record.kind, []).append(record.id)
@@ -1185,6 +1188,7 @@ class MemoryStore:
                 for record_id in group:
                     self._vectors.pop(record_id, None)
             with self.ledger.transaction():
+                self.ledger.rewrite_changes(self.namespace, told_rows)
                 told_now = {r.dialogue_id: r.text for r in self.get(told) if r.dialogue_id}
                 removed = self.ledger.erase(self.namespace, wanted, rows, dia_ids, [r.id for r in retold], told_now)
                 removed["items"] = store_items.erase_items(self.ledger, self.namespace, wanted)

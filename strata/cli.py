@@ -488,9 +488,10 @@ def _erase(args: argparse.Namespace) -> int:
             return 0
         print(f"would erase {len(plan.targets)} records for good (with their links and history): "
               f"{', '.join(plan.targets)}")
-        if plan.requests:  # the turn stays, told without its words; the row holding them goes
-            print(f"and the words of {len(plan.requests)} requests to forget them, kept in history rows: "
-                  f"{', '.join(f'#{c.id} ({c.record_id})' for c in plan.requests)}")
+        if plan.requests:  # the turn stays, told without its words; the rows holding them go
+            print(f"and the words of the requests to forget them, kept in {len(plan.requests)} history rows: "
+                  f"{', '.join(f'#{c.id} ({c.record_id})' for c in plan.requests)} (each request's turn stays, "
+                  "told without them)")
         if threads:
             print(f"and delete {len(threads)} saved threads that hold them: {shown_ids(threads)}")
         print("nothing was erased: run again with --yes to erase them")

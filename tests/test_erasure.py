@@ -223,10 +223,14 @@ def _pin_forgotten(data_dir: Path, asker: str = "Zelda", owner: str = "") -> tup
     memory.add([{"speaker": "Zelda", "text": f"My bank PIN is {PIN}.", "dia_id": "D1:1", "time": "2024-03-01T10:00"},
                 {"speaker": "Bob", "text": "I adopted a puppy named Snorklewick.", "dia_id": "D1:2",
                  "time": "2024-03-01T10:01"}], end_session=True)
-    whose = "my" if asker == "Zelda" else "Zelda's"
-    memory.chat(f"Please forget that {whose} bank PIN is {PIN}.", speaker=asker)
+    _ask_to_forget(memory, asker)
     [request] = [r for r in memory.store.all("raw") if r.speaker == asker and r.dialogue_id.startswith("T")]
     return memory, request
+
+
+def _ask_to_forget(memory: Memory, asker: str) -> None:
+    whose = "my" if asker == "Zelda" else "Zelda's"
+    memory.chat(f"Please forget that {whose} bank PIN is {PIN}.", speaker=asker)
 
 
 @pytest.mark.parametrize(("asker", "owner", "erase"), [
@@ -257,6 +261,48 @@ def test_erasing_a_forgotten_record_takes_the_words_of_the_request_that_forgot_i
     assert report.history >= 1
     close_all()
     assert "ledger.sqlite3" not in " ".join(_files_holding(data_dir, PIN))
+
+
+@pytest.mark.parametrize("then", [["undo"], ["undo", "forget"], ["undo", "forget", "undo"]])
+@pytest.mark.parametrize(("asker", "owner", "erase"), [
+    ("Zelda", "", {"ids": ["raw:D1:1"]}),
+    ("Bob", "Bob", {"about": "Zelda"}),  # the owner's request: his turn stays
+])
+def test_an_erase_takes_the_words_of_a_request_to_forget_however_many_forgets_and_undos_came_before(
+    data_dir: Path, embedder: Any, asker: str, owner: str, erase: dict[str, Any], then: list[str],
+) -> None:
+    """An undone request gives its turn its words back, and the erase looked only for requests in force: the
+    turn still said the PIN (found, answered from, exported, in its working-memory row), its history rows and
+    the ledger's file held it, and the threads that saved the turn were not looked for. Asked again, the
+    second request deleted the first one's turn, which kept the PIN as a tombstone that an undo brought back."""
+    memory, request = _pin_forgotten(data_dir, asker, owner)
+    for step in then:
+        memory.undo() if step == "undo" else _ask_to_forget(memory, asker)
+    requests = [r for r in memory.store.all("raw", include_inactive=True) if r.speaker == asker
+                and r.dialogue_id.startswith("T")]
+    assert len(requests) == then.count("forget") + 1 and PIN in memory.get([request.id])[0].text + " ".join(
+        c.old_text for c in memory.history(request.id))
+    said = {(r.dialogue_id, f"Please forget that {'my' if asker == 'Zelda' else 'Zelda' + chr(39) + 's'} "
+             f"bank PIN is {PIN}.") for r in requests}
+    plan = memory.erasure_plan(**erase)
+
+    memory.erase(**erase)
+
+    def anywhere() -> list[str]:
+        held = [c.id for c in memory.history(limit=1_000) if PIN in c.old_text + c.new_text + c.reason]
+        held += [r.id for kind in KINDS for r in memory.store.all(kind, include_inactive=True) if PIN in r.text]
+        held += [w["dia_id"] for w in memory.store.working() if PIN in w["text"]]
+        return [*held, *(["export"] if PIN in memory.export().model_dump_json() else [])]
+
+    assert anywhere() == [] and PIN not in memory.ask("What is Zelda's bank PIN?").answer
+    assert said <= set(plan.said)  # a thread that saved a request's turn goes too
+    assert {r.id for r in memory.get([r.id for r in requests])} == {r.id for r in requests}  # the requests stay
+    while memory.store.ledger.latest_edit("pin"):  # what stays can still be undone, and puts no word back
+        memory.undo()
+        assert anywhere() == []
+    close_all()
+    assert [f for f in _files_holding(data_dir, PIN) if not f.startswith("chroma/")] == []
+    assert compact_chroma(data_dir / "chroma") and _files_holding(data_dir, PIN) == []
 
 
 def test_erasing_the_request_to_forget_leaves_the_forget_whole(data_dir: Path, embedder: Any) -> None:
