@@ -20,21 +20,22 @@ decides a slot: the Judge (agents/judge.py) names as a conflict exactly what
 this rule changes or keeps for an undone change (`outdated_stored`,
 `outdated_by` with `acted_on`), and the Refresher (agents/refresher.py) settles
 what the Judge named by it; an erase (memory/erasure.py) decides a slot again
-from the facts that stay (`settle_again`). The roles import it from here; this
+from the facts that stay (`settle_again`), and so does an undo that makes a fact
+current again (`undo`, which `Memory.undo` calls). The roles import it from here; this
 module knows no role and no graph state.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
 
 from strata.memory.facts import FactDraft, asks_sentence, comparable, single_valued, split_sentences, told_as_past
 from strata.memory.names import same_name
-from strata.memory.records import OFFLINE, Action, ChangeNote, Record, Status, Turn, id_numbers
+from strata.memory.records import OFFLINE, Action, Change, ChangeNote, Record, Status, Turn, id_numbers
 from strata.memory.store import MemoryStore
 
 UNDONE = "the user undid this same change"  # how a no-op that keeps an undo standing starts
@@ -46,7 +47,9 @@ CHANGE_CUE = re.compile(
     re.IGNORECASE,
 )
 _CHANGING = frozenset({"is_a"})  # attributes that hold several values, one of which a change cue replaces
-_NEW_VALUE = re.compile(r"->\s*(['\"])(.+)\1\s*$")
+SETTLED = "; settled again after "  # what a change `settle_again` made adds to its reason, then after what
+# the new value a change's reason names: "lives_in 'Boston' -> 'Austin'", and "...; settled again after an erase"
+_NEW_VALUE = re.compile(rf"->\s*(['\"])(.+)\1(?:{re.escape(SETTLED)}[^'\"]*)?\s*$")
 
 
 @dataclass
@@ -357,13 +360,17 @@ def follow_persona(
     return notes
 
 
-def settle_again(store: MemoryStore, fact_ids: Sequence[str], policy: str = OFFLINE) -> list[ChangeNote]:
+def settle_again(
+    store: MemoryStore, fact_ids: Sequence[str], policy: str = OFFLINE, after: str = "an erase",
+    touching: Collection[str] = (),
+) -> list[ChangeNote]:
     """Decide again which value of a slot is current, from the facts that remain: after an erase took back
     what a turn in between had changed (Ann's "you moved to Zorbatown" superseded Bob's "I live in Denver",
-    and his later "I live in Austin now" superseded hers), both of his values were active. The slots of
-    `fact_ids` are settled by the rule for two stored facts (`stored_conflicts`, with its guards): the one
-    said later supersedes the others. Each change is made for the newer fact's turn (its `cause`), so an
-    erase of that turn takes it back in turn; nothing changes when a slot holds one value."""
+    and his later "I live in Austin now" superseded hers), both of his values were active; after an undo
+    (`undo`). The slots of `fact_ids` are settled by the rule for two stored facts (`stored_conflicts`, with
+    its guards): the one said later supersedes the others; with `touching`, only where one of those facts is
+    the older or the newer. Each change is made for the newer fact's turn (its `cause`), so an erase of that
+    turn takes it back in turn; nothing changes when a slot holds one value."""
     slots = {slot_of(r) for r in store.get(fact_ids) if r.kind == "fact" and r.subject and r.attribute}
     notes: list[ChangeNote] = []
     held = by_slot(store.all("fact"))  # every fact once, not once per slot
@@ -375,8 +382,25 @@ def settle_again(store: MemoryStore, fact_ids: Sequence[str], policy: str = OFFL
             for step in stored_conflicts(group_of(store, members)):
                 if step.action == "noop" or step.by is None:
                     continue
-                step.reason += "; settled again after an erase"
+                if touching and not {step.record.id, step.by.id} & set(touching):
+                    continue
+                step.reason += f"{SETTLED}{after}"
                 note = apply(store, step, policy, cause=step.by.dialogue_id)
                 notes += [note, *follow_persona(store, step, policy, note.change_id, step.by.dialogue_id)]
     return notes
 
+
+def undo(store: MemoryStore, change_id: int | None = None) -> Change:
+    """Undo a change (`MemoryStore.undo`), then decide again the slots of the facts it made current, by the
+    rule the Refresher applies (`settle_again`). Undoing "Boston superseded by Denver" while Denver had since
+    been superseded by Austin made Boston current beside Austin: two current values, and a question about
+    now could be answered with either. Now Boston is superseded by Austin, the value that stands, in a
+    change of its own after the undo, itself undoable (an undone change is not made again: `kept_because`).
+    So undoing the newest change of a chain first leaves both its values current, as asked. Returns the
+    undo's own row."""
+    with store.edits():  # the undo and what it settles stand or fall together
+        rows = store.undo_rows(change_id)
+        current = [row.record_id for row in rows if row.kind == "fact" and row.new_status == Status.ACTIVE]
+        if current:
+            settle_again(store, current, after=f"the undo of change {rows[-1].undoes}", touching=current)
+    return rows[-1]

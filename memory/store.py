@@ -1031,16 +1031,20 @@ class MemoryStore:
         is in force would restore a value the record no longer holds and write a history the
         record never went through, so it is refused with the change to undo first.
         """
-        with self.edits():  # the change and its followers are reversed together, or not at all
-            return self._undo(change_id)
+        return self.undo_rows(change_id)[-1]
 
-    def _undo(self, change_id: int | None) -> Change:
-        self.flush()
-        change = self._find_undoable(change_id)
-        together = self._with_followers(change)
-        for member in together:  # checked before anything is reversed: all or nothing
-            self._refuse_if_overtaken(member, {int(c.id or 0) for c in together})
-        return self._reverse(change)
+    def undo_rows(self, change_id: int | None = None) -> list[Change]:
+        """`undo`, returning every row it wrote: the followers' undos first, the change's own last (what a
+        slot decided again after the undo reads: memory/slots.py `undo`)."""
+        with self.edits():  # the change and its followers are reversed together, or not at all
+            self.flush()
+            change = self._find_undoable(change_id)
+            together = self._with_followers(change)
+            for member in together:  # checked before anything is reversed: all or nothing
+                self._refuse_if_overtaken(member, {int(c.id or 0) for c in together})
+            written: list[Change] = []
+            self._reverse(change, written)
+            return written
 
     def _with_followers(self, change: Change) -> list[Change]:
         """The change and, recursively, the changes made with it."""
@@ -1049,9 +1053,9 @@ class MemoryStore:
             found += self._with_followers(follower)
         return found
 
-    def _reverse(self, change: Change) -> Change:
+    def _reverse(self, change: Change, written: list[Change]) -> None:
         for follower in self.ledger.followers(self.namespace, int(change.id or 0)):
-            self._reverse(follower)
+            self._reverse(follower, written)
         record = self.get_one(change.record_id)
         names = [*_FACT_FIELDS, *(n for n in change.old_fields if n not in _FACT_FIELDS)]  # an evolution's tags too
         now = {name: json.dumps(value) if name in _LIST_FIELDS else value
@@ -1080,7 +1084,7 @@ class MemoryStore:
             self.ledger.remove_links(unlinked, session)
             self._journal(entry, session)
         self._write_or_take_back(restored, entry)
-        return undo.model_copy(update={"id": entry.change})
+        written.append(undo.model_copy(update={"id": entry.change}))
 
     def _refuse_if_overtaken(self, change: Change, together: set[int]) -> None:
         """Raise when a newer change to the same record is still in force (and is not undone with this one)

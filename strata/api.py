@@ -42,6 +42,7 @@ from strata.memory.portability import ImportReport, MemoryDocument, export_memor
 from strata.memory.records import Change, Record, Turn
 from strata.memory.registry import drop_namespace, open_store, set_aside
 from strata.memory.settings import real_folder
+from strata.memory.slots import undo as undo_change
 from strata.memory.store import MemoryStore
 
 TurnLike = Turn | dict[str, Any] | str
@@ -263,8 +264,10 @@ class Memory:
 
     def undo(self, change_id: int | None = None) -> Change:
         """Reverse a change and the changes made with it: the latest update or delete when no id is
-        given (evolutions are many and small, so they are undone by id; see `history()`)."""
-        return self._whole().undo(checked(_UndoRequest, change_id=change_id).change_id)
+        given (evolutions are many and small, so they are undone by id; see `history()`). A fact it makes
+        current again whose slot has a newer value since is superseded by that value, in a change of its
+        own (memory/slots.py `undo`), so a slot keeps one current value."""
+        return undo_change(self._whole(), checked(_UndoRequest, change_id=change_id).change_id)
 
     def get(self, ids: Iterable[str]) -> list[Record]:
         return self._whole().get(checked(_Ids, ids=_id_list(ids, "get")).ids)

@@ -471,6 +471,10 @@ def _undo(args: argparse.Namespace) -> int:
     for restored in _field_changes(change):  # an evolution's undo gives back tags and context, not words
         print(f"restored {restored}")
     print(f"(this undo is change #{change.id}; `strata undo {change.id}` does not redo: edit again instead)")
+    settled = [c for c in memory.history(change.record_id, limit=5) if (c.id or 0) > (change.id or 0)]
+    for later in reversed(settled):  # its slot had a newer value since: memory/slots.py `undo`
+        print(f"then change #{later.id}: {later.record_id} is {later.new_status.value}, {later.reason} "
+              f"(`strata undo {later.id}` makes it {later.old_status.value} again)")
     return 0
 
 

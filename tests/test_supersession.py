@@ -120,6 +120,68 @@ def test_undoing_the_update_makes_the_older_fact_current_again(memory: Memory) -
         Status.ACTIVE]
 
 
+def moved_twice(memory: Memory) -> None:
+    """Boston (January), Denver (March), Austin (May): each move supersedes the value before."""
+    for text, month, turn in [("I live in Boston.", "01", "D1:1"), ("I moved to Denver.", "03", "D2:1"),
+                              ("I moved to Austin.", "05", "D3:1")]:
+        memory.add([said("Ann", "Bob", text, f"2023-{month}-10T10:00", turn)])
+
+
+def current_homes(memory: Memory) -> list[str]:
+    homes = [f.value for f in memory.store.all("fact") if f.attribute == "lives_in"]
+    traits = [p.value for p in memory.store.all("persona") if p.attribute == "lives_in"]
+    assert sorted(traits) == sorted(homes)  # a trait stands and falls with its fact
+    return sorted(homes)
+
+
+def test_undoing_an_older_change_of_a_chain_leaves_one_current_value(data_dir: Path, embedder: Any) -> None:
+    """Found by review: undoing Boston -> Denver by its id while Denver -> Austin stood made Boston current
+    beside Austin: two current values of one slot. Now Boston is superseded by Austin, the value that
+    stands, in a change of its own after the undo; history tells both, and the next undo reverses it."""
+    memory = Memory("chain", data_dir=str(data_dir))
+    moved_twice(memory)
+    [first] = [c for c in memory.history(MAY_FACT) if c.action == Action.UPDATE]
+    assert current_homes(memory) == ["Austin"]
+
+    undo = memory.undo(first.id)
+
+    assert (undo.undoes, undo.new_status) == (first.id, Status.ACTIVE)  # the undo did what was asked
+    assert current_homes(memory) == ["Austin"]
+    facts = memory.store.all("fact", include_inactive=True)
+    assert sorted(f.text for f in facts) == ["Ann lives in Boston.", "Ann moved to Austin.", "Ann moved to Denver."]
+    assert memory.store.valid_until(facts) == {MAY_FACT: datetime(2023, 5, 10, 10, 0),
+                                               "fact:D2:1:0": datetime(2023, 5, 10, 10, 0)}
+    [settled] = [c for c in memory.history(MAY_FACT) if (c.id or 0) > (undo.id or 0)]
+    assert (settled.action, settled.old_status, settled.new_status) == (Action.UPDATE, Status.ACTIVE,
+                                                                       Status.SUPERSEDED)
+    assert f"after the undo of change {first.id}" in settled.reason and settled.cause == "D3:1"
+    for question, city in [("Where does Ann live?", "Austin"), ("Where did Ann live in February 2023?", "Boston"),
+                           ("Where did Ann live in April 2023?", "Denver")]:
+        assert memory.ask(question).answer == city, question
+
+    again = memory.undo()  # the change the undo led to is undone as any other, and stays undone
+    assert again.undoes == settled.id and current_homes(memory) == ["Austin", "Boston"]
+    assert memory.ask("Where does Ann live?", refresh=True).answer == "Austin"
+    assert current_homes(memory) == ["Austin", "Boston"]  # the Refresher does not make it again
+    close_all()
+
+
+def test_undoing_a_chain_newest_first_keeps_what_each_undo_asked(data_dir: Path, embedder: Any) -> None:
+    """Undoing Denver -> Austin leaves both current (the user took that change back, and the Refresher does
+    not make it again); undoing Boston -> Denver next makes Boston current, and Austin, said later and never
+    taken back against Boston, supersedes it, as the Refresher would at the next question that refreshes."""
+    memory = Memory("chain", data_dir=str(data_dir))
+    moved_twice(memory)
+    memory.undo()
+    assert current_homes(memory) == ["Austin", "Denver"]
+    memory.undo()
+    assert current_homes(memory) == ["Austin", "Denver"]
+    assert memory.store.valid_until(memory.get([MAY_FACT])) == {MAY_FACT: datetime(2023, 5, 10, 10, 0)}
+    memory.undo()  # and that one too
+    assert current_homes(memory) == ["Austin", "Boston", "Denver"]
+    close_all()
+
+
 def test_a_request_to_forget_reaches_the_superseded_fact_and_its_undo_gives_it_back_as_it_was(
     memory: Memory,
 ) -> None:
@@ -152,6 +214,9 @@ def test_an_erase_settles_the_slot_again_and_the_change_it_made_can_be_undone(da
     [settled] = [c for c in memory.history(MAY_FACT) if c.action == Action.UPDATE]
     assert settled.cause == "D3:1"  # made for Bob's turn: erasing it would take this back too
     memory.undo()  # an ordinary change: the latest one, reversed with the trait it retired
+    assert memory.get([MAY_FACT])[0].status == Status.ACTIVE
+    # and it stays undone: the value its reason names was not read past "; settled again after an erase"
+    assert memory.ask("Where does Bob live?", refresh=True).answer == "Austin"
     assert memory.get([MAY_FACT])[0].status == Status.ACTIVE
     close_all()
 
