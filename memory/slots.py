@@ -400,7 +400,8 @@ def undo(store: MemoryStore, change_id: int | None = None) -> Change:
     undo's own row."""
     with store.edits():  # the undo and what it settles stand or fall together
         rows = store.undo_rows(change_id)
-        current = [row.record_id for row in rows if row.kind == "fact" and row.new_status == Status.ACTIVE]
+        current = [row.record_id for row in rows if row.kind == "fact" and row.new_status == Status.ACTIVE
+                   and (row.old_status != Status.ACTIVE or row.old_text != row.new_text)]  # not a note's tags
         if current:
             settle_again(store, current, after=f"the undo of change {rows[-1].undoes}", touching=current)
     return rows[-1]

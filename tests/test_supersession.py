@@ -20,6 +20,7 @@ from strata.memory.records import Action, Status
 from strata.memory.registry import close_all
 
 from strata import Memory
+from strata.cli import main
 
 MAY_FACT = "fact:D1:1:0"
 MOVED = datetime(2023, 9, 1, 10, 0)
@@ -164,6 +165,19 @@ def test_undoing_an_older_change_of_a_chain_leaves_one_current_value(data_dir: P
     assert memory.ask("Where does Ann live?", refresh=True).answer == "Austin"
     assert current_homes(memory) == ["Austin", "Boston"]  # the Refresher does not make it again
     close_all()
+
+
+def test_the_command_line_says_what_the_undo_led_to(
+    data_dir: Path, embedder: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`strata undo 1` printed "it is active again" and nothing more, though Austin had superseded Boston since."""
+    moved_twice(Memory("chain", data_dir=str(data_dir)))
+    close_all()
+    assert main(["--data-dir", str(data_dir), "--namespace", "chain", "undo", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "undid change #1 on fact:D1:1:0: it is active again" in out
+    [then] = [line for line in out.splitlines() if line.startswith("then change #")]
+    assert "fact:D1:1:0 is superseded, superseded by fact:D3:1:0" in then and "makes it active again" in then
 
 
 def test_undoing_a_chain_newest_first_keeps_what_each_undo_asked(data_dir: Path, embedder: Any) -> None:
