@@ -121,10 +121,20 @@ def retry_after(exc: BaseException) -> float | None:
         try:
             return max(0.0, float(value))
         except ValueError:
-            when = email.utils.parsedate_to_datetime(value) if value.strip() else None
+            when = _http_date(value)
             if when is not None:
-                return max(0.0, when.timestamp() - time.time())
+                return max(0.0, when - time.time())
     return None
+
+
+def _http_date(value: str) -> float | None:
+    """The instant an HTTP date names, or None for anything else (`soon`, `120s`): the backoff is used then.
+    Python's parser raises on what it cannot read (it returned None before 3.10)."""
+    try:
+        when = email.utils.parsedate_to_datetime(value) if value.strip() else None
+        return when.timestamp() if when is not None else None
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
 
 
 def backoff(attempt: int, base: float, asked: float | None) -> float | None:
