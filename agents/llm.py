@@ -65,8 +65,9 @@ _CONFIG_CODES = frozenset({"unsupported_parameter", "unsupported_value", "model_
                            "invalid_model"})
 # words of an error that blame the structured part of a request (its response_format, its tools)
 _ABOUT_STRUCTURED = re.compile(r"response_format|json_schema|tool", re.IGNORECASE)
-# exception types that say code is wrong wherever they come from: no reply's content raises them
-_BUGS = (NameError, ImportError, AssertionError, NotImplementedError, RecursionError)
+# exception types that say code is wrong wherever they come from: no reply's content raises them (an
+# AssertionError is not one: a client asserts what it expects of a reply, as openai's stream helper does)
+_BUGS = (NameError, ImportError, NotImplementedError, RecursionError)
 _LOG = logging.getLogger(__name__)
 # providers whose client takes `timeout` and `max_retries` (retries are ours: the client's own are turned off)
 _CLIENT_SETTINGS = frozenset({"openai", "azure_openai", "anthropic"})
@@ -240,9 +241,11 @@ def _is_bug(exc: Exception) -> bool:
     ValueError, and as often a TypeError or AttributeError (openai's parser iterates `choices: None`). Those
     come from the client's code, are about one reply, and become unusable output (logged with their
     traceback). An error whose innermost frame is strata's own code (`_call`, or our code the client calls
-    back) is our bug whatever its type, and a NameError, ImportError, AssertionError, NotImplementedError or
-    RecursionError is a bug wherever it comes from: reading those as bad replies would hide them behind
-    offline fallbacks on every call, so they are raised."""
+    back) is our bug whatever its type, and a NameError, ImportError, NotImplementedError or RecursionError is
+    a bug wherever it comes from: reading those as bad replies would hide them behind offline fallbacks on
+    every call, so they are raised. An AssertionError raised in the client is about the reply it asserts on
+    (openai's stream helper asserts a stream held a completion: a server that sent no event, or one JSON
+    body to a streamed request), so it is the model's failure like the others."""
     if isinstance(exc, _BUGS):
         return True
     tb = exc.__traceback__

@@ -6,8 +6,10 @@ recorded (its JSON body) and answered from a queue of scripted replies first
 reply for whichever role sent the request (recognised by its system prompt),
 following that role's output contract in `strata.prompts`. Like a real server,
 it answers a `response_format` request with JSON content and a forced tool
-choice with a tool call, and it reports token usage. No connection leaves the
-machine.
+choice with a tool call, and it reports token usage. A request with `"stream": true`
+(a graph run streamed with `stream_mode="messages"`) is answered as server-sent events,
+like OpenAI's: the reply in pieces, then its finish reason and `[DONE]`. No connection
+leaves the machine.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -55,6 +57,8 @@ class Scripted:
     delay: float = 0.0
     error_code: str | None = None  # the error body's `code` (a provider's `content_filter`); else the status
     body: dict[str, Any] | None = None  # a whole response body sent as it is (a broken completion)
+    cut: int | None = None  # streamed: only this many characters of the reply, then the connection closes
+    events: bool = True  # streamed: False sends the headers and closes, with no event at all
 
 
 def content(text: str) -> Scripted:
@@ -209,6 +213,10 @@ class OpenAIStub:
             filtered = self.filtered
         if scripted is None:
             scripted = self._unscripted(body, reject, filtered)
+        elif scripted.status == 200 and scripted.body is None and scripted.content is None \
+                and scripted.tool_args is None:  # the role's usual reply, sent oddly (a stream cut short, or silent)
+            usual = self._unscripted(body, False, "")
+            scripted = replace(scripted, content=usual.content, tool_args=usual.tool_args)
         with self.lock:
             if generation == self.generation:  # a reset meanwhile began new lists
                 self.served[place] = scripted.status
@@ -236,6 +244,9 @@ class OpenAIStub:
                 scripted = stub.answer(body)
                 if scripted.delay:
                     time.sleep(scripted.delay)
+                if scripted.status == 200 and scripted.body is None and body.get("stream"):
+                    self._stream(body, scripted)
+                    return
                 if scripted.status != 200:
                     payload = {"error": {"message": scripted.content or f"status {scripted.status}",
                                          "type": "invalid_request_error" if scripted.status < 500 else "server_error",
@@ -256,7 +267,51 @@ class OpenAIStub:
                 except (BrokenPipeError, ConnectionResetError):  # the client gave up waiting (a timeout test)
                     pass
 
+            def _stream(self, body: dict[str, Any], scripted: Scripted) -> None:
+                """Server-sent events: the reply in pieces of 8 characters, then its finish reason and [DONE];
+                cut short, the connection closes after `cut` characters with neither."""
+                try:
+                    self.send_response(200)
+                    self.send_header("content-type", "text/event-stream")
+                    self.end_headers()
+                    if scripted.events:
+                        for event in stream_events(body, scripted):
+                            self.wfile.write(f"data: {json.dumps(event)}\n\n".encode())
+                        if scripted.cut is None:
+                            self.wfile.write(b"data: [DONE]\n\n")
+                    self.wfile.flush()
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+
         return Handler
+
+
+def stream_events(body: dict[str, Any], scripted: Scripted) -> list[dict[str, Any]]:
+    """The chunks of a streamed chat completion: the role, the text (content, or the tool call's arguments)
+    in pieces, and a last chunk with the finish reason, unless the reply is cut."""
+    whole = completion(body, scripted)
+    message, finish = whole["choices"][0]["message"], whole["choices"][0]["finish_reason"]
+    calls = message.get("tool_calls") or []
+    text = calls[0]["function"]["arguments"] if calls else message.get("content") or ""
+    if scripted.cut is not None:
+        text = text[: scripted.cut]
+
+    def chunk(delta: dict[str, Any], reason: str | None = None) -> dict[str, Any]:
+        return {"id": "chatcmpl-stub", "object": "chat.completion.chunk", "created": whole["created"],
+                "model": whole["model"], "choices": [{"index": 0, "delta": delta, "finish_reason": reason}]}
+
+    if calls:
+        first = {"index": 0, "id": calls[0]["id"], "type": "function",
+                 "function": {"name": calls[0]["function"]["name"], "arguments": ""}}
+        events = [chunk({"role": "assistant", "content": None, "tool_calls": [first]})]
+        events += [chunk({"tool_calls": [{"index": 0, "function": {"arguments": text[i : i + 8]}}]})
+                   for i in range(0, len(text), 8)]
+    else:
+        events = [chunk({"role": "assistant", "content": ""})]
+        events += [chunk({"content": text[i : i + 8]}) for i in range(0, len(text), 8)]
+    if scripted.cut is None:
+        events.append(chunk({}, finish))
+    return events
 
 
 def completion(body: dict[str, Any], scripted: Scripted) -> dict[str, Any]:
