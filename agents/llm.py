@@ -314,7 +314,12 @@ def _call(model: BaseChatModel, messages: list[BaseMessage], schema: type[BaseMo
 
 
 def _read(outcome: Any, schema: type[Schema], method: str) -> tuple[Schema | None, str, str]:
-    """Validate the structured result; else read the raw reply (content, or the tool call's arguments) as text."""
+    """Validate the structured result; else read the raw reply (content, or the tool call's arguments) as text.
+    A reply the server did not finish is not read at all (`_cut_short`)."""
+    whole = outcome if isinstance(outcome, BaseMessage) else outcome.get("raw") if isinstance(outcome, dict) else None
+    cut = _cut_short(whole) if isinstance(whole, BaseMessage) else ""
+    if cut:
+        return None, cut, TEXT
     if isinstance(outcome, BaseMessage):
         parsed, problem = parse_json(_text_of(outcome), schema)
         return parsed, problem, TEXT
@@ -335,6 +340,35 @@ def _read(outcome: Any, schema: type[Schema], method: str) -> tuple[Schema | Non
             return parsed, "", TEXT
         problem = problem or text_problem
     return None, problem or "empty reply", TEXT
+
+
+# stop reasons that say the reply was cut: a token limit (OpenAI `length`, Anthropic `max_tokens`, the Responses
+# API's `max_output_tokens`, Gemini `MAX_TOKENS`) or a content filter that stopped it midway
+_CUT_REASONS = frozenset({"length", "max_tokens", "max_output_tokens", "model_length", "content_filter"})
+
+
+def _cut_short(message: BaseMessage) -> str:
+    """Why the server did not finish this reply, or "" when it did (or its client does not say).
+
+    Half an object can still validate (a Judge `{"Action": "Pass", "` with the default confidence, a fact cut
+    mid-word), so a cut reply is unusable whatever it holds. A provider's stop reason says so (`length`,
+    `max_tokens`, `content_filter`). A streamed OpenAI reply has none when the stream ended early: the
+    connection closed, or `[DONE]` came before the last event. The client then hands over what arrived,
+    parsed in partial mode, and only the missing finish reason tells. A whole OpenAI reply always has one
+    (the Responses API says `status: completed` instead)."""
+    metadata = message.response_metadata or {}
+    details = metadata.get("incomplete_details")
+    reasons = [metadata.get(key) for key in ("finish_reason", "stop_reason", "done_reason")]
+    reasons.append(details.get("reason") if isinstance(details, dict) else None)
+    for reason in reasons:
+        if isinstance(reason, str) and reason.lower() in _CUT_REASONS:
+            return f"the reply was cut short (stop reason {reason})"
+    if metadata.get("status") == "incomplete":
+        return "the reply was cut short (status incomplete)"
+    if metadata.get("model_provider") == "openai" and not metadata.get("finish_reason") \
+            and metadata.get("status") != "completed":
+        return "the reply ended without a finish reason (a stream cut short)"
+    return ""
 
 
 def _raw_texts(raw: BaseMessage) -> list[str]:

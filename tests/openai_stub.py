@@ -2,7 +2,8 @@
 
 `OpenAIStub` serves `POST /v1/chat/completions` from a thread. Each request is
 recorded (its JSON body) and answered from a queue of scripted replies first
-(`content`, `tool_call`, `status`, `refused`, `broken`, `hang`), then by `role_reply`: a plausible
+(`content`, `tool_call`, `status`, `refused`, `broken`, `hang`, `cut`; `by_role` for the first
+request of one role), then by `role_reply`: a plausible
 reply for whichever role sent the request (recognised by its system prompt),
 following that role's output contract in `strata.prompts`. Like a real server,
 it answers a `response_format` request with JSON content and a forced tool
@@ -57,6 +58,7 @@ class Scripted:
     delay: float = 0.0
     error_code: str | None = None  # the error body's `code` (a provider's `content_filter`); else the status
     body: dict[str, Any] | None = None  # a whole response body sent as it is (a broken completion)
+    finish: str | None = None  # the finish reason, when not the usual one ("length": the reply hit its limit)
     cut: int | None = None  # streamed: only this many characters of the reply, then the connection closes
     events: bool = True  # streamed: False sends the headers and closes, with no event at all
 
@@ -85,6 +87,11 @@ def broken(body: dict[str, Any]) -> Scripted:
 
 def hang(seconds: float) -> Scripted:
     return Scripted(content="{}", delay=seconds)
+
+
+def cut(chars: int) -> Scripted:
+    """A streamed reply that stops after `chars` characters: no finish reason (the connection closed early)."""
+    return Scripted(cut=chars)
 
 
 def role_of(body: dict[str, Any]) -> str:
@@ -169,6 +176,7 @@ class OpenAIStub:
         self.lock = threading.Lock()
         self.reject_structured = False  # answer response_format/tools with 400, like a server without them
         self.filtered = ""  # a word that gets a 400 content_filter when a prompt asks about it (its last line)
+        self.by_role: dict[str, Scripted] = {}  # a reply for the first request of that role, before the queue
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
@@ -200,6 +208,7 @@ class OpenAIStub:
             self.generation += 1
             self.reject_structured = False
             self.filtered = ""
+            self.by_role.clear()
 
     def answer(self, body: dict[str, Any]) -> Scripted:
         """The reply to one request; its status goes into `served` at the request's own place, so the two
@@ -208,7 +217,7 @@ class OpenAIStub:
             place, generation = len(self.requests), self.generation
             self.requests.append(body)
             self.served.append(0)
-            scripted = self.queue.pop(0) if self.queue else None
+            scripted = self.by_role.pop(role_of(body), None) or (self.queue.pop(0) if self.queue else None)
             reject = self.reject_structured
             filtered = self.filtered
         if scripted is None:
@@ -324,6 +333,7 @@ def completion(body: dict[str, Any], scripted: Scripted) -> dict[str, Any]:
         message = {"role": "assistant", "content": None, "tool_calls": [
             {"id": "call_1", "type": "function", "function": {"name": name, "arguments": scripted.tool_args}}]}
         finish = "tool_calls"
+    finish = scripted.finish or finish
     prompt_chars = sum(len(str(m.get("content", ""))) for m in body.get("messages", []))
     reply_chars = len(scripted.content or scripted.tool_args or "")
     return {

@@ -13,12 +13,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from openai_stub import OpenAIStub, Scripted, broken, status
+from openai_stub import OpenAIStub, Scripted, broken, cut, status
 from strata.graph.context import Context
 from strata.graph.graph import graph
 from test_model_wire import QUESTION, TURNS, Raising, labels, wired
 
 from strata.api import Memory
+
+PUPPY = {"speaker": "Ann", "listener": "Ben", "text": "I adopted a puppy named Coco last week.", "dia_id": "D1:3",
+         "time": "2023-06-01 10:02"}
 
 
 @pytest.fixture(scope="module")
@@ -50,6 +53,45 @@ def streamed(payload: dict[str, Any], context: Context) -> dict[str, Any]:
         if kind == "values":
             final = data
     return final
+
+
+def test_a_stream_cut_short_is_not_taken_for_a_whole_reply(stub: OpenAIStub, memory_dir: Path,
+                                                           data_dir: Path) -> None:
+    """A stream that ends without a finish reason (the connection closed, or `[DONE]` came early) hands over
+    half an object the client parsed in partial mode: `{"Action": "Pass", "` validated as a Pass. The role
+    falls back and says why; a whole stream is read as before."""
+    whole = streamed({"question": QUESTION}, wired(stub, memory_dir))
+    assert all(body.get("stream") for body in stub.requests) and len(stub.requests) == 2
+    assert labels(whole["trace"])["judge"] == "model:openai:stub-model (json_schema)"
+
+    cut_label = "offline (model output unusable: the reply ended without a finish reason (a stream cut short))"
+    for method in ("json_schema", "function_calling"):
+        stub.reset()
+        stub.script(cut(20))
+        result = streamed({"question": QUESTION}, wired(stub, memory_dir, structured_output=method))
+        got = labels(result["trace"])
+        assert got["judge"] == cut_label
+        assert got["working"] == f"model:openai:stub-model ({method})"  # the next role still asks the model
+        assert "Boston" in result["answer"]
+
+    # the facts of a turn being stored, cut mid-fact: the offline facts are stored, not the half one
+    stub.reset()
+    Memory("ann", data_dir=str(data_dir)).add(TURNS)
+    stub.by_role["facts"] = cut(40)
+    streamed({"turns": [PUPPY]}, wired(stub, data_dir, mode="ingest"))
+    memory = Memory("ann", data_dir=str(data_dir))
+    facts = [f for f in memory.store.all("fact") if f.id.startswith("fact:D1:3:")]
+    assert facts and all(f.policy == cut_label for f in facts)
+    assert all(f.text != "Ann said: I adopted a" for f in facts) and memory.store.state("pending_derive", []) == []
+
+
+def test_a_reply_that_hit_its_length_limit_is_not_read(stub: OpenAIStub, memory_dir: Path) -> None:
+    """`finish_reason: "length"` on a text reply: the draft before the cut validated and was taken."""
+    stub.script(Scripted(content='Draft: {"Action": "Pass", "reason": "D1:1"}. Final: {"Action": "Retry", "rea',
+                         finish="length"))
+    result = graph.invoke({"question": QUESTION}, context=wired(stub, memory_dir, structured_output="text"))
+    assert labels(result["trace"])["judge"] == ("offline (model output unusable: the reply was cut short "
+                                                "(stop reason length))")
 
 
 def test_an_empty_stream_or_a_json_body_is_the_models_failure_not_a_bug(stub: OpenAIStub, memory_dir: Path) -> None:
