@@ -23,7 +23,6 @@ import re
 import threading
 import time
 import weakref
-from collections.abc import Iterator
 from typing import Any, TypeVar
 
 from langchain_core.language_models import BaseChatModel
@@ -72,6 +71,9 @@ _LOG = logging.getLogger(__name__)
 # providers whose client takes `timeout` and `max_retries` (retries are ours: the client's own are turned off)
 _CLIENT_SETTINGS = frozenset({"openai", "azure_openai", "anthropic"})
 TEXT = "text"
+# the longest reply the text parser reads: many times the longest any role can give (20 records of 8,000
+# characters, with its reasoning before them); a longer one is a model stuck in a loop
+MAX_REPLY_CHARS = 1_000_000
 
 
 def chat_model(context: Context) -> BaseChatModel | None:
@@ -398,6 +400,8 @@ def parse_json(text: str, schema: type[Schema]) -> tuple[Schema | None, str]:
     validates. When none fits, the problem reported is that of the object that would have been taken."""
     if not text or not text.strip():
         return None, "empty reply"
+    if len(text) > MAX_REPLY_CHARS:
+        return None, f"the reply is too long ({len(text):,} characters; {MAX_REPLY_CHARS:,} at most are read)"
     answer = _without_thinking(text)
     if not answer.strip():
         return None, "no answer after the reply's reasoning (<think> block)"
@@ -436,7 +440,7 @@ def _best_object(answer: str, schema: type[Schema]) -> tuple[Schema | None, str]
     return None, first_problem or "no JSON object in the reply"
 
 
-_THINKING = re.compile(r"<(think|thinking)>.*?</\1\s*>", re.DOTALL | re.IGNORECASE)
+_THINK_TAG = re.compile(r"<(?:(think|thinking)|/(think|thinking)\s*)>", re.IGNORECASE)  # an opening or closing tag
 _THINKING_END = re.compile(r"</(?:think|thinking)\s*>", re.IGNORECASE)
 _THINKING_START = re.compile(r"\s*<(?:think|thinking)>", re.IGNORECASE)
 
@@ -445,8 +449,31 @@ def _without_thinking(text: str) -> str:
     """The reply without its reasoning: `<think>...</think>` and `<thinking>...</thinking>` blocks (DeepSeek-R1
     and QwQ behind vLLM or Ollama put them in the content). A closing tag left alone (a chat template that puts
     the opening one in the prompt) ends the reasoning; an opening one never closed at the start of the reply
-    (a reply cut off while thinking) leaves no answer."""
-    text = _THINKING.sub(" ", text)
+    (a reply cut off while thinking) leaves no answer.
+
+    Each opening tag is paired with the first closing tag of its name after it, in one pass over the tags: a
+    search for each opening tag's end ran to the end of the reply for every tag never closed (64 KB of them
+    took 5 s)."""
+    tags = list(_THINK_TAG.finditer(text))
+    closing: dict[str, list[int]] = {"think": [], "thinking": []}
+    for n, tag in enumerate(tags):
+        if tag.group(2):
+            closing[tag.group(2).lower()].append(n)
+    seen = {"think": 0, "thinking": 0}  # per name, the closing tags already passed
+    kept: list[str] = []
+    cursor = 0
+    for n, tag in enumerate(tags):
+        if not tag.group(1) or tag.start() < cursor:
+            continue
+        name = tag.group(1).lower()
+        after = closing[name]
+        while seen[name] < len(after) and after[seen[name]] < n:
+            seen[name] += 1
+        if seen[name] == len(after):
+            continue
+        kept += [text[cursor : tag.start()], " "]
+        cursor = tags[after[seen[name]]].end()
+    text = "".join(kept) + text[cursor:]
     ends = list(_THINKING_END.finditer(text))
     if ends:
         text = text[ends[-1].end():]
@@ -500,37 +527,91 @@ def one_of(value: object, choices: dict[str, str]) -> object:
 def _objects(text: str) -> list[str]:
     """The reply's JSON-looking objects, best first: the fenced ones, last first, then each balanced `{...}`
     from the last to the first (the final answer comes after any draft)."""
-    fenced = [m.group(1) for m in re.finditer(r"```(?:json)?\s*(\{.*?\})\s*```", text, flags=re.DOTALL)]
-    balanced = list(_balanced(text))
+    fenced = _fenced(text)
+    balanced = [text[start:end] for start, end in _balanced(text)]
     return list(dict.fromkeys([*reversed(fenced), *reversed(balanced)]))  # a fenced one is balanced too: once
 
 
-def _balanced(text: str) -> Iterator[str]:
-    """Each balanced `{...}` of the text in order, outermost only (braces inside strings are skipped)."""
+_STRUCTURE = re.compile(r'\\.|[{}"]', re.DOTALL)  # what moves the parser: braces, quotes, and escaped characters
+_RESCANS = 3  # times at most the parser reads the rest again, from a brace that was inside a string
+
+
+def _balanced(text: str) -> list[tuple[int, int]]:
+    """Where each balanced `{...}` of the text is, in order, outermost only (braces inside strings are skipped).
+
+    An object is looked for from each opening brace, its strings read from there: after one that closes, from
+    the next brace after it; after one never closed (a truncated reply, a stray brace in prose), from the next
+    brace inside it. Reading from each such brace to the end took time in the square of the length (126 KB of
+    `{"ids": [` took over two minutes), so one pass (`_scan`) pairs every brace it meets outside a string, and
+    only a brace it met inside one (after a stray brace and a quote in prose) is read again, a few times at
+    most."""
+    spans: list[tuple[int, int]] = []
     start = text.find("{")
+    closes, quoted = _scan(text, start) if start != -1 else ({}, set())
+    rescans = _RESCANS
     while start != -1:
-        depth, in_string, escaped = 0, False, False
-        for i in range(start, len(text)):
-            char = text[i]
+        if start in quoted and rescans:
+            rescans -= 1
+            closes, quoted = _scan(text, start)
+        end = closes.get(start)
+        if end is not None:
+            spans.append((start, end))
+        start = text.find("{", end if end is not None else start + 1)
+    return spans
+
+
+def _scan(text: str, begin: int) -> tuple[dict[int, int], set[int]]:
+    """One pass from the brace at `begin`, with a stack of the braces still open: where each brace met outside
+    a string closes, and the braces met inside a string."""
+    closes: dict[int, int] = {}
+    opened: list[int] = []
+    quoted: set[int] = set()
+    in_string = False
+    for found in _STRUCTURE.finditer(text, begin):
+        token = found.group()
+        if token[0] == "\\":
             if in_string:
-                if escaped:
-                    escaped = False
-                elif char == "\\":
-                    escaped = True
-                elif char == '"':
-                    in_string = False
-            elif char == '"':
-                in_string = True
-            elif char == "{":
-                depth += 1
-            elif char == "}":
-                depth -= 1
-                if depth == 0:
-                    yield text[start : i + 1]
-                    start = text.find("{", i + 1)  # the next object after it, not one nested in it
-                    break
-        else:  # never closed (a truncated reply): an object may start inside it
-            start = text.find("{", start + 1)
+                if token[1] == "{":
+                    quoted.add(found.end() - 1)
+                continue
+            if token[1] not in '{}"':
+                continue
+            token = token[1]  # outside a string a backslash escapes nothing
+        if in_string:
+            if token == "{":
+                quoted.add(found.start())
+            in_string = token != '"'
+        elif token == '"':
+            in_string = bool(opened)  # a quote in the prose between objects starts no string
+        elif token == "{":
+            opened.append(found.end() - 1)
+        elif opened:
+            closes[opened.pop()] = found.end()
+    return closes, quoted
+
+
+_FENCE_OPENS = re.compile(r"```(?:json)?\s*\{")
+_FENCE_CLOSES = re.compile(r"\}\s*```")
+
+
+def _fenced(text: str) -> list[str]:
+    """Each object in a code fence (```json {...} ```), in order: from an opening fence to the first closing
+    brace right before a fence, in one pass over both (a search from each opening fence to the end of the
+    text took time in the square of the length on a reply of fences never closed)."""
+    closers = [(m.start(), m.end()) for m in _FENCE_CLOSES.finditer(text)]
+    objects: list[str] = []
+    k = resume = 0
+    for opener in _FENCE_OPENS.finditer(text):
+        if opener.start() < resume:
+            continue
+        brace = opener.end() - 1
+        while k < len(closers) and closers[k][0] <= brace:
+            k += 1
+        if k == len(closers):
+            break
+        objects.append(text[brace : closers[k][0] + 1])
+        resume = closers[k][1]
+    return objects
 
 
 def _repair(candidate: str) -> str:

@@ -8,6 +8,7 @@ what went wrong before. Streamed calls are made as a chat UI makes them: the gra
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -131,3 +132,28 @@ def test_a_retry_after_that_is_neither_seconds_nor_a_date_is_ignored(stub: OpenA
     result = graph.invoke({"question": QUESTION}, context=wired(stub, memory_dir))
     assert stub.served == [429, 200, 200]  # retried after the backoff, then answered
     assert labels(result["trace"])["judge"] == "model:openai:stub-model (json_schema)"
+
+
+def test_the_reply_parser_takes_time_in_proportion_to_the_reply() -> None:
+    """Unclosed braces (a model stuck in a loop), unclosed `<think>` tags and fences never closed took time in
+    the square of the reply's length: 126 KB of `{"ids": [` over two minutes. A stray brace and a quote in
+    the prose before the answer still leave the answer found."""
+    from strata.agents import llm
+    from strata.agents.judge import ModelVerdict
+    from strata.agents.llm import parse_json
+    from strata.agents.working import ModelAnswer
+
+    looping = '{"Action": "Pass", "conflicts": [' + '{"ids": ['
+    for reply in (looping * 4_500, "{" * 40_000, "<think>" * 6_000, "```json\n{" * 4_000, '{"' * 20_000,
+                  looping * 100_000):  # 40 KB each (the first took 10 s), then 900 KB
+        started = time.perf_counter()
+        parsed, _ = parse_json(reply, ModelVerdict)
+        assert parsed is None and time.perf_counter() - started < 2.0
+    answer, _ = parse_json('I write {" to begin an object. Final: {"answer": "Boston", "cited_ids": ["D1:1"]}',
+                           ModelAnswer)
+    assert answer is not None and answer.answer == "Boston"
+    nested, _ = parse_json('{"answer": "cut off", "draft": {"answer": "Denver"}', ModelAnswer)
+    assert nested is not None and nested.answer == "Denver"  # the object closed inside one never closed
+    most = llm.MAX_REPLY_CHARS  # past it, a reply is a model stuck in a loop
+    assert parse_json(" " * most + '{"answer": "x"}', ModelAnswer) == (
+        None, f"the reply is too long ({most + 15:,} characters; {most:,} at most are read)")
