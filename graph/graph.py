@@ -12,6 +12,7 @@ from typing import Any
 from langgraph.graph import START, StateGraph
 from strata.agents.judge import judge
 from strata.agents.memory import memory
+from strata.agents.model_failure import derived_on_model_failure
 from strata.agents.refresher import refresher
 from strata.agents.research import research
 from strata.agents.working import working
@@ -24,10 +25,13 @@ from strata.graph.tracing import with_run_metadata
 def builder() -> StateGraph:
     """The uncompiled graph, for apps that add it as a subgraph or compile it themselves."""
     graph_builder = StateGraph(State, context_schema=Context, input_schema=InputState, output_schema=OutputState)
-    graph_builder.add_node("memory", with_run_metadata("memory", resumed_as_begun(memory)))
-    graph_builder.add_node("research", with_run_metadata("research", resumed_as_begun(research)))
-    graph_builder.add_node("judge", with_run_metadata("judge", resumed_as_begun(judge)))
-    graph_builder.add_node("refresher", with_run_metadata("refresher", resumed_as_begun(refresher)))
+    # a chat turn whose model fails on a setting is derived offline before the error is raised
+    graph_builder.add_node("memory", with_run_metadata("memory", resumed_as_begun(derived_on_model_failure(memory))))
+    graph_builder.add_node("research", with_run_metadata("research", resumed_as_begun(
+        derived_on_model_failure(research))))
+    graph_builder.add_node("judge", with_run_metadata("judge", resumed_as_begun(derived_on_model_failure(judge))))
+    graph_builder.add_node("refresher", with_run_metadata("refresher", resumed_as_begun(
+        derived_on_model_failure(refresher))))
     graph_builder.add_node("working", with_run_metadata("working", resumed_as_begun(working)))
     graph_builder.add_node("start_run", start_run)
     graph_builder.add_node("finish_run", finish_run)

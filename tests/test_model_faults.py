@@ -17,6 +17,7 @@ import pytest
 from openai_stub import OpenAIStub, Scripted, broken, cut, status
 from strata.graph.context import Context
 from strata.graph.graph import graph
+from strata.memory.errors import ConfigError
 from test_model_wire import QUESTION, TURNS, Raising, labels, wired
 
 from strata.api import Memory
@@ -132,6 +133,35 @@ def test_a_retry_after_that_is_neither_seconds_nor_a_date_is_ignored(stub: OpenA
     result = graph.invoke({"question": QUESTION}, context=wired(stub, memory_dir))
     assert stub.served == [429, 200, 200]  # retried after the backoff, then answered
     assert labels(result["trace"])["judge"] == "model:openai:stub-model (json_schema)"
+
+
+def test_a_chat_turn_the_model_fails_on_is_derived_before_the_error(stub: OpenAIStub, data_dir: Path) -> None:
+    """A 401 during `chat` raised its one line after the turn was written ahead, and the turn stayed pending for
+    good: a chat turn is not sent again. It is derived offline first, whichever role met the error; the next
+    turns ask the model again."""
+    memory = Memory("ann", data_dir=str(data_dir), model="openai:chat-model", base_url=stub.url, model_backoff=0.01)
+    memory.chat("Hi, I'm Ann.", speaker="Ann")
+    failed = "offline (model unavailable earlier in this run (HTTP 401))"
+    for turn, text, role in (("T2", "I adopted a puppy named Coco last week.", None),
+                             ("T3", "My sister Jane lives in Lisbon.", "facts")):
+        stub.reset()
+        if role is None:
+            stub.script(status(401))  # the turn's first call
+        else:
+            stub.by_role[role] = status(401)  # the derive's own call
+        with pytest.raises(ConfigError) as error:
+            memory.chat(text, speaker="Ann")
+        assert "\n" not in str(error.value) and 401 in stub.served
+        store = memory.store
+        assert store.state("pending_derive", []) == []
+        facts = [f for f in store.all("fact") if f.id.startswith(f"fact:{turn}:")]
+        assert facts and all(f.policy == failed for f in facts)
+        assert store.get_one(f"raw:{turn}").context  # its note
+    stub.reset()
+    memory.chat("I started pottery classes on Monday.", speaker="Ann")
+    assert {f.policy for f in memory.store.all("fact") if f.id.startswith("fact:T4:")} == {
+        "model:openai:chat-model (json_schema)"}
+    assert memory.consolidate().turns == 4  # none left out as still being derived
 
 
 def test_the_reply_parser_takes_time_in_proportion_to_the_reply() -> None:
