@@ -29,6 +29,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from pydantic import BaseModel, ValidationError
 from strata.agents.common import fallback_policy, model_label, model_policy_name
+from strata.agents.deadline import client_settings
 from strata.agents.wire import (
     CAP_REACHED,
     UNAVAILABLE,
@@ -70,6 +71,8 @@ _BUGS = (NameError, ImportError, NotImplementedError, RecursionError)
 _LOG = logging.getLogger(__name__)
 # providers whose client takes `timeout` and `max_retries` (retries are ours: the client's own are turned off)
 _CLIENT_SETTINGS = frozenset({"openai", "azure_openai", "anthropic"})
+# providers whose client takes an httpx client: one with a deadline per call (`agents.deadline`)
+_DEADLINE_CLIENT = frozenset({"openai", "azure_openai"})
 TEXT = "text"
 # the longest reply the text parser reads: many times the longest any role can give (20 records of 8,000
 # characters, with its reasoning before them); a longer one is a model stuck in a loop
@@ -99,6 +102,8 @@ def _init(spec: str, base_url: str, temperature: float, timeout: float) -> BaseC
     kwargs: dict[str, Any] = {"temperature": temperature}
     if provider in _CLIENT_SETTINGS:
         kwargs.update(timeout=timeout, max_retries=0)
+    if provider in _DEADLINE_CLIENT:
+        kwargs.update(client_settings(timeout))  # model_timeout limits the whole call, not each read
     if base_url:
         kwargs["base_url"] = base_url
         if provider == "openai":

@@ -2,7 +2,7 @@
 
 `OpenAIStub` serves `POST /v1/chat/completions` from a thread. Each request is
 recorded (its JSON body) and answered from a queue of scripted replies first
-(`content`, `tool_call`, `status`, `refused`, `broken`, `hang`, `cut`; `by_role` for the first
+(`content`, `tool_call`, `status`, `refused`, `broken`, `hang`, `cut`, `trickle`; `by_role` for the first
 request of one role), then by `role_reply`: a plausible
 reply for whichever role sent the request (recognised by its system prompt),
 following that role's output contract in `strata.prompts`. Like a real server,
@@ -61,6 +61,7 @@ class Scripted:
     finish: str | None = None  # the finish reason, when not the usual one ("length": the reply hit its limit)
     cut: int | None = None  # streamed: only this many characters of the reply, then the connection closes
     events: bool = True  # streamed: False sends the headers and closes, with no event at all
+    trickle: float = 0.0  # seconds between two bytes of the body, sent after the headers (for at most 6 s)
 
 
 def content(text: str) -> Scripted:
@@ -92,6 +93,11 @@ def hang(seconds: float) -> Scripted:
 def cut(chars: int) -> Scripted:
     """A streamed reply that stops after `chars` characters: no finish reason (the connection closed early)."""
     return Scripted(cut=chars)
+
+
+def trickle(every: float) -> Scripted:
+    """A reply whose headers come at once and its body one byte every `every` seconds (a buffering proxy)."""
+    return Scripted(trickle=every)
 
 
 def role_of(body: dict[str, Any]) -> str:
@@ -223,7 +229,7 @@ class OpenAIStub:
         if scripted is None:
             scripted = self._unscripted(body, reject, filtered)
         elif scripted.status == 200 and scripted.body is None and scripted.content is None \
-                and scripted.tool_args is None:  # the role's usual reply, sent oddly (a stream cut short, or silent)
+                and scripted.tool_args is None:  # the role's usual reply, sent oddly (a stream cut short, a trickle)
             usual = self._unscripted(body, False, "")
             scripted = replace(scripted, content=usual.content, tool_args=usual.tool_args)
         with self.lock:
@@ -272,9 +278,23 @@ class OpenAIStub:
                     for name, value in scripted.headers.items():
                         self.send_header(name, value)
                     self.end_headers()
+                    if scripted.trickle:
+                        self.wfile.flush()
+                        data = self._trickled(data, scripted.trickle)
                     self.wfile.write(data)
                 except (BrokenPipeError, ConnectionResetError):  # the client gave up waiting (a timeout test)
                     pass
+
+            def _trickled(self, data: bytes, every: float) -> bytes:
+                """Send the body a byte at a time for at most 6 s; what is left is sent at once."""
+                end = time.monotonic() + 6.0
+                sent = 0
+                while sent < len(data) - 1 and time.monotonic() < end:
+                    self.wfile.write(data[sent : sent + 1])
+                    self.wfile.flush()
+                    sent += 1
+                    time.sleep(every)
+                return data[sent:]
 
             def _stream(self, body: dict[str, Any], scripted: Scripted) -> None:
                 """Server-sent events: the reply in pieces of 8 characters, then its finish reason and [DONE];

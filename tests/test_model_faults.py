@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from openai_stub import OpenAIStub, Scripted, broken, cut, status
+from openai_stub import OpenAIStub, Scripted, broken, cut, status, trickle
 from strata.graph.context import Context
 from strata.graph.graph import graph
 from strata.memory.errors import ConfigError
@@ -187,3 +187,15 @@ def test_the_reply_parser_takes_time_in_proportion_to_the_reply() -> None:
     most = llm.MAX_REPLY_CHARS  # past it, a reply is a model stuck in a loop
     assert parse_json(" " * most + '{"answer": "x"}', ModelAnswer) == (
         None, f"the reply is too long ({most + 15:,} characters; {most:,} at most are read)")
+
+
+def test_model_timeout_limits_the_whole_call(stub: OpenAIStub, memory_dir: Path) -> None:
+    """A server that sends its headers and then a byte every 0.2 s never let a read time out: the call lasted
+    as long as it trickled. The call ends at `model_timeout` and is retried like any timeout."""
+    stub.script(trickle(0.2))
+    started = time.perf_counter()
+    result = graph.invoke({"question": QUESTION}, context=wired(stub, memory_dir, name="trickled", model_timeout=1.0,
+                                                               model_retries=0))
+    assert time.perf_counter() - started < 4.0  # the server trickles for 6 s
+    judge = labels(result["trace"])["judge"]
+    assert judge.startswith("offline (model unavailable (") and "Timeout" in judge
