@@ -155,7 +155,9 @@ def _intake(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
         raise InputError(
             f"mode {runtime.context.mode!r} needs turns: pass {{'turns': [{{'speaker': 'Ann', 'text': '...'}}]}}"
         )
-    new_question(runtime.context)  # each turn stored gets a full model-call budget
+    # each turn stored gets a full model-call budget; a model that stayed down after its retries on an earlier
+    # turn of this run is not asked again (each turn would wait through them: 36 min over 300 turns at 503s)
+    (new_question if cursor == 0 else new_unit)(runtime.context)
     store = store_of(runtime)
     turns = state.turns
     if cursor == 0:

@@ -58,14 +58,15 @@ def budget_of(context: Context) -> CallBudget:
 
 
 def new_question(context: Context) -> None:
-    """A new question (or a new turn to store) starts: a full call budget, the model given another chance."""
+    """A new question (or the first turn of an `add`) starts: a full call budget, the model given another
+    chance."""
     object.__setattr__(context, "_call_budget", CallBudget(limit=context.max_model_calls))
 
 
 def new_unit(context: Context) -> None:
-    """The next unit of a long job (a turn or a group the slow path consolidates): a full call budget, as a
-    question gets, but a model that gave out earlier in the job stays out (each unit would wait through
-    its retries again)."""
+    """The next unit of a long job (a later turn of an `add`, a turn or group the slow path consolidates): a
+    full call budget, as a question gets, but a model that gave out earlier in the job stays out (each unit
+    would wait through its retries again: 7 s a turn at the defaults while a server answers 503)."""
     down = budget_of(context).down
     new_question(context)
     budget_of(context).down = down

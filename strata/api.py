@@ -173,13 +173,13 @@ class Memory:
             raise InputError(f"on_turn must be a function taking the number of turns done, not "
                              f"{type(on_turn).__name__}")
         batch = _as_turns(turns, speaker)
+        context = self.context("ingest")  # one for the whole call: a model down on one turn stays out after it
         with self.store.input_lock:  # another add of this namespace in this process waits for this one to end
-            result = self._run("ingest", {"turns": batch}, on_turn)
+            result = self._run("ingest", {"turns": batch}, on_turn, context=context)
             if end_session:
                 from strata.agents.memory import close_open_episode
 
-                close_open_episode(self._whole(), last_turn=batch[-1].dia_id or None,
-                                   context=self.context("ingest"))
+                close_open_episode(self._whole(), last_turn=batch[-1].dia_id or None, context=context)
         return IngestReport(
             turns=len(batch), stored_ids=result.get("stored_ids", []), changes=result.get("changes", []),
             notes=result.get("notes", []),
@@ -390,9 +390,9 @@ class Memory:
     # running -----------------------------------------------------------
     def _run(
         self, mode: str, payload: dict[str, Any], on_turn: Callable[[int], None] | None = None,
-        overrides: dict[str, Any] | None = None,
+        overrides: dict[str, Any] | None = None, context: Context | None = None,
     ) -> dict[str, Any]:
-        context = self.context(mode, **(overrides or {}))
+        context = context or self.context(mode, **(overrides or {}))
         turns = payload.get("turns")
         config = run_config(context) | {"recursion_limit": step_limit(
             len(turns) if isinstance(turns, list) else 1, context.k_r)}

@@ -1,0 +1,75 @@
+"""A chat model's server failing the way real providers fail, against the real `langchain-openai` client.
+
+The loopback server is `tests/openai_stub.py`, as in `test_model_wire.py` (whose helpers these tests share).
+Covered: a model that stays down is kept out for the rest of an `add` (not waited for again on every
+turn).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from openai_stub import OpenAIStub, Scripted, broken, status
+from test_model_wire import TURNS
+
+from strata.api import Memory
+
+KEY = "sk-fake-AUDIT-4f9c2b7e1d3a5c8e0b6f9a2d-wxyz"
+MASKED_KEY = f"{KEY[:8]}{'*' * (len(KEY) - 12)}{KEY[-4:]}"  # as OpenAI's 401 message shows a key
+MORE = [
+    {"speaker": "Ann", "listener": "Ben", "text": "I adopted a puppy named Coco last week.", "dia_id": "D1:3",
+     "time": "2023-06-01 10:02"},
+    {"speaker": "Ben", "listener": "Ann", "text": "Coco is a lovely name. I started pottery classes.",
+     "dia_id": "D1:4", "time": "2023-06-01 10:03"},
+]
+
+
+@pytest.fixture(scope="module")
+def memory_dir(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Path:
+    """Ann's memory with two turns stored offline, shared by the tests that only ask."""
+    folder = tmp_path_factory.mktemp("faults") / "mem"
+    Memory("ann", data_dir=str(folder)).add(TURNS)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def stub() -> Iterator[OpenAIStub]:
+    with OpenAIStub() as server:
+        yield server
+
+
+@pytest.fixture(autouse=True)
+def fresh_stub(stub: OpenAIStub, monkeypatch: pytest.MonkeyPatch) -> None:
+    stub.reset()
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+
+
+def completion_of(message: dict[str, Any], finish: str = "stop") -> Scripted:
+    """A 200 whose one choice is `message` (a refusal, a reply cut off)."""
+    return broken({"id": "chatcmpl-x", "object": "chat.completion", "created": 0, "model": "m",
+                   "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
+                   "usage": {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20}})
+
+
+def test_a_model_down_during_an_add_is_kept_out_for_the_rest_of_it(stub: OpenAIStub, data_dir: Path) -> None:
+    """Every turn used to start with the model given another chance: each waited through the first role's
+    retries again (7 s a turn at the defaults while a server answers 503: 36 min over 300 turns)."""
+    stub.script(*[status(503)] * 40)
+    memory = Memory("ann", data_dir=str(data_dir), model="openai:down-model", base_url=stub.url,
+                    model_backoff=0.01, model_retries=1)
+    memory.add([*TURNS, *MORE], end_session=True)
+    assert stub.served == [503, 503]  # the first role of the first turn (its Judge) and its retry; nothing after
+    policies = {f.id: f.policy for f in memory.store.all("fact")}
+    assert {turn.split(":")[1] + ":" + turn.split(":")[2] for turn in policies} == {"D1:1", "D1:2", "D1:3", "D1:4"}
+    assert set(policies.values()) == {
+        "offline (model unavailable earlier in this run (HTTP 503; gave up after 1 retries))"}
+    assert memory.store.state("pending_derive", []) == []
+    # the next call gives the model another chance
+    stub.reset()
+    memory.add([{"speaker": "Ann", "listener": "Ben", "text": "I started a new job at the library.",
+                 "dia_id": "D2:1", "time": "2023-06-02 10:00"}])
+    assert stub.served and set(stub.served) == {200}
+    assert memory.get(["fact:D2:1:0"])[0].policy == "model:openai:down-model (json_schema)"
