@@ -32,10 +32,13 @@ from strata.agents.common import fallback_policy, model_label, model_policy_name
 from strata.agents.deadline import client_settings
 from strata.agents.wire import (
     CAP_REACHED,
+    RETRY_AFTER_CEILING,
+    RETRY_AFTER_TOTAL,
     UNAVAILABLE,
     backoff,
     budget_of,
     error_chain,
+    is_quota,
     is_rejection,
     is_transient,
     retry_after,
@@ -133,6 +136,7 @@ def ask_json(
     method = _structured_method(model, context)
     notes: list[str] = []
     attempt = 0
+    waited = 0.0  # seconds spent on the server's Retry-After, bounded per call (wire.RETRY_AFTER_TOTAL)
     in_text_after_refusal = False
     while True:
         budget = budget_of(context) if context is not None else None
@@ -162,16 +166,18 @@ def ask_json(
                     raise _unreachable(exc, context) from exc
                 return None, failed, fallback_policy(failed)
             retries = context.model_retries if context is not None else 0
-            wait = backoff(attempt, context.model_backoff if context is not None else 0.0, retry_after(exc))
+            asked = retry_after(exc)
+            wait = backoff(attempt, context.model_backoff if context is not None else 0.0, asked, waited)
             if attempt >= retries or wait is None:
                 code = status_of(exc)
                 why = f"HTTP {code}" if code is not None else f"{type(exc).__name__}: {_first_line(exc)}"
-                why += f"; gave up after {attempt} retries" if wait is not None else "; its Retry-After is too long"
+                why += f"; gave up after {attempt} retries" if wait is not None else f"; {_too_long(asked, waited)}"
                 if budget is not None:
                     budget.down = why
                 problem = f"{UNAVAILABLE} ({why})"
                 return None, problem, fallback_policy(problem)
             time.sleep(wait)
+            waited += wait if asked is not None else 0.0
             attempt += 1
             continue
         outcome, method = outcome
@@ -186,6 +192,13 @@ def ask_json(
         if parsed is not None:
             return parsed, "", _label(name, method, path, notes)
         return None, problem, fallback_policy(problem)
+
+
+def _too_long(asked: float | None, waited: float) -> str:
+    """Why a Retry-After was not waited for: one too long, or the call's waits on it used up."""
+    if asked is not None and asked > RETRY_AFTER_CEILING:
+        return "its Retry-After is too long"
+    return f"its Retry-After waits would pass {RETRY_AFTER_TOTAL:.0f} s in all (waited {waited:.0f} s)"
 
 
 def _remember(registry: dict[int, weakref.ref[BaseChatModel]], model: BaseChatModel) -> None:
@@ -635,6 +648,10 @@ def _first_line(exc: BaseException) -> str:
 def _unreachable(exc: Exception, context: Context | None) -> ConfigError:
     name = type(exc).__name__
     where = f"the chat model {context.model}" if context and context.model else "the chat model given as chat_model"
+    if is_quota(exc):
+        return ConfigError(f"{where} failed: the provider's quota is used up ({name}, HTTP 429 "
+                           f"{_error_code(exc) or 'insufficient_quota'}): check the account's plan and billing, "
+                           "or leave model empty for offline")
     if "Auth" in name or "Permission" in name:
         hint = "set the provider's API key (e.g. OPENAI_API_KEY)"
     elif "Connection" in name or "Timeout" in name or "connect" in str(exc).lower():

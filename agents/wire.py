@@ -3,12 +3,13 @@
 A provider that answers 429 (rate limit) or 5xx, a dropped connection or a
 call that times out is usually fine a moment later, so such calls are tried
 again after an exponential backoff with jitter (or after the server's own
-Retry-After, when it sends one). Everything else (a missing key, an unknown
-model) cannot get better by waiting and is reported as a one-line
-configuration error. Each question (each stored turn, while ingesting) may
-spend at most `max_model_calls` calls, retries included; once that budget or
-the retries are used up, the roles answer with their offline policies and say
-so in the trace.
+Retry-After, when it sends one, up to `RETRY_AFTER_TOTAL` in all). Everything
+else (a missing key, an unknown model, a 429 that says the quota is used up)
+cannot get better by waiting and is reported as a one-line configuration error.
+Each question (each stored turn, while ingesting) may spend at most
+`max_model_calls` calls, retries included; once that budget or the retries are
+used up, the roles answer with their offline policies and say so in the trace
+(a model down after its retries stays out for the rest of an `add`).
 """
 
 from __future__ import annotations
@@ -23,8 +24,14 @@ from strata.graph.context import Context
 
 BACKOFF_CEILING = 30.0  # seconds: the longest wait between two tries, however many tries came before
 RETRY_AFTER_CEILING = 60.0  # seconds: a Retry-After longer than this is not waited for (the question falls back)
+# seconds one call may wait on Retry-After over all its retries: rate limits are counted per minute, so a limit
+# not lifted after a minute of waiting is not a blip, and a server asking 60 s on each of 3 retries would hold
+# one question (and, while ingesting, one turn) for 3 minutes. Past it the call falls back like one that is down
+RETRY_AFTER_TOTAL = 60.0
 TRANSIENT_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})  # worth trying again
 REJECTED_STATUS = frozenset({400, 404, 415, 422})  # a structured request the server may not support
+# 429 codes that no wait lifts (a used-up quota, a billing limit): reported like a missing key, not retried
+QUOTA_CODES = frozenset({"insufficient_quota", "billing_hard_limit_reached", "billing_not_active"})
 CAP_REACHED = "model call cap reached"
 UNAVAILABLE = "model unavailable"
 WIRE_PROBLEMS = (CAP_REACHED, UNAVAILABLE)
@@ -86,15 +93,28 @@ def status_of(exc: BaseException) -> int | None:
 
 
 def is_transient(exc: BaseException) -> bool:
-    """Rate limits, server errors, timeouts and dropped connections: worth another try."""
+    """Rate limits, server errors, timeouts and dropped connections: worth another try (not a used-up quota)."""
     status = status_of(exc)
     if status is not None:
-        return status in TRANSIENT_STATUS or status >= 500
+        return (status in TRANSIENT_STATUS or status >= 500) and not is_quota(exc)
     for candidate in error_chain(exc):
         if isinstance(candidate, ConnectionError | TimeoutError):
             return True
         name = type(candidate).__name__
         if "Timeout" in name or "Connection" in name or "Connect" in name:
+            return True
+    return False
+
+
+def is_quota(exc: BaseException) -> bool:
+    """A 429 that says the account's quota or billing limit is used up: no wait fixes it."""
+    if status_of(exc) != 429:
+        return False
+    for candidate in error_chain(exc):
+        code = getattr(candidate, "code", None)
+        if isinstance(code, str) and code.strip().lower() in QUOTA_CODES:
+            return True
+        if "exceeded your current quota" in str(candidate).lower():
             return True
     return False
 
@@ -138,14 +158,16 @@ def _http_date(value: str) -> float | None:
         return None
 
 
-def backoff(attempt: int, base: float, asked: float | None) -> float | None:
-    """Seconds to wait before try `attempt + 1`; None when the server asks for longer than is worth waiting.
+def backoff(attempt: int, base: float, asked: float | None, waited: float = 0.0) -> float | None:
+    """Seconds to wait before try `attempt + 1`; None when the server asks for longer than is worth waiting
+    (one Retry-After over `RETRY_AFTER_CEILING`, or, with the `waited` on earlier ones, over
+    `RETRY_AFTER_TOTAL` in all).
 
     Exponential (base, 2*base, 4*base ...) with full jitter between half and the whole
     of it, so that many clients hit by the same limit do not come back in step.
     """
     if asked is not None:
-        return asked if asked <= RETRY_AFTER_CEILING else None
+        return asked if asked <= RETRY_AFTER_CEILING and waited + asked <= RETRY_AFTER_TOTAL else None
     step = min(BACKOFF_CEILING, base * (2**attempt))
     return step * random.uniform(0.5, 1.0)
 

@@ -2,7 +2,8 @@
 
 The loopback server is `tests/openai_stub.py`, as in `test_model_wire.py` (whose helpers these tests share).
 Covered: a model that stays down is kept out for the rest of an `add` (not waited for again on every
-turn).
+turn); a used-up quota (429 `insufficient_quota`) is one line of error, not retried; the waits on
+Retry-After are bounded per call.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from typing import Any
 
 import pytest
 from openai_stub import OpenAIStub, Scripted, broken, status
-from test_model_wire import TURNS
+from strata.graph.graph import graph
+from strata.memory.errors import ConfigError
+from test_model_wire import QUESTION, TURNS, labels, wired
 
 from strata.api import Memory
 
@@ -73,3 +76,40 @@ def test_a_model_down_during_an_add_is_kept_out_for_the_rest_of_it(stub: OpenAIS
                  "dia_id": "D2:1", "time": "2023-06-02 10:00"}])
     assert stub.served and set(stub.served) == {200}
     assert memory.get(["fact:D2:1:0"])[0].policy == "model:openai:down-model (json_schema)"
+
+
+def test_a_used_up_quota_is_one_line_and_not_retried(stub: OpenAIStub, memory_dir: Path) -> None:
+    """A 429 `insufficient_quota` is a billing problem no wait fixes: like a 401, not like a rate limit."""
+    stub.script(Scripted(status=429, content="You exceeded your current quota, please check your plan and billing "
+                         "details.", error_code="insufficient_quota", headers={"Retry-After": "1"}))
+    with pytest.raises(ConfigError) as error:
+        graph.invoke({"question": QUESTION}, context=wired(stub, memory_dir, name="quota-model"))
+    message = str(error.value)
+    assert "\n" not in message and "quota is used up" in message and "insufficient_quota" in message
+    assert len(stub.requests) == 1  # not retried
+    # a plain rate limit is still waited for and retried
+    stub.reset()
+    stub.script(Scripted(status=429, content="Rate limit reached", error_code="rate_limit_exceeded"))
+    result = graph.invoke({"question": QUESTION}, context=wired(stub, memory_dir, name="quota-model"))
+    assert stub.served[:2] == [429, 200] and labels(result["trace"])["judge"].endswith("(json_schema)")
+
+
+def test_the_waits_on_retry_after_are_bounded_per_call(
+    stub: OpenAIStub, memory_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each Retry-After under the ceiling used to be honoured on every retry: Retry-After 60 held one question
+    (one stored turn) 3 minutes. Past `RETRY_AFTER_TOTAL` in all, the call falls back like one that is down."""
+    from strata.agents import llm, wire
+
+    monkeypatch.setattr(wire, "RETRY_AFTER_TOTAL", 1.0, raising=False)  # a second in all, for the test's sake
+    monkeypatch.setattr(llm, "RETRY_AFTER_TOTAL", 1.0, raising=False)
+    stub.script(*[status(429, {"Retry-After": "0.6"})] * 4)
+    result = graph.invoke({"question": QUESTION}, context=wired(stub, memory_dir, model_retries=3))
+    assert stub.served == [429, 429]  # waited 0.6 s once; a second wait would pass 1 s in all
+    got = labels(result["trace"])
+    assert got["judge"] == ("offline (model unavailable (HTTP 429; its Retry-After waits would pass 1 s in all "
+                            "(waited 1 s)))")
+    assert got["working"].startswith("offline (model unavailable earlier in this run")
+    monkeypatch.undo()
+    assert wire.backoff(0, 1.0, 30.0, waited=30.0) == 30.0
+    assert wire.backoff(0, 1.0, 30.0, waited=wire.RETRY_AFTER_TOTAL - 29.0) is None
