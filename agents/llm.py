@@ -49,7 +49,8 @@ from strata.memory.errors import ConfigError, StrataError, shown_value, unstorab
 
 Schema = TypeVar("Schema", bound=BaseModel)
 
-_MODELS: dict[tuple[str, str, float, float], BaseChatModel] = {}
+# clients built per (model, base_url, temperature, timeout), each with a hash of the API keys it was built with
+_MODELS: dict[tuple[str, str, float, float], tuple[str, BaseChatModel]] = {}
 _LOCK = threading.Lock()
 # models whose server refused a structured request and then answered it in text: later calls send plain text
 _TEXT_ONLY: dict[int, weakref.ref[BaseChatModel]] = {}
@@ -89,10 +90,29 @@ def chat_model(context: Context) -> BaseChatModel | None:
     if context.offline():
         return None
     key = (context.model.strip(), context.base_url.strip(), float(context.temperature), float(context.model_timeout))
+    keys = _keys_print()
     with _LOCK:
-        if key not in _MODELS:
-            _MODELS[key] = _init(*key)
-        return _MODELS[key]
+        cached = _MODELS.get(key)
+        if cached is None or cached[0] != keys:
+            _MODELS[key] = (keys, _init(*key))
+        return _MODELS[key][1]
+
+
+def _keys_print() -> str:
+    """A hash (never the keys) of the environment's API keys and tokens: a client is built again once one
+    changed, so a key set after a 401 (a notebook, a server reloading its secrets) is the one sent."""
+    import hashlib
+    import os
+
+    keys = sorted((n, v) for n, v in os.environ.items() if n.upper().endswith(("KEY", "TOKEN")))
+    return hashlib.sha256(json.dumps(keys).encode()).hexdigest()
+
+
+def _forget(model: BaseChatModel) -> None:
+    """Drop a client its provider refused (a 401): the next call builds it again, with the key set by then."""
+    with _LOCK:
+        for key in [k for k, (_, cached) in _MODELS.items() if cached is model]:
+            del _MODELS[key]
 
 
 def _init(spec: str, base_url: str, temperature: float, timeout: float) -> BaseChatModel:
@@ -163,6 +183,8 @@ def ask_json(
             if not is_transient(exc):
                 failed = _client_failure(exc)
                 if failed is None:
+                    if status_of(exc) == 401 and context is not None and context.chat_model is None:
+                        _forget(model)
                     raise _unreachable(exc, context) from exc
                 return None, failed, fallback_policy(failed)
             retries = context.model_retries if context is not None else 0
@@ -642,19 +664,59 @@ def _repair(candidate: str) -> str:
 
 
 def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [""])[0][:160]
+    """The start of an error's message, as quoted in errors and policy labels, with what may be a secret left
+    out (`masked`): a provider's message can hold the key it was sent."""
+    return masked((str(exc).strip().splitlines() or [""])[0])[:160]
+
+
+# what may be a secret in a provider's message: a bearer token, a key (`sk-...`, whole or masked as OpenAI
+# shows it), or a long run of base64 or hex
+_SECRET = re.compile(r"(?P<bearer>\bbearer\s+)\S+|\b(?:sk|pk|rk)-[^\s\"'`,;()<>\[\]]+|[A-Za-z0-9+/=_*-]{16,}",
+                     re.IGNORECASE)
+_SECRET_RUN = re.compile(r"[A-Za-z0-9+=]{16,}")  # 16 characters of base64 (hex included) with no separator
+HIDDEN = "[hidden]"
+
+
+def masked(text: str) -> str:
+    """The text with each key-like token left out whole (`[hidden]`): a bearer token, an `sk-` key, a masked
+    one (`****`), a run of 16 or more base64 characters holding a digit and a letter; and the API keys of the
+    environment wherever they are. Model names and words (`gpt-4o-mini-2024-07-18`, `context_length_exceeded`)
+    stay."""
+    import os
+
+    for name, value in os.environ.items():
+        if name.upper().endswith(("KEY", "TOKEN")) and len(value) >= 12 and value in text:
+            text = text.replace(value, HIDDEN)
+
+    def hide(found: re.Match[str]) -> str:
+        token = found.group(0)
+        if found.group("bearer"):
+            return found.group("bearer") + HIDDEN
+        if token[:3].lower() in ("sk-", "pk-", "rk-") or "****" in token:
+            return HIDDEN
+        runs = _SECRET_RUN.findall(token)
+        secret = any(re.search(r"\d", run) and re.search(r"[A-Za-z]", run) for run in runs)
+        return HIDDEN if secret else token
+
+    return _SECRET.sub(hide, text)
 
 
 def _unreachable(exc: Exception, context: Context | None) -> ConfigError:
+    """The one-line error of a call no retry or other prompt would change. A refused key or permission is
+    said without the provider's message: that message shows the key (OpenAI's masked form, a gateway's echo of
+    all of it), and the error is printed, saved by a checkpointer and returned by a server."""
     name = type(exc).__name__
     where = f"the chat model {context.model}" if context and context.model else "the chat model given as chat_model"
+    status = status_of(exc)
+    said = f"{name}, HTTP {status}" if status is not None else name
+    if status in (401, 403) or "Auth" in name or "Permission" in name:
+        return ConfigError(f"{where} failed: the provider refused the API key ({said}): set the provider's API key "
+                           "(e.g. OPENAI_API_KEY)")
     if is_quota(exc):
-        return ConfigError(f"{where} failed: the provider's quota is used up ({name}, HTTP 429 "
+        return ConfigError(f"{where} failed: the provider's quota is used up ({said} "
                            f"{_error_code(exc) or 'insufficient_quota'}): check the account's plan and billing, "
                            "or leave model empty for offline")
-    if "Auth" in name or "Permission" in name:
-        hint = "set the provider's API key (e.g. OPENAI_API_KEY)"
-    elif "Connection" in name or "Timeout" in name or "connect" in str(exc).lower():
+    if "Connection" in name or "Timeout" in name or "connect" in str(exc).lower():
         hint = "check base_url (STRATA_BASE_URL) and that the server is up, or leave model empty for offline"
     elif "NotFound" in name:
         hint = "fix model (STRATA_MODEL): the server does not know that model"

@@ -3,18 +3,21 @@
 The loopback server is `tests/openai_stub.py`, as in `test_model_wire.py` (whose helpers these tests share).
 Covered: a model that stays down is kept out for the rest of an `add` (not waited for again on every
 turn); a used-up quota (429 `insufficient_quota`) is one line of error, not retried; the waits on
-Retry-After are bounded per call.
+Retry-After are bounded per call; a provider's message never brings a key into an error, a label or a
+checkpoint; a key set after a 401 is the one sent.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from openai_stub import OpenAIStub, Scripted, broken, status
-from strata.graph.graph import graph
+from strata.agents.llm import chat_model
+from strata.graph.graph import build_graph, graph
 from strata.memory.errors import ConfigError
 from test_model_wire import QUESTION, TURNS, labels, wired
 
@@ -113,3 +116,66 @@ def test_the_waits_on_retry_after_are_bounded_per_call(
     monkeypatch.undo()
     assert wire.backoff(0, 1.0, 30.0, waited=30.0) == 30.0
     assert wire.backoff(0, 1.0, 30.0, waited=wire.RETRY_AFTER_TOTAL - 29.0) is None
+
+
+def test_no_key_reaches_an_error_a_label_or_a_checkpoint(stub: OpenAIStub, memory_dir: Path) -> None:
+    """A provider's 401 message shows the key (OpenAI masked, a gateway whole): the error is printed, saved by a
+    checkpointer as the run's error, and returned by a server, so it says what to do without quoting it."""
+    from strata.checkpoint import sqlite_checkpointer
+
+    for message in (f"Incorrect API key provided: {MASKED_KEY}. You can find your API key at https://x",
+                    f"Invalid API key: {KEY}"):
+        stub.reset()
+        stub.script(Scripted(status=401, content=message, error_code="invalid_api_key"))
+        with pytest.raises(ConfigError) as error:
+            graph.invoke({"question": QUESTION}, context=wired(stub, memory_dir))
+        said = str(error.value)
+        assert "OPENAI_API_KEY" in said and "AuthenticationError" in said and "HTTP 401" in said
+        assert KEY not in said and "****" not in said and "wxyz" not in said and "Incorrect API key" not in said
+
+    stub.reset()
+    stub.script(Scripted(status=401, content=f"Invalid API key: {KEY}", error_code="invalid_api_key"))
+    folder = memory_dir.parent / "checkpointed"
+    folder.mkdir(exist_ok=True)
+    with sqlite_checkpointer(str(folder)) as saver, pytest.raises(ConfigError):
+        build_graph(checkpointer=saver).invoke({"question": QUESTION}, {"configurable": {"thread_id": "t1"}},
+                                               context=wired(stub, memory_dir))
+    saved = b"".join(p.read_bytes() for p in folder.rglob("*") if p.is_file())
+    assert b"refused the API key" in saved  # the run's error is saved, without the key
+    assert KEY.encode() not in saved and KEY[-20:].encode() not in saved
+
+    # a message quoted elsewhere (a label, another error) has its key-like tokens left out whole
+    from strata.agents.llm import masked
+
+    hidden = "denied for [hidden], header Bearer [hidden]"
+    assert masked(f"denied for {MASKED_KEY}, header Bearer abc.def-123") == hidden
+    assert masked("request 0f3c9a7e5b1d2f4a8c6e0b9d failed") == "request [hidden] failed"
+    assert masked("key AKIAIOSFODNN7EXAMPLEKEY/abc+d= leaked") == "key [hidden] leaked"
+    kept = "model gpt-4o-mini-2024-07-18 at /v1/chat/completions: context_length_exceeded (8192 tokens)"
+    assert masked(kept) == kept
+    os.environ["SOME_GATEWAY_TOKEN"] = "gw-token-that-is-plain"  # a key of the environment, whatever its shape
+    try:
+        assert masked("sent gw-token-that-is-plain") == "sent [hidden]"
+    finally:
+        del os.environ["SOME_GATEWAY_TOKEN"]
+
+
+def test_a_key_changed_after_a_401_is_the_one_sent(
+    stub: OpenAIStub, memory_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Clients were cached per process with the key read when each was built: the key set after the 401's
+    "set the provider's API key" was not sent until the process restarted."""
+    context = wired(stub, memory_dir, name="rotated-model")
+    first = chat_model(context)
+    assert first is chat_model(context)  # cached while nothing changes
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-the-new-key-new1")
+    second = chat_model(context)
+    assert second is not first and second.openai_api_key.get_secret_value() == "sk-test-the-new-key-new1"
+
+    stub.script(status(401))  # a 401 drops the client: the next call builds it again, whatever the key
+    with pytest.raises(ConfigError):
+        graph.invoke({"question": QUESTION}, context=context)
+    third = chat_model(context)
+    assert third is not second
+    result = graph.invoke({"question": QUESTION}, context=context)
+    assert labels(result["trace"])["judge"] == "model:openai:rotated-model (json_schema)"
