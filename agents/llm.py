@@ -81,6 +81,7 @@ TEXT = "text"
 # the longest reply the text parser reads: many times the longest any role can give (20 records of 8,000
 # characters, with its reasoning before them); a longer one is a model stuck in a loop
 MAX_REPLY_CHARS = 1_000_000
+REFUSED = "the model refused to answer"  # a reply that is a refusal (OpenAI's `refusal` field), not an empty one
 
 
 def chat_model(context: Context) -> BaseChatModel | None:
@@ -178,7 +179,7 @@ def ask_json(
                 return None, refused, fallback_policy(refused)
             if method != TEXT and is_rejection(exc):
                 notes.append(f"{method} refused (HTTP {status_of(exc)})")
-                method, in_text_after_refusal = TEXT, True
+                method, in_text_after_refusal = TEXT, _rejects_structured(exc)
                 continue
             if not is_transient(exc):
                 failed = _client_failure(exc)
@@ -208,7 +209,8 @@ def ask_json(
             _remember(_STRUCTURED_OK, model)
         elif in_text_after_refusal and not _remembered(_STRUCTURED_OK, model):
             # the server refused structured output and took the same prompt in text: it has none, ask in text
-            # from now on (a server that answered structured requests before refused only this role's schema)
+            # from now on (a server that answered structured requests before refused only this role's schema;
+            # a 404 that does not name the structured part, a router's blip, makes no downgrade)
             _remember(_TEXT_ONLY, model)
         parsed, problem, path = _read(outcome, schema, method)
         if parsed is not None:
@@ -221,6 +223,17 @@ def _too_long(asked: float | None, waited: float) -> str:
     if asked is not None and asked > RETRY_AFTER_CEILING:
         return "its Retry-After is too long"
     return f"its Retry-After waits would pass {RETRY_AFTER_TOTAL:.0f} s in all (waited {waited:.0f} s)"
+
+
+def _rejects_structured(exc: Exception) -> bool:
+    """Whether a refused structured request shows the server has no structured output (so that, once the text
+    request is answered, the model is asked in text from then on): a 400, 415 or 422 that names no setting,
+    or any refusal that names the structured part (`response_format`, `tools`). A 404 that names neither is
+    not proof (a router's blip, a model still loading): that one call goes on in text, the next asks
+    structured again."""
+    if _ABOUT_STRUCTURED.search(_error_text(exc)):
+        return True
+    return status_of(exc) != 404 and _error_code(exc) not in _CONFIG_CODES
 
 
 def _remember(registry: dict[int, weakref.ref[BaseChatModel]], model: BaseChatModel) -> None:
@@ -307,8 +320,16 @@ def _client_failure(exc: Exception) -> str | None:
         return None
     if isinstance(exc, OSError) or any(word in name for word in ("Auth", "Permission", "NotFound")):
         return None
-    _LOG.warning("the chat model's client failed on a reply; the role falls back", exc_info=exc)
-    return f"the client could not read the reply ({name}: {_first_line(exc)})"
+    if "Refusal" in name:
+        return REFUSED
+    if "Length" in name or "ContentFilter" in name:  # openai's LengthFinishReasonError (its text is a usage repr)
+        why = "the reply was cut off at the length limit" if "Length" in name else "the content filter cut the reply"
+    else:
+        why = f"the client could not read the reply ({name}: {_first_line(exc)})"
+    # one line per reply (a server logs it for every truncated reply); the traceback only when debugging
+    _LOG.warning("the chat model's reply is unusable (%s); the role falls back", why)
+    _LOG.debug("the chat model's client failed on a reply", exc_info=exc)
+    return why
 
 
 def _label(name: str, method: str, path: str, notes: list[str]) -> str:
@@ -364,7 +385,7 @@ def _read(outcome: Any, schema: type[Schema], method: str) -> tuple[Schema | Non
         return None, cut, TEXT
     if isinstance(outcome, BaseMessage):
         parsed, problem = parse_json(_text_of(outcome), schema)
-        return parsed, problem, TEXT
+        return parsed, REFUSED if parsed is None and _is_refusal(outcome) else problem, TEXT
     raw = outcome.get("raw") if isinstance(outcome, dict) else None
     structured = outcome.get("parsed") if isinstance(outcome, dict) else None
     problem = ""
@@ -381,7 +402,15 @@ def _read(outcome: Any, schema: type[Schema], method: str) -> tuple[Schema | Non
         if parsed is not None:
             return parsed, "", TEXT
         problem = problem or text_problem
-    return None, problem or "empty reply", TEXT
+    return None, REFUSED if _is_refusal(raw) else problem or "empty reply", TEXT
+
+
+def _is_refusal(message: BaseMessage) -> bool:
+    """Whether the reply is the model's refusal (OpenAI sends it in `refusal`, the Responses API as a block)."""
+    if message.additional_kwargs.get("refusal"):
+        return True
+    blocks = message.content if isinstance(message.content, list) else []
+    return any(isinstance(block, dict) and block.get("type") == "refusal" for block in blocks)
 
 
 # stop reasons that say the reply was cut: a token limit (OpenAI `length`, Anthropic `max_tokens`, the Responses
@@ -709,9 +738,12 @@ def _unreachable(exc: Exception, context: Context | None) -> ConfigError:
     where = f"the chat model {context.model}" if context and context.model else "the chat model given as chat_model"
     status = status_of(exc)
     said = f"{name}, HTTP {status}" if status is not None else name
-    if status in (401, 403) or "Auth" in name or "Permission" in name:
+    if status == 401 or "Auth" in name:
         return ConfigError(f"{where} failed: the provider refused the API key ({said}): set the provider's API key "
                            "(e.g. OPENAI_API_KEY)")
+    if status == 403 or "Permission" in name:
+        return ConfigError(f"{where} failed: the key may not use this model ({said}): give the key's organisation "
+                           "or project access to the model, or set another model (STRATA_MODEL)")
     if is_quota(exc):
         return ConfigError(f"{where} failed: the provider's quota is used up ({said} "
                            f"{_error_code(exc) or 'insufficient_quota'}): check the account's plan and billing, "

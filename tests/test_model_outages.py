@@ -1,14 +1,16 @@
 """A chat model's server failing the way real providers fail, against the real `langchain-openai` client.
 
 The loopback server is `tests/openai_stub.py`, as in `test_model_wire.py` (whose helpers these tests share).
-Covered: a model that stays down is kept out for the rest of an `add` (not waited for again on every
-turn); a used-up quota (429 `insufficient_quota`) is one line of error, not retried; the waits on
-Retry-After are bounded per call; a provider's message never brings a key into an error, a label or a
-checkpoint; a key set after a 401 is the one sent.
+Covered: a model that stays down is kept out for the rest of an `add` (not waited for again on every turn); a
+used-up quota (429 `insufficient_quota`) is one line of error, not retried; the waits on Retry-After are
+bounded per call; a provider's message never brings a key into an error, a label or a checkpoint; a key set
+after a 401 is the one sent; a 404 that goes away does not make the model text-only; a 403's hint, a refusal,
+and a reply cut off at the length limit are each said in one clean line.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +21,7 @@ from openai_stub import OpenAIStub, Scripted, broken, status
 from strata.agents.llm import chat_model
 from strata.graph.graph import build_graph, graph
 from strata.memory.errors import ConfigError
-from test_model_wire import QUESTION, TURNS, labels, wired
+from test_model_wire import QUESTION, TURNS, formats, labels, wired
 
 from strata.api import Memory
 
@@ -179,3 +181,55 @@ def test_a_key_changed_after_a_401_is_the_one_sent(
     assert third is not second
     result = graph.invoke({"question": QUESTION}, context=context)
     assert labels(result["trace"])["judge"] == "model:openai:rotated-model (json_schema)"
+
+
+def test_a_404_that_goes_away_leaves_structured_output_on(stub: OpenAIStub, memory_dir: Path) -> None:
+    """A 404 on a structured request (a router's blip, a model still loading) used to make the model text-only
+    for the life of the process once the same prompt in text was answered."""
+    stub.script(Scripted(status=404, content="The model `blip-model` does not exist or you do not have access to it.",
+                         error_code="model_not_found"))
+    context = wired(stub, memory_dir, name="blip-model")
+    first = graph.invoke({"question": QUESTION}, context=context)
+    assert labels(first["trace"])["judge"] == "model:openai:blip-model (text; json_schema refused (HTTP 404))"
+    stub.reset()
+    later = graph.invoke({"question": QUESTION}, context=context)
+    assert [kind for _, kind, _ in formats(stub)] == ["json_schema", "json_schema"]
+    assert set(labels(later["trace"]).values()) >= {"model:openai:blip-model (json_schema)"}
+
+    # a server that says it has no structured output is still asked in text from then on
+    stub.reset()
+    stub.script(Scripted(status=404, content="response_format is not supported on this route"))
+    graph.invoke({"question": QUESTION}, context=wired(stub, memory_dir, name="no-structured-model"))
+    stub.reset()
+    graph.invoke({"question": QUESTION}, context=wired(stub, memory_dir, name="no-structured-model"))
+    assert [kind for _, kind, _ in formats(stub)] == ["text", "text"]
+
+
+def test_a_403_is_about_access_to_the_model(stub: OpenAIStub, memory_dir: Path) -> None:
+    """The key was accepted: setting it again does not help, giving it access to the model does."""
+    stub.script(Scripted(status=403, content="You are not allowed to sample from this model"))
+    with pytest.raises(ConfigError) as error:
+        graph.invoke({"question": QUESTION}, context=wired(stub, memory_dir))
+    said = str(error.value)
+    assert "HTTP 403" in said and "access to the model" in said and "API key (e.g." not in said
+
+
+def test_a_refusal_is_labelled_a_refusal(stub: OpenAIStub, memory_dir: Path) -> None:
+    stub.script(completion_of({"role": "assistant", "content": None, "refusal": "I can't help with that."}))
+    result = graph.invoke({"question": QUESTION}, context=wired(stub, memory_dir))
+    assert labels(result["trace"])["judge"] == "offline (model output unusable: the model refused to answer)"
+
+
+def test_a_reply_cut_off_is_one_clean_label_and_one_log_line(
+    stub: OpenAIStub, memory_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The label was the client's error text, a usage repr cut at 160 characters, stored as the policy of facts
+    and history rows; and each such reply logged a whole traceback."""
+    stub.script(completion_of({"role": "assistant", "content": '{"Action": "Pass", "confidence": 0.9, "conf'},
+                              finish="length"))
+    with caplog.at_level(logging.DEBUG, logger="strata.agents.llm"):
+        result = graph.invoke({"question": QUESTION}, context=wired(stub, memory_dir))
+    assert labels(result["trace"])["judge"] == (
+        "offline (model output unusable: the reply was cut off at the length limit)")  # not a usage repr
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING and r.name == "strata.agents.llm"]
+    assert len(warnings) == 1 and warnings[0].exc_info is None and "\n" not in warnings[0].getMessage()
