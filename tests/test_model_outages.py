@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import test_model_wire
 from openai_stub import OpenAIStub, Scripted, broken, status
 from strata.agents.llm import chat_model
 from strata.graph.graph import build_graph, graph
@@ -27,6 +27,8 @@ from strata.api import Memory
 
 KEY = "sk-fake-AUDIT-4f9c2b7e1d3a5c8e0b6f9a2d-wxyz"
 MASKED_KEY = f"{KEY[:8]}{'*' * (len(KEY) - 12)}{KEY[-4:]}"  # as OpenAI's 401 message shows a key
+memory_dir = test_model_wire.memory_dir  # the wire tests' fixtures: Ann's memory (two turns stored offline),
+stub = test_model_wire.stub  # and the server, one per module
 MORE = [
     {"speaker": "Ann", "listener": "Ben", "text": "I adopted a puppy named Coco last week.", "dia_id": "D1:3",
      "time": "2023-06-01 10:02"},
@@ -35,22 +37,9 @@ MORE = [
 ]
 
 
-@pytest.fixture(scope="module")
-def memory_dir(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Path:
-    """Ann's memory with two turns stored offline, shared by the tests that only ask."""
-    folder = tmp_path_factory.mktemp("faults") / "mem"
-    Memory("ann", data_dir=str(folder)).add(TURNS)
-    return folder
-
-
-@pytest.fixture(scope="module")
-def stub() -> Iterator[OpenAIStub]:
-    with OpenAIStub() as server:
-        yield server
-
-
 @pytest.fixture(autouse=True)
 def fresh_stub(stub: OpenAIStub, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An empty script and log per test, and a key shaped like a real one (this test's environment only)."""
     stub.reset()
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
 
