@@ -20,6 +20,7 @@ from strata.graph.context import Context
 from strata.graph.routing import route_after_judge, route_after_memory, route_onward, route_start
 from strata.graph.state import InputState, OutputState, State, finish_run, resumed_as_begun, start_run
 from strata.graph.tracing import with_run_metadata
+from strata.graph.turns import taking_turns
 
 
 def builder() -> StateGraph:
@@ -47,8 +48,9 @@ def builder() -> StateGraph:
 
 
 def build_graph(**compile_kwargs: Any) -> Any:
-    """Compile the memory graph (pass `checkpointer=` or `store=` as for any LangGraph graph)."""
-    compiled = builder().compile(**compile_kwargs)
+    """Compile the memory graph (pass `checkpointer=` or `store=` as for any LangGraph graph), its runs of one
+    namespace taking turns where they must (graph/turns.py): an app compiling `builder()` itself runs without."""
+    compiled = taking_turns(builder().compile(**compile_kwargs))
     compiled.name = "strata"
     return compiled
 

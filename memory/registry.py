@@ -17,7 +17,7 @@ import os
 import threading
 from collections import OrderedDict
 
-from strata.memory import chroma, embeddings, locks
+from strata.memory import chroma, embeddings, locks, run_gate
 from strata.memory.chroma import forget_client, open_clients
 from strata.memory.ledger import Ledger, open_ledger
 from strata.memory.locks import location_of
@@ -138,6 +138,7 @@ def _forget_after_fork() -> None:
     _LEDGERS.clear()
     chroma.forget_after_fork()
     locks.forget_after_fork()
+    run_gate.forget_after_fork()
 
 
 os.register_at_fork(after_in_child=_forget_after_fork)

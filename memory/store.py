@@ -245,9 +245,6 @@ class MemoryStore:
         self.importer: int | None = None  # the thread whose import writes the namespace (`check_whole` lets it)
         self._halves_agree = False  # Chroma and the ledger were found to hold the same namespace (`_check_halves`)
         self._until_flush = False  # the entries belong to a turn being stored: only its batch's flush clears them
-        # One input stored at a time by this process's Python API (`Memory.add`): the open episode and the end of
-        # the chain of turns are one per namespace, and two inputs taken turn about split each other's episodes.
-        self.input_lock = threading.RLock()  # (re-entrant: an on_turn callback may add to the same memory)
 
     @contextmanager
     def writing(self) -> Iterator[None]:

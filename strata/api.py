@@ -41,6 +41,7 @@ from strata.memory.ledger_sql import LARGEST_INTEGER
 from strata.memory.portability import ImportReport, MemoryDocument, export_memory, import_memory, read_document
 from strata.memory.records import Change, Record, Turn
 from strata.memory.registry import drop_namespace, open_store, set_aside
+from strata.memory.run_gate import RunGate, run_gate
 from strata.memory.settings import real_folder
 from strata.memory.slots import undo as undo_change
 from strata.memory.store import MemoryStore
@@ -152,6 +153,12 @@ class Memory:
         context = self.context("ask")
         return open_store(context.store_settings(), context.namespace)
 
+    def gate(self) -> RunGate:
+        """The namespace's runs in this process (memory/run_gate.py): an add holds it from its run to the
+        episode it closes."""
+        context = self.context("ask")
+        return run_gate(context.store_settings(), context.namespace)
+
     def _whole(self) -> MemoryStore:
         """The stores, refused in one line while an import of the namespace has not finished."""
         store = self.store
@@ -174,7 +181,7 @@ class Memory:
                              f"{type(on_turn).__name__}")
         batch = _as_turns(turns, speaker)
         context = self.context("ingest")  # one for the whole call: a model down on one turn stays out after it
-        with self.store.input_lock:  # another add of this namespace in this process waits for this one to end
+        with self.gate().holding("store"):  # another input of this namespace in this process waits for this one
             result = self._run("ingest", {"turns": batch}, on_turn, context=context)
             if end_session:
                 from strata.agents.memory import close_open_episode

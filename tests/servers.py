@@ -153,13 +153,15 @@ def repo_mirror(folder: Path) -> Path:
 
 @contextmanager
 def langgraph_dev(data_dir: Path, root: Path, log_path: Path, env: Mapping[str, str] | None = None,
-                  timeout: float = 120.0) -> Iterator[ServerProcess]:
+                  timeout: float = 120.0, jobs: int = 1) -> Iterator[ServerProcess]:
     """`langgraph dev` run from `root` (the repo or a `repo_mirror`), serving its langgraph.json
-    unchanged, with the memory in `data_dir`."""
+    unchanged, with the memory in `data_dir`, running `jobs` runs at once (its own default is one;
+    a Platform deployment's, ten)."""
     port = free_port()
     server = ServerProcess(
         "langgraph dev",
-        [str(BIN / "langgraph"), "dev", "--no-browser", "--no-reload", "--host", LOOPBACK, "--port", str(port)],
+        [str(BIN / "langgraph"), "dev", "--no-browser", "--no-reload", "--host", LOOPBACK, "--port", str(port),
+         "--n-jobs-per-worker", str(jobs)],
         port,
         "/ok",
         log_path,

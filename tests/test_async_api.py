@@ -134,19 +134,8 @@ def test_two_inputs_added_at_once_are_stored_one_after_the_other(
     """Two sessions added at once took turns turn by turn: each turn closed the other session's open episode,
     so one ingest of 60 turns wrote 48 episodes, 38 of a single turn. Adds of one namespace now take turns
     whole: the episodes are those of the two inputs added one after the other, in one order or the other."""
-    sessions = load_turns(locomo_dir / "conv-26.json").sessions
-    first, second = sessions[0].turns[:8], sessions[1].turns[:8]
-
-    def episodes(memory: Memory) -> set[tuple[str, ...]]:
-        return {tuple(e.source_ids) for e in memory.store.all("episode")} | {
-            tuple(memory.store.state("open_episode", {}).get("turn_ids", []))}
-
-    orders = []
-    for name, inputs in (("ab", (first, second)), ("ba", (second, first))):
-        alone = Memory(name, data_dir=str(data_dir))
-        for part in inputs:
-            alone.add(part)
-        orders.append(episodes(alone))
+    first, second = two_sessions(locomo_dir)
+    orders = orders_alone(data_dir, first, second)
     together = Memory("together", data_dir=str(data_dir))
 
     async def scenario() -> None:
@@ -154,6 +143,61 @@ def test_two_inputs_added_at_once_are_stored_one_after_the_other(
 
     asyncio.run(scenario())
     assert episodes(together) in orders
+
+
+def test_two_graph_runs_storing_at_once_on_one_loop_take_turns(
+    locomo_dir: Path, data_dir: Path, embedder: object,
+) -> None:
+    """A LangGraph server runs the graph's `astream` as tasks on one event loop, each step in a worker
+    thread: two ingests of one namespace sent at once on two threads went step about, and closed each
+    other's open episodes (Memory.add's lock held only its own adds back). The graph's runs that store
+    input now take turns whoever starts them, and a question asked meanwhile is not held back."""
+    from strata.graph.context import Context
+    from strata.graph.graph import graph
+
+    first, second = two_sessions(locomo_dir)
+    orders = orders_alone(data_dir, first, second)
+
+    def run(turns: list[Any]) -> Awaitable[Any]:
+        context = Context(namespace="together", mode="ingest", data_dir=str(data_dir))
+        return graph.ainvoke({"turns": [t.model_dump(mode="json") for t in turns]}, context=context)
+
+    async def scenario() -> tuple[float, float]:
+        started = asyncio.get_running_loop().time()
+        storing = asyncio.gather(run(first), run(second))
+        await asyncio.sleep(0.2)  # both ingests under way
+        await graph.ainvoke({"question": "Who went to a support group?"},
+                            context=Context(namespace="together", mode="ask", data_dir=str(data_dir)))
+        asked = asyncio.get_running_loop().time()
+        await storing
+        return asked - started, asyncio.get_running_loop().time() - started
+
+    asked, stored = asyncio.run(scenario())
+    assert episodes(Memory("together", data_dir=str(data_dir))) in orders
+    assert asked < stored  # the question was answered while the ingests were still storing
+
+
+def two_sessions(locomo_dir: Path) -> tuple[list[Any], list[Any]]:
+    """The first 8 turns of conv-26's sessions 1 and 2."""
+    sessions = load_turns(locomo_dir / "conv-26.json").sessions
+    return sessions[0].turns[:8], sessions[1].turns[:8]
+
+
+def episodes(memory: Memory) -> set[tuple[str, ...]]:
+    """The turns of each episode, the open one's included."""
+    return {tuple(e.source_ids) for e in memory.store.all("episode")} | {
+        tuple(memory.store.state("open_episode", {}).get("turn_ids", []))}
+
+
+def orders_alone(data_dir: Path, first: list[Any], second: list[Any]) -> list[set[tuple[str, ...]]]:
+    """The episodes of the two inputs added one after the other, in each order."""
+    orders = []
+    for name, inputs in (("ab", (first, second)), ("ba", (second, first))):
+        alone = Memory(name, data_dir=str(data_dir))
+        for part in inputs:
+            alone.add(part)
+        orders.append(episodes(alone))
+    return orders
 
 
 def test_a_cancelled_add_still_stores_every_turn_it_was_given(

@@ -32,6 +32,7 @@ ANSWER_TURN = "D1:11"
 UNANSWERABLE = "What is the name of the hotel where Melanie stayed in Tokyo in 2019?"
 RUN_TIMEOUT = 180.0
 ADMIN_TOKEN = "operator-token-for-this-test"
+JOBS = 4  # runs the server runs at once (`langgraph dev` runs one by default, a Platform deployment ten)
 
 
 def test_langgraph_json_serves_the_graph_without_edits() -> None:
@@ -134,7 +135,7 @@ class Served:
         root = repo_mirror(self.base / f"root-{self.starts}")
         self.server = self._running.enter_context(
             langgraph_dev(self.data_dir, root, self.base / f"langgraph-{self.starts}.log",
-                          env={TOKEN_VARIABLE: ADMIN_TOKEN})
+                          env={TOKEN_VARIABLE: ADMIN_TOKEN}, jobs=JOBS)
         )
         return self.server
 
@@ -422,6 +423,47 @@ def test_an_operator_erases_through_the_server_and_its_threads_go_too(served: Se
     assert [r["id"] for r in seen["records"].json()] == ["raw:D1:3"]
     assert seen["pages"] > HISTORY_PAGE  # more than a page of states, none of which the erase needed to read
     assert seen["kept"] == [seen["other"], seen["long_run"]]
+
+
+@pytest.mark.slow
+def test_two_conversations_sent_at_once_to_one_namespace_are_stored_one_after_the_other(
+    served: Served, locomo_dir: Path
+) -> None:
+    """A server running several runs at once (Platform runs ten) ran two ingests of one namespace on two
+    threads step about: each turn closed the other conversation's open episode, 14 episodes for 16 turns.
+    They take turns now, whole: the episodes are those of the two inputs sent one after the other."""
+    import httpx
+
+    from strata.conversations import load_turns
+
+    sessions = load_turns(locomo_dir / "conv-26.json").sessions
+    first, second = ([t.model_dump(mode="json", exclude_none=True) for t in s.turns[:8]] for s in sessions[:2])
+
+    async def ingest(client: Any, namespace: str, turns: list[dict[str, Any]]) -> None:
+        thread = await client.threads.create()
+        await client.runs.wait(thread["thread_id"], "strata", input={"turns": turns},
+                               context={"namespace": namespace, "mode": "ingest"})
+
+    async def episodes(namespace: str) -> set[tuple[str, ...]]:
+        async with httpx.AsyncClient(timeout=RUN_TIMEOUT) as http:
+            reply = await http.get(f"{served.server.url}/strata/export?namespace={namespace}",  # type: ignore[union-attr]
+                                   headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+        document = reply.json()
+        return {tuple(r["source_ids"]) for r in document["records"] if r["kind"] == "episode"} | {
+            tuple(document["state"].get("open_episode", {}).get("turn_ids", []))}
+
+    async def scenario() -> tuple[list[set[tuple[str, ...]]], set[tuple[str, ...]]]:
+        client = served.client()
+        orders = []
+        for namespace, inputs in (("at-once-ab", (first, second)), ("at-once-ba", (second, first))):
+            for turns in inputs:
+                await ingest(client, namespace, turns)
+            orders.append(await episodes(namespace))
+        await asyncio.gather(ingest(client, "at-once", first), ingest(client, "at-once", second))
+        return orders, await episodes("at-once")
+
+    orders, together = served.run(scenario())
+    assert together in orders, served.fail(f"episodes of the two at once: {sorted(together)}")
 
 
 def test_a_relative_folder_resolves_on_an_event_loop_without_getcwd(monkeypatch: pytest.MonkeyPatch) -> None:

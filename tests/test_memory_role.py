@@ -375,7 +375,7 @@ def test_ids_given_to_turns_without_one_pass_ids_callers_chose(data_dir: Path) -
 
 
 def test_an_add_from_an_on_turn_callback_of_the_same_memory_returns(data_dir: Path) -> None:
-    """Adds of one namespace take turns (MemoryStore.input_lock); the same thread adding again inside its own
+    """Adds of one namespace take turns (memory/run_gate.py); the same thread adding again inside its own
     add (an `on_turn` callback storing a note) must not wait on itself for ever."""
     memory = Memory("ann", data_dir=str(data_dir))
     done: list[int] = []

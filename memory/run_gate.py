@@ -1,0 +1,170 @@
+"""Which runs of a namespace may go on at once in this process, and what waits for all of them.
+
+Runs that read go on together. Runs that store input (ingest, chat) take turns, whole: the open episode
+and the end of the chain of turns are one per namespace, and two inputs stored turn about closed each
+other's episode. An erase or a drop waits until no run of the namespace is going on, and runs wait while
+it works: a run saving its thread meanwhile wrote back what was being deleted.
+
+A run holds the gate, not a thread: its steps move from worker thread to worker thread, and on a server
+it is a task on an event loop, which must never block. So the gate is a counter behind a plain lock (any
+thread may let go of what another took); a thread waits on a condition, a task polls (`enter_async`).
+What a call holds is kept in a context variable, which follows it into its steps' worker threads and its
+own calls: a call inside one that holds the gate (an `on_turn` callback adding to the same memory, the
+graph run of `Memory.add`) goes on without waiting for itself.
+
+The gate is this process's. Another process writing the same namespace (replicas sharing a Chroma server
+and a PostgreSQL ledger) is not held back by it: each step still takes the ledger's writer lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from contextvars import ContextVar
+from typing import Literal
+
+from strata.memory.errors import InputError
+from strata.memory.locks import location_of
+from strata.memory.settings import StoreSettings
+
+Kind = Literal["read", "store", "close"]  # a run that reads, a run that stores input, an erase or a drop
+POLL_SECONDS = 0.05  # how often a waiting task looks again
+_GATES: dict[tuple[str, str], RunGate] = {}
+_GUARD = threading.Lock()
+_HELD: ContextVar[frozenset[tuple[str, str]]] = ContextVar("strata_run_gates_held", default=frozenset())
+_CLOSING: ContextVar[frozenset[tuple[str, str]]] = ContextVar("strata_run_gates_closing", default=frozenset())
+
+
+class RunGate:
+    """The runs of one namespace going on in this process (see the module's docstring)."""
+
+    def __init__(self, key: tuple[str, str]) -> None:
+        self.key = key
+        self._changed = threading.Condition(threading.Lock())
+        self._runs = 0  # runs going on
+        self._storing = False  # one of them stores input
+        self._closed = False  # an erase or a drop works
+        self._closers: set[object] = set()  # erases and drops waiting: runs that come after them wait too
+
+    def _take(self, kind: Kind) -> bool:
+        """Enter if the gate lets `kind` in now (the caller holds `_changed`)."""
+        if self._closed:
+            return False
+        if kind == "close":
+            self._closed = self._runs == 0
+            return self._closed
+        if self._closers or (kind == "store" and self._storing):
+            return False
+        self._storing = self._storing or kind == "store"
+        self._runs += 1
+        return True
+
+    def enter(self, kind: Kind) -> None:
+        """Wait in this thread until the gate lets `kind` in."""
+        waiting = object()
+        with self._changed:
+            if kind == "close":
+                self._closers.add(waiting)
+            try:
+                while not self._take(kind):
+                    self._changed.wait(POLL_SECONDS)  # (a task's erase that stopped waiting does not notify)
+            finally:
+                self._closers.discard(waiting)
+
+    async def enter_async(self, kind: Kind) -> None:
+        """Wait on an event loop, without blocking it, until the gate lets `kind` in. A cancelled wait holds
+        nothing: the gate is taken only by a `_take` that returned True, with no await after it."""
+        waiting = object()
+        if kind == "close":
+            self._closers.add(waiting)  # (a set's add and discard need no lock)
+        try:
+            while True:
+                if self._changed.acquire(blocking=False):  # never a blocking wait on the loop
+                    try:
+                        if self._take(kind):
+                            return
+                    finally:
+                        self._changed.release()
+                await asyncio.sleep(POLL_SECONDS)
+        finally:
+            self._closers.discard(waiting)
+
+    def leave(self, kind: Kind) -> None:
+        """Let go of what `enter` took (from any thread)."""
+        with self._changed:
+            if kind == "close":
+                self._closed = False
+            else:
+                self._runs -= 1
+                self._storing = self._storing and kind != "store"
+            self._changed.notify_all()
+
+    @contextmanager
+    def holding(self, kind: Kind) -> Iterator[None]:
+        """The gate for a call in this thread; a call inside one that holds it goes on at once."""
+        if not _entered(self.key, kind):
+            yield
+            return
+        self.enter(kind)
+        try:
+            with _held(self.key, kind):
+                yield
+        finally:
+            self.leave(kind)
+
+    @asynccontextmanager
+    async def holding_async(self, kind: Kind) -> AsyncIterator[None]:
+        """`holding` for a task on an event loop."""
+        if not _entered(self.key, kind):
+            yield
+            return
+        await self.enter_async(kind)
+        try:
+            with _held(self.key, kind):
+                yield
+        finally:
+            # let go in a worker thread: the loop must not wait on the gate's lock; submitted at once, so a
+            # second cancellation cannot keep it from happening
+            await asyncio.to_thread(self.leave, kind)
+
+
+def run_gate(settings: StoreSettings, namespace: str) -> RunGate:
+    """The gate of `namespace` at this location, one per process."""
+    key = (location_of(settings), namespace)
+    with _GUARD:
+        return _GATES.setdefault(key, RunGate(key))
+
+
+def _entered(key: tuple[str, str], kind: Kind) -> bool:
+    """Whether a call of `kind` must take the gate, False when this call's context holds it already. An erase
+    or a drop inside a run of its namespace would wait for itself: one line instead."""
+    if key not in _HELD.get():
+        return True
+    if kind == "close" and key not in _CLOSING.get():
+        raise InputError(f"the namespace {key[1]!r} cannot be erased or dropped from inside one of its own runs "
+                         "(it would wait for itself): do it once the run has ended")
+    return False
+
+
+@contextmanager
+def _held(key: tuple[str, str], kind: Kind) -> Iterator[None]:
+    """Note in this context that it holds the gate `key`. Set back by value, not by token: a generator's
+    body (`graph.stream`) may be closed from another context than the one it started in."""
+    held, closing = _HELD.get(), _CLOSING.get()
+    _HELD.set(held | {key})
+    if kind == "close":
+        _CLOSING.set(closing | {key})
+    try:
+        yield
+    finally:
+        _HELD.set(_HELD.get() - ({key} - held))
+        _CLOSING.set(_CLOSING.get() - ({key} - closing))
+
+
+def forget_after_fork() -> None:
+    """In a forked child: the parent's runs are not the child's to wait for."""
+    global _GUARD
+    _GUARD = threading.Lock()
+    _GATES.clear()
