@@ -10,7 +10,8 @@ it is a task on an event loop, which must never block. So the gate is a counter 
 thread may let go of what another took); a thread waits on a condition, a task polls (`enter_async`).
 What a call holds is kept in a context variable, which follows it into its steps' worker threads and its
 own calls: a call inside one that holds the gate (an `on_turn` callback adding to the same memory, the
-graph run of `Memory.add`) goes on without waiting for itself.
+graph run of `Memory.add`) goes on without waiting for itself, and an erase inside a run of its namespace
+(an `on_turn` callback erasing) waits only for the other runs.
 
 The gate is this process's. Another process writing the same namespace (replicas sharing a Chroma server
 and a PostgreSQL ledger) is not held back by it: each step still takes the ledger's writer lock.
@@ -47,13 +48,15 @@ class RunGate:
         self._storing = False  # one of them stores input
         self._closed = False  # an erase or a drop works
         self._closers: set[object] = set()  # erases and drops waiting: runs that come after them wait too
+        self._inside = 0  # erases waiting inside a run of their own (`holding`)
 
-    def _take(self, kind: Kind) -> bool:
-        """Enter if the gate lets `kind` in now (the caller holds `_changed`)."""
+    def _take(self, kind: Kind, own: int = 0) -> bool:
+        """Enter if the gate lets `kind` in now, `own` of the runs going on being the caller's (the caller
+        holds `_changed`)."""
         if self._closed:
             return False
         if kind == "close":
-            self._closed = self._runs == 0
+            self._closed = self._runs == own
             return self._closed
         if self._closers or (kind == "store" and self._storing):
             return False
@@ -61,19 +64,19 @@ class RunGate:
         self._runs += 1
         return True
 
-    def enter(self, kind: Kind) -> None:
-        """Wait in this thread until the gate lets `kind` in."""
+    def enter(self, kind: Kind, own: int = 0) -> None:
+        """Wait in this thread until the gate lets `kind` in (an erase: until no run but the caller's `own`)."""
         waiting = object()
         with self._changed:
             if kind == "close":
                 self._closers.add(waiting)
             try:
-                while not self._take(kind):
+                while not self._take(kind, own):
                     self._changed.wait(POLL_SECONDS)  # (a task's erase that stopped waiting does not notify)
             finally:
                 self._closers.discard(waiting)
 
-    async def enter_async(self, kind: Kind) -> None:
+    async def enter_async(self, kind: Kind, own: int = 0) -> None:
         """Wait on an event loop, without blocking it, until the gate lets `kind` in. A cancelled wait holds
         nothing: the gate is taken only by a `_take` that returned True, with no await after it."""
         waiting = object()
@@ -83,7 +86,7 @@ class RunGate:
             while True:
                 if self._changed.acquire(blocking=False):  # never a blocking wait on the loop
                     try:
-                        if self._take(kind):
+                        if self._take(kind, own):
                             return
                     finally:
                         self._changed.release()
@@ -103,11 +106,24 @@ class RunGate:
 
     @contextmanager
     def holding(self, kind: Kind) -> Iterator[None]:
-        """The gate for a call in this thread; a call inside one that holds it goes on at once."""
-        if not _entered(self.key, kind):
+        """The gate for a call in this thread; a call inside one that holds it goes on at once, but for an
+        erase inside a run, which waits for the other runs (two such would wait for each other: one line)."""
+        own = _own_runs(self.key, kind)
+        if own is None:
             yield
             return
-        self.enter(kind)
+        if own:
+            with self._changed:
+                if self._inside:
+                    raise InputError(f"the namespace {self.key[1]!r} is being erased or dropped from inside another "
+                                     "of its runs, which waits for this one: do it once this run has ended")
+                self._inside += 1
+        try:
+            self.enter(kind, own)
+        finally:
+            if own:
+                with self._changed:
+                    self._inside -= 1
         try:
             with _held(self.key, kind):
                 yield
@@ -116,10 +132,14 @@ class RunGate:
 
     @asynccontextmanager
     async def holding_async(self, kind: Kind) -> AsyncIterator[None]:
-        """`holding` for a task on an event loop."""
-        if not _entered(self.key, kind):
+        """`holding` for a task on an event loop (an erase there is never one inside a run of its own)."""
+        own = _own_runs(self.key, kind)
+        if own is None:
             yield
             return
+        if own:
+            raise InputError(f"the namespace {self.key[1]!r} cannot be erased or dropped from inside one of its "
+                             "own runs on an event loop: do it once the run has ended")
         await self.enter_async(kind)
         try:
             with _held(self.key, kind):
@@ -137,15 +157,12 @@ def run_gate(settings: StoreSettings, namespace: str) -> RunGate:
         return _GATES.setdefault(key, RunGate(key))
 
 
-def _entered(key: tuple[str, str], kind: Kind) -> bool:
-    """Whether a call of `kind` must take the gate, False when this call's context holds it already. An erase
-    or a drop inside a run of its namespace would wait for itself: one line instead."""
+def _own_runs(key: tuple[str, str], kind: Kind) -> int | None:
+    """How many of the gate's runs are this call's own (0 or 1), or None when it goes on without taking the
+    gate: its context holds it already, and it is no erase inside a run."""
     if key not in _HELD.get():
-        return True
-    if kind == "close" and key not in _CLOSING.get():
-        raise InputError(f"the namespace {key[1]!r} cannot be erased or dropped from inside one of its own runs "
-                         "(it would wait for itself): do it once the run has ended")
-    return False
+        return 0
+    return 1 if kind == "close" and key not in _CLOSING.get() else None
 
 
 @contextmanager

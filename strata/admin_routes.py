@@ -225,6 +225,15 @@ async def erase(request: Request, memory: Memory) -> Any:
         return {"erased": False, "would_erase": plan.targets, "would_delete_threads": threads,
                 "would_erase_requests": [c.id for c in plan.requests],
                 "hint": 'nothing was erased: send "confirm": true to erase them'}
+    # no run of the namespace while its threads go (this process's: a run saving its thread meanwhile wrote
+    # the record back); runs sent meanwhile wait, and read the memory as the erase leaves it
+    gate = await asyncio.to_thread(memory.gate)  # (it reads the folder's path: not on the loop)
+    async with gate.holding_async("close"):
+        return await _erase_confirmed(memory, body, threads, listed_at)
+
+
+async def _erase_confirmed(memory: Memory, body: _EraseBody, threads: list[str], listed_at: str) -> Any:
+    """The erase itself, with the threads listed before it and any saved since."""
     await asyncio.to_thread(memory.store.ledger.check_writable)  # a read-only memory: no thread is deleted
     deleted: list[str] = []
     await _delete_threads(threads, deleted)  # then the threads: one that cannot go stops the erase

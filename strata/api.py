@@ -155,7 +155,7 @@ class Memory:
 
     def gate(self) -> RunGate:
         """The namespace's runs in this process (memory/run_gate.py): an add holds it from its run to the
-        episode it closes."""
+        episode it closes, an erase or a drop while it works (and a host deleting threads of its own)."""
         context = self.context("ask")
         return run_gate(context.store_settings(), context.namespace)
 
@@ -294,24 +294,26 @@ class Memory:
     ) -> tuple[ErasureReport, ErasurePlan]:
         """`erase`, and the plan it carried out: for a host that keeps threads of its own (the server's
         routes), which may hold a record stored after it last listed what would go."""
-        store = self._whole()
-        with store.writing():  # no writer of this namespace between the plan and the erase
-            resumed = finish_erasure(store) or store.finished_erasure  # one stopped midway comes first
-            store.finished_erasure = None
-            try:
-                plan = self.erasure_plan(ids, about)
-            except InputError as error:
-                if resumed is None:
+        # no run of the namespace while it works: a run saving its thread meanwhile wrote the record back
+        with self.gate().holding("close"):
+            store = self._whole()
+            with store.writing():  # no writer of this namespace between the plan and the erase
+                resumed = finish_erasure(store) or store.finished_erasure  # one stopped midway comes first
+                store.finished_erasure = None
+                try:
+                    plan = self.erasure_plan(ids, about)
+                except InputError as error:
+                    if resumed is None:
+                        raise
+                    raise InputError(f"{error}; an erase stopped midway was finished first "
+                                     f"({resumed.summary()})") from None
+                store.ledger.check_writable()  # a read-only folder refuses before any thread is deleted
+                threads, rebuilt = erase_threads(self.context("ask").data_dir, plan.said, store.namespace)  # may fail
+                try:
+                    report = apply_erasure(store, plan)
+                except BaseException:
+                    set_aside(store)  # not served half erased: the next call finishes it first
                     raise
-                raise InputError(f"{error}; an erase stopped midway was finished first "
-                                 f"({resumed.summary()})") from None
-            store.ledger.check_writable()  # a read-only folder refuses before any thread is deleted
-            threads, rebuilt = erase_threads(self.context("ask").data_dir, plan.said, store.namespace)  # may fail
-            try:
-                report = apply_erasure(store, plan)
-            except BaseException:
-                set_aside(store)  # not served half erased: the next call finishes it first
-                raise
         report.threads, report.threads_compacted = threads, rebuilt
         return report, plan
 
@@ -349,9 +351,10 @@ class Memory:
         (strata/checkpoint.py): once the namespace is empty, no erase can find them. The namespace can be
         used again at once. Returns the threads deleted."""
         context = self.context("ask")
-        self.store.ledger.check_writable()  # a read-only folder refuses before any thread is deleted
-        threads, _ = drop_threads(context.data_dir, context.namespace)  # may fail: then nothing is dropped
-        drop_namespace(context.store_settings(), context.namespace)
+        with self.gate().holding("close"):  # no run of it meanwhile: one saving its thread wrote it back
+            self.store.ledger.check_writable()  # a read-only folder refuses before any thread is deleted
+            threads, _ = drop_threads(context.data_dir, context.namespace)  # may fail: then nothing is dropped
+            drop_namespace(context.store_settings(), context.namespace)
         return threads
 
     # the same calls for async apps -------------------------------------------

@@ -554,6 +554,63 @@ def test_a_drop_lists_the_other_namespaces_that_ran_on_a_thread_it_deletes(data_
     assert threads_run_on(data_dir, "bob") == {"alice-chat": ["alice"], "bob-chat": []}
 
 
+def _midway(data_dir: Path, thread: str, namespace: str, payload: dict[str, Any], mode: str, after: str,
+            act: Any) -> Any:
+    """Run the graph with the folder's checkpointer on `thread`, and call `act()` from this thread while the
+    run is midway (its step `after` done and saved, the rest to come); `act`'s result once both ended."""
+    import threading
+    import time
+
+    midway, failures = threading.Event(), []
+
+    def run() -> None:
+        try:
+            with sqlite_checkpointer(data_dir) as saver:
+                context = Context(namespace=namespace, mode=mode, data_dir=str(data_dir))
+                for update in build_graph(checkpointer=saver).stream(
+                        payload, {"configurable": {"thread_id": thread}}, context=context):
+                    if after in update and not midway.is_set():
+                        midway.set()
+                        time.sleep(0.5)  # the rest of the run comes while `act` works
+        except BaseException as error:  # said below: a thread's exception would vanish
+            failures.append(error)
+            midway.set()
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    assert midway.wait(120)
+    done = act()
+    worker.join(120)
+    assert not worker.is_alive() and not failures, failures
+    return done
+
+
+def test_a_drop_while_a_run_saves_its_thread_leaves_neither_the_thread_nor_the_namespace(data_dir: Path) -> None:
+    """A drop deleted the threads, then the namespace, while a run of it was midway: the run saved its thread
+    again after the delete (the dropped words back in threads.sqlite3, where no drop finds them once the
+    namespace is empty) and wrote its turn's facts back into the dropped namespace. A drop now waits for the
+    namespace's runs to end, and runs wait while it works."""
+    turns = [{"speaker": "Alice", "text": f"My bank PIN is {PIN}.", "dia_id": "D1:1"},
+             {"speaker": "Alice", "text": "I keep it in my head.", "dia_id": "D1:2"},
+             {"speaker": "Alice", "text": "I moved to Lisbon in May.", "dia_id": "D1:3"}]
+    alice = Memory("alice", data_dir=str(data_dir))
+    dropped = _midway(data_dir, "alice-chat", "alice", {"turns": turns}, "ingest", "memory", alice.drop)
+    assert dropped == ["alice-chat"] and not _thread_kept(data_dir, "alice-chat")
+    assert sum(alice.store.count(kind) for kind in KINDS) == 0
+    assert [f for f in _files_holding(data_dir, PIN) if not f.startswith("chroma/")] == []
+
+
+def test_an_erase_while_a_run_saves_its_thread_leaves_no_thread_holding_the_record(data_dir: Path) -> None:
+    """An erase deleted the threads holding the record while a question's run was midway: the run, shown the
+    record, saved its thread again after the delete. The erase now waits for the run to end."""
+    _threads_on_two_namespaces(data_dir)
+    alice = Memory("alice", data_dir=str(data_dir))
+    report = _midway(data_dir, "alice-asks", "alice", {"question": "What is Alice's bank PIN?"}, "ask", "research",
+                     lambda: alice.erase(["raw:D1:1"]))
+    assert report.threads == ["alice-asks", "alice-chat"] and not _thread_kept(data_dir, "alice-asks")
+    assert [f for f in _files_holding(data_dir, PIN) if not f.startswith("chroma/")] == []
+
+
 @pytest.mark.slow  # fresh processes (the command line): kept out of the default run's ten minutes
 def test_drop_from_the_command_line_names_the_threads_and_leaves_its_words_in_no_file(
     data_dir: Path, offline_env: dict[str, str]

@@ -75,13 +75,34 @@ def test_a_task_waits_without_blocking_the_loop_and_holds_nothing_once_cancelled
     assert asyncio.run(scenario()) == 5
 
 
-def test_a_call_inside_a_holder_goes_on_but_an_erase_inside_a_run_is_one_line(tmp_path: Path) -> None:
+def test_a_call_inside_a_holder_goes_on_and_an_erase_inside_a_run_waits_for_the_others(tmp_path: Path) -> None:
     runs = gate(tmp_path)
-    with runs.holding("store"), runs.holding("store"), runs.holding("read"), pytest.raises(  # an on_turn's add
-            InputError, match="from inside one of its own runs") as refused, runs.holding("close"):
-        pass
-    assert "\n" not in str(refused.value)
     with runs.holding("close"), runs.holding("close"), runs.holding("store"):  # an erase's own calls
         pass
+    order: list[str] = []
+    other_in, other_may_go = threading.Event(), threading.Event()
+
+    def other_run() -> None:
+        with runs.holding("read"):
+            other_in.set()
+            other_may_go.wait(10)
+            time.sleep(0.2)
+            order.append("other run out")
+            try:  # a second erase inside a run would wait for the first's run, which waits for it: one line
+                with runs.holding("close"):
+                    order.append("second erase in")
+            except InputError as refused:
+                order.append(str(refused))
+
+    with runs.holding("store"), runs.holding("store"), runs.holding("read"):  # an on_turn callback's add
+        worker = threading.Thread(target=other_run)
+        worker.start()
+        other_in.wait(10)
+        other_may_go.set()
+        with runs.holding("close"):  # an on_turn callback's erase: waits for the other run, not for its own
+            order.append("erase in")
+        worker.join(10)
+    assert order[0] == "other run out" and order[2] == "erase in", order
+    assert "from inside another of its runs" in order[1] and "\n" not in order[1]
     with runs.holding("close"):  # everything was let go
         pass
