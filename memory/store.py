@@ -69,6 +69,7 @@ LOG = logging.getLogger(__name__)
 _LIST_FIELDS = ("source_ids", "entities", "keywords", "tags")
 IMPORTING = "import_in_progress"  # ledger state while an import writes (memory/portability.py)
 ERASING = "erasure_in_progress"  # ledger state: the ids of an erase under way (memory/erasure.py: `finish_erasure`)
+DROPPING = "drop_in_progress"  # ledger state: a drop under way (strata/api.py `Memory.drop`), gone with the namespace
 LEDGER_MARK = "ledger_mark"
 """Ledger state: the random mark this ledger gave the namespace, which its collections on a Chroma server
 carry (memory/chroma.py: `MARK`); dropped with the namespace."""
@@ -295,6 +296,11 @@ class MemoryStore:
                              f"export of {began}): wait for it if it is still running; if it was stopped, run the "
                              "import again to finish it, or drop the namespace (Memory.drop()). Until then nothing "
                              "else reads or writes it")
+        began = self.state(DROPPING)
+        if began is not None:
+            raise InputError(f"a drop of the namespace {self.namespace!r} stopped midway (begun {began}), its saved "
+                             "threads perhaps deleted already: run the drop again to finish it (Memory.drop(), or "
+                             "`strata drop --yes`). Until then nothing reads or writes it")
         if not self._halves_agree:
             self._check_halves()
 

@@ -38,13 +38,14 @@ from strata.memory.errors import (
 from strata.memory.graph.consolidation import ConsolidationReport
 from strata.memory.graph.export import MemoryGraph, build_graph, namespace_graph, person_graph
 from strata.memory.ledger_sql import LARGEST_INTEGER
+from strata.memory.moments import utc_now
 from strata.memory.portability import ImportReport, MemoryDocument, export_memory, import_memory, read_document
 from strata.memory.records import Change, Record, Turn
 from strata.memory.registry import drop_namespace, open_store, set_aside
 from strata.memory.run_gate import RunGate, run_gate
 from strata.memory.settings import real_folder
 from strata.memory.slots import undo as undo_change
-from strata.memory.store import MemoryStore
+from strata.memory.store import DROPPING, MemoryStore
 
 TurnLike = Turn | dict[str, Any] | str
 _Arguments = TypeVar("_Arguments", bound=BaseModel)
@@ -349,12 +350,22 @@ class Memory:
     def drop(self) -> list[str]:
         """Delete this namespace's memory entirely, and the threads saved in the data folder that ran on it
         (strata/checkpoint.py): once the namespace is empty, no erase can find them. The namespace can be
-        used again at once. Returns the threads deleted."""
+        used again at once. Returns the threads deleted.
+
+        The namespace is marked first, and the mark goes with it: a drop stopped between the threads and the
+        namespace (a crash, a Chroma server gone) leaves it refused in one line until the drop is run again,
+        not served with its threads gone."""
         context = self.context("ask")
         with self.gate().holding("close"):  # no run of it meanwhile: one saving its thread wrote it back
-            self.store.ledger.check_writable()  # a read-only folder refuses before any thread is deleted
-            threads, _ = drop_threads(context.data_dir, context.namespace)  # may fail: then nothing is dropped
-            drop_namespace(context.store_settings(), context.namespace)
+            store = self.store
+            store.ledger.check_writable()  # a read-only folder refuses before any thread is deleted
+            store.set_state(DROPPING, utc_now().isoformat(timespec="seconds"))
+            try:
+                threads, _ = drop_threads(context.data_dir, context.namespace)
+            except BaseException:
+                store.ledger.clear_state(context.namespace, DROPPING)  # no thread went: nothing was dropped
+                raise
+            drop_namespace(context.store_settings(), context.namespace)  # the mark with it
         return threads
 
     # the same calls for async apps -------------------------------------------

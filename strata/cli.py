@@ -39,7 +39,7 @@ from strata.memory.forgetting import shown_ids
 from strata.memory.ledger_sql import LARGEST_INTEGER
 from strata.memory.records import KINDS, Change
 from strata.memory.registry import close_all
-from strata.memory.store import IMPORTING, MemoryStore
+from strata.memory.store import DROPPING, IMPORTING, MemoryStore
 
 PROG = "strata"
 EXIT_USER_ERROR = 2
@@ -538,7 +538,8 @@ def _drop(args: argparse.Namespace) -> int:
     memory = _stored_memory(args)
     store = memory.store
     held = ", ".join(f"{count} {what}" for what, count in _held(store).items())
-    unfinished = " (an import of it had not finished)" if store.state(IMPORTING) is not None else ""
+    unfinished = " (an import of it had not finished)" if store.state(IMPORTING) is not None else (
+        " (a drop of it had stopped midway)" if store.state(DROPPING) is not None else "")
     if not args.yes:
         print(f"would drop {_where(memory)} for good: {held}{unfinished}")
         threads = threads_run_on(memory.context("ask").data_dir, store.namespace)

@@ -554,6 +554,48 @@ def test_a_drop_lists_the_other_namespaces_that_ran_on_a_thread_it_deletes(data_
     assert threads_run_on(data_dir, "bob") == {"alice-chat": ["alice"], "bob-chat": []}
 
 
+def test_a_drop_stopped_between_the_threads_and_the_namespace_is_refused_until_run_again(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A drop deletes the threads, then the namespace: stopped in between (a crash, a Chroma server gone),
+    it left the namespace served whole with its threads gone, and nothing said a drop had begun. The
+    namespace is marked first now: refused in one line until the drop runs again, which finishes it."""
+    import strata.api
+
+    _threads_on_two_namespaces(data_dir)
+    alice = Memory("alice", data_dir=str(data_dir))
+
+    def stops(*_: object) -> None:
+        raise ConnectionError("the Chroma server stopped answering")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(strata.api, "drop_namespace", stops)
+        with pytest.raises(ConnectionError):
+            alice.drop()
+    assert not _thread_kept(data_dir, "alice-chat") and _thread_kept(data_dir, "bob-chat")
+    for call in (alice.stats, lambda: alice.ask("What is Alice's PIN?"),
+                 lambda: alice.add([{"speaker": "Alice", "text": "Hello again."}])):
+        with pytest.raises(InputError, match="a drop of the namespace 'alice' stopped midway") as refused:
+            call()
+        assert "\n" not in str(refused.value) and "drop again" in str(refused.value)
+    assert Memory("bob", data_dir=str(data_dir)).stats()["raw"]["active"] == 1  # another namespace is served
+
+    assert alice.drop() == []  # run again: finished (its thread went the first time)
+    assert alice.stats()["raw"]["active"] == 0
+    assert [f for f in _files_holding(data_dir, PIN) if not f.startswith("chroma/")] == []
+
+
+def test_a_drop_that_deletes_nothing_leaves_the_namespace_served(data_dir: Path) -> None:
+    """A threads file that cannot be read stops a drop before anything is deleted: the namespace is not
+    left marked as dropped midway."""
+    _threads_on_two_namespaces(data_dir)
+    (data_dir / "threads.sqlite3").write_bytes(b"not a database at all" * 100)
+    alice = Memory("alice", data_dir=str(data_dir))
+    with pytest.raises(ConfigError, match="nothing was dropped"):
+        alice.drop()
+    assert alice.stats()["raw"]["active"] == 1
+
+
 def _midway(data_dir: Path, thread: str, namespace: str, payload: dict[str, Any], mode: str, after: str,
             act: Any) -> Any:
     """Run the graph with the folder's checkpointer on `thread`, and call `act()` from this thread while the
