@@ -94,6 +94,9 @@ class ErasureReport(BaseModel):
                                   "Refresher changed them for an erased turn")
     items: int = Field(0, description="versions of LangGraph store items removed (strata/langgraph_store.py)")
     threads: list[str] = Field(default_factory=list, description="saved threads deleted: they held an erased record")
+    threads_unattributed: list[str] = Field(
+        default_factory=list, description="saved threads kept that hold an erased record but say not whose they are "
+        "(saved before runs recorded their namespace, and holding another namespace's record of the same id and text)")
     threads_compacted: bool = Field(False, description="the threads file rebuilt without the deleted threads' pages")
     ledger_compacted: bool = False
     in_chroma_log: int | None = Field(
@@ -107,6 +110,10 @@ class ErasureReport(BaseModel):
             log = "; Chroma's log could not be read to check it: rebuild its file (compact_chroma) to be sure"
         items = f", {self.items} store item versions" if self.items else ""
         threads = f"; {len(self.threads)} threads deleted ({shown_ids(self.threads)})" if self.threads else ""
+        if self.threads_unattributed:
+            threads += (f"; {len(self.threads_unattributed)} saved threads hold an erased record but say not whose "
+                        f"they are, kept: {shown_ids(self.threads_unattributed)} (delete those that were this "
+                        "namespace's with the checkpointer's delete_thread)")
         return (f"erased {len(self.erased)} records, {self.links} links, {self.history} history rows, "
                 f"{self.working} working-memory rows{items}; {self.reverted} notes restored, "
                 f"{self.edits_taken_back} edits taken back, {self.retold} episodes retold{threads}; {disk}{log}")

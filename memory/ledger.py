@@ -419,6 +419,18 @@ class Ledger:
             ).fetchone()
         return json.loads(row[0]) if row else default
 
+    def namespaces_holding(self, record_ids: Iterable[str]) -> dict[str, list[str]]:
+        """The namespaces holding a record by one of these ids (every record written is stamped in
+        `changes`), each with those ids: whose a saved thread is, when its states do not say."""
+        found: dict[str, list[str]] = {}
+        with self.reading() as session:
+            for chunk in chunked(sorted(set(record_ids))):
+                marks = ", ".join("?" * len(chunk))
+                for namespace, record_id in session.execute(
+                        f"SELECT namespace, record_id FROM changes WHERE record_id IN ({marks})", chunk).fetchall():
+                    found.setdefault(namespace, []).append(record_id)
+        return found
+
     def states_of(self, key: str) -> dict[str, object]:
         """One key's value in every namespace that holds it, in one query (listing namespaces by a mark)."""
         with self.reading() as session:

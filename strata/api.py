@@ -46,6 +46,7 @@ from strata.memory.run_gate import RunGate, run_gate
 from strata.memory.settings import real_folder
 from strata.memory.slots import undo as undo_change
 from strata.memory.store import DROPPING, MemoryStore
+from strata.thread_owners import holders_in
 
 TurnLike = Turn | dict[str, Any] | str
 _Arguments = TypeVar("_Arguments", bound=BaseModel)
@@ -84,6 +85,16 @@ class Answer(BaseModel):
             lines += [f"      {step.describe()}" for step in item.path]
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
+
+
+class DroppedThreads(list[str]):
+    """What `drop` returns: the saved threads it deleted, as a list, and `unattributed`, those it kept because
+    they say not whose they are (saved before runs recorded their namespace, holding records of no namespace
+    or of several: strata/thread_owners.py)."""
+
+    def __init__(self, deleted: Iterable[str] = (), unattributed: Iterable[str] = ()) -> None:
+        super().__init__(deleted)
+        self.unattributed = list(unattributed)
 
 
 class IngestReport(BaseModel):
@@ -309,13 +320,15 @@ class Memory:
                     raise InputError(f"{error}; an erase stopped midway was finished first "
                                      f"({resumed.summary()})") from None
                 store.ledger.check_writable()  # a read-only folder refuses before any thread is deleted
-                threads, rebuilt = erase_threads(self.context("ask").data_dir, plan.said, store.namespace)  # may fail
+                threads, rebuilt = erase_threads(self.context("ask").data_dir, plan.said, store.namespace,
+                                                 holders_in(store.settings))  # may fail
                 try:
                     report = apply_erasure(store, plan)
                 except BaseException:
                     set_aside(store)  # not served half erased: the next call finishes it first
                     raise
-        report.threads, report.threads_compacted = threads, rebuilt
+        report.threads, report.threads_compacted = list(threads.threads), rebuilt
+        report.threads_unattributed = threads.unattributed
         return report, plan
 
     def erasure_plan(self, ids: Iterable[str] = (), about: str | None = None) -> ErasurePlan:
@@ -347,10 +360,11 @@ class Memory:
             document = read_document(document)
         return import_memory(self.store, document)
 
-    def drop(self) -> list[str]:
+    def drop(self) -> DroppedThreads:
         """Delete this namespace's memory entirely, and the threads saved in the data folder that ran on it
         (strata/checkpoint.py): once the namespace is empty, no erase can find them. The namespace can be
-        used again at once. Returns the threads deleted.
+        used again at once. Returns the threads deleted (with those it kept because they say not whose they
+        are, `unattributed`).
 
         The namespace is marked first, and the mark goes with it: a drop stopped between the threads and the
         namespace (a crash, a Chroma server gone) leaves it refused in one line until the drop is run again,
@@ -361,12 +375,12 @@ class Memory:
             store.ledger.check_writable()  # a read-only folder refuses before any thread is deleted
             store.set_state(DROPPING, utc_now().isoformat(timespec="seconds"))
             try:
-                threads, _ = drop_threads(context.data_dir, context.namespace)
+                threads, _ = drop_threads(context.data_dir, context.namespace, holders_in(store.settings))
             except BaseException:
                 store.ledger.clear_state(context.namespace, DROPPING)  # no thread went: nothing was dropped
                 raise
             drop_namespace(context.store_settings(), context.namespace)  # the mark with it
-        return threads
+        return DroppedThreads(threads.threads, threads.unattributed)
 
     # the same calls for async apps -------------------------------------------
     # Each runs its synchronous twin in a worker thread (the memory is safe to share between threads),

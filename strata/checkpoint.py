@@ -23,6 +23,7 @@ import os
 import sqlite3
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 
@@ -38,6 +39,7 @@ from strata.memory.erasure import Said
 from strata.memory.errors import ConfigError
 from strata.memory.ledger_sql import BUSY_SECONDS, sqlite_uri, vacuum
 from strata.memory.settings import DEFAULT_DATA_DIR, check_folder, make_private_folder
+from strata.thread_owners import Holders, owner
 
 THREADS_FILE = "threads.sqlite3"
 TypeName = tuple[str, str]
@@ -162,60 +164,81 @@ _BLOBS = (("checkpoints", "type", "checkpoint"), ("checkpoints", "'json'", "meta
 _ID_FIELDS = ("id", "dia_id", "dialogue_id")
 
 
-def threads_holding(data_dir: str | Path, said: Iterable[Said], namespace: str | None = None) -> list[str]:
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The saved threads an erase or a drop deletes, each with the other namespaces that ran on it too (their
+    runs there go with it, which a listing must say), and those it leaves because nothing says whose they
+    are: saved before runs recorded their namespace, and holding records of no namespace or of several
+    (strata/thread_owners.py)."""
+
+    threads: dict[str, list[str]] = field(default_factory=dict)
+    unattributed: list[str] = field(default_factory=list)
+
+
+def threads_holding(data_dir: str | Path, said: Iterable[Said], namespace: str | None = None,
+                    holders: Holders | None = None) -> list[str]:
     """The threads of a data folder whose saved state holds one of the (id, text) pairs `said`: a
     record (a turn, an evidence item) with that id and that text, in any checkpoint or pending write;
-    with `namespace`, only threads run on it (`_holding`)."""
+    with `namespace`, only threads run on it (`threads_to_erase`)."""
+    return sorted(threads_to_erase(data_dir, said, namespace, holders).threads)
+
+
+def threads_to_erase(data_dir: str | Path, said: Iterable[Said], namespace: str | None = None,
+                     holders: Holders | None = None) -> Choice:
+    """What `erase_threads` deletes (`_holding`), and what it leaves unattributed."""
     wanted = set(said)
     if not wanted:
-        return []
+        return Choice()
     with _threads_file(data_dir) as conn:
-        return sorted(_holding(conn, wanted, namespace)) if conn is not None else []
+        return _holding(conn, wanted, namespace, holders) if conn is not None else Choice()
 
 
-def threads_run_on(data_dir: str | Path, namespace: str) -> dict[str, list[str]]:
-    """The threads of a data folder with a run on `namespace` (each run records it on its thread), what
-    `drop_threads` deletes, each with the other namespaces that ran on it too: their runs there go with it,
-    which a listing must say."""
+def threads_run_on(data_dir: str | Path, namespace: str, holders: Holders | None = None) -> dict[str, list[str]]:
+    """The threads of a data folder run on `namespace`, what `drop_threads` deletes (`threads_to_drop`)."""
+    return threads_to_drop(data_dir, namespace, holders).threads
+
+
+def threads_to_drop(data_dir: str | Path, namespace: str, holders: Holders | None = None) -> Choice:
+    """What `drop_threads` deletes (`_run_on`), and what it leaves unattributed."""
     with _threads_file(data_dir, "dropped") as conn:
-        if conn is None:
-            return {}
-        spaces = _scan(conn, set())[1]  # read once: `_run_on` would decode every checkpoint again
-        return {thread: sorted(names - {namespace}) for thread, names in sorted(spaces.items()) if namespace in names}
+        return _run_on(conn, namespace, holders) if conn is not None else Choice()
 
 
-def erase_threads(data_dir: str | Path, said: Iterable[Said], namespace: str | None = None) -> tuple[list[str], bool]:
-    """Delete the threads that hold one of `said` (`threads_holding`), their bytes included: deletes
-    overwrite what they free, and the file is rebuilt. Returns the threads deleted and whether the file
-    was rebuilt (not while another connection is writing to it: the deleted rows' bytes are then
+def erase_threads(data_dir: str | Path, said: Iterable[Said], namespace: str | None = None,
+                  holders: Holders | None = None) -> tuple[Choice, bool]:
+    """Delete the threads that hold one of `said` (`threads_to_erase`), their bytes included: deletes
+    overwrite what they free, and the file is rebuilt. Returns what was deleted (and left) and whether the
+    file was rebuilt (not while another connection is writing to it: the deleted rows' bytes are then
     overwritten already, and only the file's free pages remain to reclaim)."""
     wanted = set(said)
-    return _delete_threads(data_dir, lambda conn: _holding(conn, wanted, namespace), "erased") if wanted else (
-        [], False)
+    return _delete_threads(data_dir, lambda conn: _holding(conn, wanted, namespace, holders), "erased") if (
+        wanted) else (Choice(), False)
 
 
-def drop_threads(data_dir: str | Path, namespace: str) -> tuple[list[str], bool]:
-    """Delete the threads run on `namespace` (`threads_run_on`), as `erase_threads` deletes: a dropped
+def drop_threads(data_dir: str | Path, namespace: str, holders: Holders | None = None) -> tuple[Choice, bool]:
+    """Delete the threads run on `namespace` (`threads_to_drop`), as `erase_threads` deletes: a dropped
     namespace is empty, so no erase could find its threads afterwards, and they held its words."""
-    return _delete_threads(data_dir, lambda conn: _run_on(conn, namespace), "dropped")
+    return _delete_threads(data_dir, lambda conn: _run_on(conn, namespace, holders), "dropped")
 
 
 def _delete_threads(
-    data_dir: str | Path, choose: Callable[[sqlite3.Connection], set[str]], done: str
-) -> tuple[list[str], bool]:
+    data_dir: str | Path, choose: Callable[[sqlite3.Connection], Choice], done: str
+) -> tuple[Choice, bool]:
     """Delete the threads `choose` picks, with secure delete, then rebuild the file (`erase_threads`)."""
     with _threads_file(data_dir, done) as conn:
         if conn is None:
-            return [], False
+            return Choice(), False
         conn.execute("PRAGMA secure_delete=ON")
-        threads = sorted(choose(conn))
+        chosen = choose(conn)
         with conn:
             for table in ("checkpoints", "writes"):
-                conn.executemany(f"DELETE FROM {table} WHERE thread_id = ?", [(t,) for t in threads])
+                conn.executemany(f"DELETE FROM {table} WHERE thread_id = ?", [(t,) for t in chosen.threads])
     try:
-        return threads, _vacuumed(data_dir) if threads else False
+        return chosen, _vacuumed(data_dir) if chosen.threads else False
     except sqlite3.Error:
-        return threads, False  # the deletes are done; another connection kept the file from being rebuilt
+        return chosen, False  # the deletes are done; another connection kept the file from being rebuilt
 
 
 @contextmanager
@@ -248,20 +271,51 @@ def _vacuumed(data_dir: str | Path) -> bool:
         conn.close()
 
 
-def _holding(conn: sqlite3.Connection, wanted: set[Said], namespace: str | None) -> set[str]:
-    """The threads holding one of `wanted`, and, given a namespace, run on it: a thread records the
-    namespace of each run (`start_run`), and two namespaces may hold the same id and text ("hi" as
-    `raw:T1`). A thread saved before runs recorded it counts as any namespace's."""
+def _holding(conn: sqlite3.Connection, wanted: set[Said], namespace: str | None, holders: Holders | None) -> Choice:
+    """The threads holding one of `wanted`, and, given a namespace, run on it: a thread records the namespace
+    of each run (`start_run`), and two namespaces may hold the same id and text ("hi" as `raw:T1`). One saved
+    before runs recorded it is the namespace's when the erased records it holds are no other namespace's."""
     found, spaces = _scan(conn, wanted)
     if namespace is None:
-        return found
-    return {thread for thread in found if not spaces.get(thread) or namespace in spaces[thread]}
+        return Choice({thread: sorted(spaces.get(thread, ())) for thread in sorted(found)})
+    chosen = {thread: sorted(spaces[thread] - {namespace}) for thread in sorted(found)
+              if namespace in spaces.get(thread, ())}
+    unknown: list[str] = []
+    for thread, pairs in _pairs(conn, [t for t in found if not spaces.get(t)]).items():
+        if holders is not None and not holders(pairs & wanted) - {namespace}:  # `wanted` is the namespace's
+            chosen[thread] = []
+        else:
+            unknown.append(thread)
+    return Choice(dict(sorted(chosen.items())), sorted(unknown))
 
 
-def _run_on(conn: sqlite3.Connection, namespace: str) -> set[str]:
-    """The threads with a run on `namespace`. One saved before runs recorded it names no namespace and
-    is left: nothing says whose it is."""
-    return {thread for thread, spaces in _scan(conn, set())[1].items() if namespace in spaces}
+def _run_on(conn: sqlite3.Connection, namespace: str, holders: Holders | None) -> Choice:
+    """The threads with a run on `namespace`, and those saved before runs recorded it whose records are the
+    namespace's only (strata/thread_owners.py); the rest of those, unless another namespace's, unattributed."""
+    spaces = _scan(conn, set())[1]
+    chosen = {thread: sorted(names - {namespace}) for thread, names in sorted(spaces.items()) if namespace in names}
+    unknown: list[str] = []
+    for thread, pairs in _pairs(conn, [t for t, names in spaces.items() if not names]).items():
+        whose = owner(holders(pairs), namespace) if holders is not None else "unknown"
+        if whose == "this":
+            chosen[thread] = []
+        elif whose == "unknown":
+            unknown.append(thread)
+    return Choice(dict(sorted(chosen.items())), sorted(unknown))
+
+
+def _pairs(conn: sqlite3.Connection, threads: list[str]) -> dict[str, set[Said]]:
+    """The (id, text) pairs each of `threads` holds, in any checkpoint or pending write (`said_in`)."""
+    found: dict[str, set[Said]] = {thread: set() for thread in threads}
+    tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    for chunk in (threads[i:i + 400] for i in range(0, len(threads), 400)):
+        marks = ", ".join("?" * len(chunk))
+        for table, kind, column in _BLOBS:
+            if table in tables:
+                for thread, serialised, blob in conn.execute(
+                        f"SELECT thread_id, {kind}, {column} FROM {table} WHERE thread_id IN ({marks})", chunk):
+                    found[thread] |= said_in(_read(serialised, blob))
+    return found
 
 
 def _scan(conn: sqlite3.Connection, wanted: set[Said]) -> tuple[set[str], dict[str, set[str]]]:

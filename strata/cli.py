@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from strata.api import Answer, Memory
-from strata.checkpoint import checkpoint_path, threads_holding, threads_run_on
+from strata.checkpoint import checkpoint_path, threads_to_drop, threads_to_erase
 from strata.conversations import (
     ConversationFileError,
     LoadedConversation,
@@ -40,6 +40,7 @@ from strata.memory.ledger_sql import LARGEST_INTEGER
 from strata.memory.records import KINDS, Change
 from strata.memory.registry import close_all
 from strata.memory.store import DROPPING, IMPORTING, MemoryStore
+from strata.thread_owners import holders_in, unattributed_line
 
 PROG = "strata"
 EXIT_USER_ERROR = 2
@@ -484,11 +485,14 @@ def _erase(args: argparse.Namespace) -> int:
     memory = _stored_memory(args)
     if not args.yes:  # the listing asked for: a success (it exited 1, which no help mentioned)
         plan = memory.erasure_plan(args.ids, args.about)
-        threads = threads_holding(memory.context("ask").data_dir, plan.said, memory.store.namespace)
+        store = memory.store
+        chosen = threads_to_erase(memory.context("ask").data_dir, plan.said, store.namespace,
+                                  holders_in(store.settings))
+        threads = list(chosen.threads)
         if args.json:
             requests = [c.id for c in plan.requests]
-            print(json.dumps({"erased": False, "targets": plan.targets, "requests": requests, "threads": threads},
-                             indent=2))
+            print(json.dumps({"erased": False, "targets": plan.targets, "requests": requests, "threads": threads,
+                              "threads_unattributed": chosen.unattributed}, indent=2))
             return 0
         print(f"would erase {len(plan.targets)} records for good (with their links and history): "
               f"{', '.join(plan.targets)}")
@@ -498,6 +502,9 @@ def _erase(args: argparse.Namespace) -> int:
                   "told without them)")
         if threads:
             print(f"and delete {len(threads)} saved threads that hold them: {shown_ids(threads)}")
+        if chosen.unattributed:
+            print(f"and keep {len(chosen.unattributed)} saved threads that hold them but say not whose they are: "
+                  f"{shown_ids(chosen.unattributed)}")
         print("nothing was erased: run again with --yes to erase them")
         return 0
     report = memory.erase(args.ids, args.about)
@@ -542,7 +549,8 @@ def _drop(args: argparse.Namespace) -> int:
         " (a drop of it had stopped midway)" if store.state(DROPPING) is not None else "")
     if not args.yes:
         print(f"would drop {_where(memory)} for good: {held}{unfinished}")
-        threads = threads_run_on(memory.context("ask").data_dir, store.namespace)
+        chosen = threads_to_drop(memory.context("ask").data_dir, store.namespace, holders_in(store.settings))
+        threads = chosen.threads
         if threads:
             print(f"and delete {len(threads)} saved threads run on it: {shown_ids(list(threads))}")
             shared = {thread: others for thread, others in threads.items() if others}
@@ -550,12 +558,16 @@ def _drop(args: argparse.Namespace) -> int:
                 others = sorted({name for names in shared.values() for name in names})
                 print(f"{len(shared)} of them also ran on other namespaces ({', '.join(others)}), whose runs on "
                       f"them go too (their memories stay): {shown_ids(list(shared))}")
+        if chosen.unattributed:
+            print(unattributed_line(chosen.unattributed, shown_ids))
         print("nothing was deleted: run again with --yes to drop it")
         return 0
     threads = memory.drop()
     compacted = _closed_and_compacted(memory)  # as after `erase --yes`: Chroma's free pages held the dropped words
     deleted = f"; {len(threads)} saved threads deleted ({shown_ids(threads)})" if threads else ""
     print(f"dropped {_where(memory)}: {held}{unfinished}{deleted}; the namespace is empty and can be used again")
+    if threads.unattributed:
+        print(unattributed_line(threads.unattributed, shown_ids))
     _say_compacted(compacted, "dropped")
     return 0
 

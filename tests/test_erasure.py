@@ -9,6 +9,7 @@ it was; a wrong request erases nothing and says so in one line.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
 import os
 import shutil
@@ -594,6 +595,63 @@ def test_a_drop_that_deletes_nothing_leaves_the_namespace_served(data_dir: Path)
     with pytest.raises(ConfigError, match="nothing was dropped"):
         alice.drop()
     assert alice.stats()["raw"]["active"] == 1
+
+
+def _saved_before_runs_recorded_their_namespace(data_dir: Path, runs: list[tuple[str, str, str, str]]) -> None:
+    """Threads saved as versions before `start_run` recorded the run's namespace saved them: (thread,
+    namespace, mode, text) each, the text a turn (ingest, chat) of that namespace's user."""
+    compiled = importlib.import_module("strata.graph.graph")  # (the package's `graph` is the compiled graph)
+    start_run = compiled.start_run
+
+    def unrecorded(state: Any, runtime: Any) -> dict[str, object]:
+        return {k: v for k, v in start_run(state, runtime).items() if k != "namespace"}
+
+    with pytest.MonkeyPatch.context() as old_version, sqlite_checkpointer(data_dir) as saver:
+        old_version.setattr(compiled, "start_run", unrecorded)
+        app = build_graph(checkpointer=saver)
+        for thread, namespace, mode, text in runs:
+            app.invoke({"turns": [{"speaker": namespace.title(), "text": text, "dia_id": "T1"}]},
+                       {"configurable": {"thread_id": thread}},
+                       context=Context(namespace=namespace, mode=mode, data_dir=str(data_dir)))
+    assert threads_run_on(data_dir, "alice") == {}  # none says whose it is
+
+
+OLD_THREADS = [("alice-old", "alice", "ingest", f"My bank PIN is {PIN}."),
+               ("bob-old", "bob", "ingest", "I play the cello."),
+               ("carol-hi", "carol", "chat", "hi"), ("dave-hi", "dave", "chat", "hi")]
+
+
+def test_a_drop_reaches_the_threads_saved_before_runs_recorded_their_namespace(data_dir: Path) -> None:
+    """A thread saved before runs recorded their namespace was left by every drop (nothing said whose it
+    was), the dropped words with it. It is known now by the records it holds: alice's thread goes with
+    alice, bob's and the others stay; threads whose records are two namespaces' ("hi" as raw:T1 in carol's
+    and dave's memories) stay too, and a drop of either names them in one line."""
+    _saved_before_runs_recorded_their_namespace(data_dir, OLD_THREADS)
+    dropped = Memory("alice", data_dir=str(data_dir)).drop()
+    assert dropped == ["alice-old"] and dropped.unattributed == []  # the others are plainly not alice's
+    assert [f for f in _files_holding(data_dir, PIN) if not f.startswith("chroma/")] == []
+    assert all(_thread_kept(data_dir, thread) for thread in ("bob-old", "carol-hi", "dave-hi"))
+    close_all()
+    listed = subprocess.run([sys.executable, "-m", "strata", "--data-dir", str(data_dir), "--namespace", "carol",
+                             "drop"], capture_output=True, text=True, timeout=300)
+    assert listed.returncode == 0 and "saved threads run on it" not in listed.stdout, listed
+    assert "2 saved threads say not whose they are" in listed.stdout and "carol-hi, dave-hi" in listed.stdout
+    dropped = Memory("carol", data_dir=str(data_dir)).drop()
+    assert dropped == [] and dropped.unattributed == ["carol-hi", "dave-hi"]
+    assert _thread_kept(data_dir, "carol-hi")
+
+
+def test_an_erase_keeps_an_old_thread_it_cannot_tell_is_the_namespaces_and_says_so(data_dir: Path) -> None:
+    """A thread saved before runs recorded their namespace counted as any namespace's: erasing carol's "hi"
+    (raw:T1) deleted dave's thread too, which holds dave's own "hi" under the same id. Such a thread goes only
+    when the erased records it holds are the namespace's alone; the others are kept and named."""
+    _saved_before_runs_recorded_their_namespace(data_dir, OLD_THREADS)
+    report = Memory("carol", data_dir=str(data_dir)).erase(["raw:T1"])
+    assert report.threads == [] and report.threads_unattributed == ["carol-hi", "dave-hi"]
+    assert "2 saved threads hold an erased record but say not whose they are, kept: carol-hi, dave-hi" in (
+        report.summary())
+    assert _thread_kept(data_dir, "dave-hi")
+    assert Memory("alice", data_dir=str(data_dir)).erase(["raw:T1"]).threads == ["alice-old"]  # alice's alone
 
 
 def _midway(data_dir: Path, thread: str, namespace: str, payload: dict[str, Any], mode: str, after: str,
