@@ -51,6 +51,7 @@ from strata.memory.erasure import Said
 from strata.memory.errors import InputError, NotFoundError, StrataError
 from strata.memory.namespaces import check_namespace
 from strata.memory.portability import read_document
+from strata.thread_owners import Holders, holders_in
 
 LOG = logging.getLogger(__name__)
 TOKEN_VARIABLE = "STRATA_ADMIN_TOKEN"
@@ -220,28 +221,33 @@ async def erase(request: Request, memory: Memory) -> Any:
     body = await _body(request, _EraseBody)
     listed_at = datetime.now(UTC).isoformat(timespec="seconds")
     plan = await asyncio.to_thread(memory.erasure_plan, body.ids, body.about)
-    threads = await server_threads_holding(set(plan.said), memory.store.namespace)
+    holders = holders_in(await asyncio.to_thread(lambda: memory.store.settings))
+    threads, unknown = await server_threads_holding(set(plan.said), memory.store.namespace, holders)
     if not body.confirm:
         return {"erased": False, "would_erase": plan.targets, "would_delete_threads": threads,
-                "would_erase_requests": [c.id for c in plan.requests],
+                "would_keep_unattributed_threads": unknown, "would_erase_requests": [c.id for c in plan.requests],
                 "hint": 'nothing was erased: send "confirm": true to erase them'}
     # no run of the namespace while its threads go (this process's: a run saving its thread meanwhile wrote
     # the record back); runs sent meanwhile wait, and read the memory as the erase leaves it
     gate = await asyncio.to_thread(memory.gate)  # (it reads the folder's path: not on the loop)
     async with gate.holding_async("close"):
-        return await _erase_confirmed(memory, body, threads, listed_at)
+        return await _erase_confirmed(memory, body, (threads, unknown), listed_at)
 
 
-async def _erase_confirmed(memory: Memory, body: _EraseBody, threads: list[str], listed_at: str) -> Any:
-    """The erase itself, with the threads listed before it and any saved since."""
+async def _erase_confirmed(memory: Memory, body: _EraseBody, listed: tuple[list[str], list[str]],
+                           listed_at: str) -> Any:
+    """The erase itself, with the threads listed before it (and those kept as not known to be the
+    namespace's), and any saved since."""
+    threads, unknown = listed
     await asyncio.to_thread(memory.store.ledger.check_writable)  # a read-only memory: no thread is deleted
     deleted: list[str] = []
     await _delete_threads(threads, deleted)  # then the threads: one that cannot go stops the erase
     # planned again under the namespace's lock: a thread saved since the listing (a question shown a listed
     # record, a turn stored meanwhile) is looked for once more, now that nothing can add one
     report, erased = await asyncio.to_thread(memory.erase_as_planned, body.ids, body.about)
-    try:
-        await _delete_threads(await server_threads_holding(set(erased.said), memory.store.namespace), deleted)
+    report.threads_unattributed = sorted({*report.threads_unattributed, *unknown})
+    try:  # (an old thread is told by the records it holds, which are gone now: those were told before)
+        await _delete_threads((await server_threads_holding(set(erased.said), memory.store.namespace))[0], deleted)
     except Exception as error:  # the records are gone: say what may be left instead of failing the whole call
         report.threads = [*report.threads, *deleted]
         return {**report.model_dump(mode="json"), "threads_unchecked": (
@@ -251,35 +257,45 @@ async def _erase_confirmed(memory: Memory, body: _EraseBody, threads: list[str],
     return report
 
 
-async def server_threads_holding(said: set[Said], namespace: str) -> list[str]:
+async def server_threads_holding(said: set[Said], namespace: str,
+                                 holders: Holders | None = None) -> tuple[list[str], list[str]]:
     """The server's threads any of whose saved states holds one of the (id, text) pairs `said` (as
-    `strata.checkpoint.threads_holding` reads a data folder's threads file). Only the namespace's threads are
-    read: one whose runs all named other namespaces is left without reading its states (another namespace's
-    2,000-turn ingest made a one-record erase take minutes and gigabytes)."""
+    `strata.checkpoint.threads_to_erase` reads a data folder's threads file), and those it leaves because
+    they say not whose they are: saved before runs recorded their namespace, they are the namespace's when
+    the erased records they hold are no other namespace's (`holders`, strata/thread_owners.py). Only the
+    namespace's threads are read: one whose runs all named other namespaces is left without reading its
+    states (another namespace's 2,000-turn ingest made a one-record erase take minutes and gigabytes)."""
     from langgraph_sdk import get_client
 
     client = get_client()  # in process: the server this app is mounted in
     found: list[str] = []
+    unknown: list[str] = []
     offset = 0
     while said:
         page = await client.threads.search(limit=THREADS_PAGE, offset=offset, select=["thread_id"])
         for thread in page:
-            if await _holds(client, thread["thread_id"], said, namespace):
+            held = await _holds(client, thread["thread_id"], said, namespace)
+            if held is True or (held and holders is not None and not (
+                    await asyncio.to_thread(holders, held)) - {namespace}):  # `said` is the namespace's
                 found.append(thread["thread_id"])
+            elif held:
+                unknown.append(thread["thread_id"])
         if len(page) < THREADS_PAGE:
             break
         offset += len(page)
-    return found
+    return found, unknown
 
 
 async def _ran_elsewhere(client: Any, thread_id: str, namespace: str) -> bool:
     """Whether every run of the thread named a namespace (its context, or `configurable` from older clients,
-    as the server records them) and none is `namespace`. A thread with no runs (its states written by
-    another way), or a run naming none (the server's default), is not known to be another namespace's."""
+    as the server records them), none is `namespace`, and no state came from a run not listed. A thread with
+    no runs (its states written by another way), or a run naming none (the server's default), is not known
+    to be another namespace's; nor is one whose runs do not account for its states (`_runs_account`)."""
     named: set[str] = set()
+    run_ids: list[str] = []
     offset = 0
     while True:
-        runs = await client.runs.list(thread_id, limit=HISTORY_PAGE, offset=offset, select=["kwargs"])
+        runs = await client.runs.list(thread_id, limit=HISTORY_PAGE, offset=offset, select=["run_id", "kwargs"])
         for run in runs:
             kwargs = run.get("kwargs") or {}
             given = [(kwargs.get(part) or {}) for part in ("context", "config")]
@@ -288,16 +304,37 @@ async def _ran_elsewhere(client: Any, thread_id: str, namespace: str) -> bool:
                 named.add(check_namespace(name))
             except StrataError:  # none (the server's default) or one refused: not known to be another's
                 return False
+            run_ids.append(run["run_id"])
         if len(runs) < HISTORY_PAGE:
-            return bool(named) and namespace not in named
+            break
         offset += len(runs)
+    return bool(named) and namespace not in named and await _runs_account(client, thread_id, run_ids, named)
 
 
-async def _holds(client: Any, thread_id: str, said: set[Said], namespace: str) -> bool:
-    """Whether a thread's states hold one of `said` and were run on `namespace` (a thread saved before runs
-    recorded their namespace counts as any namespace's: `strata.checkpoint._holding`). The states are read a
-    page at a time and checked one by one, keeping only the namespaces seen: a long ingest's history held in
-    memory whole took gigabytes."""
+async def _runs_account(client: Any, thread_id: str, run_ids: list[str], named: set[str]) -> bool:
+    """Whether the listed runs account for every state of the thread. A deleted run (the server deletes its
+    states, or keeps them) leaves what it held in the first states of the run after it, which begin from
+    its last state: an erase skipped such a thread, holding the erased words, since no run named the
+    namespace. Each run's first state (its input's) carries the namespace of the state before it: one a
+    listed run named, or none at the thread's very start; so must the thread's last state. Two short
+    reads a run, where reading the states of a long ingest took seconds."""
+    for run_id in run_ids:
+        first = await client.threads.get_history(thread_id, limit=1, metadata={"run_id": run_id, "source": "input"})
+        if not first:  # a run resumed, or one that never began: its states are not known from here
+            return False
+        carried = run_namespaces(first[0].get("values"))
+        if carried - named or (not carried and first[0].get("parent_checkpoint")):
+            return False
+    last = await client.threads.get_history(thread_id, limit=1)
+    return not (last and run_namespaces(last[0].get("values")) - named)
+
+
+async def _holds(client: Any, thread_id: str, said: set[Said], namespace: str) -> bool | set[Said]:
+    """Whether a thread's states hold one of `said` and were run on `namespace`; for a thread saved before
+    runs recorded their namespace, the pairs of `said` it holds (whose it is, the caller tells: a thread of
+    another namespace may hold a record of the same id and text). The states are read a page at a time and
+    checked one by one, keeping only the namespaces seen and the pairs found: a long ingest's history held
+    in memory whole took gigabytes."""
     from langgraph_sdk.errors import NotFoundError
 
     try:
@@ -305,7 +342,7 @@ async def _holds(client: Any, thread_id: str, said: set[Said], namespace: str) -
             return False
     except NotFoundError:  # deleted meanwhile (another erase): it holds nothing now
         return False
-    holds = False
+    held: set[Said] = set()
     spaces: set[str] = set()
     before: Any = None
     while True:
@@ -316,11 +353,11 @@ async def _holds(client: Any, thread_id: str, said: set[Said], namespace: str) -
         for state in states:
             values = state.get("values")
             spaces |= run_namespaces(values)
-            holds = holds or not said.isdisjoint(said_in(values))
-            if holds and namespace in spaces:
+            held |= said & said_in(values)
+            if held and namespace in spaces:
                 return True
         if len(states) < HISTORY_PAGE:
-            return holds and not spaces
+            return held if held and not spaces else False
         before = {"configurable": states[-1]["checkpoint"]}  # the server reads `before` as a run's config
 
 

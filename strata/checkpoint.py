@@ -164,8 +164,6 @@ _BLOBS = (("checkpoints", "type", "checkpoint"), ("checkpoints", "'json'", "meta
 _ID_FIELDS = ("id", "dia_id", "dialogue_id")
 
 
-
-
 @dataclass(frozen=True)
 class Choice:
     """The saved threads an erase or a drop deletes, each with the other namespaces that ran on it too (their

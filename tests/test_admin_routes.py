@@ -149,31 +149,53 @@ def test_a_wrong_request_gets_one_line_and_changes_nothing(memory: Memory, clien
 
 class _Threads:
     """The server's threads as the SDK's in-process client reads them (a thread: its states' values, newest
-    first, and its runs' kwargs), counting the pages of states read per thread."""
+    first, its runs' kwargs, newest first, and where each run's first state is, the oldest by default),
+    counting the pages of states read per thread, and apart the single states looked up."""
 
-    def __init__(self, threads: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]]]]) -> None:
+    def __init__(self, threads: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]]]],
+                 inputs: dict[str, list[int]] | None = None) -> None:
         self.data = threads
+        self.inputs = inputs or {}
         self.pages: dict[str, int] = dict.fromkeys(threads, 0)
+        self.looked_up: dict[str, int] = dict.fromkeys(threads, 0)
         self.threads = SimpleNamespace(search=self.search, get_history=self.get_history)
         self.runs = SimpleNamespace(list=self.list_runs)
 
     async def search(self, limit: int, offset: int, **_: Any) -> list[dict[str, Any]]:
         return [{"thread_id": t, "values": self.data[t][0][0]} for t in list(self.data)[offset:offset + limit]]
 
-    async def get_history(self, thread_id: str, limit: int, before: Any = None, **_: Any) -> list[dict[str, Any]]:
+    async def get_history(self, thread_id: str, limit: int, before: Any = None, metadata: Any = None,
+                          **_: Any) -> list[dict[str, Any]]:
+        states = self.data[thread_id][0]
+        if metadata is not None or limit == 1:  # one state looked up: a run's first, or the last
+            self.looked_up[thread_id] += 1
+            if metadata is None:
+                return [self._state(thread_id, 0)]
+            run = int(metadata["run_id"].rpartition("/")[2])
+            return [self._state(thread_id, self.inputs.get(thread_id, [len(states) - 1] * (run + 1))[run])]
         start = 0 if before is None else before["configurable"]["at"] + 1
         self.pages[thread_id] += 1
-        states = self.data[thread_id][0][start:start + limit]
-        return [{"values": values, "checkpoint": {"at": start + n}} for n, values in enumerate(states)]
+        return [self._state(thread_id, n) for n in range(start, min(start + limit, len(states)))]
+
+    def _state(self, thread_id: str, at: int) -> dict[str, Any]:
+        states = self.data[thread_id][0]
+        parent = {"at": at + 1} if at + 1 < len(states) or states[at].get("parent_deleted") else None
+        return {"values": states[at], "checkpoint": {"at": at}, "parent_checkpoint": parent}
 
     async def list_runs(self, thread_id: str, limit: int = 10, offset: int = 0, **_: Any) -> list[dict[str, Any]]:
-        return [{"kwargs": kwargs} for kwargs in self.data[thread_id][1][offset:offset + limit]]
+        runs = self.data[thread_id][1]
+        return [{"run_id": f"{thread_id}/{n}", "kwargs": runs[n]}
+                for n in range(offset, min(offset + limit, len(runs)))]
 
 
 def test_an_erase_reads_only_its_namespaces_threads_a_state_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
     """One long ingest thread of another namespace made a one-record erase read every state of it, its
     whole history held in memory (minutes, gigabytes): a thread whose runs all named other namespaces is
-    not read, and a thread's states are read a page at a time until one holds an erased record."""
+    not read, and a thread's states are read a page at a time until one holds an erased record. Unless the
+    runs do not account for its states: a deleted run of the namespace left what it was shown in the first
+    states of the next run, of another namespace, and the erase skipped the thread. A thread saved before
+    runs recorded their namespace is the namespace's when no other namespace holds the erased record;
+    otherwise it is kept and named."""
     import asyncio
 
     import langgraph_sdk
@@ -189,16 +211,30 @@ def test_an_erase_reads_only_its_namespaces_threads_a_state_at_a_time(monkeypatc
             for n in range(count)]
 
     pages = 3 * HISTORY_PAGE
+    carried = {"namespace": "small", "evidence": [secret], "parent_deleted": True}  # the deleted run's last state
     server = _Threads({
         "long-other": (states("big", pages), [{"context": {"namespace": "big"}}]),
         "mine": (states("small", pages, holding=0), [{"config": {"configurable": {"namespace": "small"}}}]),
         "legacy": (states(None, pages, holding=pages - 1), []),  # saved before runs recorded their namespace
+        "legacy-shared": (states(None, 5, holding=1), []),  # ... and another namespace holds the same record
         "moved": (states("big", 5) + states("small", pages, holding=pages - 1),
                   [{"context": {"namespace": "big"}}, {"context": {"namespace": "small"}}]),
         "same-words": (states("big", 5, holding=2), [{"context": {"namespace": "big"}}]),  # big's own D1:1
+        "run-deleted": ([*states("big", 5), carried], [{"context": {"namespace": "big"}}]),
     })
     monkeypatch.setattr(langgraph_sdk, "get_client", lambda: server)
-    found = asyncio.run(server_threads_holding(said, "small"))
-    assert found == ["mine", "legacy", "moved"]
+    holders = {"legacy": {"small"}, "legacy-shared": {"small", "big"}}
+    asked: list[set[Any]] = []
+
+    def holding(pairs: set[Any]) -> set[str]:
+        asked.append(pairs)
+        return holders["legacy-shared" if len(asked) == 2 else "legacy"]
+
+    found, kept = asyncio.run(server_threads_holding(said, "small", holding))
+    assert found == ["mine", "legacy", "moved", "run-deleted"] and kept == ["legacy-shared"]
+    assert asked == [said, said]
     assert server.pages["long-other"] == server.pages["same-words"] == 0  # another namespace's: never read
+    assert server.looked_up["long-other"] == 2  # but its run's first state, and its last
     assert server.pages["mine"] == 1  # its first state holds the record: no more pages read
+    assert asyncio.run(server_threads_holding(said, "small")) == (["mine", "moved", "run-deleted"],
+                                                                   ["legacy", "legacy-shared"])

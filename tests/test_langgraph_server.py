@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import json
 from collections.abc import Iterator
 from contextlib import ExitStack
 from itertools import islice
@@ -464,6 +465,41 @@ def test_two_conversations_sent_at_once_to_one_namespace_are_stored_one_after_th
 
     orders, together = served.run(scenario())
     assert together in orders, served.fail(f"episodes of the two at once: {sorted(together)}")
+
+
+@pytest.mark.slow
+def test_an_erase_reaches_a_thread_whose_run_of_the_namespace_was_deleted(served: Served) -> None:
+    """A question of one namespace, then one of another, on the same thread; the first run deleted (the
+    server deletes its states too, but the second run's first states begin from its last one, evidence and
+    all). No run of the thread named the namespace any more, so the erase skipped the thread, which still
+    held the erased turn. Its states are read now, since its runs do not account for them."""
+    import httpx
+
+    namespace, secret = "erase-deleted-run", "My locker code at the pool is 5521."
+    served.ensure_ingested()
+
+    async def scenario() -> tuple[str, dict[str, Any], bool]:
+        client = served.client()
+        ingest = await client.threads.create()
+        await client.runs.wait(ingest["thread_id"], "strata", context={"namespace": namespace, "mode": "ingest"},
+                               input={"turns": [{"speaker": "Ann", "text": secret, "dia_id": "D1:1"}]})
+        thread = (await client.threads.create())["thread_id"]
+        asked = await client.runs.create(thread, "strata", input={"question": "What is Ann's locker code?"},
+                                         context={"namespace": namespace, "mode": "ask"})
+        await client.runs.join(thread, asked["run_id"])
+        await client.runs.wait(thread, "strata", input={"question": QUESTION}, context={"namespace": NAMESPACE})
+        await client.runs.delete(thread, asked["run_id"])
+        history = await client.threads.get_history(thread, limit=1000)
+        held = any(secret in json.dumps(state["values"]) for state in history)
+        async with httpx.AsyncClient(timeout=RUN_TIMEOUT) as http:
+            done = await http.post(f"{served.server.url}/strata/erase?namespace={namespace}",  # type: ignore[union-attr]
+                                   json={"ids": ["raw:D1:1"], "confirm": True},
+                                   headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+        return thread, done.json(), held
+
+    thread, report, held = served.run(scenario())
+    assert held  # the thread still held it, though no run of it named the namespace
+    assert thread in report.get("threads", []), served.fail(str(report))
 
 
 def test_a_relative_folder_resolves_on_an_event_loop_without_getcwd(monkeypatch: pytest.MonkeyPatch) -> None:
