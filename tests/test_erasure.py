@@ -621,7 +621,9 @@ OLD_THREADS = [("alice-old", "alice", "ingest", f"My bank PIN is {PIN}."),
                ("carol-hi", "carol", "chat", "hi"), ("dave-hi", "dave", "chat", "hi")]
 
 
-def test_a_drop_reaches_the_threads_saved_before_runs_recorded_their_namespace(data_dir: Path) -> None:
+def test_a_drop_reaches_the_threads_saved_before_runs_recorded_their_namespace(
+    data_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A thread saved before runs recorded their namespace was left by every drop (nothing said whose it
     was), the dropped words with it. It is known now by the records it holds: alice's thread goes with
     alice, bob's and the others stay; threads whose records are two namespaces' ("hi" as raw:T1 in carol's
@@ -631,11 +633,11 @@ def test_a_drop_reaches_the_threads_saved_before_runs_recorded_their_namespace(d
     assert dropped == ["alice-old"] and dropped.unattributed == []  # the others are plainly not alice's
     assert [f for f in _files_holding(data_dir, PIN) if not f.startswith("chroma/")] == []
     assert all(_thread_kept(data_dir, thread) for thread in ("bob-old", "carol-hi", "dave-hi"))
-    close_all()
-    listed = subprocess.run([sys.executable, "-m", "strata", "--data-dir", str(data_dir), "--namespace", "carol",
-                             "drop"], capture_output=True, text=True, timeout=300)
-    assert listed.returncode == 0 and "saved threads run on it" not in listed.stdout, listed
-    assert "2 saved threads say not whose they are" in listed.stdout and "carol-hi, dave-hi" in listed.stdout
+    capsys.readouterr()
+    assert main(["--data-dir", str(data_dir), "--namespace", "carol", "drop"]) == 0
+    listed = capsys.readouterr().out
+    assert "saved threads run on it" not in listed
+    assert "2 saved threads say not whose they are" in listed and "carol-hi, dave-hi" in listed, listed
     dropped = Memory("carol", data_dir=str(data_dir)).drop()
     assert dropped == [] and dropped.unattributed == ["carol-hi", "dave-hi"]
     assert _thread_kept(data_dir, "carol-hi")
