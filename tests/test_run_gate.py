@@ -39,10 +39,10 @@ def test_inputs_take_turns_questions_go_together_and_a_close_waits_for_all(tmp_p
                 order.append(f"{name} out")
         worker = threading.Thread(target=body)
         worker.start()
-        time.sleep(0.1)  # in this order
+        time.sleep(0.15)  # in this order
         return worker
 
-    workers = [hold("store", "ingest 1", 0.4), hold("read", "ask", 0.05), hold("store", "ingest 2", 0.05),
+    workers = [hold("store", "ingest 1", 1.0), hold("read", "ask", 0.05), hold("store", "ingest 2", 0.05),
                hold("close", "erase", 0.05), hold("read", "ask after", 0.0)]
     for worker in workers:
         worker.join(10)
