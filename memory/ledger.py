@@ -23,7 +23,11 @@ from strata.memory.errors import ConfigError
 from strata.memory.ledger_sql import Backend, Session, SqliteBackend, immediate_transaction, read_only_message
 from strata.memory.records import Action, Change, Link, LinkType, Status
 
-__all__ = ["Ledger", "immediate_transaction", "open_ledger"]
+__all__ = ["EVERY_NAMESPACE", "Ledger", "immediate_transaction", "open_ledger"]
+
+EVERY_NAMESPACE = ""
+"""The namespace column of state kept for the whole ledger (a counter every replica reads): no namespace
+can be named "" (memory/namespaces.py)."""
 
 
 def open_ledger(path: Path, url: str | None = None) -> Ledger:
@@ -108,17 +112,32 @@ class Ledger:
             ).fetchone()
         return (int(row[0]), int(row[1])) if row else (0, 0)
 
-    def freshness(self, namespace: str, flag: str) -> tuple[int, int, bool]:
-        """`sequence`, and whether the state `flag` is set, in one query: a reader checks both before each
-        read at the cost of the one number (memory/store.py: an erase stopped midway on another replica)."""
+    def freshness(self, namespace: str, flag: str, counter: str) -> tuple[int, int, bool, int]:
+        """`sequence`, whether the state `flag` is set, and the ledger-wide counter `counter` (`bump` under
+        `EVERY_NAMESPACE`), in one query: a reader checks them before each read at the cost of the one number
+        (memory/store.py: an erase stopped midway on another replica, mirrors saved before an erase)."""
         with self.reading() as session:
             row = session.execute(
                 "SELECT (SELECT seq FROM namespaces WHERE namespace = ?), "
                 "(SELECT reset_seq FROM namespaces WHERE namespace = ?), "
-                "EXISTS (SELECT 1 FROM state WHERE namespace = ? AND key = ?)",
-                (namespace, namespace, namespace, flag),
+                "EXISTS (SELECT 1 FROM state WHERE namespace = ? AND key = ?), "
+                "(SELECT value FROM state WHERE namespace = ? AND key = ?)",
+                (namespace, namespace, namespace, flag, EVERY_NAMESPACE, counter),
             ).fetchone()
-        return int(row[0] or 0), int(row[1] or 0), bool(row[2])
+        return int(row[0] or 0), int(row[1] or 0), bool(row[2]), int(json.loads(row[3])) if row[3] else 0
+
+    def outdating(self, namespace: str, seq_key: str, flag: str) -> tuple[int, int, bool]:
+        """(the sequence of the namespace's last drop, the sequence kept under the state `seq_key`, whether
+        the state `flag` is set), in one query: what a mirror saved at some sequence is checked against
+        (memory/snapshots.py `outdated`)."""
+        with self.reading() as session:
+            row = session.execute(
+                "SELECT (SELECT reset_seq FROM namespaces WHERE namespace = ?), "
+                "(SELECT value FROM state WHERE namespace = ? AND key = ?), "
+                "EXISTS (SELECT 1 FROM state WHERE namespace = ? AND key = ?)",
+                (namespace, namespace, seq_key, namespace, flag),
+            ).fetchone()
+        return int(row[0] or 0), int(json.loads(row[1])) if row[1] else 0, bool(row[2])
 
     def changed_since(self, namespace: str, seq: int) -> list[str]:
         """Ids of the records written, updated, deleted or restored after sequence `seq`."""

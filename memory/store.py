@@ -42,10 +42,10 @@ from strata.memory.chroma import (
     set_mark,
 )
 from strata.memory.embeddings import CachedEmbedder, get_embedder
-from strata.memory.errors import ConfigError, InputError, NotFoundError
+from strata.memory.errors import ConfigError, InputError, NotFoundError, StrataError
 from strata.memory.facts import comparable
 from strata.memory.journal import JournalEntry
-from strata.memory.ledger import Ledger, chunked
+from strata.memory.ledger import EVERY_NAMESPACE, Ledger, chunked
 from strata.memory.locks import namespace_lock
 from strata.memory.moments import epoch_seconds
 from strata.memory.records import (
@@ -70,6 +70,12 @@ _LIST_FIELDS = ("source_ids", "entities", "keywords", "tags")
 IMPORTING = "import_in_progress"  # ledger state while an import writes (memory/portability.py)
 ERASING = "erasure_in_progress"  # ledger state: the ids of an erase under way (memory/erasure.py: `finish_erasure`)
 DROPPING = "drop_in_progress"  # ledger state: a drop under way (strata/api.py `Memory.drop`), gone with the namespace
+ERASED_AT = "erased_at"
+"""Ledger state: the change sequence at which an erase last removed records of the namespace; a mirror saved
+before it holds erased words (memory/snapshots.py)."""
+MIRRORS_OUTDATED = "mirrors_outdated"
+"""Ledger-wide state (`EVERY_NAMESPACE`): a count of erases and drops, which every replica reads with each
+namespace's sequence; when it moves, the replica deletes its saved mirrors that hold what went."""
 LEDGER_MARK = "ledger_mark"
 """Ledger state: the random mark this ledger gave the namespace, which its collections on a Chroma server
 carry (memory/chroma.py: `MARK`); dropped with the namespace."""
@@ -486,7 +492,17 @@ class MemoryStore:
             return self._records[kind]
 
     def _snapshot(self, kind: Kind) -> Path:
-        return snapshots.snapshot_path(self.settings.ledger_path.parent, collection_name(self.namespace, kind))
+        return snapshots.snapshot_path(self._mirror_folder, collection_name(self.namespace, kind))
+
+    @property
+    def _mirror_folder(self) -> Path:
+        """The folder whose `mirrors/` holds this process's saved mirrors: its own data folder, whatever
+        ledger and Chroma it shares with other replicas."""
+        return self.settings.ledger_path.parent
+
+    def _marks(self, namespace: str | None = None) -> snapshots.Marks:
+        """What a saved mirror of the namespace is checked against (`snapshots.outdated`)."""
+        return self.ledger.outdating(namespace or self.namespace, ERASED_AT, ERASING)
 
     def _load_saved(self, kind: Kind) -> bool:
         """Load a kind's saved mirror and bring it up to date from the ledger's change sequence;
@@ -495,9 +511,15 @@ class MemoryStore:
         if saved is None:
             return False
         seq, records, index = saved
-        current, reset = self.ledger.sequence(self.namespace)
-        if seq > current or reset > seq:  # another ledger, or the namespace was dropped since
+        current, _ = self.ledger.sequence(self.namespace)
+        if seq > current:  # another ledger
             return False
+        marks = self._marks()
+        if snapshots.outdated(seq, marks):  # saved before a drop, or before an erase: it holds what went
+            if not self.read_only:
+                snapshots.discard_outdated(self._snapshot(kind), marks)
+            if marks[0] > seq:  # dropped since: nothing in it is this namespace's now
+                return False
         self._reset_mirror(kind)
         self._lexical[kind] = BM25Index.restore(index)
         for record in records:
@@ -515,7 +537,10 @@ class MemoryStore:
                 self._forget(kind, gone)
         if collection.count() != len(self._records[kind]):  # the collection is not the one saved
             return False
-        self._saved[kind] = seq
+        if snapshots.outdated(seq, marks):  # what the erase removed has just left the mirror: saved anew
+            self._save(kind)
+        else:
+            self._saved[kind] = seq
         return True
 
     def _save(self, kind: Kind) -> None:
@@ -525,6 +550,14 @@ class MemoryStore:
             records is None or len(records) < snapshots.MIN_RECORDS or self._saved.get(kind) == self._seen
             or self.ledger.read_only or any(r.kind == kind for r in self._staged.records.values())
         ):
+            return
+        try:
+            marks = self._marks()
+        except StrataError:  # the ledger stopped answering: whether an erase came since is unknown
+            return
+        if snapshots.outdated(self._seen, marks):  # not read since a drop or an erase: it may hold what went
+            snapshots.discard_outdated(self._snapshot(kind), marks)
+            self._saved.pop(kind, None)
             return
         state = self._lexical[kind].state()
         if snapshots.save(self._snapshot(kind), self.namespace, kind, self._seen, records.values(), state):
@@ -562,11 +595,17 @@ class MemoryStore:
         The ledger is read before the mirror lock is taken, and a dropped namespace forgets
         every mirror.
         """
-        seq, reset, erasing = self.ledger.freshness(self.namespace, ERASING)
+        seq, reset, erasing, outdating = self.ledger.freshness(self.namespace, ERASING, MIRRORS_OUTDATED)
         if erasing and self._may_finish_erase():  # stopped midway, by another replica say: finished first
             with self.writing():  # (`_finish_erase`), so this read never sees what it erases
                 pass
-            seq, reset, _ = self.ledger.freshness(self.namespace, ERASING)
+            seq, reset, _, outdating = self.ledger.freshness(self.namespace, ERASING, MIRRORS_OUTDATED)
+        if not self.read_only:  # an erase or a drop here or on another replica: saved mirrors that hold it go
+            gone = snapshots.sweep(self._mirror_folder, outdating, self._marks)
+            if gone:
+                with self._lock:  # written again, from the mirror as it now reads, when the namespace closes
+                    for kind in [k for k in self._saved if self._snapshot(k) in gone]:
+                        del self._saved[kind]
         if seq == self._seen:
             return
         if reset > self._seen:  # dropped since (by another replica, say): its collections went with it, and
@@ -1199,7 +1238,10 @@ class MemoryStore:
                 told_now = {r.dialogue_id: r.text for r in self.get(told) if r.dialogue_id}
                 removed = self.ledger.erase(self.namespace, wanted, rows, dia_ids, [r.id for r in retold], told_now)
                 removed["items"] = store_items.erase_items(self.ledger, self.namespace, wanted)
-            snapshots.remove(self.settings.ledger_path.parent, collection_names(self.namespace))
+                # mirrors saved before now hold what went: other replicas delete theirs (memory/snapshots.py)
+                self.ledger.set_state(self.namespace, ERASED_AT, self.ledger.sequence(self.namespace)[0])
+                self.ledger.bump(EVERY_NAMESPACE, MIRRORS_OUTDATED)
+            snapshots.remove(self._mirror_folder, collection_names(self.namespace))
         return {"reverted": reverted, "edits_taken_back": len(taken_back), "retold": len(retold), **removed}
 
     def _take_back_edits(self, turns: Sequence[str], erased: set[str]) -> tuple[list[Record], list[int]]:
@@ -1565,9 +1607,11 @@ class MemoryStore:
                 self._client.delete_collection(held)
             if not self.settings.chroma_host:  # Chroma leaves a deleted collection's index folder, vectors and all
                 remove_orphan_indexes(self.settings.chroma_path)
-            self.ledger.drop_namespace(self.namespace)
+            with self.ledger.transaction():
+                self.ledger.drop_namespace(self.namespace)
+                self.ledger.bump(EVERY_NAMESPACE, MIRRORS_OUTDATED)  # other replicas' saved mirrors of it go
             self.ledger.compact()
-            snapshots.remove(self.settings.ledger_path.parent, collection_names(self.namespace))
+            snapshots.remove(self._mirror_folder, collection_names(self.namespace))
             self._saved.clear()
             self._staged = StagedWrites()
             self._collections.clear()

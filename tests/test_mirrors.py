@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import strata.memory.snapshots as snapshots
 import strata.memory.store as store_module
+from strata.memory.erasure import apply_erasure, plan_erasure
 from strata.memory.ledger import open_ledger
 from strata.memory.records import Record, Status, chronological_key
 from strata.memory.settings import StoreSettings
@@ -165,3 +166,75 @@ def test_the_superseded_records_are_kept_apart_through_a_save_another_writer_and
     writer.delete("fact:D1:1:0", reason="forgotten")  # tombstoned: no longer found for a past time either
     assert reader.superseded("fact") == []
     assert _store(settings, "ann").superseded("fact") == []  # a fresh open agrees
+
+
+def _holding(data_dir: Path, text: str) -> list[str]:
+    """The saved mirror files (and what a killed save left) whose bytes hold `text`."""
+    return [path.name for path in (data_dir / "mirrors").glob("*") if text.encode() in path.read_bytes()]
+
+
+def _erase(store: MemoryStore, ids: list[str]) -> None:
+    with store.writing():  # as Memory.erase does
+        apply_erasure(store, plan_erasure(store, ids))
+
+
+def test_a_replica_s_saved_mirror_loses_what_another_replica_erased(
+    data_dir: Path, embedder: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by audit: replicas share the ledger and Chroma, but each saves its mirrors in its own folder. After
+    an erase on one, another's file kept the erased words until that replica read the namespace and then closed
+    it (never, for a replica stopped without closing or one that never read the namespace again); and a replica
+    that closed the namespace without reading it since the erase wrote the erased words back to its file."""
+    settings = StoreSettings(data_dir=str(data_dir))
+    erased = "Ann sold her red bike."
+    _saved(data_dir, monkeypatch, _turns("ann"))
+    replica = _store(settings, "ann")
+    assert len(replica.all("raw")) == 5  # loaded from its saved mirror
+    saved_before = {path: path.read_bytes() for path in (data_dir / "mirrors").glob("*.json")}
+    replica.add([Record(id="raw:D1:6", kind="raw", text="Cid plays the zither.", namespace="ann",
+                        dialogue_id="D1:6", session="1", speaker="Cid", time=START + timedelta(minutes=6))])
+    # the replica's process last looked at its folder before the erase
+    swept_before = dict(getattr(snapshots, "_SWEPT", {}))
+
+    _erase(_store(settings, "ann"), ["raw:D1:3"])
+    assert _holding(data_dir, erased) == []  # the erasing process's own files went
+    replica.close()  # not read since the erase: its mirror is not saved again
+    assert _holding(data_dir, erased) == []
+
+    monkeypatch.setattr(snapshots, "_SWEPT", swept_before, raising=False)  # another replica's folder, as it was left
+    for path, data in saved_before.items():
+        path.write_bytes(data)
+        path.with_name(path.name + "1234.tmp").write_bytes(data)  # and a save killed midway
+    assert _holding(data_dir, erased)
+    _store(settings, "bob").all("raw")  # its next read, of any namespace, deletes them
+    assert _holding(data_dir, erased) == []
+
+    for path, data in saved_before.items():  # a replica restarted: its first open of the namespace
+        path.write_bytes(data)
+    monkeypatch.setattr(snapshots, "_SWEPT", {}, raising=False)
+    # (the open's own check, without the sweep)
+    monkeypatch.setattr(snapshots, "sweep", lambda *args: set(), raising=False)
+    reopened = _store(settings, "ann")
+    assert [r.id for r in reopened.timeline()] == ["raw:D1:1", "raw:D1:2", "raw:D1:4", "raw:D1:5", "raw:D1:6"]
+    assert _holding(data_dir, erased) == [] and _holding(data_dir, "Cid plays the zither.")  # saved anew
+
+
+def test_a_mirror_saved_after_an_erase_or_of_another_namespace_stays(
+    data_dir: Path, embedder: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = StoreSettings(data_dir=str(data_dir))
+    _saved(data_dir, monkeypatch, _turns("ann"))
+    bob = _store(settings, "bob")
+    bob.add([Record(id="raw:D1:1", kind="raw", text="Bob tunes a harp.", namespace="bob", dialogue_id="D1:1",
+                    session="1", speaker="Bob", time=START)])
+    bob.all("raw")
+    bob.close()
+    _erase(_store(settings, "ann"), ["raw:D1:3"])
+    later = _store(settings, "ann")
+    later.all("raw")
+    later.close()  # saved after the erase
+    kept = sorted(path.name for path in (data_dir / "mirrors").glob("*.json"))
+    assert len(kept) == 2
+    monkeypatch.setattr(snapshots, "_SWEPT", {}, raising=False)
+    assert [r.id for r in _store(settings, "bob").all("raw")] == ["raw:D1:1"]
+    assert sorted(path.name for path in (data_dir / "mirrors").glob("*.json")) == kept

@@ -36,9 +36,9 @@ from typing import Any
 import pytest
 from conftest import all_at_once
 from servers import LOOPBACK, REPO, PostgresServer, ServerProcess, chroma_run, postgres_run
-from strata.memory import store_items
+from strata.memory import snapshots, store_items
 from strata.memory.errors import UnavailableError
-from strata.memory.ledger import Ledger, open_ledger
+from strata.memory.ledger import EVERY_NAMESPACE, Ledger, open_ledger
 from strata.memory.ledger_postgres import CONNECT_TIMEOUT, PostgresBackend
 from strata.memory.ledger_sql import SCHEMA_VERSION
 from strata.memory.records import Action, Change, Link, LinkType, Status, chronological_key
@@ -178,10 +178,14 @@ def exercise(ledger: Ledger) -> dict[str, Any]:
                ledger.claim_state("gone", "mark", "x")]
     ledger.set_state("ns", "flag", {"ids": []})
     ledger.drop_namespace("gone")
+    ledger.bump(EVERY_NAMESPACE, "count", 2)
+    ledger.set_state("ns", "erased", 2)
     return {
         "claimed": claimed,
-        "freshness": [ledger.freshness("ns", "flag"), ledger.freshness("ns", "other"), ledger.freshness("gone", "mark"),
-                      ledger.freshness("never", "flag")],
+        "freshness": [ledger.freshness("ns", "flag", "count"), ledger.freshness("ns", "other", "count"),
+                      ledger.freshness("gone", "mark", "count"), ledger.freshness("never", "flag", "nothing")],
+        "outdating": [ledger.outdating("ns", "erased", "flag"), ledger.outdating("gone", "erased", "flag"),
+                      ledger.outdating("never", "erased", "flag")],
         "history": [c.model_dump(mode="json") for c in ledger.history("ns")],
         "followers": [c.record_id for c in ledger.followers("ns", first)],
         "change": ledger.get_change("ns", first).model_dump(mode="json"),  # type: ignore[union-attr]
@@ -501,6 +505,37 @@ def test_an_erasure_on_one_replica_is_gone_for_the_others(
         assert not [c for c in memory.history(limit=100_000) if c.record_id in report.erased]
         assert not memory.store.edges(report.erased)
         assert not [r for r in memory.store.all("fact") if "D1:3" in r.source_ids]
+
+
+def test_an_erasure_on_one_replica_leaves_no_saved_mirror_of_another_holding_it(
+    tmp_path: Path, ledger_url: str, chroma: ServerProcess, locomo_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by audit: each replica saves its mirrors in its own folder, which an erase on another replica never
+    reached: the erased words stayed there until that replica read the namespace and then closed it."""
+    monkeypatch.setattr(snapshots, "MIN_RECORDS", 1)  # every mirror is saved
+
+    def replica(name: str, namespace: str = "erase-mirrors") -> Memory:
+        return Memory(namespace, data_dir=tmp_path / name, chroma_host=LOOPBACK, chroma_port=chroma.port,
+                      ledger_url=ledger_url)
+
+    first, second = replica("one"), replica("two")
+    first.add(conversation(locomo_dir, "conv-26.json", 12))
+    erased = second.get(["raw:D1:3"])[0].text
+    second.store.close()  # saved in its own folder
+    assert second.get(["raw:D1:3"]) and holding(tmp_path / "two", erased)
+
+    first.erase(["raw:D1:3"])
+
+    assert holding(tmp_path / "one", erased) == []
+    replica("two", "someone-else").retrieve("Who paints?")  # the other's next read, of any namespace
+    assert holding(tmp_path / "two", erased) == []
+    assert second.get(["raw:D1:3"]) == [] and len(second.store.all("raw")) == 11
+
+
+def holding(folder: Path, text: str) -> list[str]:
+    """The saved mirror files in `folder` whose bytes hold `text` (as JSON writes it)."""
+    written = json.dumps(text, ensure_ascii=False)[1:-1].encode()
+    return [path.name for path in (folder / "mirrors").glob("*") if written in path.read_bytes()]
 
 
 def test_a_namespace_dropped_on_one_replica_is_usable_at_once_on_the_others(
