@@ -37,9 +37,10 @@ from typing import Any
 
 from strata.memory.errors import ConfigError, disk_full, disk_full_message
 from strata.memory.locks import hold_folder, release_folder
+from strata.memory.private_files import keeps_private, make_private_file, make_private_folder, make_private_tree
 from strata.memory.records import KINDS, Kind
 from strata.memory.reindex import recover
-from strata.memory.settings import StoreSettings, env_number, folder_is_read_only, make_private_folder, max_open_stores
+from strata.memory.settings import StoreSettings, env_number, folder_is_read_only, max_open_stores
 from strata.memory.vector_index import EXACT_LIMIT
 
 VECTOR_INDEXES_PER_STORE = len(KINDS)
@@ -61,6 +62,10 @@ overwrote each other's records (memory/store.py: `_check_mark`)."""
 
 _CLIENTS: dict[StoreSettings, Any] = {}
 _LOCK = threading.Lock()
+# An embedded folder whose default ACL does not make Chroma's new files private (`keeps_private`) -> the index
+# folders in it when it was opened or last looked at (`make_new_indexes_private`)
+_SEEN_INDEXES: dict[str, set[str]] = {}
+_SEEN_LOCK = threading.Lock()
 INHERITED: list[object] = []  # what a forked child took over from its parent and must never close
 
 
@@ -214,8 +219,13 @@ def _connect(settings: StoreSettings) -> Any:
         raise
     try:
         make_private_folder(path)
+        make_private_file(path / "chroma.sqlite3")  # a new folder's database (Chroma takes an empty file)
         with _index_cache_bound(bound):
-            return chromadb.PersistentClient(path=str(path), settings=chroma_settings)
+            client = chromadb.PersistentClient(path=str(path), settings=chroma_settings)
+        if not keeps_private(path):
+            with _SEEN_LOCK:  # (the caller holds `_LOCK`)
+                _SEEN_INDEXES[str(path)] = _index_folders(path)
+        return client
     except Exception as exc:
         release_folder(path)
         if disk_full(exc, path):
@@ -224,6 +234,30 @@ def _connect(settings: StoreSettings) -> Any:
             f"cannot open the memory folder {path} ({type(exc).__name__}: {str(exc)[:100]}): "
             "check data_dir (STRATA_DATA_DIR) points to a writable folder"
         ) from exc
+
+
+def _index_folders(path: Path) -> set[str]:
+    """The names of the index folders of an embedded Chroma folder that hold an index's files."""
+    try:
+        return {entry.name for entry in os.scandir(path)
+                if entry.is_dir(follow_symlinks=False) and os.path.exists(os.path.join(entry.path, "header.bin"))}
+    except OSError:
+        return set()
+
+
+def make_new_indexes_private(path: Path) -> None:
+    """Make the index folders Chroma wrote in an embedded folder since it was opened (or last looked at) this
+    user's only, where the folder's default ACL does not (macOS, a file system without ACLs: Chroma makes them
+    as the umask says, 0755 and 0644 under 022). Those there at the open keep their modes. A store calls it
+    after its first write of each kind: Chroma writes a new collection's index at its first write."""
+    with _SEEN_LOCK:
+        seen = _SEEN_INDEXES.get(str(path))
+        if seen is None:
+            return
+        new = _index_folders(path) - seen
+        seen |= new
+    for name in new:
+        make_private_tree(path / name)
 
 
 def _private_copy(path: Path) -> Path:

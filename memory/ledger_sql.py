@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from strata.memory.errors import ConfigError, disk_full, disk_full_message
+from strata.memory.private_files import make_private_file
 from strata.memory.settings import folder_is_read_only
 
 SCHEMA_VERSION = 5
@@ -181,6 +182,7 @@ class SqliteBackend:
         if self.read_only:
             self._conn = self._reader = _open_read_only(path)
             return
+        make_private_file(path)  # (a new ledger: SQLite would make it, and its log, as the umask says)
         try:
             self._conn = _connect(path)
             with self.transaction() as session:

@@ -23,7 +23,8 @@ import time
 from pathlib import Path
 
 from strata.memory.errors import ConfigError
-from strata.memory.settings import StoreSettings, env_number, make_private_folder
+from strata.memory.private_files import make_private_folder
+from strata.memory.settings import StoreSettings, env_number
 
 LOCK_WAIT_SECONDS = 30.0  # how long a second process waits for a busy folder (STRATA_LOCK_WAIT)
 _POLL_SECONDS = 0.05
@@ -84,7 +85,7 @@ def _lock(folder: Path, wait: float) -> int | None:
     path = folder.with_name(f"{folder.name}.lock")  # beside the Chroma folder, not inside it
     try:
         make_private_folder(folder.parent)
-        descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)  # (it names the process holding it)
     except OSError:
         try:
             descriptor = os.open(path, os.O_RDONLY)

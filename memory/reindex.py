@@ -28,6 +28,7 @@ from typing import Any
 
 from strata.memory.errors import InputError
 from strata.memory.ledger_sql import sqlite_uri
+from strata.memory.private_files import keeps_private, make_private_tree
 
 CHROMA_DB = "chroma.sqlite3"
 REBUILT_SUFFIX = "-rebuilt"  # no collection of ours ends so: their names end with a kind
@@ -128,10 +129,14 @@ def rebuild_folder(chroma_path: Path) -> dict[str, int]:
     from chromadb.config import Settings
 
     client = chromadb.PersistentClient(path=str(chroma_path), settings=Settings(anonymized_telemetry=False))
+    before = {p.name for p in chroma_path.iterdir() if p.is_dir()}
     for name in [c.name for c in client.list_collections() if c.name.endswith(REBUILT_SUFFIX)]:
         recover(client, name.removesuffix(REBUILT_SUFFIX))
     copied = {c.name: rebuild(client, c.name) for c in sorted(client.list_collections(), key=lambda c: c.name)}
     remove_orphan_indexes(chroma_path)
+    if not keeps_private(chroma_path):  # the copies' folders, made as the umask says (memory/chroma.py)
+        for folder in [p for p in chroma_path.iterdir() if p.is_dir() and p.name not in before]:
+            make_private_tree(folder)
     return copied
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from strata.memory.embeddings import DEFAULT_EMBEDDER
 from strata.memory.errors import ConfigError, shown_value
+from strata.memory.private_files import make_private_folder
 
 DEFAULT_DATA_DIR = ".strata"
 LEDGER_NAME = "ledger.sqlite3"
@@ -159,13 +160,6 @@ active use is the most recently used, so it is not the one closed (memory/regist
 def max_open_stores() -> int:
     """The bound on open namespaces, from STRATA_MAX_OPEN_STORES or the default."""
     return int(env_number("max_open_stores", DEFAULT_MAX_OPEN_STORES, 1, whole=True))
-
-
-def make_private_folder(folder: Path) -> None:
-    """Create `folder` (and any missing parents) so that only this user can enter it: a memory holds what
-    people said, and under the usual umask 022 every local user could read its files. A folder that exists
-    keeps its mode (one shared on purpose stays shared); the parents made on the way are ordinary folders."""
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
 
 
 def folder_is_read_only(folder: Path) -> bool:

@@ -34,8 +34,8 @@ from typing import Any
 
 import orjson
 from pydantic import ValidationError
+from strata.memory.private_files import make_private_folder
 from strata.memory.records import Kind, Record
-from strata.memory.settings import make_private_folder
 
 FORMAT = 3
 """Bumped whenever what a file holds changes, so files of an older layout are ignored (3: the BM25 index's

@@ -36,6 +36,7 @@ from strata.memory.chroma import (
     collection_names,
     get_collection,
     grown_large,
+    make_new_indexes_private,
     mark_of,
     open_client,
     owner_of,
@@ -232,6 +233,7 @@ class MemoryStore:
         self._lexical: dict[Kind, BM25Index] = {}
         self._seen = 0  # the change sequence the mirrors reflect
         self._saved: dict[Kind, int] = {}  # the sequence each mirror was last saved at (memory/snapshots.py)
+        self._written: set[Kind] = set()  # the kinds this store has written to Chroma (`_write`)
         self.finished_erasure: Any = None  # the report of an erase stopped midway, finished here (`_finish_erase`)
         self._timeline = Timeline()  # the active raw turns in order, kept with the raw mirror
         self._turn_list: list[Record] | None = None  # `timeline()` as a list, until the next raw change
@@ -746,6 +748,9 @@ class MemoryStore:
                     if len(exact) > EXACT_LIMIT:  # grown past the limit: Chroma searches it from now on
                         self._exact[kind] = None
                         grown_large(self._collection(kind))
+                if kind not in self._written and not self._shared:  # a new collection's index: made private
+                    make_new_indexes_private(self.settings.chroma_path)
+                    self._written.add(kind)
             self._advance(seq)
 
     def _write_batch(self) -> int:

@@ -38,7 +38,8 @@ import strata.memory.records
 from strata.memory.erasure import Said
 from strata.memory.errors import ConfigError
 from strata.memory.ledger_sql import BUSY_SECONDS, sqlite_uri, vacuum
-from strata.memory.settings import DEFAULT_DATA_DIR, check_folder, make_private_folder
+from strata.memory.private_files import make_private_file, make_private_folder
+from strata.memory.settings import DEFAULT_DATA_DIR, check_folder
 from strata.thread_owners import Holders, owner
 
 THREADS_FILE = "threads.sqlite3"
@@ -91,6 +92,7 @@ def open_checkpointer(
     path = checkpoint_path(data_dir)
     try:
         make_private_folder(path.parent)
+        make_private_file(path)
         conn = sqlite3.connect(str(path), check_same_thread=False)
     except (OSError, sqlite3.Error) as exc:
         raise ConfigError(
@@ -135,6 +137,7 @@ async def async_sqlite_checkpointer(
         make_private_folder(path.parent)
     except OSError as exc:
         raise _unusable(path, exc) from None
+    make_private_file(path)
     async with aiosqlite.connect(str(path)) as conn:
         saver = AsyncSqliteSaver(conn, serde=serializer(extra_types))
         try:

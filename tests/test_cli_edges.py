@@ -192,6 +192,48 @@ def test_memory_folders_and_new_exports_are_private_to_their_user(tmp_path: Path
     assert mode(tmp_path / "new.json") == 0o600 and mode(old) == 0o644
 
 
+def loose(folder: Path) -> dict[str, int]:
+    """What in `folder` (the folder itself included) another local user may read or enter, with its mode."""
+    found = {}
+    for path in [folder, *folder.rglob("*")]:
+        if mode(path) & 0o077:
+            found[str(path.relative_to(folder.parent))] = mode(path)
+    return found
+
+
+@pytest.mark.parametrize("acl", [True, False], ids=["default ACL", "no ACL (macOS)"])
+def test_the_files_strata_writes_in_a_memory_folder_are_private_to_their_user(
+    tmp_path: Path, embedder: Any, monkeypatch: pytest.MonkeyPatch, acl: bool
+) -> None:
+    """Found by audit: under umask 022 the ledger, the saved threads, the folder's lock, Chroma's database and its
+    index folders and files were made 0644 (0755): private only through the 0700 folder around them, so readable
+    by every local user in a folder made before with a looser mode, or once the files were moved or copied out.
+    What strata writes is 0600 (its folders 0700), where the file system has default ACLs and where not (macOS):
+    a new memory, its mirrors, its threads and an erase's rebuilt indexes; a file the user made keeps its mode."""
+    from strata.memory import private_files, snapshots
+    from strata.memory.erasure import compact_chroma
+
+    if not acl:
+        monkeypatch.setattr(private_files, "_private_by_default", lambda folder: None)
+    monkeypatch.setattr(snapshots, "MIN_RECORDS", 1)  # every mirror saved
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o755)
+    (shared / "notes.txt").write_text("the user's own", encoding="utf-8")
+    with umask(0o022):
+        for folder in (tmp_path / "new", shared):
+            memory = Memory("m", data_dir=folder)
+            memory.add(TURNS)
+            memory.store.close()  # its mirrors saved
+            with sqlite_checkpointer(folder):
+                pass
+            memory.erase(["raw:D1:2"])
+            close_all()
+            assert compact_chroma(folder / "chroma")  # every index rebuilt into new folders
+    assert (shared / "mirrors").is_dir() and list((tmp_path / "new" / "chroma").glob("*/header.bin"))
+    assert loose(tmp_path / "new") == {}
+    assert loose(shared) == {"shared": 0o755, "shared/notes.txt": 0o644}
+
+
 def test_graph_with_no_format_is_refused(tmp_path: Path, offline_env: dict[str, str]) -> None:
     """Finding 9: `graph --formats ''` exited 0 having written nothing."""
     base = ["--data-dir", str(stored(tmp_path / "mem")), "--namespace", "m", "graph", "--out", str(tmp_path / "g")]
