@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import struct
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -80,3 +81,21 @@ def make_private_file(path: Path) -> None:
         return
     os.close(descriptor)
 
+
+def write_beside(target: Path, write: Callable[[Path], None], mode: int | None) -> None:
+    """Have `write` fill a file beside `target`, then rename it over `target`: a failed write leaves an earlier
+    file whole. The file is created afresh (never written through whatever holds its name), private (0600),
+    and given `mode` before the rename when one is given (that of the file it replaces, which keeps its
+    permissions). Raises the OSError of any step, after removing the partial file."""
+    partial = target.with_name(f".{target.name}.partial")
+    try:
+        partial.unlink(missing_ok=True)  # a stopped run's leftover
+        os.close(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        write(partial)
+        if mode is not None:
+            os.chmod(partial, mode)
+        os.replace(partial, target)
+    except BaseException:
+        with contextlib.suppress(OSError):  # on a read-only disk the cleanup fails as the write did
+            partial.unlink(missing_ok=True)
+        raise

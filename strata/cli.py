@@ -9,7 +9,6 @@ ingest keeps what it stored and the same command resumes it.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import stat
@@ -37,6 +36,7 @@ from strata.memory.erasure import compact_chroma
 from strata.memory.errors import ConfigError, InputError, StrataError
 from strata.memory.forgetting import shown_ids
 from strata.memory.ledger_sql import LARGEST_INTEGER
+from strata.memory.private_files import write_beside
 from strata.memory.records import KINDS, Change
 from strata.memory.registry import close_all
 from strata.memory.store import DROPPING, IMPORTING, MemoryStore
@@ -622,21 +622,16 @@ def _write_beside(target: Path, text: str, mode: int | None) -> None:
     whole. The partial file is created afresh (never written through whatever holds its name) and keeps
     the permissions the replaced file had; a new one is private to the user (0600), as the memory it holds
     is (it was 0644 under the usual umask)."""
-    partial = target.with_name(f".{target.name}.partial")
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        partial.unlink(missing_ok=True)  # a stopped run's leftover
-        descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(descriptor, "w", encoding="utf-8") as file:
+    def write(partial: Path) -> None:
+        with partial.open("w", encoding="utf-8") as file:
             file.write(text)
             file.flush()
             os.fsync(file.fileno())  # a backup that a crash right after the rename empties is no backup
-        if mode is not None:
-            os.chmod(partial, mode)
-        os.replace(partial, target)
+
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        write_beside(target, write, mode)
     except OSError as error:
-        with contextlib.suppress(OSError):  # on a read-only disk the cleanup fails as the write did
-            partial.unlink(missing_ok=True)
         raise ConfigError(f"cannot write {target} ({error.strerror or type(error).__name__}): choose a writable "
                           "path") from None
 

@@ -10,7 +10,9 @@ fake one, malformed replies included.
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
 from collections.abc import Iterator
 from dataclasses import replace
 from itertools import pairwise
@@ -375,6 +377,32 @@ def test_graph_command_exports_the_namespace_and_refuses_unknown_people(
                       (memory_dir / "chroma", "would replace the memory's own chroma")):
         assert main([*base[:-1], str(out)]) == 2
         assert says in capsys.readouterr().err
+
+
+def test_graph_command_writes_its_files_as_an_export_private_to_their_user(data_dir: Path, tmp_path: Path) -> None:
+    """Found by audit: `strata graph --out` wrote its files (every turn's words) as the umask said, 0644 under the
+    usual 022, and its folder 0755, while `export --out` writes 0600. A new file is 0600 and a folder made for it
+    0700; a file replaced keeps its permissions, a link keeps leading to the file it names, which is rewritten."""
+    Memory("ann", data_dir=str(data_dir)).add(ANN)
+    close_all()
+    out = tmp_path / "graph"
+    base = ["--data-dir", str(data_dir), "--namespace", "ann", "graph", "--out", str(out)]
+    before = os.umask(0o022)
+    try:
+        assert main(base) == 0
+        assert {p.name: stat.S_IMODE(p.stat().st_mode) for p in [out, *out.iterdir()]} == {
+            "graph": 0o700, "namespace.json": 0o600, "namespace.graphml": 0o600, "namespace.png": 0o600}
+        (out / "namespace.json").chmod(0o644)  # shared on purpose
+        elsewhere = tmp_path / "elsewhere.graphml"
+        elsewhere.write_text("old", encoding="utf-8")
+        (out / "namespace.graphml").unlink()
+        (out / "namespace.graphml").symlink_to(elsewhere)
+        assert main([*base, "--formats", "json,graphml"]) == 0
+    finally:
+        os.umask(before)
+    assert stat.S_IMODE((out / "namespace.json").stat().st_mode) == 0o644
+    assert (out / "namespace.graphml").is_symlink() and nx.read_graphml(elsewhere).number_of_nodes() >= 2
+    assert sorted(p.name for p in out.iterdir()) == ["namespace.graphml", "namespace.json", "namespace.png"]
 
 
 # --- reads do not write ----------------------------------------------------------------------------

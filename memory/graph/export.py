@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+import stat
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import get_args
@@ -22,6 +23,7 @@ from pydantic import BaseModel, Field
 from strata.memory.errors import InputError, shown_value
 from strata.memory.moments import iso_on_clock
 from strata.memory.names import canonical_name
+from strata.memory.private_files import make_private_folder, write_beside
 from strata.memory.records import ENTITY_NODE, Kind, Record, Status
 from strata.memory.store import MemoryStore
 
@@ -141,23 +143,38 @@ def check_formats(formats: Sequence[str]) -> None:
 
 
 def write_graph(graph: MemoryGraph, folder: Path, stem: str, formats: Sequence[str] = FORMATS) -> list[Path]:
-    """Write the chosen formats into `folder`; returns the files written."""
+    """Write the chosen formats into `folder`; returns the files written. They hold what people said, so they
+    are written as an export is: a new file, and a folder made for them, are this user's only (0600, 0700;
+    they were made as the umask says, 0644 under 022), a file replaced keeps its permissions, and each is
+    written beside its name and renamed over it (through a link, to the file it names)."""
     check_formats(formats)
-    folder.mkdir(parents=True, exist_ok=True)
-    written: list[Path] = []
-    if "json" in formats:
-        target = folder / f"{stem}.json"
-        target.write_text(json.dumps(graph.model_dump(mode="json"), indent=1), encoding="utf-8")
-        written.append(target)
-    if "graphml" in formats:
-        target = folder / f"{stem}.graphml"
-        nx.write_graphml(xml_safe(graph).to_networkx(), target)
-        written.append(target)
-    if "png" in formats:
-        target = folder / f"{stem}.png"
-        draw_graph(graph, target)
-        written.append(target)
-    return written
+    writers = {
+        "json": lambda path: path.write_text(json.dumps(graph.model_dump(mode="json"), indent=1), encoding="utf-8"),
+        "graphml": lambda path: nx.write_graphml(xml_safe(graph).to_networkx(), path),
+        "png": lambda path: draw_graph(graph, path),
+    }
+    make_private_folder(folder)
+    targets = {kind: _replaced(folder / f"{stem}.{kind}") for kind in FORMATS if kind in formats}  # all, first
+    for kind, (real, mode) in targets.items():
+        write_beside(real, writers[kind], mode)
+    return [folder / f"{stem}.{kind}" for kind in targets]
+
+
+def _replaced(target: Path) -> tuple[Path, int | None]:
+    """The file a graph file's name leads to (links followed) and its permission bits when it exists; a
+    one-line `InputError` when something else is in its way, before any file is written."""
+    try:
+        real = target.resolve()
+        mode = real.stat().st_mode
+    except FileNotFoundError:
+        return real, None
+    except RuntimeError:  # a loop of links (before Python 3.13)
+        raise InputError(f"{target} is a link that leads nowhere: remove it, or name another folder to write the "
+                         "graph in") from None
+    if not stat.S_ISREG(mode):
+        raise InputError(f"{target} is in the way and is not a file (a folder, a pipe or a device): move it, or "
+                         "name another folder to write the graph in")
+    return real, stat.S_IMODE(mode)
 
 
 _NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")  # outside XML 1.0's Char
@@ -214,5 +231,5 @@ def draw_graph(graph: MemoryGraph, target: Path) -> None:
                    fontsize=10)
     axes.set_axis_off()
     figure.tight_layout()
-    figure.savefig(target, dpi=110)
+    figure.savefig(target, dpi=110, format="png")  # (written under a temporary name)
     plt.close(figure)
