@@ -14,11 +14,10 @@ import os
 from dataclasses import dataclass, field, fields
 from functools import lru_cache, wraps
 from typing import Any, Literal, get_args, get_type_hints
-from urllib.parse import urlsplit
 
 from pydantic import TypeAdapter, ValidationError
 from strata.memory.embeddings import DEFAULT_EMBEDDER
-from strata.memory.errors import ConfigError, InputError, shown_url, shown_value, unstorable
+from strata.memory.errors import ConfigError, InputError, not_http_url, shown_value, unstorable
 from strata.memory.ledger_sql import LARGEST_INTEGER
 from strata.memory.moments import zone_of
 from strata.memory.namespaces import check_namespace
@@ -286,10 +285,10 @@ class Context:
         if not (math.isfinite(self.temperature) and 0.0 <= self.temperature <= MAX_TEMPERATURE):
             raise InputError(f"temperature must be from 0 to {MAX_TEMPERATURE:g} (what chat models take), "
                              f"got {self.temperature!r}")
-        url = urlsplit(self.base_url.strip())
-        if self.base_url.strip() and not (url.scheme in ("http", "https") and url.netloc):
-            raise ConfigError(f"base_url must be an http(s) URL such as http://localhost:8000/v1, got "
-                              f"{shown_url(self.base_url)}")  # else every call failed and answers went offline
+        wrong = not_http_url(self.base_url) if self.base_url.strip() else None
+        if wrong:  # else every call failed and answers went offline
+            raise ConfigError(f"base_url is not an http(s) URL ({wrong}): give http(s)://host[:port]/path, e.g. "
+                              "http://localhost:8000/v1 (its value is not shown, in case it is a key)")
         name, colon, _ = self.chroma_auth_header.partition(":")
         if self.chroma_auth_header and not (colon and name.strip()):
             raise ConfigError("chroma_auth_header must be 'Name: value' (e.g. 'X-Chroma-Token: secret'), got a "

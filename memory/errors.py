@@ -7,6 +7,7 @@ import reprlib
 import shutil
 import sqlite3
 from pathlib import Path
+from urllib.parse import urlsplit
 
 
 class StrataError(ValueError):
@@ -133,11 +134,16 @@ def shown_value(value: object, width: int = 60) -> str:
     return one_line(text, width)
 
 
-def shown_url(url: str, width: int = 60) -> str:
-    """A URL as `shown_value` shows it, less what may be a secret: the user and password before an '@' and
-    the query and fragment (a mistyped base_url printed the tail of its `?api_key=...` in the error)."""
-    scheme, sep, rest = url.partition("://")
-    # the user and password first, up to the last '@': a password may hold '?' or '#' (then a query cut first
-    # left "bob:hunter" standing); a query's own '@' makes it hide more, never less
-    text = scheme + sep + rest.rpartition("@")[2] if sep else url.rpartition("@")[2]
-    return shown_value(text.split("?", 1)[0].split("#", 1)[0], width)
+def not_http_url(url: str) -> str | None:
+    """Why `url` is not an http(s) URL with a host, in words that quote none of it, or None when it is one. A
+    value that is not a URL may be a secret pasted in the wrong place (an API key as base_url, a token as
+    its host), so a message names what is wrong with it and never shows it: it printed the key before."""
+    text = url.strip()
+    scheme, sep, _ = text.partition("://")
+    if not sep:
+        return "it does not start with http:// or https://"
+    if scheme.lower() not in ("http", "https"):
+        return "it starts with another scheme than http:// or https://"
+    if not urlsplit(text).netloc:
+        return "no host follows its http(s)://"
+    return None

@@ -13,6 +13,7 @@ transaction-level advisory lock: replicas starting together migrate it once.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
@@ -64,6 +65,12 @@ def _first_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {text[0][:160]}" if text else type(error).__name__
 
 
+def _unquoted(text: str) -> str:
+    """psycopg's reason without the parts of the URL it quotes: one may be the password ('invalid
+    percent-encoded token: "<password>"')."""
+    return re.sub(r'"[^"]*"', '"..."', text)
+
+
 class _PostgresSession:
     def __init__(self, conn: Any, backend: PostgresBackend) -> None:
         self.conn = conn
@@ -105,7 +112,7 @@ class PostgresBackend:
             conninfo_to_dict(url)
         except psycopg.Error as exc:
             raise ConfigError(
-                f"ledger_url is not a valid PostgreSQL URL ({_first_line(exc)}): fix STRATA_LEDGER_URL"
+                f"ledger_url is not a valid PostgreSQL URL ({_unquoted(_first_line(exc))}): fix STRATA_LEDGER_URL"
             ) from None
         self.where = describe(url)
         try:

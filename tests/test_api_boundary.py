@@ -301,8 +301,8 @@ def test_bytes_are_decoded_never_stored_as_their_repr(memory: Memory) -> None:
         ({"temperature": float("nan")}, InputError, "temperature must be from 0 to 2"),
         ({"temperature": -5}, InputError, "temperature must be from 0 to 2"),
         ({"chroma_auth_header": "nocolon"}, ConfigError, "chroma_auth_header must be 'Name: value'"),
-        ({"base_url": "localhost:8000/v1"}, ConfigError, "base_url must be an http(s) URL"),
-        ({"base_url": "not a url"}, ConfigError, "base_url must be an http(s) URL"),
+        ({"base_url": "localhost:8000/v1"}, ConfigError, "base_url is not an http(s) URL"),
+        ({"base_url": "not a url"}, ConfigError, "base_url is not an http(s) URL"),
         ({"k_r": 10**6}, ConfigError, "k_r must be from 0 to 20"),  # past LangGraph's step limit mid-question
         ({"token_budget": 10**20}, ConfigError, "token_budget must be at most 9223372036854775807"),
         ({"model_timeout": float("nan")}, InputError, "model_timeout must be a positive number"),
@@ -328,22 +328,39 @@ def test_wrong_settings_are_one_line_errors(tmp_path: Path, settings: dict[str, 
 
 
 @pytest.mark.parametrize(
-    ("url", "shown"),
+    ("url", "why"),
     [
-        ("localhost:8000/v1?api_key=sk-live-abcdef123456", "'localhost:8000/v1'"),
-        ("htp://bob:hunter2@llm.internal:8000/v1", "'htp://llm.internal:8000/v1'"),
-        ("bob:hunter2@llm.internal:8000/v1#sk-live-abcdef123456", "'llm.internal:8000/v1'"),
-        ("htp://bob:hunter#2@llm.internal:8000/v1", "'htp://llm.internal:8000/v1'"),  # found by review
-        ("htp://bob:hunter?2@llm.internal:8000/v1", "'htp://llm.internal:8000/v1'"),
+        ("localhost:8000/v1?api_key=sk-live-abcdef123456", "does not start with http:// or https://"),
+        ("htp://bob:hunter2@llm.internal:8000/v1", "another scheme"),
+        ("bob:hunter2@llm.internal:8000/v1#sk-live-abcdef123456", "does not start with http://"),
+        ("htp://bob:hunter#2@llm.internal:8000/v1", "another scheme"),  # found by review
+        ("htp://bob:hunter?2@llm.internal:8000/v1", "another scheme"),
+        ("sk-live-abcdef123456", "does not start with http://"),  # found by audit: a key given as the URL
+        ("sk-proj:abcdef123456", "does not start with http://"),  # (a "scheme" to a URL parser)
+        ("htp://sk-live-abcdef123456/v1", "another scheme"),  # a token as the host
+        ("http:/sk-live-abcdef123456", "does not start with http://"),
+        ("https://", "no host follows"),
     ],
 )
-def test_a_mistyped_base_url_is_shown_without_its_secrets(tmp_path: Path, url: str, shown: str) -> None:
-    """The error names the URL, never its user, password, query or fragment (the key's tail was printed)."""
+def test_a_mistyped_base_url_is_named_without_what_it_holds(tmp_path: Path, url: str, why: str) -> None:
+    """The error said the URL, less its user, password, query and fragment; a value that is no URL at all (an
+    API key pasted as base_url) or whose host is a token was printed whole. It now says what is wrong with the
+    value and what to give, quoting none of it."""
     with pytest.raises(ConfigError) as caught:
         Memory("ann", data_dir=str(tmp_path), model="openai:gpt-4o-mini", base_url=url)
     message = one_line(caught)
-    assert message.endswith(f"got {shown}"), message
-    assert not any(secret in message for secret in ("hunter", "sk-live", "abcdef", "api_key", "bob"))
+    assert message.startswith("base_url is not an http(s) URL") and why in message, message
+    assert "give http(s)://host[:port]/path" in message, message
+    assert not any(secret in message for secret in ("hunter", "sk-", "abcdef", "api_key", "bob", "llm.internal",
+                                                    "8000/v1?", "htp")), message
+
+
+def test_a_malformed_ledger_url_is_named_without_its_password(tmp_path: Path) -> None:
+    """Found by audit: psycopg's reason quotes the part of the URL it could not read, the password included."""
+    with pytest.raises(ConfigError) as caught:
+        Memory("ann", data_dir=str(tmp_path), ledger_url="postgresql://ann:hunter%zz2@db.internal/strata").stats()
+    message = one_line(caught)
+    assert message.startswith("ledger_url is not a valid PostgreSQL URL") and "hunter" not in message, message
 
 
 def test_settings_from_text_are_converted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
