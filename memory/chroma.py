@@ -35,7 +35,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from strata.memory.errors import ConfigError, disk_full, disk_full_message
+from strata.memory.errors import ConfigError, DiskFullError, disk_full, disk_full_message
 from strata.memory.locks import hold_folder, release_folder
 from strata.memory.private_files import keeps_private, make_private_file, make_private_folder, make_private_tree
 from strata.memory.records import KINDS, Kind
@@ -229,7 +229,7 @@ def _connect(settings: StoreSettings) -> Any:
     except Exception as exc:
         release_folder(path)
         if disk_full(exc, path):
-            raise ConfigError(disk_full_message(path.parent)) from exc
+            raise DiskFullError(disk_full_message(path.parent)) from exc
         raise ConfigError(
             f"cannot open the memory folder {path} ({type(exc).__name__}: {str(exc)[:100]}): "
             "check data_dir (STRATA_DATA_DIR) points to a writable folder"

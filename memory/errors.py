@@ -30,9 +30,15 @@ class UnavailableError(StrataError):
     """A server the memory relies on (the shared ledger database) stopped answering mid-run."""
 
 
+class DiskFullError(ConfigError):
+    """The disk a memory writes to (or its database's) has no room left: freed, the same call resumes."""
+
+
 # How a full disk shows: SQLite's SQLITE_FULL (code 13), as sqlite3 and Chroma's InternalError say it ("(code: 13)
 # database or disk is full"), or ENOSPC as Rust says it (Chroma's index files).
 _DISK_FULL = ("database or disk is full", "No space left on device", "(os error 28)")
+DISK_FULL_SQLSTATE = "53100"
+"""PostgreSQL's disk_full class (psycopg's `DiskFull`): "could not extend file ...", "could not write ..."."""
 # Free bytes under which a database's error in `folder` is taken for a full disk: Chroma's engine may lose the
 # cause on its way up ("Error in compaction: Failed to apply logs to the metadata segment").
 NEARLY_FULL = 4 * 2**20
@@ -46,6 +52,8 @@ def disk_full(error: BaseException, folder: str | Path | None = None) -> bool:
     if isinstance(error, StrataError):  # already one line, saying what to do
         return False
     if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    if getattr(error, "sqlstate", None) == DISK_FULL_SQLSTATE:  # in whatever language the server speaks
         return True
     if any(sign in str(error) for sign in _DISK_FULL):
         return True

@@ -20,7 +20,7 @@ from contextlib import contextmanager, suppress
 from functools import lru_cache
 from typing import Any
 
-from strata.memory.errors import ConfigError, UnavailableError
+from strata.memory.errors import ConfigError, DiskFullError, UnavailableError, disk_full, disk_full_message
 from strata.memory.ledger_sql import check_open, lock_key, migrate
 
 # Connections one process keeps open at most: one per concurrent writer holding its namespace
@@ -121,6 +121,8 @@ class PostgresBackend:
                 session.execute("SELECT pg_advisory_xact_lock(?, ?)", (_MIGRATION_SPACE, 0))
                 migrate(self, session, _IDENTITY)
         except psycopg.Error as exc:
+            if disk_full(exc):
+                raise DiskFullError(disk_full_message(f"the PostgreSQL ledger's database at {self.where}")) from None
             raise ConfigError(
                 f"cannot use the PostgreSQL ledger at {self.where} ({_first_line(exc)}): start the database, "
                 "create it, or fix ledger_url (STRATA_LEDGER_URL)"
@@ -133,10 +135,14 @@ class PostgresBackend:
 
     @contextmanager
     def translated(self) -> Iterator[None]:
-        """A lost connection or a stopped server becomes one line that says what happened."""
+        """A lost connection or a stopped server becomes one line that says what happened, and so does a
+        database whose disk is full ("could not extend file", SQLSTATE 53100: an OperationalError too, which
+        said "unavailable ... retry once the database answers again" while it answered)."""
         try:
             yield
         except (self._psycopg.OperationalError, self._psycopg.InterfaceError) as exc:
+            if disk_full(exc):  # the transaction is rolled back: nothing of it is stored
+                raise DiskFullError(disk_full_message(f"the PostgreSQL ledger's database at {self.where}")) from None
             raise UnavailableError(
                 f"the PostgreSQL ledger at {self.where} is unavailable ({_first_line(exc)}): "
                 "nothing was half written; retry once the database answers again"

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
-from strata.memory.errors import ConfigError, disk_full, disk_full_message
+from strata.memory.errors import ConfigError, DiskFullError, disk_full, disk_full_message
 from strata.memory.private_files import make_private_file
 from strata.memory.settings import folder_is_read_only
 
@@ -189,7 +189,7 @@ class SqliteBackend:
                 migrate(self, session, "INTEGER PRIMARY KEY AUTOINCREMENT")
         except sqlite3.DatabaseError as exc:
             if disk_full(exc, path.parent):
-                raise ConfigError(disk_full_message(path.parent)) from None
+                raise DiskFullError(disk_full_message(path.parent)) from None
             raise ConfigError(
                 f"cannot open the ledger {path} ({exc}): the memory folder holds another file under its name; "
                 "point data_dir at another folder"

@@ -228,7 +228,8 @@ def export_memory(store: MemoryStore, about: str = "") -> MemoryDocument:
             state = {key: json.loads(value) for key, value in session.execute(  # the graph's own: not the
                 "SELECT key, value FROM state WHERE namespace = ? ORDER BY key", (ns,))  # journals of an edit,
                 if key in _STATE_SHAPES}  # an erase or an import left unfinished, acted on at the next open
-        items = store_items.versions(store.ledger, ns)
+        held = {r.id for r in records}  # a version no record holds (a put a full disk stopped) is no item
+        items = [v for v in store_items.versions(store.ledger, ns) if store_items.ITEM_PREFIX + v.key in held]
         return MemoryDocument(namespace=ns, records=records, links=links, history=_history(store),
                               working=_working(store), state=state, items=items)
 

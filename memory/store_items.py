@@ -39,11 +39,15 @@ _COLUMNS = "seq, key, value, text, indexed, created_at, updated_at"
 
 def insert_version(
     ledger: Ledger, namespace: str, key: str, value: dict[str, Any], text: str, indexed: bool,
-    created: datetime, updated: datetime, prune: bool = False,
+    created: datetime, updated: datetime, prune: bool = False, first: bool = False,
 ) -> int:
     """Store one version; returns its sequence number. With `prune`, the key's older versions of the same
-    text go in the same transaction (see `prune_older`)."""
+    text go in the same transaction (see `prune_older`); with `first` (the key has no record), every older
+    version does: a put that a full disk stopped after its version, and that could not take it back either,
+    left it with no record to show it."""
     with ledger.transaction() as session:
+        if first:
+            session.execute("DELETE FROM store_items WHERE namespace = ? AND key = ?", (namespace, key))
         row = session.execute(
             "INSERT INTO store_items (namespace, key, value, text, indexed, created_at, updated_at) "
             "VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING seq",

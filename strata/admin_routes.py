@@ -19,7 +19,9 @@ STRATA_* settings), under `/strata/...`, with a namespace named by `?namespace=`
 
 Every route needs `Authorization: Bearer <STRATA_ADMIN_TOKEN>`; a server without that
 variable refuses them all, so mounting the app opens nothing by itself. A wrong request
-gets a 4xx with one line (`{"error": ...}`), never a traceback, and changes nothing.
+gets a 4xx with one line (`{"error": ...}`), never a traceback, and changes nothing; a
+full disk (the server's, or its ledger database's) a 507 with one line saying to free space,
+after which the same call resumes.
 
 An erase on a server also deletes the server's own threads whose saved states hold an
 erased record (the in-process SDK client: `langgraph_sdk.get_client()`), as `Memory.erase`
@@ -48,7 +50,7 @@ from starlette.routing import Route
 from strata.api import Memory, checked
 from strata.checkpoint import run_namespaces, said_in
 from strata.memory.erasure import Said
-from strata.memory.errors import InputError, NotFoundError, StrataError
+from strata.memory.errors import DiskFullError, InputError, NotFoundError, StrataError
 from strata.memory.namespaces import check_namespace
 from strata.memory.portability import read_document
 from strata.thread_owners import Holders, holders_in
@@ -99,6 +101,8 @@ def route(handler: Handler, reads: bool = False) -> Callable[[Request], Awaitabl
             return _error(404, str(error))
         except InputError as error:
             return _error(400, str(error))
+        except DiskFullError as error:  # the server's disk (or its database's): 507 Insufficient Storage
+            return _error(507, str(error))
         except StrataError as error:
             return _error(503, str(error))
         except Exception as error:  # the server's log has the traceback; the caller gets one line

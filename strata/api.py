@@ -24,17 +24,13 @@ from strata.graph.graph import graph
 from strata.graph.routing import step_limit
 from strata.graph.state import ChangeNote, Evidence, RoleNote, Verdict, validate_turns
 from strata.graph.tracing import run_config
-from strata.memory.chroma import server_stopped, server_stopped_message
 from strata.memory.erasure import ErasurePlan, ErasureReport, apply_erasure, finish_erasure, plan_erasure
 from strata.memory.errors import (
-    ConfigError,
     InputError,
-    UnavailableError,
     check_text,
-    disk_full,
-    disk_full_message,
     shown_value,
 )
+from strata.memory.failures import in_one_line
 from strata.memory.graph.consolidation import ConsolidationReport
 from strata.memory.graph.export import MemoryGraph, build_graph, namespace_graph, person_graph
 from strata.memory.ledger_sql import LARGEST_INTEGER
@@ -108,28 +104,18 @@ class IngestReport(BaseModel):
 
 def _said_in_one_line(method: _Method) -> _Method:
     """A Chroma server that stops answering mid-call is an `UnavailableError` of one line (httpx's own
-    error, with its traceback, said nothing of what to do), and a disk that fills up mid-write a `ConfigError`
-    (Chroma's InternalError rose out of the graph run)."""
+    error, with its traceback, said nothing of what to do), and a disk that fills up mid-write a
+    `DiskFullError` (Chroma's InternalError rose out of the graph run): memory/failures.py."""
     @functools.wraps(method)
     def call(memory: Memory, *args: Any, **kwargs: Any) -> Any:
         try:
             return method(memory, *args, **kwargs)
         except Exception as error:
-            if server_stopped(error):
-                raise UnavailableError(server_stopped_message(error)) from error
-            context = memory.context("ask")
-            local = not context.chroma_host or not context.ledger_url  # a half of the memory kept in data_dir
-            if disk_full(error, context.data_dir if local else None):
-                raise ConfigError(disk_full_message(_disk_of(context))) from error
-            raise
+            said = in_one_line(error, memory.context("ask").store_settings())
+            if said is None:
+                raise
+            raise said from error
     return call  # type: ignore[return-value]
-
-
-def _disk_of(context: Context) -> str:
-    """Where a memory writes, as a full disk's message names it."""
-    if not context.chroma_host and not context.ledger_url:
-        return context.data_dir
-    return f"the memory (data_dir {context.data_dir}, the Chroma server or the ledger's database)"
 
 
 class Memory:

@@ -32,6 +32,7 @@ Mapping:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import threading
@@ -62,6 +63,7 @@ from pydantic import ValidationError
 from strata.memory import store_items
 from strata.memory.chroma import open_client
 from strata.memory.errors import InputError, check_text, first_unstorable, shown_value
+from strata.memory.failures import in_one_line
 from strata.memory.ledger import Ledger
 from strata.memory.namespaces import MAX_LENGTH, mark_after
 from strata.memory.records import KINDS, Kind, Record, Status
@@ -158,7 +160,17 @@ class StrataStore(BaseStore):
 
     # the two entry points LangGraph calls ---------------------------------
     def batch(self, ops: Iterable[Op]) -> list[Result]:
-        """Reads first, then writes (the last put of a key wins), as LangGraph's own stores do."""
+        """Reads first, then writes (the last put of a key wins), as LangGraph's own stores do. A Chroma server
+        that stops answering, or a full disk, is one line (memory/failures.py), not the library's error."""
+        try:
+            return self._batch(ops)
+        except Exception as error:
+            said = in_one_line(error, self.settings)
+            if said is None:
+                raise
+            raise said from error
+
+    def _batch(self, ops: Iterable[Op]) -> list[Result]:
         if not isinstance(ops, Iterable) or isinstance(ops, str | bytes):
             raise InputError(f"batch takes a list of store operations (GetOp, PutOp, ...), not {type(ops).__name__}")
         ops = list(ops)
@@ -314,36 +326,38 @@ class StrataStore(BaseStore):
         now = datetime.now(UTC)
         ledger = self._ledger()
         fresh: list[Record] = []
-        fresh_rows: list[int] = []
-        for put in puts:
-            assert put.value is not None
-            record_id = ITEM_PREFIX + put.key
-            existing = store.get([record_id])
-            previous = self._live_item(store, (), put.key) if existing else None
-            created = previous.item.created_at if previous is not None else now
-            same = bool(existing) and existing[0].status == Status.ACTIVE and existing[0].text == put.text
-            seq = store_items.insert_version(
-                ledger, store.namespace, put.key, put.value, put.text, put.indexed, created, now, prune=same
-            )
-            if not existing:
-                fresh.append(_item_record(store.namespace, put.key, put.text, now))
-                fresh_rows.append(seq)
-                continue
-            if same:
-                continue  # same text: the new version row is the whole change
-            try:
+        unbacked: list[int] = []  # versions written whose record is not written yet: taken back on a failure
+        try:
+            for put in puts:
+                assert put.value is not None
+                record_id = ITEM_PREFIX + put.key
+                existing = store.get([record_id])
+                previous = self._live_item(store, (), put.key) if existing else None
+                created = previous.item.created_at if previous is not None else now
+                same = bool(existing) and existing[0].status == Status.ACTIVE and existing[0].text == put.text
+                seq = store_items.insert_version(
+                    ledger, store.namespace, put.key, put.value, put.text, put.indexed, created, now, prune=same,
+                    first=not existing,
+                )
+                if not existing:
+                    fresh.append(_item_record(store.namespace, put.key, put.text, now))
+                    unbacked.append(seq)
+                    continue
+                if same:
+                    continue  # same text: the new version row is the whole change
+                unbacked.append(seq)
                 store.update(record_id, put.text, reason=f"put through the LangGraph store (key {put.key!r})",
                              policy="user")
-            except Exception:
-                self._delete_versions([seq])
-                raise
-            store_items.prune_older(ledger, store.namespace, put.key, put.text, seq)
-        if fresh:
-            try:
+                unbacked.remove(seq)
+                store_items.prune_older(ledger, store.namespace, put.key, put.text, seq)
+            if fresh:
                 store.add(fresh)
-            except Exception:
-                self._delete_versions(fresh_rows)
-                raise
+        except Exception:
+            # (a full disk may refuse this too: such a version is read by no get, search or export, as no
+            # record holds it, and the key's next put replaces it: `insert_version`'s `first`)
+            with contextlib.suppress(Exception):
+                self._delete_versions(unbacked)
+            raise
 
     def _delete(self, store: MemoryStore, key: str) -> None:
         """Tombstone (undoable); LangGraph's contract that `get` then returns None holds."""

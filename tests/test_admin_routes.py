@@ -10,6 +10,7 @@ real `langgraph dev` in tests/test_langgraph_server.py.
 from __future__ import annotations
 
 import shutil
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -19,6 +20,7 @@ import pytest
 from conftest import offline_environment
 from starlette.testclient import TestClient
 from strata.memory.registry import close_all
+from strata.memory.store import MemoryStore
 
 from strata import Memory
 from strata.admin_routes import TOKEN_VARIABLE, app
@@ -145,6 +147,29 @@ def test_a_wrong_request_gets_one_line_and_changes_nothing(memory: Memory, clien
         assert reply.status_code == status and message and "\n" not in message and "Traceback" not in message, (
             path, body, reply.status_code, message)
     assert memory.stats() == before
+
+
+def test_a_full_disk_is_a_507_of_one_line_and_the_same_call_then_finishes(
+    memory: Memory, client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk answered 503, as a server that does not answer does; an operator (or a monitor) is told
+    apart from an outage: 507 Insufficient Storage, one line saying to free space. What was stored stays, and
+    the same call, once there is room, finishes (a real full disk: tests/test_cli_edges.py)."""
+    whole = client.get(f"/strata/export?namespace={NAMESPACE}", headers=AUTH).text
+
+    def no_room(*args: Any, **kwargs: Any) -> None:
+        raise sqlite3.OperationalError("database or disk is full")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(MemoryStore, "_write", no_room)
+        for path, body in ((f"/strata/consolidate?namespace={NAMESPACE}", "{}"),
+                           ("/strata/import?namespace=moved", whole)):
+            full = client.post(path, content=body, headers=AUTH)
+            message = full.json()["error"]
+            assert full.status_code == 507 and message.startswith("the disk holding ") and "\n" not in message, (
+                message)
+    assert client.post("/strata/import?namespace=moved", content=whole, headers=AUTH).status_code == 200
+    assert Memory("moved").stats()["raw"]["active"] == 20
 
 
 class _Threads:

@@ -643,7 +643,15 @@ def _chroma_full() -> Exception:
                          "is full")  # as Chroma 1.x said it when a tmpfs filled up
 
 
-@pytest.mark.parametrize("full", [_chroma_full, lambda: sqlite3.OperationalError("database or disk is full")])
+def _postgres_full() -> Exception:
+    from psycopg.errors import DiskFull
+
+    # SQLSTATE 53100, as a PostgreSQL ledger speaking German says it (no English words to match)
+    return DiskFull('konnte Datei »base/16384/16385« nicht erweitern: Auf dem Gerät ist kein Speicherplatz mehr')
+
+
+@pytest.mark.parametrize("full", [_chroma_full, lambda: sqlite3.OperationalError("database or disk is full"),
+                                  _postgres_full])
 def test_a_full_disk_mid_write_is_one_line_and_keeps_what_is_stored(
     full: Any, memory: Memory, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -382,3 +382,39 @@ def test_a_full_disk_during_ingest_is_one_line_and_the_same_command_resumes(
         memory = Memory("m", data_dir=str(data_dir))
         assert memory.store.count("raw") == len(TURNS) + len(turns)
         assert memory.store.get_one("raw:D1:1").text == TURNS[0]["text"], "what was stored before is kept"
+
+
+def test_a_full_disk_under_the_langgraph_store_is_one_line_and_the_same_batch_then_stores_it(
+    tmp_path: Path, embedder: Any
+) -> None:
+    """Found by audit: a put on a full disk rose as sqlite3's OperationalError ("database or disk is full"). It
+    is one line saying to free space; no put of the batch is an item (a version the full disk kept without its
+    record is in no get, search or export), and the same batch, once there is room, stores each once."""
+    from langgraph.store.base import PutOp
+    from strata.memory import store_items
+    from strata.memory.errors import StrataError
+
+    from strata.langgraph_store import StrataStore
+
+    with small_disk(tmp_path / "disk") as disk:
+        store = StrataStore(data_dir=disk / "mem")
+        store.put(("m",), "kept", {"text": "Ann keeps bees on the roof."})
+        batch = [PutOp(("m",), f"note-{n}", {"text": f"{n} " + os.urandom(20_000).hex()}) for n in range(30)]
+        filler = fill(disk, 256 * 1024)
+        with pytest.raises(StrataError) as caught:
+            store.batch(batch)
+        assert str(caught.value).startswith(f"the disk holding {disk / 'mem'} is full: free space there")
+        assert all(store.get(("m",), op.key) is None for op in batch)
+        filler.unlink()
+        close_all()  # (embedded Chroma, once a write of it failed for want of space, waits for ever on the next)
+        assert [item.key for item in Memory("m", data_dir=disk / "mem").export().items] == ["kept"]
+        store.batch(batch)
+        assert all(store.get(("m",), op.key).value == op.value for op in batch)  # type: ignore[union-attr]
+        versions = store_items.versions(open_store_ledger(store), "m")
+        assert sorted(v.key for v in versions) == sorted(["kept", *(op.key for op in batch)])
+
+
+def open_store_ledger(store: Any) -> Any:
+    from strata.memory.registry import ledger_for
+
+    return ledger_for(store.settings)

@@ -11,6 +11,7 @@ use as `compile(store=...)` in a LangGraph app.
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import unicodedata
 import uuid
 from collections.abc import Iterator
@@ -27,6 +28,7 @@ from strata.memory.errors import InputError, StrataError
 from strata.memory.records import Record, Status
 from strata.memory.registry import close_all, open_store
 from strata.memory.settings import StoreSettings
+from strata.memory.store import MemoryStore
 
 from strata import Memory, langgraph_store
 from strata.conversations import load_turns
@@ -241,6 +243,54 @@ def test_a_batch_that_raises_writes_nothing(store: StrataStore) -> None:
     assert store.get(("acct",), "fresh") is None and store.get(("other",), "k") is None
     assert [v.key for v in store_items.versions(store._ledger(), "acct")] == ["balance"]
     assert store_items.versions(store._ledger(), "other") == []
+
+
+def _disk_full(*args: Any, **kwargs: Any) -> Any:
+    raise sqlite3.OperationalError("database or disk is full")  # as the SQLite ledger says it
+
+
+def test_a_full_disk_is_one_line_and_leaves_no_put_half_stored(
+    store: StrataStore, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by audit: a put on a full disk rose as the library's own error (sqlite3's OperationalError, Chroma's
+    InternalError); and in a batch of puts whose second version the ledger had no room for, the first one's
+    version stayed without its record. It is one line saying to free space, and no version of the batch stays."""
+    store.put(("ann",), "kept", {"text": "Ann keeps bees."})
+    real = store_items.insert_version
+    calls: list[str] = []
+
+    def second_refused(*args: Any, **kwargs: Any) -> int:
+        calls.append(args[2])
+        return _disk_full() if len(calls) == 2 else real(*args, **kwargs)
+
+    monkeypatch.setattr(store_items, "insert_version", second_refused)
+    with pytest.raises(StrataError) as caught:
+        store.batch([PutOp(("ann",), "one", {"text": "Ann sold her bike."}),
+                     PutOp(("ann",), "two", {"text": "Ann moved to Denver."})])
+    message = str(caught.value)
+    assert message.startswith(f"the disk holding {data_dir} is full: free space there") and "\n" not in message
+    monkeypatch.setattr(store_items, "insert_version", real)
+    monkeypatch.setattr(MemoryStore, "_write", _disk_full)  # the records' write refused (Chroma, or the ledger)
+    with pytest.raises(StrataError, match="is full: free space"):
+        store.put(("ann",), "three", {"text": "Ann paints."})
+    monkeypatch.undo()
+    ledger = open_store(store.settings, "ann").ledger
+    assert [v.key for v in store_items.versions(ledger, "ann")] == ["kept"]
+    assert [store.get(("ann",), key) is None for key in ("one", "two", "three")] == [True, True, True]
+
+
+def test_a_version_left_without_its_record_is_no_item_and_goes_with_the_key_s_next_put(store: StrataStore) -> None:
+    """A full disk may refuse the take-back as well: such a version is in no export, and the next put of its key
+    replaces it."""
+    store.put(("ann",), "kept", {"text": "Ann keeps bees."})
+    ledger = open_store(store.settings, "ann").ledger
+    now = datetime(2024, 5, 1)
+    store_items.insert_version(ledger, "ann", "left", {"text": "half"}, "half", True, now, now)
+    assert store.get(("ann",), "left") is None
+    assert [v.key for v in Memory("ann", data_dir=store.settings.data_dir).export().items] == ["kept"]
+    store.put(("ann",), "left", {"text": "whole"})
+    assert [v.text for v in store_items.versions(ledger, "ann", "left")] == ["whole"]
+    assert store.get(("ann",), "left").value == {"text": "whole"}  # type: ignore[union-attr]
 
 
 def test_batch_reads_before_writes_and_last_put_wins(store: StrataStore) -> None:

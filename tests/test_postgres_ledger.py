@@ -21,9 +21,11 @@ import itertools
 import json
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -37,11 +39,12 @@ import pytest
 from conftest import all_at_once
 from servers import LOOPBACK, REPO, PostgresServer, ServerProcess, chroma_run, postgres_run
 from strata.memory import snapshots, store_items
-from strata.memory.errors import UnavailableError
+from strata.memory.errors import StrataError, UnavailableError
 from strata.memory.ledger import EVERY_NAMESPACE, Ledger, open_ledger
 from strata.memory.ledger_postgres import CONNECT_TIMEOUT, PostgresBackend
 from strata.memory.ledger_sql import SCHEMA_VERSION
 from strata.memory.records import Action, Change, Link, LinkType, Status, chronological_key
+from strata.memory.registry import close_all
 
 from strata.api import Memory
 from strata.langgraph_store import StrataStore
@@ -624,3 +627,64 @@ def ledger_state(url: str, namespace: str, key: str) -> Any:
     with psycopg.connect(url) as conn:
         row = conn.execute("SELECT value FROM state WHERE namespace = %s AND key = %s", (namespace, key)).fetchone()
     return json.loads(row[0]) if row else None
+
+
+@pytest.fixture
+def tiny_tablespace(postgres: PostgresServer) -> Iterator[tuple[str, Path]]:
+    """A database whose tables live on a 4 MB tmpfs (root only; skipped elsewhere): its URL and the mount."""
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("mounting a small disk needs root")
+    import psycopg
+
+    base = Path(tempfile.mkdtemp(prefix="strata-tiny-"))
+    base.chmod(0o755)  # the server runs as another user
+    disk = base / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(disk)], capture_output=True,
+                             text=True)
+    if mounted.returncode != 0:
+        shutil.rmtree(base, ignore_errors=True)
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()[:200]}")
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    try:
+        shutil.chown(disk, "postgres", "postgres")
+        with psycopg.connect(postgres.database_url(), autocommit=True) as conn:
+            conn.execute(f"CREATE TABLESPACE {name} LOCATION '{disk}'")
+            conn.execute(f'CREATE DATABASE "{name}" TABLESPACE {name}')
+        yield postgres.database_url(name), disk
+    finally:
+        close_all()
+        with psycopg.connect(postgres.database_url(), autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            conn.execute(f"DROP TABLESPACE IF EXISTS {name}")
+        subprocess.run(["umount", "--lazy", str(disk)], check=False)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_a_full_disk_under_the_postgres_ledger_is_one_line_and_the_same_call_resumes(
+    tmp_path: Path, tiny_tablespace: tuple[str, Path]
+) -> None:
+    """Found by audit: PostgreSQL's "could not extend file ...: No space left on device" (SQLSTATE 53100) is an
+    OperationalError, which the ledger said as "the PostgreSQL ledger ... is unavailable ...: retry once the
+    database answers again", while it answered. It is one line saying to free space on the database's disk; no
+    put is left half stored, and once there is room the same put is stored."""
+    url, disk = tiny_tablespace
+    store = StrataStore(data_dir=tmp_path / "mem", ledger_url=url)
+    noise = [os.urandom(150_000).hex() for _ in range(40)]  # what the database cannot compress
+    with pytest.raises(StrataError) as caught:
+        for n, text in enumerate(noise):
+            store.put(("full",), f"note-{n}", {"text": text})
+    message = str(caught.value)
+    where = url.rpartition("@")[2]
+    assert message.startswith(f"the disk holding the PostgreSQL ledger's database at {where} is full: free space "
+                              "there"), message
+    failed = f"note-{n}"
+    assert store.get(("full",), failed) is None
+    subprocess.run(["mount", "-o", "remount,size=64m", str(disk)], check=True)  # room made
+    store.put(("full",), failed, {"text": noise[n]})
+    assert store.get(("full",), failed).value == {"text": noise[n]}  # type: ignore[union-attr]
+    ledger = open_ledger(tmp_path / "unused", url)
+    try:
+        assert [v.key for v in store_items.versions(ledger, "full")] == [f"note-{k}" for k in range(n + 1)]
+    finally:
+        ledger.close()
