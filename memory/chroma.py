@@ -237,10 +237,9 @@ def _connect(settings: StoreSettings) -> Any:
 
 
 def _index_folders(path: Path) -> set[str]:
-    """The names of the index folders of an embedded Chroma folder that hold an index's files."""
+    """The names of the folders in an embedded Chroma folder (its indexes'; read without a stat each)."""
     try:
-        return {entry.name for entry in os.scandir(path)
-                if entry.is_dir(follow_symlinks=False) and os.path.exists(os.path.join(entry.path, "header.bin"))}
+        return {entry.name for entry in os.scandir(path) if entry.is_dir(follow_symlinks=False)}
     except OSError:
         return set()
 
@@ -254,7 +253,8 @@ def make_new_indexes_private(path: Path) -> None:
         seen = _SEEN_INDEXES.get(str(path))
         if seen is None:
             return
-        new = _index_folders(path) - seen
+        # one whose files are not written yet is looked at again next time
+        new = {name for name in _index_folders(path) - seen if (path / name / "header.bin").exists()}
         seen |= new
     for name in new:
         make_private_tree(path / name)
