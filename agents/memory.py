@@ -554,7 +554,7 @@ def _with_ids(store: MemoryStore, turns: list[Turn]) -> list[Turn]:
     if all(turn.dia_id for turn in turns):
         return turns
     given = {turn.dia_id for turn in turns if turn.dia_id}
-    waiting = sorted((r for r in store.get(_pending(store)) if r.dialogue_id not in given),
+    waiting = sorted((r for r in store.written(_pending(store)) if r.dialogue_id not in given),
                      key=lambda r: natural_order(r.id))  # in the order they were written
     named = list(turns)
     unnamed = [n for n, turn in enumerate(turns) if not turn.dia_id]

@@ -13,8 +13,9 @@ and reloads only the records changed since (ledger_sql.py, ledger_postgres.py).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,7 @@ class Ledger:
 
     def __init__(self, backend: Backend | Path) -> None:
         self.backend: Backend = SqliteBackend(backend) if isinstance(backend, Path) else backend
+        self._committed = threading.local()  # this thread's steps waiting for its transaction's commit
 
     @property
     def where(self) -> str:
@@ -53,7 +55,34 @@ class Ledger:
         """All-or-nothing block: a failure inside rolls every statement back; nested blocks join it.
         Every write comes here."""
         self.check_writable()
-        return self.backend.transaction()
+        return self._transaction()
+
+    @contextmanager
+    def _transaction(self) -> Iterator[Session]:
+        if self.backend.in_transaction():  # joins the open one, whose commit runs the steps (`after_commit`)
+            with self.backend.transaction() as session:
+                yield session
+            return
+        steps: list[Callable[[], None]] = []
+        self._committed.steps = steps
+        try:
+            with self.backend.transaction() as session:
+                yield session
+        finally:
+            self._committed.steps = None
+        for step in steps:
+            step()
+
+    def after_commit(self, step: Callable[[], None]) -> None:
+        """Run `step` once this thread's open transaction has committed (at once when none is open), never
+        when it rolls back: what a process keeps in memory of a write (a mirror, the change number it has
+        seen) must not run ahead of the ledger, or a failed commit leaves it serving what the ledger never
+        recorded and taking the rolled-back number, which the next writer gets, for its own."""
+        steps = getattr(self._committed, "steps", None)
+        if steps is None:
+            step()
+        else:
+            steps.append(step)
 
     def reading(self) -> AbstractContextManager[Session]:
         """A plain read (this module's tables and those kept beside them, memory/store_items.py); inside

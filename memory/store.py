@@ -670,6 +670,22 @@ class MemoryStore:
                 found.append(record)
         return found
 
+    def written(self, ids: Iterable[str]) -> list[Record]:
+        """`get`, and the records Chroma holds that the mirror does not: a write whose ledger commit failed
+        reached Chroma but not the mirror, which moves with the ledger (`_took`). An input's raw turns
+        written ahead so are what its retry takes their ids from again (agents/memory.py `_with_ids`)."""
+        ids = list(dict.fromkeys(ids))
+        found = {record.id: record for record in self.get(ids)}
+        missing: dict[Kind, list[str]] = {}
+        for record_id in ids:
+            if record_id not in found and not record_id.startswith(ENTITY_NODE):
+                missing.setdefault(kind_of(record_id), []).append(record_id)
+        for kind, wanted in missing.items():
+            got = self._collection(kind).get(ids=wanted, include=["documents", "metadatas"])
+            for rid, doc, meta in zip(got["ids"], got["documents"], got["metadatas"], strict=True):
+                found[rid] = from_metadata(rid, doc or "", meta or {})
+        return [found[i] for i in ids if i in found]
+
     def get_one(self, record_id: str) -> Record:
         records = self.get([record_id])
         if not records:
@@ -723,7 +739,8 @@ class MemoryStore:
 
     def _write(self, records: Sequence[Record], vectors: np.ndarray, by_kind: dict[Kind, list[int]]) -> None:
         """Chroma upsert, mirror and change sequence as one step: the sequence is committed only
-        once Chroma holds the records, so no reader can see the number before the data."""
+        once Chroma holds the records, so no reader can see the number before the data; the mirror
+        takes them only once the number is committed (`_took`)."""
         for kind in by_kind:
             self._load(kind)
         # One order for the two locks everywhere: the store's, then the ledger's (`flush` holds the
@@ -739,6 +756,16 @@ class MemoryStore:
                         embeddings=[vectors[i].tolist() for i in part],
                         metadatas=[to_metadata(records[i]) for i in part],
                     )
+            self.ledger.after_commit(lambda: self._took(records, vectors, by_kind, seq))
+
+    def _took(self, records: Sequence[Record], vectors: np.ndarray, by_kind: dict[Kind, list[int]], seq: int) -> None:
+        """The mirror after a committed write (`_write`). Taken before the commit, a failed commit left it
+        ahead of the ledger: it served what no other replica could see, and it took the rolled-back number,
+        which the next writer (another replica's update or erase) gets, for its own, and never read that
+        change (nor did a process that loaded the mirror it saved at that number)."""
+        grown: list[Kind] = []
+        with self._lock:
+            for kind, positions in by_kind.items():
                 for i in positions:
                     self._remember(records[i])
                     self._vectors.pop(records[i].id, None)  # read back again if a traversal needs it
@@ -747,11 +774,13 @@ class MemoryStore:
                     exact.put((records[i].id for i in positions), vectors[positions])
                     if len(exact) > EXACT_LIMIT:  # grown past the limit: Chroma searches it from now on
                         self._exact[kind] = None
-                        grown_large(self._collection(kind))
+                        grown.append(kind)
                 if kind not in self._written and not self._shared:  # a new collection's index: made private
                     make_new_indexes_private(self.settings.chroma_path)
                     self._written.add(kind)
             self._advance(seq)
+            for kind in grown:
+                grown_large(self._collection(kind))
 
     def _write_batch(self) -> int:
         """The most records one Chroma write takes (5,461 embedded: SQLite's limit on a statement's
@@ -1232,8 +1261,10 @@ class MemoryStore:
             written = {r.id: r for r in [*retold, *taken_back, *told_turns]}  # one version of each in one upsert
             self._rewrite_all(list(written.values()))
             by_kind: dict[Kind, list[str]] = {}
-            for record in self.get(wanted):
-                by_kind.setdefault(record.kind, []).append(record.id)
+            # every target, found or not: one Chroma deleted before a failed commit is found nowhere now, and
+            # only its stamp tells the other replicas' mirrors that it went
+            for record_id in wanted:
+                by_kind.setdefault(kind_of(record_id), []).append(record_id)
             for kind, group in by_kind.items():
                 self._remove(kind, group)
                 for record_id in group:
@@ -1375,12 +1406,20 @@ class MemoryStore:
         return len(restored), rows
 
     def _remove(self, kind: Kind, ids: list[str]) -> None:
-        """Delete records from Chroma and the mirror, stamped with a new sequence (purge, a batch taken back)."""
+        """Delete records from Chroma and the mirror, stamped with a new sequence (purge, a batch taken back,
+        an erase). The mirror lets them go once the stamp is committed: after a failed commit it still holds
+        them, so a retry deletes and stamps them again, and the other replicas, which reload only stamped
+        records, learn of the delete."""
         self._load(kind)
         with self._lock, self.ledger.transaction():  # the store's lock first, as in `_write`
             seq = self.ledger.log_changes(self.namespace, ids)
             for part in chunked(ids, self._write_batch()):
                 self._collection(kind).delete(ids=part)
+            self.ledger.after_commit(lambda: self._let_go(kind, ids, seq))
+
+    def _let_go(self, kind: Kind, ids: list[str], seq: int) -> None:
+        """The mirror after a committed delete (`_remove`)."""
+        with self._lock:
             for record_id in ids:
                 self._forget(kind, record_id)
             self._advance(seq)

@@ -16,6 +16,8 @@ import os
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -25,7 +27,8 @@ from conftest import all_at_once
 from servers import LOOPBACK, free_port
 from strata.memory import store as store_module
 from strata.memory.bm25 import BM25Index
-from strata.memory.errors import ConfigError
+from strata.memory.erasure import apply_erasure, plan_erasure
+from strata.memory.errors import ConfigError, UnavailableError
 from strata.memory.ledger import Ledger, open_ledger
 from strata.memory.ledger_sql import SCHEMA_VERSION, SqliteBackend
 from strata.memory.records import Action, Change, Link, LinkType, Record, Turn, raw_record
@@ -185,6 +188,104 @@ def test_a_second_mirror_sees_an_update_and_an_undo_without_a_rebuild(
     assert reader.ledger.sequence("ns")[0] == reader._seen == 4
     writer.ledger.close()
     reader.ledger.close()
+
+
+def fail_the_commit_after(monkeypatch: pytest.MonkeyPatch, ledger: Ledger, operation: str) -> list[bool]:
+    """The next ledger transaction in which Chroma ran `operation` (`upsert`, `delete`) fails at its commit,
+    once Chroma took the write: what a database restarting between the two does. Returns a flag, set when it
+    failed."""
+    from chromadb.api.models.Collection import Collection
+
+    took: list[str] = []
+    real_operation = getattr(Collection, operation)
+
+    def recorded(self: Collection, *args: Any, **kwargs: Any) -> Any:
+        result = real_operation(self, *args, **kwargs)
+        took.append(operation)
+        return result
+
+    monkeypatch.setattr(Collection, operation, recorded)
+    real_transaction = ledger.backend.transaction
+    failed: list[bool] = []
+
+    @contextmanager
+    def transaction() -> Iterator[Any]:
+        outer = not ledger.backend.in_transaction()
+        if outer:
+            took.clear()
+        with real_transaction() as session:
+            yield session
+            if outer and took and not failed:  # raised inside: the transaction rolls back
+                failed.append(True)
+                raise UnavailableError("the ledger database restarted before the commit")
+
+    monkeypatch.setattr(ledger.backend, "transaction", transaction)
+    return failed
+
+
+def test_a_write_whose_commit_failed_leaves_the_mirror_where_the_ledger_is(
+    data_dir: Path, embedder: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by audit: the mirror took the records and the change number before the commit. The number rolled
+    back went to the next writer (another replica's update); the writer took that change for its own, never
+    read it, and served the old text (an erased fact too) until it restarted."""
+    writer, other = open_store(data_dir), open_store(data_dir)
+    writer.add(records("ns")[:2])
+    assert len(writer.all("raw")) == len(other.all("raw")) == 2
+    failed = fail_the_commit_after(monkeypatch, writer.ledger, "upsert")
+    with pytest.raises(UnavailableError):
+        writer.add(records("ns")[2:])
+    assert failed and writer._seen == writer.ledger.sequence("ns")[0] == 1
+    assert writer.get(["raw:D1:5"]) == []  # not served: the ledger never recorded it
+    other.update("raw:D1:4", "I'm painting a harbour at dawn for my art class.", reason="test")  # change 2 again
+    assert writer.get_one("raw:D1:4").text.startswith("I'm painting a harbour")
+    assert [rid for rid, _ in writer.lexical("raw", "lake sunrise", 3)] == []
+    writer.add(records("ns")[2:])  # the retry writes the turn again, and records it
+    assert other.get(["raw:D1:5"]) and writer._seen == writer.ledger.sequence("ns")[0] == 3
+    writer.ledger.close()
+    other.ledger.close()
+
+
+def test_an_input_whose_write_ahead_failed_at_the_commit_is_stored_once_by_its_retry(
+    data_dir: Path, embedder: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The mirror no longer takes a write whose commit failed; the retry of an input of turns without ids still
+    finds the turns it wrote ahead (in Chroma) and gives them their ids again, not new ones beside them."""
+    memory = Memory("ns", data_dir=data_dir)
+    turns = [{"speaker": "Ann", "text": f"Day {day} of my trip to Lisbon was sunny."} for day in range(3)]
+    failed = fail_the_commit_after(monkeypatch, memory.store.ledger, "upsert")
+    with pytest.raises(UnavailableError):
+        memory.add(turns)
+    assert failed
+    assert [t.split(":")[1] for t in memory.add(turns).stored_ids if t.startswith("raw:")] == ["T1", "T2", "T3"]
+    close_all()
+    store = Memory("ns", data_dir=data_dir).store
+    assert sorted(r.id for r in store.all("raw")) == ["raw:T1", "raw:T2", "raw:T3"]
+    assert store.ledger.get_state("ns", "pending_derive") == []
+
+
+def test_an_erase_whose_commit_failed_after_chroma_deleted_is_seen_by_every_mirror(
+    data_dir: Path, embedder: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by audit: the erase's delete from Chroma was never stamped, and its retry, which read the
+    records from a mirror that had already let them go (or from Chroma, on a fresh open), found nothing to
+    stamp; a mirror that had the namespace open (another replica's) served the erased turn until it
+    restarted."""
+    writer, warm = open_store(data_dir), open_store(data_dir)
+    writer.add(records("ns"))
+    assert [rid for rid, _ in warm.lexical("raw", "painting lake sunrise", 3)][:1] == ["raw:D1:4"]
+    failed = fail_the_commit_after(monkeypatch, writer.ledger, "delete")
+    with pytest.raises(UnavailableError):
+        apply_erasure(writer, plan_erasure(writer, ["raw:D1:4"]))
+    assert failed and writer.state("erasure_in_progress")
+    fresh = open_store(data_dir)  # the next call opens the namespace afresh; its first read finishes the erase
+    assert [r.id for r in fresh.get(["raw:D1:3", "raw:D1:4"])] == ["raw:D1:3"] and not fresh.state(
+        "erasure_in_progress")
+    for store in (warm, writer, fresh):
+        assert store.get(["raw:D1:4"]) == [] and "raw:D1:4" not in {r.id for r in store.all("raw")}
+        assert "raw:D1:4" not in [rid for rid, _ in store.lexical("raw", "painting lake sunrise", 3)]
+        assert store._seen == store.ledger.sequence("ns")[0]
+        store.ledger.close()
 
 
 def test_incremental_bm25_ranks_as_a_fresh_build() -> None:

@@ -621,6 +621,92 @@ def test_an_erase_killed_midway_is_finished_by_the_replicas_that_have_the_namesp
         assert reader.call("get", id=target) is None and writer.call("get", id=target) is None
 
 
+def restart_after(monkeypatch: pytest.MonkeyPatch, postgres: PostgresServer, operation: str) -> list[bool]:
+    """PostgreSQL restarted once, right after Chroma's next `operation` (`upsert`, `delete`) in this process
+    returns: Chroma holds the write, the ledger transaction around it never commits. Returns a flag, set then."""
+    from chromadb.api.models.Collection import Collection
+
+    real_operation = getattr(Collection, operation)
+    restarted: list[bool] = []
+
+    def then_restart(self: Collection, *args: Any, **kwargs: Any) -> Any:
+        result = real_operation(self, *args, **kwargs)
+        if not restarted:
+            restarted.append(True)
+            postgres.restart()
+        return result
+
+    monkeypatch.setattr(Collection, operation, then_restart)
+    return restarted
+
+
+def once_back(call: Any, seconds: float = 60) -> Any:
+    """`call()`, again while the ledger says it is unavailable (its pool reconnects within seconds)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            return call()
+        except UnavailableError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
+ZED_TURNS = [{"speaker": "Ann", "text": "I moved to Lisbon in March."},
+             {"speaker": "Zed", "text": "My bank PIN is 9902 and my locker code is 4471."},
+             {"speaker": "Ann", "text": "Lisbon is lovely in spring."}]
+
+
+def test_an_erase_cut_between_chroma_and_the_commit_is_seen_by_a_warm_replica(
+    tmp_path: Path, postgres: PostgresServer, chroma: ServerProcess, ledger_url: str, replica_env: dict[str, str],
+    replicas: list[Replica], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found by audit: PostgreSQL restarted after Chroma deleted the erased records, before the ledger stamped the
+    delete; the retry found nothing left to delete (nor to stamp), so a replica that had the namespace open went on
+    serving the PIN, by id, in keyword search and in answers."""
+    writer = Memory("erase-cut", data_dir=tmp_path / "writer", chroma_host=LOOPBACK, chroma_port=chroma.port,
+                    ledger_url=ledger_url)
+    writer.add(ZED_TURNS)
+    warm = Replica("erase-cut", tmp_path / "warm", replica_env)
+    replicas.append(warm)
+    assert "raw:T2" in warm.call("lexical", kind="raw", query="bank PIN 9902 locker")
+    restarted = restart_after(monkeypatch, postgres, "delete")
+    with pytest.raises(UnavailableError):
+        writer.erase(about="Zed")
+    assert restarted
+    assert [r.id for r in once_back(lambda: writer.get(["raw:T1", "raw:T2"]))] == ["raw:T1"]  # finished first
+    assert ledger_state(ledger_url, "erase-cut", "erasure_in_progress") is None
+    assert warm.call("get", id="raw:T2") is None
+    assert "raw:T2" not in warm.call("lexical", kind="raw", query="bank PIN 9902 locker")
+    assert "9902" not in warm.call("ask", question="What is Zed's bank PIN?")["answer"]
+
+
+def test_a_write_cut_before_its_commit_leaves_no_other_replica_s_change_unread(
+    tmp_path: Path, postgres: PostgresServer, chroma: ServerProcess, ledger_url: str, replica_env: dict[str, str],
+    replicas: list[Replica], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found by audit: the writer's mirror took the change number of a write whose commit failed; another replica's
+    next change got that number, and the writer, taking it for its own, served the old text from then on."""
+    writer = Memory("stale-cut", data_dir=tmp_path / "writer", chroma_host=LOOPBACK, chroma_port=chroma.port,
+                    ledger_url=ledger_url)
+    writer.add(ZED_TURNS)
+    other = Replica("stale-cut", tmp_path / "other", replica_env)
+    replicas.append(other)
+    assert other.call("get", id="raw:T1")["text"] == "I moved to Lisbon in March."
+    restarted = restart_after(monkeypatch, postgres, "upsert")
+    with pytest.raises(UnavailableError):
+        writer.add([{"speaker": "Bo", "text": "I bought a red bicycle yesterday."}])
+    assert restarted
+    deadline = time.monotonic() + 60
+    while True:  # its pool reconnects within seconds
+        other.send("update", id="raw:T1", text="I moved to Porto in March.")
+        reply = other.result_or_error()
+        if "unavailable" not in reply or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert once_back(lambda: writer.get(["raw:T1"]))[0].text == "I moved to Porto in March."
+
+
 def ledger_state(url: str, namespace: str, key: str) -> Any:
     import psycopg
 
