@@ -743,6 +743,7 @@ class MemoryStore:
         takes them only once the number is committed (`_took`)."""
         for kind in by_kind:
             self._load(kind)
+            self._collection(kind, create=True)  # its mark claimed and committed before Chroma's collection has it
         # One order for the two locks everywhere: the store's, then the ledger's (`flush` holds the
         # store's while it opens ledger transactions; the other order here deadlocked a writer thread
         # against another thread's write, e.g. a consolidation beside an ingest).

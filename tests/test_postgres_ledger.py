@@ -707,6 +707,26 @@ def test_a_write_cut_before_its_commit_leaves_no_other_replica_s_change_unread(
     assert once_back(lambda: writer.get(["raw:T1"]))[0].text == "I moved to Porto in March."
 
 
+def test_a_namespace_whose_first_write_was_cut_is_readable_by_every_replica(
+    tmp_path: Path, postgres: PostgresServer, chroma: ServerProcess, ledger_url: str, replica_env: dict[str, str],
+    replicas: list[Replica], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found by audit: the namespace's mark was claimed inside the first write's transaction, and Chroma's first
+    collection took it at once; PostgreSQL restarted before the commit, the retry claimed another, and every other
+    replica (this one too, once restarted) was refused the namespace as "written through another ledger"."""
+    restarted = restart_after(monkeypatch, postgres, "upsert")
+    writer = Memory("first-cut", data_dir=tmp_path / "writer", chroma_host=LOOPBACK, chroma_port=chroma.port,
+                    ledger_url=ledger_url)
+    with pytest.raises(UnavailableError):
+        writer.add(ZED_TURNS)
+    assert restarted
+    assert once_back(lambda: writer.add(ZED_TURNS)).stored_ids[:1] == ["raw:T1"]
+    other = Replica("first-cut", tmp_path / "other", replica_env)
+    replicas.append(other)
+    assert other.call("get", id="raw:T1") == {"text": "I moved to Lisbon in March.", "status": "active"}
+    assert other.call("add", turns=[{"speaker": "Ann", "text": "The tram up the hill was full."}])["stored"]
+
+
 def ledger_state(url: str, namespace: str, key: str) -> Any:
     import psycopg
 
