@@ -52,6 +52,8 @@ def describe(url: str) -> str:
     """host:port/database of a URL, never its password (for messages)."""
     from psycopg.conninfo import conninfo_to_dict
 
+    if not well_formed(url):
+        return "an unreadable URL"
     try:
         parts = conninfo_to_dict(url)
     except Exception:
@@ -60,9 +62,36 @@ def describe(url: str) -> str:
     return " ".join(where.split())  # a message is one line, whatever the URL holds
 
 
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {text[0][:160]}" if text else type(error).__name__
+def well_formed(url: str) -> bool:
+    """Whether the URL's one '@' (if any) ends its user and password, before the first '/', as PostgreSQL reads
+    it: an unescaped '@' or '/' in a password put the rest of it in the host or the database name, where the
+    error quoted it (and a lookup sent it to the name server)."""
+    authority = url.partition("://")[2].partition("/")[0]
+    return url.count("@") == authority.count("@") <= 1
+
+
+def _credentials(url: str) -> list[str]:
+    """The password, as the URL writes it and as PostgreSQL reads it: what no message may show."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    authority = url.partition("://")[2].partition("/")[0]
+    hidden = [authority.partition("@")[0].partition(":")[2] if "@" in authority else ""]
+    with suppress(Exception):
+        hidden.append(conninfo_to_dict(url).get("password") or "")
+    return sorted({part for part in hidden if part}, key=len, reverse=True)
+
+
+def _first_line(error: BaseException, hidden: Sequence[str] = ()) -> str:
+    """The error's type and first line, without any of `hidden` (the credentials): PostgreSQL's messages quote
+    the token they could not read ("invalid percent-encoded token: ..."), which may be the password. A short
+    secret could be any word of the text, so the text goes whole then."""
+    text = (str(error).strip().splitlines() or [""])[0]
+    for secret in hidden:
+        if secret in text:
+            if len(secret) < 4:
+                return type(error).__name__
+            text = text.replace(secret, "***")
+    return f"{type(error).__name__}: {text[:160]}" if text else type(error).__name__  # cut once nothing is left
 
 
 def _unquoted(text: str) -> str:
@@ -108,12 +137,20 @@ class PostgresBackend:
                 "ledger_url must be a PostgreSQL URL such as postgresql://user:password@host:5432/strata "
                 "(STRATA_LEDGER_URL); leave it empty for the embedded SQLite ledger"
             )
+        self._hidden = _credentials(url)
+        if not well_formed(url):  # refused before any connection: a lookup would send part of the password
+            raise ConfigError(
+                "ledger_url is not a valid PostgreSQL URL: its one '@' ends the user name and password, so an '@' "
+                "or '/' in them (or an '@' elsewhere) must be written %40 or %2F, '%' as %25 and a space as %20: "
+                "fix STRATA_LEDGER_URL"
+            )
         try:
             conninfo_to_dict(url)
         except psycopg.Error as exc:
-            raise ConfigError(
-                f"ledger_url is not a valid PostgreSQL URL ({_unquoted(_first_line(exc))}): fix STRATA_LEDGER_URL"
-            ) from None
+            said = _first_line(exc, self._hidden)
+            hint = "; in the password, hidden here, write '%' as %25 and a space as %20" if "***" in said else ""
+            raise ConfigError(f"ledger_url is not a valid PostgreSQL URL ({_unquoted(said)}{hint}): fix "
+                              "STRATA_LEDGER_URL") from None
         self.where = describe(url)
         try:
             with psycopg.connect(url, autocommit=True, connect_timeout=CONNECT_TIMEOUT) as conn, conn.transaction():
@@ -124,8 +161,8 @@ class PostgresBackend:
             if disk_full(exc):
                 raise DiskFullError(disk_full_message(f"the PostgreSQL ledger's database at {self.where}")) from None
             raise ConfigError(
-                f"cannot use the PostgreSQL ledger at {self.where} ({_first_line(exc)}): start the database, "
-                "create it, or fix ledger_url (STRATA_LEDGER_URL)"
+                f"cannot use the PostgreSQL ledger at {self.where} ({_first_line(exc, self._hidden)}): start the "
+                "database, create it, or fix ledger_url (STRATA_LEDGER_URL)"
             ) from None
         self._pool = ConnectionPool(
             url, min_size=1, max_size=POOL_SIZE, kwargs={"autocommit": True}, open=True,
@@ -144,7 +181,7 @@ class PostgresBackend:
             if disk_full(exc):  # the transaction is rolled back: nothing of it is stored
                 raise DiskFullError(disk_full_message(f"the PostgreSQL ledger's database at {self.where}")) from None
             raise UnavailableError(
-                f"the PostgreSQL ledger at {self.where} is unavailable ({_first_line(exc)}): "
+                f"the PostgreSQL ledger at {self.where} is unavailable ({_first_line(exc, self._hidden)}): "
                 "nothing was half written; retry once the database answers again"
             ) from None
 

@@ -367,6 +367,19 @@ def test_an_unreachable_ledger_database_is_a_one_line_config_error(
     assert not (data_dir / "ledger.sqlite3").exists()  # never fell back to a local ledger
 
 
+@pytest.mark.parametrize("password", ["Tr0ub4dor@horse", "pa%zzSecretTail", "abc/SecretTail", "abc SecretTail",
+                                      "abc@127.0.0.1:1/SecretTail"])
+def test_a_password_the_url_does_not_escape_never_reaches_the_error(data_dir: Path, password: str) -> None:
+    """Found by audit: an unescaped '@' or '/' put the rest of the password in the host or database name shown,
+    and PostgreSQL's own text quoted the token it could not read (a '%' or a space): the password, whole."""
+    url = f"postgresql://strata:{password}@{LOOPBACK}:{free_port()}/strata"
+    with pytest.raises(ConfigError) as raised:
+        Memory("ns", data_dir=data_dir, ledger_url=url).stats()
+    message = str(raised.value)
+    assert "\n" not in message and "STRATA_LEDGER_URL" in message
+    assert not [part for part in ("Secret", "Tail", "horse", password) if part in message], message
+
+
 def test_langgraph_store_items_written_beside_a_version_2_ledger_are_kept(data_dir: Path, embedder: Any) -> None:
     """The LangGraph store used to keep its item table in the ledger file through its own connection;
     a data folder from then is migrated to the ledger's own table with its items intact."""
