@@ -20,7 +20,14 @@ from contextlib import contextmanager, suppress
 from functools import lru_cache
 from typing import Any
 
-from strata.memory.errors import ConfigError, DiskFullError, UnavailableError, disk_full, disk_full_message
+from strata.memory.errors import (
+    ConfigError,
+    DiskFullError,
+    StrataError,
+    UnavailableError,
+    disk_full,
+    disk_full_message,
+)
 from strata.memory.ledger_sql import check_open, lock_key, migrate
 
 # Connections one process keeps open at most: one per concurrent writer holding its namespace
@@ -157,6 +164,8 @@ class PostgresBackend:
                 session = _PostgresSession(conn, self)
                 session.execute("SELECT pg_advisory_xact_lock(?, ?)", (_MIGRATION_SPACE, 0))
                 migrate(self, session, _IDENTITY)
+        except (psycopg.errors.ReadOnlySqlTransaction, psycopg.errors.InsufficientPrivilege) as exc:
+            raise self._refused(exc) from None
         except psycopg.Error as exc:
             if disk_full(exc):
                 raise DiskFullError(disk_full_message(f"the PostgreSQL ledger's database at {self.where}")) from None
@@ -172,18 +181,32 @@ class PostgresBackend:
 
     @contextmanager
     def translated(self) -> Iterator[None]:
-        """A lost connection or a stopped server becomes one line that says what happened, and so does a
-        database whose disk is full ("could not extend file", SQLSTATE 53100: an OperationalError too, which
-        said "unavailable ... retry once the database answers again" while it answered)."""
+        """A database error becomes one line that says what happened and what to do (`_refused`)."""
         try:
             yield
-        except (self._psycopg.OperationalError, self._psycopg.InterfaceError) as exc:
-            if disk_full(exc):  # the transaction is rolled back: nothing of it is stored
-                raise DiskFullError(disk_full_message(f"the PostgreSQL ledger's database at {self.where}")) from None
-            raise UnavailableError(
-                f"the PostgreSQL ledger at {self.where} is unavailable ({_first_line(exc, self._hidden)}): "
-                "nothing was half written; retry once the database answers again"
-            ) from None
+        except self._psycopg.Error as exc:
+            raise self._refused(exc) from None
+
+    def _refused(self, exc: Exception) -> StrataError:
+        """A lost connection or a stopped server, a database that takes no writes (a standby after a failover),
+        a role that may not write the ledger's tables, or any other statement the database refused: each is a
+        transaction rolled back whole, said in one line."""
+        errors = self._psycopg.errors
+        ledger, why = f"the PostgreSQL ledger at {self.where}", _first_line(exc, self._hidden)
+        if disk_full(exc):  # "could not extend file", SQLSTATE 53100 (an OperationalError, yet the database answers)
+            return DiskFullError(disk_full_message(f"the PostgreSQL ledger's database at {self.where}"))
+        if isinstance(exc, self._psycopg.OperationalError | self._psycopg.InterfaceError):
+            return UnavailableError(f"{ledger} is unavailable ({why}): nothing was half written; retry once the "
+                                    "database answers again")
+        if isinstance(exc, errors.ReadOnlySqlTransaction):
+            return UnavailableError(f"{ledger} takes no writes ({why}): point ledger_url at the primary (a standby "
+                                    "after a failover is read-only), or retry once the database takes writes again")
+        if isinstance(exc, errors.InsufficientPrivilege):
+            return ConfigError(f"{ledger} refuses the role of ledger_url ({why}): grant it CREATE on the schema "
+                               "and SELECT, INSERT, UPDATE and DELETE on the ledger's tables (USAGE on their "
+                               "sequences), or use the role that created them")
+        return ConfigError(f"{ledger} refused a statement ({why}): check that ledger_url names this memory's ledger "
+                           "and that its tables are as strata made them (it makes them when it first opens a database)")
 
     @contextmanager
     def _connection(self) -> Iterator[Any]:

@@ -39,7 +39,7 @@ import pytest
 from conftest import all_at_once
 from servers import LOOPBACK, REPO, PostgresServer, ServerProcess, chroma_run, postgres_run
 from strata.memory import snapshots, store_items
-from strata.memory.errors import StrataError, UnavailableError
+from strata.memory.errors import ConfigError, StrataError, UnavailableError
 from strata.memory.ledger import EVERY_NAMESPACE, Ledger, open_ledger
 from strata.memory.ledger_postgres import CONNECT_TIMEOUT, PostgresBackend
 from strata.memory.ledger_sql import SCHEMA_VERSION
@@ -725,6 +725,47 @@ def test_a_namespace_whose_first_write_was_cut_is_readable_by_every_replica(
     replicas.append(other)
     assert other.call("get", id="raw:T1") == {"text": "I moved to Lisbon in March.", "status": "active"}
     assert other.call("add", turns=[{"speaker": "Ann", "text": "The tram up the hill was full."}])["stored"]
+
+
+def test_a_role_that_may_only_read_and_a_database_turned_read_only_are_one_line_each(
+    tmp_path: Path, postgres: PostgresServer, chroma: ServerProcess, ledger_url: str
+) -> None:
+    """Found by audit: a role refused a write on the ledger's tables, and a database back read-only after a restart
+    (as a standby after a failover), came out as psycopg tracebacks: only a lost connection was said in one line."""
+    import psycopg
+
+    def memory(name: str, url: str) -> Memory:
+        return Memory("ro", data_dir=tmp_path / name, chroma_host=LOOPBACK, chroma_port=chroma.port, ledger_url=url)
+
+    owner = memory("owner", ledger_url)
+    owner.add([{"speaker": "Ann", "text": "I moved to Lisbon in March."}])
+    role = f"reader_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(ledger_url, autocommit=True) as conn:
+        for statement in (f"CREATE ROLE {role} LOGIN", f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role}",
+                          f"GRANT CREATE ON SCHEMA public TO {role}"):  # it may open the ledger and read it
+            conn.execute(statement)
+    reader = memory("reader", ledger_url.replace(f"{PostgresServer.user}@", f"{role}@"))
+    assert [r.text for r in reader.get(["raw:T1"])] == ["I moved to Lisbon in March."]
+    turn = [{"speaker": "Ann", "text": "Now I live in Porto."}]
+    with pytest.raises(ConfigError) as refused:
+        reader.add(turn)
+    assert "\n" not in str(refused.value) and "refuses the role of ledger_url" in str(refused.value)
+
+    later = memory("later", ledger_url)
+    assert later.get(["raw:T1"])  # its connections opened while the database took writes
+    with psycopg.connect(ledger_url, autocommit=True) as conn:
+        conn.execute(f'ALTER DATABASE "{ledger_url.rsplit("/", 1)[1]}" SET default_transaction_read_only = on')
+    postgres.restart()  # its connections come back read-only
+    said, deadline = "", time.monotonic() + 60
+    while "takes no writes" not in said and time.monotonic() < deadline:
+        try:
+            later.add(turn)
+            break
+        except UnavailableError as error:  # lost connections first, while its pool reconnects
+            said = str(error)
+        time.sleep(0.2)
+    assert "takes no writes" in said and "\n" not in said and "primary" in said
+    assert owner.store.count("raw") == 1  # neither add stored anything
 
 
 def ledger_state(url: str, namespace: str, key: str) -> Any:
