@@ -380,6 +380,20 @@ def test_a_password_the_url_does_not_escape_never_reaches_the_error(data_dir: Pa
     assert not [part for part in ("Secret", "Tail", "horse", password) if part in message], message
 
 
+def test_psycopg_s_own_records_never_reach_stderr_beside_the_one_line_error() -> None:
+    """Found by audit: a multi-row ledger write on a lost connection printed psycopg's "error ignored terminating
+    <psycopg.Pipeline [BAD]>" to stderr beside the one-line error; only the pool's records were silenced."""
+    program = ("import logging, strata.memory.ledger_postgres; "
+               "logging.getLogger('psycopg').warning('error ignored terminating pipeline: the connection is lost'); "
+               "logging.getLogger('psycopg.pool').warning('error connecting in strata-ledger')")
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    shown = ("import logging, strata.memory.ledger_postgres; logging.basicConfig(); "  # an app's own handler sees them
+             "logging.getLogger('psycopg').warning('seen by the app')")
+    assert "seen by the app" in subprocess.run([sys.executable, "-c", shown], capture_output=True, text=True,
+                                               timeout=120).stderr
+
+
 def test_langgraph_store_items_written_beside_a_version_2_ledger_are_kept(data_dir: Path, embedder: Any) -> None:
     """The LangGraph store used to keep its item table in the ledger file through its own connection;
     a data folder from then is migrated to the ledger's own table with its items intact."""
