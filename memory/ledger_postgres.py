@@ -197,8 +197,8 @@ class PostgresBackend:
         if disk_full(exc):  # "could not extend file", SQLSTATE 53100 (an OperationalError, yet the database answers)
             return DiskFullError(disk_full_message(f"the PostgreSQL ledger's database at {self.where}"))
         if isinstance(exc, self._psycopg.OperationalError | self._psycopg.InterfaceError):
-            return UnavailableError(f"{ledger} is unavailable ({why}): nothing was half written; retry once the "
-                                    "database answers again")
+            return UnavailableError(f"{ledger} is unavailable ({why}): retry once the database answers again; "
+                                    "the retry finishes or takes back what this call left half done")
         if isinstance(exc, errors.ReadOnlySqlTransaction):
             return UnavailableError(f"{ledger} takes no writes ({why}): point ledger_url at the primary (a standby "
                                     "after a failover is read-only), or retry once the database takes writes again")
