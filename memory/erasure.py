@@ -48,6 +48,8 @@ call that cannot be undone:
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shutil
 import sqlite3
@@ -58,7 +60,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, PrivateAttr
 from strata.memory.chroma import collection_names, open_clients
 from strata.memory.episodes import OPEN_SEGMENT, OpenSegment, narrate, photo_line, title_of
 from strata.memory.errors import ConfigError, InputError, shown_value
@@ -102,6 +104,7 @@ class ErasureReport(BaseModel):
     in_chroma_log: int | None = Field(
         0, description="erased ids Chroma's write-ahead log still holds (see module doc); None: it could not be read"
     )
+    _asked: str = PrivateAttr("")  # an erase finished from its mark: the request it carried out (`asked`)
 
     def summary(self) -> str:
         disk = "ledger vacuumed" if self.ledger_compacted else "ledger not vacuumed (PostgreSQL vacuums its own)"
@@ -136,10 +139,25 @@ class ErasurePlan:
     retold: list[Record]
     said: list[Said]
     requests: list[Change] = field(default_factory=list)
+    asked: str = ""  # the request, as `asked` writes it
 
     @property
     def texts(self) -> set[str]:
         return {text for _, text in self.said}
+
+
+def asked(ids: Sequence[str], about: str) -> str:
+    """An erase's request as a digest, not its words (the ids in any order, the person's name in any spelling):
+    an erase stopped midway notes it, so that the same request sent again, which finds nothing left to erase
+    once the erase is finished, is told that the erase was its own (`finished_for`)."""
+    key = json.dumps([sorted(set(ids)), canonical_name(about) if about else ""])
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
+def finished_for(report: ErasureReport | None, ids: Sequence[str], about: str) -> bool:
+    """Whether `report`, of an erase stopped midway and finished since (`finish_erasure`), carried out this
+    very request: then sending it again asked for what is done, not for something that is not there."""
+    return report is not None and bool(report._asked) and report._asked == asked(ids, about)
 
 
 def plan_erasure(store: MemoryStore, ids: Sequence[str] = (), about: str = "") -> ErasurePlan:
@@ -169,7 +187,7 @@ def plan_erasure(store: MemoryStore, ids: Sequence[str] = (), about: str = "") -
     # what the Refresher wrote into records that stay, for an erased turn: the erase takes it back
     said |= {(c.record_id, c.new_text) for c in store.ledger.changes_caused_by(store.namespace, sorted(turns))
              if c.record_id not in texts and c.new_text.strip() and c.new_text != c.old_text}  # new words only
-    return ErasurePlan(targets, turns, episodes, sorted(said), requests)
+    return ErasurePlan(targets, turns, episodes, sorted(said), requests, asked(ids, about))
 
 
 def request_rows(store: MemoryStore, records: Sequence[Record]) -> list[Change]:
@@ -334,6 +352,7 @@ class _Unfinished(BaseModel):
     settle: list[str] = Field(default_factory=list)  # facts that stay whose slot is decided again (`_unsettled`)
     requests: list[int] = Field(default_factory=list)  # history rows of requests' words (`request_rows`)
     told: list[str] = Field(default_factory=list)  # their turns, whose working-memory rows lose the words
+    asked: str = ""  # the request, as a digest (`asked`)
 
 
 def apply_erasure(store: MemoryStore, plan: ErasurePlan) -> ErasureReport:
@@ -347,7 +366,7 @@ def apply_erasure(store: MemoryStore, plan: ErasurePlan) -> ErasureReport:
                              rejoined=[(link.src, link.dst) for link in rejoined],
                              settle=_unsettled(store, set(plan.targets), plan.turns),
                              requests=[int(c.id or 0) for c in plan.requests],
-                             told=sorted({c.record_id for c in plan.requests}))
+                             told=sorted({c.record_id for c in plan.requests}), asked=plan.asked)
     store.ledger.set_state(store.namespace, ERASING, unfinished.model_dump(mode="json"))
     removed = _carry_out(store, unfinished, plan.retold)
     store.embedder.forget(plan.texts)
@@ -363,7 +382,9 @@ def finish_erasure(store: MemoryStore) -> ErasureReport | None:
         return None
     unfinished = _Unfinished.model_validate(value)
     removed = _carry_out(store, unfinished, retold(store, set(unfinished.turns), set(unfinished.targets)))
-    return _finished(store, unfinished.targets, removed)
+    report = _finished(store, unfinished.targets, removed)
+    report._asked = unfinished.asked
+    return report
 
 
 def _carry_out(store: MemoryStore, unfinished: _Unfinished, retold_episodes: Sequence[Record]) -> dict[str, int]:

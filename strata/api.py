@@ -24,7 +24,14 @@ from strata.graph.graph import graph
 from strata.graph.routing import step_limit
 from strata.graph.state import ChangeNote, Evidence, RoleNote, Verdict, validate_turns
 from strata.graph.tracing import run_config
-from strata.memory.erasure import ErasurePlan, ErasureReport, apply_erasure, finish_erasure, plan_erasure
+from strata.memory.erasure import (
+    ErasurePlan,
+    ErasureReport,
+    apply_erasure,
+    finish_erasure,
+    finished_for,
+    plan_erasure,
+)
 from strata.memory.errors import (
     InputError,
     check_text,
@@ -292,6 +299,7 @@ class Memory:
     ) -> tuple[ErasureReport, ErasurePlan]:
         """`erase`, and the plan it carried out: for a host that keeps threads of its own (the server's
         routes), which may hold a record stored after it last listed what would go."""
+        request = checked(_EraseRequest, ids=_id_list(ids, "erase"), about=about)
         # no run of the namespace while it works: a run saving its thread meanwhile wrote the record back
         with self.gate().holding("close"):
             store = self._whole()
@@ -299,10 +307,12 @@ class Memory:
                 resumed = finish_erasure(store) or store.finished_erasure  # one stopped midway comes first
                 store.finished_erasure = None
                 try:
-                    plan = self.erasure_plan(ids, about)
+                    plan = plan_erasure(store, request.ids, request.about or "")
                 except InputError as error:
                     if resumed is None:
                         raise
+                    if finished_for(resumed, request.ids, request.about or ""):  # this erase, sent again: done
+                        return resumed, ErasurePlan(list(resumed.erased), set(), [], [])
                     raise InputError(f"{error}; an erase stopped midway was finished first "
                                      f"({resumed.summary()})") from None
                 store.ledger.check_writable()  # a read-only folder refuses before any thread is deleted

@@ -872,12 +872,49 @@ def test_an_erase_killed_midway_is_finished_by_the_next_opener(
     reopened = Memory("conv-26", data_dir=str(killed))
     assert _state(reopened) == expected
     assert reopened.store.state(ERASING) is None
-    with pytest.raises(InputError) as again:  # the same erase sent again says what became of the first
-        reopened.erase(about="Caroline")
-    assert "an erase stopped midway was finished first (erased " in str(again.value)
+    again = reopened.erase(about="Caroline")  # the same erase sent again: the report of the first, finished
+    assert again.erased and reopened.get(again.erased) == [] and again.summary().startswith("erased ")
     close_all()
     assert compact_chroma(killed / "chroma")
     assert not [text for text in said if _files_holding(killed, text)]
+
+
+def test_an_erase_cut_midway_and_sent_again_reports_what_it_erased(
+    memory: Memory, data_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Found by audit: the same erase sent again after one cut midway (its ledger restarted) finished it first,
+    then said "nothing in this memory was said by or about 'Zed' ...; nothing was erased", and the command line
+    exited 2, though the erase had completed. Another request still says what the finished erase was."""
+    from strata.memory import erasure
+
+    class Stopped(Exception):
+        pass
+
+    def stop(*args: Any, **kwargs: Any) -> None:
+        raise Stopped
+
+    def cut(erase: Any) -> None:
+        monkeypatch.setattr(erasure, "_carry_out", stop)  # stopped once its request and ids are in the ledger
+        with pytest.raises(Stopped):
+            erase()
+        monkeypatch.undo()
+
+    targets = memory.erasure_plan(about="Caroline").targets
+    cut(lambda: memory.erase(about="caroline"))
+    report = memory.erase(about="Caroline")  # any spelling of the name
+    assert sorted(report.erased) == sorted(targets) and report.links > 0
+    assert not [r for r in memory.store.all("raw") if r.speaker == "Caroline"]
+
+    melanie = [r.id for r in memory.store.all("raw") if r.speaker == "Melanie"]
+    cut(lambda: memory.erase([melanie[0]]))
+    with pytest.raises(InputError) as other:
+        memory.erase(about="Nobody")
+    assert "nothing was erased; an erase stopped midway was finished first (erased " in str(other.value)
+
+    cut(lambda: memory.erase([melanie[1]]))
+    assert main(["--data-dir", str(data_dir), "--namespace", "conv-26", "erase", melanie[1], "--yes"]) == 0
+    assert capsys.readouterr().out.startswith("erased ")
+    assert memory.get(melanie[:2]) == []
 
 
 def test_an_erase_between_a_turns_research_and_its_derive_leaves_no_link_to_what_it_erased(
