@@ -9,6 +9,7 @@ ran them step about: two conversations sent at once on two threads closed each o
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -51,6 +52,24 @@ class TurnTakingGraph(CompiledStateGraph):  # type: ignore[type-arg]
             async for part in super().astream(input, config, context=context, **kwargs):
                 yield part
             return
+        # The run goes on in a context of its own, each step a task in it: what the gate notes in a context
+        # (that it is held, for the run's own nested calls) stays out of the caller's. A caller that stops
+        # early closes this generator later, from another task; noted in the caller's context, the note
+        # stayed there, so its later storing runs skipped the gate and its erase waited for itself.
+        runs_in = contextvars.copy_context()
+        inner = self._astream_gated(gate, input, config, context, kwargs)
+        try:
+            while True:
+                try:
+                    part = await asyncio.create_task(anext(inner), context=runs_in)
+                except StopAsyncIteration:
+                    return
+                yield part
+        finally:
+            await asyncio.create_task(inner.aclose(), context=runs_in)
+
+    async def _astream_gated(self, gate: tuple[RunGate, Kind], input: Any, config: Any, context: Any,
+                             kwargs: dict[str, Any]) -> AsyncIterator[Any]:
         async with gate[0].holding_async(gate[1]):
             async for part in super().astream(input, config, context=context, **kwargs):
                 yield part

@@ -145,9 +145,10 @@ class RunGate:
             with _held(self.key, kind):
                 yield
         finally:
-            # let go in a worker thread: the loop must not wait on the gate's lock; submitted at once, so a
-            # second cancellation cannot keep it from happening
-            await asyncio.to_thread(self.leave, kind)
+            # let go here, on the loop: the lock is held only for a moment (a waiting thread lets go of it while
+            # it waits). Handed to a worker thread, the release waited for a free worker, which the sync calls
+            # waiting for this gate could all be (a deadlock), and a second cancellation dropped it.
+            self.leave(kind)
 
 
 def run_gate(settings: StoreSettings, namespace: str) -> RunGate:

@@ -8,10 +8,12 @@ exactly what Studio and the server do.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import json
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, fields
 from typing import Annotated, Any, TypeVar
 
@@ -54,6 +56,7 @@ from strata.thread_owners import holders_in
 TurnLike = Turn | dict[str, Any] | str
 _Arguments = TypeVar("_Arguments", bound=BaseModel)
 _Method = TypeVar("_Method", bound=Callable[..., Any])
+_T = TypeVar("_T")
 
 
 class Answer(BaseModel):
@@ -382,41 +385,43 @@ class Memory:
     # Each runs its synchronous twin in a worker thread (the memory is safe to share between threads),
     # so an event loop serving other requests is not blocked while the graph embeds and searches.
     # Cancelling the await does not cut a write short: the thread finishes the call, and what it
-    # stored stays stored, as when a synchronous call returns.
+    # stored stays stored, as when a synchronous call returns. The threads are strata's own
+    # (`_in_thread`), not the loop's default pool: a call waiting there for its namespace's gate
+    # (memory/run_gate.py) took a worker that an async graph run holding the gate needed for its steps.
     async def aadd(
         self, turns: TurnLike | Sequence[TurnLike], speaker: str = "user",
         on_turn: Callable[[int], None] | None = None, end_session: bool = False,
     ) -> IngestReport:
         """`add` for async apps."""
-        return await asyncio.to_thread(self.add, turns, speaker, on_turn, end_session)
+        return await _in_thread(self.add, turns, speaker, on_turn, end_session)
 
     async def aask(self, question: str, refresh: bool = False) -> Answer:
         """`ask` for async apps."""
-        return await asyncio.to_thread(self.ask, question, refresh)
+        return await _in_thread(self.ask, question, refresh)
 
     async def aretrieve(self, question: str, refresh: bool = False) -> Answer:
         """`retrieve` for async apps."""
-        return await asyncio.to_thread(self.retrieve, question, refresh)
+        return await _in_thread(self.retrieve, question, refresh)
 
     async def achat(self, text: str, speaker: str = "user") -> Answer:
         """`chat` for async apps."""
-        return await asyncio.to_thread(self.chat, text, speaker)
+        return await _in_thread(self.chat, text, speaker)
 
     async def aerase(self, ids: Iterable[str] = (), about: str | None = None) -> ErasureReport:
         """`erase` for async apps."""
-        return await asyncio.to_thread(self.erase, ids, about)
+        return await _in_thread(self.erase, ids, about)
 
     async def aexport(self, about: str | None = None) -> MemoryDocument:
         """`export` for async apps."""
-        return await asyncio.to_thread(self.export, about)
+        return await _in_thread(self.export, about)
 
     async def aimport_from(self, document: MemoryDocument | dict[str, Any] | str | os.PathLike[str]) -> ImportReport:
         """`import_from` for async apps."""
-        return await asyncio.to_thread(self.import_from, document)
+        return await _in_thread(self.import_from, document)
 
     async def aconsolidate(self, limit: int | None = None) -> ConsolidationReport:
         """`consolidate` for async apps (the slow path can take a while: this keeps the loop free)."""
-        return await asyncio.to_thread(self.consolidate, limit)
+        return await _in_thread(self.consolidate, limit)
 
     # running -----------------------------------------------------------
     def _run(
@@ -443,6 +448,18 @@ class Memory:
 for _name in ("add", "end_session", "consolidate", "ask", "retrieve", "chat", "explain", "graph", "history", "undo",
               "get", "stats", "erase", "erase_as_planned", "erasure_plan", "export", "import_from", "drop"):
     setattr(Memory, _name, _said_in_one_line(getattr(Memory, _name)))
+
+
+# The async calls' worker threads (see "the same calls for async apps" in `Memory`): apart from the loop's
+# default pool, which an async graph run's steps use, so calls waiting for a namespace's gate never hold up
+# the run they wait for. 32: more async calls at once than that wait their turn for a thread.
+_CALLS = ThreadPoolExecutor(max_workers=32, thread_name_prefix="strata-call")
+
+
+async def _in_thread(call: Callable[..., _T], *args: Any) -> _T:
+    """`asyncio.to_thread` on strata's own threads (`_CALLS`), the caller's context carried along."""
+    context = contextvars.copy_context()
+    return await asyncio.get_running_loop().run_in_executor(_CALLS, functools.partial(context.run, call, *args))
 
 
 def _plain(result: Any) -> dict[str, Any]:

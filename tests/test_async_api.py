@@ -8,6 +8,7 @@ they fail or when several run at once.
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -221,3 +222,52 @@ def test_a_cancelled_add_still_stores_every_turn_it_was_given(
     assert asyncio.run(scenario()), "the await was not cancelled"
     # asyncio.run waits for the worker thread: the batch was finished, not cut short
     assert sorted(r.dialogue_id for r in memory.store.all("raw")) == sorted(t.dia_id for t in turns)
+
+
+def test_an_async_run_holding_the_gate_ends_beside_more_waiting_async_calls_than_the_loop_has_threads(
+    data_dir: Path, embedder: object,
+) -> None:
+    """Found by review: the async calls ran in the loop's default thread pool, where each waiting `aadd`
+    blocked a worker on the namespace's gate, and the `ainvoke` run holding the gate needed a worker for
+    its steps and for letting go of the gate: with as many waiting calls as workers, nothing ever ended."""
+    from strata.graph.context import Context
+    from strata.graph.graph import graph
+
+    memory = Memory("ann", data_dir=str(data_dir))
+    memory.add([{"speaker": "Ann", "text": "Hello.", "dia_id": "D0:1"}])
+    workers = min(32, (os.cpu_count() or 1) + 4)  # the loop's default pool
+
+    async def scenario() -> None:
+        context = Context(namespace="ann", mode="ingest", data_dir=str(data_dir))
+        turns = [{"speaker": "Ann", "text": f"I went to Paris on day {i}.", "dia_id": f"D1:{i}"} for i in range(1, 5)]
+        run = asyncio.create_task(graph.ainvoke({"turns": turns}, context=context))
+        await asyncio.sleep(0.3)  # the run holds the gate
+        adds = [memory.aadd([{"speaker": "Bob", "text": f"Note {i}.", "dia_id": f"D2:{i}"}])
+                for i in range(workers + 1)]
+        await asyncio.wait_for(asyncio.gather(run, *adds), 120)
+
+    asyncio.run(scenario())
+    assert len(memory.store.all("raw")) == 1 + 4 + workers + 1
+
+
+def test_an_astream_left_early_lets_its_task_store_and_erase_later(data_dir: Path, embedder: object) -> None:
+    """Found by review: the gate noted in the caller's context that it was held, from inside `astream`'s
+    body; a caller that stopped reading early had the run closed later from another task, and the note
+    stayed in its own context, so its next erase waited for ever for a run of its own that had ended."""
+    from strata.graph.context import Context
+    from strata.graph.graph import graph
+
+    memory = Memory("ann", data_dir=str(data_dir))
+    memory.add([{"speaker": "Ann", "text": "My PIN is 4321.", "dia_id": "D1:1"}])
+
+    async def scenario() -> Any:
+        context = Context(namespace="ann", mode="ingest", data_dir=str(data_dir))
+        turns = [{"speaker": "Ann", "text": f"I went to Paris on day {i}.", "dia_id": f"D2:{i}"} for i in range(1, 4)]
+        async for _ in graph.astream({"turns": turns}, context=context):
+            break  # the app only wanted to know the run started
+        await asyncio.sleep(1)  # the abandoned run is closed meanwhile
+        return await asyncio.wait_for(memory.aerase(ids=["raw:D1:1"]), 60)
+
+    report = asyncio.run(scenario())
+    assert "raw:D1:1" in report.erased
+    assert memory.gate()._runs == 0

@@ -106,3 +106,30 @@ def test_a_call_inside_a_holder_goes_on_and_an_erase_inside_a_run_waits_for_the_
     assert "from inside another of its runs" in order[1] and "\n" not in order[1]
     with runs.holding("close"):  # everything was let go
         pass
+
+
+def test_a_task_cancelled_twice_while_the_threads_are_busy_lets_go_of_the_gate(tmp_path: Path) -> None:
+    """Found by review: a task let go of the gate in a worker thread; cancelled a second time while every
+    worker was busy, the queued release was cancelled with it, and the gate stayed closed for good."""
+    runs = gate(tmp_path)
+    release = threading.Event()
+
+    async def scenario() -> None:
+        busy = [asyncio.create_task(asyncio.to_thread(release.wait, 2)) for _ in range(40)]
+
+        async def erase_route() -> None:
+            async with runs.holding_async("close"):
+                await asyncio.sleep(10)
+
+        task = asyncio.create_task(erase_route())
+        await asyncio.sleep(0.1)
+        task.cancel()
+        await asyncio.sleep(0.05)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        release.set()
+        await asyncio.gather(*busy)
+        await asyncio.wait_for(runs.enter_async("read"), 5)
+        runs.leave("read")
+
+    asyncio.run(scenario())
