@@ -19,6 +19,7 @@ from __future__ import annotations
 import inspect
 import json
 import logging
+import os
 import re
 import threading
 import time
@@ -103,10 +104,14 @@ def _keys_print() -> str:
     """A hash (never the keys) of the environment's API keys and tokens: a client is built again once one
     changed, so a key set after a 401 (a notebook, a server reloading its secrets) is the one sent."""
     import hashlib
-    import os
 
-    keys = sorted((n, v) for n, v in os.environ.items() if n.upper().endswith(("KEY", "TOKEN")))
-    return hashlib.sha256(json.dumps(keys).encode()).hexdigest()
+    return hashlib.sha256(json.dumps(sorted(_environment_secrets().items())).encode()).hexdigest()
+
+
+def _environment_secrets() -> dict[str, str]:
+    """The environment's API keys and tokens (variables named ...KEY or ...TOKEN), by name: what a rebuilt
+    client may send (`_keys_print`) and what no message may quote (`masked`)."""
+    return {n: v for n, v in os.environ.items() if n.upper().endswith(("KEY", "TOKEN"))}
 
 
 def _forget(model: BaseChatModel) -> None:
@@ -131,8 +136,6 @@ def _init(spec: str, base_url: str, temperature: float, timeout: float) -> BaseC
     if base_url:
         kwargs["base_url"] = base_url
         if provider == "openai":
-            import os
-
             kwargs.setdefault("api_key", os.environ.get("OPENAI_API_KEY") or "not-needed")
     try:
         return init_chat_model(name, model_provider=provider, **kwargs)
@@ -711,10 +714,8 @@ def masked(text: str) -> str:
     one (`****`), a run of 16 or more base64 characters holding a digit and a letter; and the API keys of the
     environment wherever they are. Model names and words (`gpt-4o-mini-2024-07-18`, `context_length_exceeded`)
     stay."""
-    import os
-
-    for name, value in os.environ.items():
-        if name.upper().endswith(("KEY", "TOKEN")) and len(value) >= 12 and value in text:
+    for value in _environment_secrets().values():
+        if len(value) >= 12 and value in text:
             text = text.replace(value, HIDDEN)
 
     def hide(found: re.Match[str]) -> str:
