@@ -165,11 +165,10 @@ class PostgresBackend:
                 session = _PostgresSession(conn, self)
                 session.execute("SELECT pg_advisory_xact_lock(?, ?)", (_MIGRATION_SPACE, 0))
                 migrate(self, session, _IDENTITY)
-        except (psycopg.errors.ReadOnlySqlTransaction, psycopg.errors.InsufficientPrivilege) as exc:
-            raise self._refused(exc) from None
         except psycopg.Error as exc:
-            if disk_full(exc):
-                raise DiskFullError(disk_full_message(f"the PostgreSQL ledger's database at {self.where}")) from None
+            refused = (psycopg.errors.ReadOnlySqlTransaction, psycopg.errors.InsufficientPrivilege)
+            if isinstance(exc, refused) or disk_full(exc):
+                raise self._refused(exc) from None
             raise ConfigError(
                 f"cannot use the PostgreSQL ledger at {self.where} ({_first_line(exc, self._hidden)}): start the "
                 "database, create it, or fix ledger_url (STRATA_LEDGER_URL)"
