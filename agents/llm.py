@@ -440,9 +440,25 @@ def _cut_short(message: BaseMessage) -> str:
     if metadata.get("status") == "incomplete":
         return "the reply was cut short (status incomplete)"
     if metadata.get("model_provider") == "openai" and not metadata.get("finish_reason") \
-            and metadata.get("status") != "completed":
+            and metadata.get("status") != "completed" and not _whole_json(message):
         return "the reply ended without a finish reason (a stream cut short)"
     return ""
+
+
+_FENCED = re.compile(r"\A```(?:json)?\s*(.*?)\s*```\Z", re.DOTALL)
+
+
+def _whole_json(message: BaseMessage) -> bool:
+    """Whether the reply's text is one whole JSON object (a fence and a reasoning block aside). Some
+    OpenAI-compatible servers never send a finish reason; a reply cut short cannot end as a whole object, so
+    such a reply is read, where every reply of theirs fell back. A tool call's arguments arrive already parsed
+    (a cut one parsed in partial mode), so a tool call without a finish reason is still not read."""
+    text = _without_thinking(_text_of(message)).strip()
+    fenced = _FENCED.match(text)
+    try:
+        return isinstance(json.loads(fenced.group(1) if fenced else text), dict)
+    except (json.JSONDecodeError, RecursionError):
+        return False
 
 
 def _raw_texts(raw: BaseMessage) -> list[str]:

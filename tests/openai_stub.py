@@ -59,6 +59,7 @@ class Scripted:
     error_code: str | None = None  # the error body's `code` (a provider's `content_filter`); else the status
     body: dict[str, Any] | None = None  # a whole response body sent as it is (a broken completion)
     finish: str | None = None  # the finish reason, when not the usual one ("length": the reply hit its limit)
+    no_finish: bool = False  # a whole reply sent without any finish reason (some OpenAI-compatible servers)
     cut: int | None = None  # streamed: only this many characters of the reply, then the connection closes
     events: bool = True  # streamed: False sends the headers and closes, with no event at all
     trickle: float = 0.0  # seconds between two bytes of the body, sent after the headers (for at most 6 s)
@@ -338,7 +339,7 @@ def stream_events(body: dict[str, Any], scripted: Scripted) -> list[dict[str, An
     else:
         events = [chunk({"role": "assistant", "content": ""})]
         events += [chunk({"content": text[i : i + 8]}) for i in range(0, len(text), 8)]
-    if scripted.cut is None:
+    if scripted.cut is None and finish is not None:
         events.append(chunk({}, finish))
     return events
 
@@ -353,7 +354,7 @@ def completion(body: dict[str, Any], scripted: Scripted) -> dict[str, Any]:
         message = {"role": "assistant", "content": None, "tool_calls": [
             {"id": "call_1", "type": "function", "function": {"name": name, "arguments": scripted.tool_args}}]}
         finish = "tool_calls"
-    finish = scripted.finish or finish
+    finish = None if scripted.no_finish else scripted.finish or finish
     prompt_chars = sum(len(str(m.get("content", ""))) for m in body.get("messages", []))
     reply_chars = len(scripted.content or scripted.tool_args or "")
     return {

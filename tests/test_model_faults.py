@@ -87,6 +87,30 @@ def test_a_stream_cut_short_is_not_taken_for_a_whole_reply(stub: OpenAIStub, mem
     assert all(f.text != "Ann said: I adopted a" for f in facts) and memory.store.state("pending_derive", []) == []
 
 
+def test_a_server_that_never_sends_a_finish_reason_is_read_when_its_reply_is_whole(stub: OpenAIStub,
+                                                                                   memory_dir: Path) -> None:
+    """Some OpenAI-compatible servers send no finish reason at all. Every reply of theirs was taken for a stream
+    cut short and every role fell back. A reply whose text is one whole JSON object is read, streamed or not; a
+    cut one still is not, and neither is a tool call, whose arguments arrive parsed in partial mode."""
+    reply = json.dumps({"Action": "Pass", "reason": "D1:1 says it", "confidence": 0.9})
+    for run in (graph.invoke, lambda payload, context: streamed(payload, context)):
+        for text in (reply, f"```json\n{reply}\n```"):
+            stub.reset()
+            stub.by_role["judge"] = Scripted(content=text, no_finish=True)
+            result = run({"question": QUESTION}, context=wired(stub, memory_dir))
+            assert labels(result["trace"])["judge"] == "model:openai:stub-model (json_schema)"
+
+    stub.reset()
+    stub.by_role["judge"] = Scripted(content=reply[:30], no_finish=True)  # [DONE] after half the object
+    result = streamed({"question": QUESTION}, wired(stub, memory_dir))
+    assert labels(result["trace"])["judge"].endswith("(a stream cut short))")
+
+    stub.reset()
+    stub.by_role["judge"] = Scripted(tool_args=reply, no_finish=True)
+    result = streamed({"question": QUESTION}, wired(stub, memory_dir, structured_output="function_calling"))
+    assert labels(result["trace"])["judge"].endswith("(a stream cut short))")
+
+
 def test_a_reply_that_hit_its_length_limit_is_not_read(stub: OpenAIStub, memory_dir: Path) -> None:
     """`finish_reason: "length"` on a text reply: the draft before the cut validated and was taken."""
     stub.script(Scripted(content='Draft: {"Action": "Pass", "reason": "D1:1"}. Final: {"Action": "Retry", "rea',
