@@ -224,7 +224,17 @@ async def erase(request: Request, memory: Memory) -> Any:
     """List what an erase would remove, server threads included; with "confirm": true, remove it."""
     body = await _body(request, _EraseBody)
     listed_at = datetime.now(UTC).isoformat(timespec="seconds")
-    plan = await asyncio.to_thread(memory.erasure_plan, body.ids, body.about)
+    try:
+        plan = await asyncio.to_thread(memory.erasure_plan, body.ids, body.about)
+    except InputError:
+        if not body.confirm:
+            raise
+        # nothing left to erase: perhaps an erase stopped midway, sent again. `erase` finishes it first and
+        # returns its report when it was this very request (its threads went before its records), or says what
+        # it finished in one line
+        gate = await asyncio.to_thread(memory.gate)
+        async with gate.holding_async("close"):
+            return (await asyncio.to_thread(memory.erase_as_planned, body.ids, body.about))[0]
     holders = holders_in(await asyncio.to_thread(lambda: memory.store.settings))
     threads, unknown = await server_threads_holding(set(plan.said), memory.store.namespace, holders)
     if not body.confirm:

@@ -263,3 +263,40 @@ def test_an_erase_reads_only_its_namespaces_threads_a_state_at_a_time(monkeypatc
     assert server.pages["mine"] == 1  # its first state holds the record: no more pages read
     assert asyncio.run(server_threads_holding(said, "small")) == (["mine", "moved", "run-deleted"],
                                                                    ["legacy", "legacy-shared"])
+
+
+def test_an_erase_cut_midway_and_sent_again_through_http_reports_what_it_erased(
+        memory: Memory, client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by audit: an erase cut midway (its records gone, its ledger not yet cleaned) and sent again through
+    the route was listed first, found nothing, and answered 400 "nothing was erased", where `Memory.erase` and the
+    command line finish it and return its report. The route now does as they do; another request still says what
+    the finished erase was."""
+    import langgraph_sdk
+    from strata.memory import erasure
+
+    monkeypatch.setattr(langgraph_sdk, "get_client", lambda: _Threads({}))
+    targets = memory.erasure_plan(about="Caroline").targets
+
+    class Stopped(Exception):
+        pass
+
+    def stop(*args: Any, **kwargs: Any) -> None:
+        raise Stopped
+
+    url = f"/strata/erase?namespace={NAMESPACE}"
+    with monkeypatch.context() as cut:
+        cut.setattr(erasure, "_carry_out", stop)  # stopped once its request and ids are in the ledger
+        assert client.post(url, json={"about": "Caroline", "confirm": True}, headers=AUTH).status_code == 500
+    again = client.post(url, json={"about": "caroline", "confirm": True}, headers=AUTH)
+    assert again.status_code == 200, again.text
+    assert sorted(again.json()["erased"]) == sorted(targets)
+    assert not [r for r in memory.store.all("raw") if r.speaker == "Caroline"]
+
+    melanie = next(r.id for r in memory.store.all("raw") if r.speaker == "Melanie")
+    with monkeypatch.context() as cut:
+        cut.setattr(erasure, "_carry_out", stop)
+        assert client.post(url, json={"ids": [melanie], "confirm": True}, headers=AUTH).status_code == 500
+    other = client.post(url, json={"about": "Nobody", "confirm": True}, headers=AUTH)
+    assert other.status_code == 400
+    assert "an erase stopped midway was finished first (erased " in other.json()["error"]
+    assert memory.get([melanie]) == []
