@@ -39,21 +39,21 @@ import re
 import threading
 from collections import Counter
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 from strata.memory import store_items
 from strata.memory.episodes import OPEN_SEGMENT, OpenSegment
 from strata.memory.errors import InputError, first_unstorable
 from strata.memory.forgetting import same_person
-from strata.memory.graph.consolidation import DIGESTS, DONE, DONE_BY, RETRIED
+from strata.memory.graph.consolidation import DIGESTS, DONE, DONE_BY, DONE_LISTS, RETRIED
 from strata.memory.graph.links import CATALOGUE, LAST_TURN
 from strata.memory.journal import PENDING
 from strata.memory.ledger_sql import LARGEST_INTEGER
 from strata.memory.moments import utc_now
 from strata.memory.records import ENTITY_NODE, KINDS, Action, Change, Link, Record, Status
 from strata.memory.store import IMPORTING, MemoryStore
-from strata.memory.store_items import ItemVersion
+from strata.memory.store_items import ITEM_PREFIX, ItemVersion, value_problem
 from strata.memory.turn_ids import TURN_COUNTER, highest_numbered
 
 FORMAT = "strata-memory"
@@ -77,7 +77,7 @@ class WorkingRow(BaseModel):
 # and an import accepts. Not carried: the journals of an unfinished edit (memory/journal.py), erase
 # (memory/erasure.py) or import (IMPORTING), which the next opener of the namespace acts on.
 _STATE_SHAPES: dict[str, TypeAdapter[Any]] = {
-    CATALOGUE: TypeAdapter(dict[str, list[str]]),  # memory/graph/links.py: {key: [label, type]}
+    CATALOGUE: TypeAdapter(dict[str, tuple[str, str]]),  # memory/graph/links.py: {key: [label, type]}
     LAST_TURN: TypeAdapter(str | None),
     DONE: TypeAdapter(list[str]),  # memory/graph/consolidation.py
     # ... and what an ablation run (causal or entity links off) did: an import would otherwise do it all again
@@ -85,7 +85,7 @@ _STATE_SHAPES: dict[str, TypeAdapter[Any]] = {
     DIGESTS: TypeAdapter(dict[str, str]),
     PENDING: TypeAdapter(list[str]),  # memory/journal.py
     OPEN_SEGMENT: TypeAdapter(OpenSegment),  # memory/episodes.py
-    TURN_COUNTER: TypeAdapter(int),  # memory/turn_ids.py
+    TURN_COUNTER: TypeAdapter(Annotated[int, Field(ge=0, le=LARGEST_INTEGER)]),  # memory/turn_ids.py
 }
 
 
@@ -106,12 +106,27 @@ class MemoryDocument(BaseModel):
     state: dict[str, Any] = Field(default_factory=dict)
     items: list[ItemVersion] = Field(default_factory=list, description="every version, oldest first")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _known_fields(cls, data: Any) -> Any:
+        """A record field no record has is refused, as the document's own unknown keys are: dropped silently,
+        an edit made to the export was lost without a word."""
+        records = data.get("records") if isinstance(data, dict) else None
+        for record in records if isinstance(records, list) else ():
+            if isinstance(record, dict):
+                unknown = next((key for key in record if key not in Record.model_fields), None)
+                if unknown is not None:
+                    raise ValueError(f"the record {str(record.get('id'))[:80]!r} has a field {str(unknown)[:40]!r}, "
+                                     "which no record has")
+        return data
+
     @model_validator(mode="after")
     def _one_of_each(self) -> MemoryDocument:
         """What the stores keep once: a record id, a working-memory place, a history entry."""
         for what, keys in (("record id", [r.id for r in self.records]),
                            ("working-memory turn", [(w.participant, w.seq) for w in self.working]),
                            ("history entry", [c.id for c in self.history if c.id is not None]),
+                           ("turn dia_id", [r.dialogue_id for r in self.records if r.kind == "raw"]),
                            ("link", [(k.src, k.dst, k.type.value) for k in self.links])):
             twice = [key for key, count in Counter(keys).items() if count > 1]
             if twice:
@@ -165,6 +180,7 @@ class MemoryDocument(BaseModel):
             raise ValueError(f"it holds no records, yet {len(self.links)} links, {len(self.history)} history "
                              f"entries and {len(self.working)} working-memory turns (was its \"records\" list cut "
                              "out?)")
+        self._check_state(known)
         for link in self.links:
             missing = next((end for end in (link.src, link.dst)
                             if not end.startswith(ENTITY_NODE) and not known(end)), None)
@@ -180,6 +196,23 @@ class MemoryDocument(BaseModel):
             if row.dia_id not in turns and not known(f"raw:{row.dia_id}"):
                 raise ValueError(f"{row.participant}'s working memory holds the turn {row.dia_id!r}, which it "
                                  "does not hold")
+
+
+    def _check_state(self, known: Any) -> None:
+        """The records the graph's state names must be held: a session closed on an open episode naming an
+        absent turn derived an episode from nothing, and every later export of the memory was refused."""
+        segment = self.state.get(OPEN_SEGMENT)
+        if segment:
+            for dia_id in OpenSegment.model_validate(segment).turn_ids:
+                if not known(f"raw:{dia_id}"):
+                    raise ValueError(f"the state {OPEN_SEGMENT!r} holds the turn {dia_id!r}, which it does not hold")
+        last = self.state.get(LAST_TURN)
+        if last is not None and (not last.startswith("raw:") or last.startswith(ITEM_PREFIX) or not known(last)):
+            raise ValueError(f"the state {LAST_TURN!r} names {last!r}, which is not a turn it holds")
+        for key in (PENDING, *DONE_LISTS):
+            missing = next((i for i in self.state.get(key) or () if not known(i)), None)
+            if missing is not None:
+                raise ValueError(f"the state {key!r} names the record {missing!r}, which it does not hold")
 
 
 class ImportReport(BaseModel):
@@ -260,8 +293,38 @@ def read_document(data: object) -> MemoryDocument:
         raise InputError(f"the export is damaged{where}: {problem}; nothing was imported") from None
 
 
-def import_memory(store: MemoryStore, document: MemoryDocument) -> ImportReport:
-    """Write a document into this store's namespace, which must be empty (see the module doc)."""
+def revalidated(document: MemoryDocument) -> MemoryDocument:
+    """A document object validated again, as a file is: an app may edit its lists after loading it (a record
+    appended twice, a state of another shape), or build it with `model_construct`."""
+    try:
+        data = document.model_dump()
+    except Exception as error:  # a model_construct without its fields
+        said = str(error).splitlines()[0][:120] if str(error) else ""
+        raise InputError(f"the document is not a whole memory export ({type(error).__name__}: {said}): load it "
+                         "with MemoryDocument.model_validate; nothing was imported") from None
+    return read_document(data)
+
+
+def _check_turns(document: MemoryDocument, max_turn_chars: int | None) -> None:
+    """The raw turns checked as ingest checks a turn (graph/state.py `validate_turns`): words in the text,
+    a speaker, names of at most 200 characters, `max_turn_chars`. Store items' records are no turns."""
+    from strata.graph.state import validate_turns
+
+    for record in document.records:
+        if record.kind != "raw" or record.id.startswith(ITEM_PREFIX):
+            continue
+        turn = {"speaker": record.speaker, "text": record.text, "dia_id": record.dialogue_id,
+                "session": record.session or None, "image_caption": record.image_caption or None}
+        try:
+            validate_turns([turn], max_chars=max_turn_chars)
+        except InputError as error:
+            raise InputError(f"the export is damaged: the record {record.id!r}"
+                             f"{str(error).removeprefix('turn 1')}; nothing was imported") from None
+
+
+def import_memory(store: MemoryStore, document: MemoryDocument, max_turn_chars: int | None = None) -> ImportReport:
+    """Write a document into this store's namespace, which must be empty (see the module doc). Everything is
+    checked before anything is written: what ingest and the store's writes could have produced goes in."""
     if document.about is not None:
         raise InputError(f"this export is {document.about}'s copy of their data, not a backup of the memory: "
                          "import a whole export (`strata export` without --about)")
@@ -270,6 +333,12 @@ def import_memory(store: MemoryStore, document: MemoryDocument) -> ImportReport:
     except ValueError as error:
         raise InputError(f"the export is damaged: {error}; export the memory again (`strata export`); nothing "
                          "was imported") from None
+    _check_turns(document, max_turn_chars)
+    for item in document.items:
+        problem = value_problem(item.value)
+        if problem is not None:
+            raise InputError(f"the export is damaged: the store item {item.key[:80]!r} (version {item.seq}) is "
+                             f"refused: {problem}; nothing was imported")
     ns = store.namespace
     records = [r.model_copy(update={"namespace": ns}) for r in document.records]
     store.importer = threading.get_ident()

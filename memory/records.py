@@ -15,6 +15,7 @@ from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from strata.memory.errors import unstorable
+from strata.memory.ledger_sql import LARGEST_INTEGER
 from strata.memory.moments import (
     MAX_OFFSET_MINUTES,
     MaybeUtcTime,
@@ -125,7 +126,7 @@ class Record(BaseModel):
     time: MaybeUtcTime = None
     source_ids: list[str] = Field(default_factory=list, description="dia_ids of the turns it came from.")
     status: Status = Status.ACTIVE
-    version: int = 1
+    version: int = Field(1, ge=1, le=LARGEST_INTEGER)  # a larger int Chroma keeps as a float no load reads back
     policy: str = Field("offline", description="Which policy wrote it: 'offline' or 'model:<name>'.")
     # kind-specific fields; empty where they do not apply
     subject: str = ""  # fact: who or what it is about
@@ -136,7 +137,8 @@ class Record(BaseModel):
     participant: str = ""  # persona
     aspect: str = ""  # persona
     image_caption: str = ""  # raw
-    utc_offset: int | None = None  # minutes east of UTC of the clock `time` was said on (a turn's); None: UTC
+    utc_offset: int | None = Field(  # minutes east of UTC of the clock `time` was said on (a turn's); None: UTC
+        None, ge=-MAX_OFFSET_MINUTES, le=MAX_OFFSET_MINUTES)  # bounded as Turn's: an import is checked as ingest
     entities: list[str] = Field(default_factory=list)
     # A-MEM note attributes (memory/graph/notes.py); tags and context may evolve as later notes arrive
     keywords: list[str] = Field(default_factory=list)

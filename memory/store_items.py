@@ -9,14 +9,43 @@ replicas share (`ledger_url`), so an item put through one replica is read by eve
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, field_validator
 from strata.memory.ledger import Ledger, chunked, delete_each
 from strata.memory.ledger_sql import Session
 
 ITEM_PREFIX = "raw:item:"  # the id of the record that carries an item's text: raw:item:<key>
+MAX_DEPTH = 200  # levels of dicts and lists in a value: an export (pydantic) writes no deeper than 255 in all
+
+
+def depth_of(value: Any) -> int:
+    """How many dicts and lists deep a value goes, counted without recursion; past MAX_DEPTH it stops
+    counting (a value holding itself never ends)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack and deepest <= MAX_DEPTH:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list | tuple) else None
+        if children is not None:
+            deepest = max(deepest, depth)
+            stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+def value_problem(value: Any) -> str | None:
+    """Why a store value could not be stored and exported as it is, or None: the check of a put and of an
+    import alike. Nested past MAX_DEPTH, it was stored and then no export could write it; NaN or Infinity
+    became null in the export, so the moved memory held another value."""
+    if depth_of(value) > MAX_DEPTH:
+        return f"it is nested more than {MAX_DEPTH} levels deep: store a flatter dict"
+    try:
+        json.dumps(value, allow_nan=False)
+    except ValueError as error:
+        if "Out of range float" in str(error):
+            return "it holds NaN or Infinity, which JSON cannot carry: store a number, or null"
+        raise
+    return None
 
 
 class ItemVersion(BaseModel):
@@ -32,6 +61,12 @@ class ItemVersion(BaseModel):
     indexed: bool
     created_at: datetime
     updated_at: datetime
+
+    @field_validator("created_at", "updated_at")
+    @classmethod
+    def _aware(cls, moment: datetime) -> datetime:
+        """A time without an offset is UTC, as a record's is read: the store sorts it beside aware times."""
+        return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
 
 
 _COLUMNS = "seq, key, value, text, indexed, created_at, updated_at"

@@ -44,7 +44,14 @@ from strata.memory.graph.consolidation import ConsolidationReport
 from strata.memory.graph.export import MemoryGraph, build_graph, namespace_graph, person_graph
 from strata.memory.ledger_sql import LARGEST_INTEGER
 from strata.memory.moments import utc_now
-from strata.memory.portability import ImportReport, MemoryDocument, export_memory, import_memory, read_document
+from strata.memory.portability import (
+    ImportReport,
+    MemoryDocument,
+    export_memory,
+    import_memory,
+    read_document,
+    revalidated,
+)
 from strata.memory.records import Change, Record, Turn
 from strata.memory.registry import drop_namespace, open_store, set_aside
 from strata.memory.run_gate import RunGate, run_gate
@@ -355,9 +362,8 @@ class Memory:
             document = _parsed(document.lstrip("\ufeff"))  # JSON text; any other text names a file
         elif isinstance(document, str | os.PathLike):
             document = read_json_file(document, "memory")[2]
-        if not isinstance(document, MemoryDocument):
-            document = read_document(document)
-        return import_memory(self.store, document)
+        document = revalidated(document) if isinstance(document, MemoryDocument) else read_document(document)
+        return import_memory(self.store, document, self.context("ingest").max_turn_chars)
 
     def drop(self) -> DroppedThreads:
         """Delete this namespace's memory entirely, and the threads saved in the data folder that ran on it

@@ -629,6 +629,9 @@ def _json_value(value: Any) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise InputError(f"a store value must be a dict, got {type(value).__name__}: wrap it, e.g. {{'text': ...}}")
     try:
+        problem = store_items.value_problem(value)  # what the export could not write back as it was put
+        if problem is not None:
+            raise InputError(f"a store value is refused: {problem}")
         text = json.dumps(value, ensure_ascii=False)
         check_text(text, "a store value")
         loaded: dict[str, Any] = json.loads(text)
