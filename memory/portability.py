@@ -269,6 +269,10 @@ def export_memory(store: MemoryStore, about: str = "") -> MemoryDocument:
 
 def read_document(data: object) -> MemoryDocument:
     """A document from parsed JSON, or an `InputError` of one line saying what is wrong with it."""
+    first = data[0] if isinstance(data, list) and data else data  # a turn list's first turn, or a sample
+    if isinstance(first, dict) and any(key in first for key in ("speaker_a", "conversation", "speaker")):
+        raise InputError("this is a conversation, not a memory export: store it with `strata ingest FILE` "
+                         "(Memory.add), or import a file `strata export` wrote")
     if not isinstance(data, dict):
         raise InputError(f"a memory export is a JSON object, not {type(data).__name__}: export one with "
                          "`strata export`")

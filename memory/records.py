@@ -103,6 +103,14 @@ class Turn(BaseModel):
             raise ValueError(problem)
         return value
 
+    @field_validator("speaker", "listener")
+    @classmethod
+    def _one_line(cls, value: str | None) -> str | None:
+        """A name is one line: "Ann\nBob" split every one-line output that names the speaker."""
+        if value is not None and len(value.splitlines()) > 1:
+            raise ValueError("a name holds a line break: write it on one line")
+        return value
+
     def session_label(self) -> str:
         """The session this turn belongs to, from `session` or the `D<s>:<t>` id."""
         if self.session:

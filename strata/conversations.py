@@ -26,11 +26,11 @@ from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError
 
 from strata.memory.errors import InputError, unstorable
 from strata.memory.moments import read_time
-from strata.memory.names import composed
+from strata.memory.names import canonical_name, clean_name, composed
 from strata.memory.records import Turn
 from strata.memory.speakers import listener_of
 
-_SESSION_KEY = re.compile(r"session_(\d+)")
+_SESSION_KEY = re.compile(r"session_(\d+)")  # any digits, so that a key in other digits is refused, not skipped
 _DIA_ID = re.compile(r"D(\d+):")
 _EVIDENCE_ID = re.compile(r"D:?(\d+):(\d+)")
 ADVERSARIAL_CATEGORY = 5
@@ -224,9 +224,29 @@ def _checked_turn(raw: object, keys: tuple[str, ...], name: str, where: str) -> 
             raise ConversationFileError(f"{name}: {where} has a {key} that {problem}")
     if not fields["speaker"].strip():
         raise ConversationFileError(f"{name}: {where} has an empty speaker: give the speaker's name")
+    fields["speaker"] = _person(fields["speaker"], name, f"{where}'s speaker")
     if not composed(fields["text"]).strip():  # zero-width spaces alone are no words either
         raise ConversationFileError(f"{name}: {where} has empty text: {_TURN_FORMAT}, and the text needs words")
     return fields
+
+
+def _person(value: str, name: str, where: str) -> str:
+    """A participant's name as it is stored (memory/names.py `clean_name`), or one line saying what is wrong
+    with it: a name of spaces or zero-width characters alone names nobody, and one holding a line break
+    split every one-line output that names the speaker."""
+    if len(value.strip().splitlines()) > 1:
+        raise ConversationFileError(f"{name}: {where} holds a line break: write the name on one line")
+    cleaned = clean_name(value)
+    if not cleaned:
+        raise ConversationFileError(f"{name}: {where} has no visible characters: give the participant's name")
+    return cleaned
+
+
+def _one_spelling(speaker: str, participants: list[str]) -> str | None:
+    """The participant a name is, whatever the keyboard made of it (case, accents composed or not): the
+    README's rule on names, memory/names.py `canonical_name`."""
+    key = canonical_name(speaker)
+    return next((p for p in participants if canonical_name(p) == key), None)
 
 
 def _parse_time(value: str, name: str, where: str) -> datetime:
@@ -271,24 +291,36 @@ def _unique_ids(sessions: list[Session], name: str) -> list[Session]:
 
 def _locomo_speaker(raw: Mapping[str, Any], key: str, name: str) -> str:
     value = raw.get(key)
-    if not isinstance(value, str) or not value.strip():
+    if not isinstance(value, str):
         state = "missing" if value is None else _a(value)
         raise ConversationFileError(f"{name}: {key} is {state}: give the participant's name as a string")
     problem = unstorable(value)  # the listener of the other speaker's turns
     if problem is not None:
         raise ConversationFileError(f"{name}: {key} {problem}")
-    return value.strip()
+    return _person(value, name, key)
 
 
 def _read_locomo(raw: Mapping[str, Any], name: str) -> LocomoConversationIn:
     """The ingestible part of a LoCoMo conversation, read key by allowed key."""
     speaker_a = _locomo_speaker(raw, "speaker_a", name)
     speaker_b = _locomo_speaker(raw, "speaker_b", name)
-    numbers = sorted(int(match.group(1)) for key in raw if (match := _SESSION_KEY.fullmatch(key)))
+    keys: dict[int, str] = {}  # each session number, and the one key that holds it
+    for key in raw:
+        match = _SESSION_KEY.fullmatch(key) if isinstance(key, str) else None
+        if match is None:
+            continue
+        if not match.group(1).isascii():  # int() reads any script's digits, and the key was then not found
+            raise ConversationFileError(f"{name}: {key!r} numbers its session in digits other than 0-9: "
+                                        "write it as session_1, session_2, ...")
+        number = int(match.group(1))
+        if number in keys:  # session_01 beside session_1: one of them was read twice, the other never
+            raise ConversationFileError(f"{name}: {keys[number]} and {key} are both session {number}: give "
+                                        "each session its own number")
+        keys[number] = key
     sessions: dict[int, list[LocomoTurnIn]] = {}
     date_times: dict[int, str] = {}
-    for number in numbers:
-        label = f"session_{number}"
+    for number in sorted(keys):
+        label = keys[number]
         turns = raw[label]
         if turns is None:
             continue
@@ -300,7 +332,8 @@ def _read_locomo(raw: Mapping[str, Any], name: str) -> LocomoConversationIn:
         for index, turn in enumerate(turns, start=1):
             where = f"{label} turn {index}"
             fields = _checked_turn(turn, LOCOMO_TURN_KEYS, name, where)
-            if fields["speaker"].strip() not in (speaker_a, speaker_b):
+            fields["speaker"] = _one_spelling(fields["speaker"], [speaker_a, speaker_b]) or fields["speaker"]
+            if fields["speaker"] not in (speaker_a, speaker_b):
                 raise ConversationFileError(
                     f"{name}: {where} is by {fields['speaker']!r}, who is neither speaker_a ({speaker_a!r}) "
                     f"nor speaker_b ({speaker_b!r}): fix the speaker's name"
@@ -373,10 +406,10 @@ def _plain_conversation(raw_turns: list[Any], conversation_id: str, name: str) -
         when = _parse_time(turn.time, name, f"{where} time") if turn.time and turn.time.strip() else None
         from_id = _DIA_ID.match(turn.dia_id or "")
         label = (turn.session or "").strip() or (from_id.group(1) if from_id else "1")
-        speaker = turn.speaker.strip()
-        if speaker not in participants:
-            participants.append(speaker)
-        parsed.append((index, turn, label, when))
+        speaker = _one_spelling(turn.speaker, participants)  # "José" and "jose\u0301" are one participant
+        if speaker is None:
+            participants.append(speaker := turn.speaker)
+        parsed.append((index, turn.model_copy(update={"speaker": speaker}), label, when))
 
     sessions: list[Session] = []
     for index, turn, label, when in parsed:
@@ -431,6 +464,9 @@ def _conversations(data: Any, name: str, stem: str) -> list[LoadedConversation]:
             return [_locomo_conversation(data, _sample_id(data, stem), name)]
         if _is_sample(data):
             return [_sample_conversation(data, stem, name)]
+        if data.get("format") == "strata-memory":  # memory/portability.py FORMAT
+            raise ConversationFileError(f"{name}: is a memory export, not a conversation: load it with "
+                                        "`strata import FILE` (Memory.import_from)")
         raise ConversationFileError(f"{name}: holds an object of an unknown shape: give {_SHAPES}")
     if isinstance(data, list):
         if not data:

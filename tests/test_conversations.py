@@ -468,3 +468,53 @@ def test_questions_errors(tmp_path: Path) -> None:
     text_category = _write(tmp_path, _locomo([], qa=[{"question": "Q", "answer": "A", "category": "2"}]), "c.json")
     with pytest.raises(ConversationFileError, match="category '2'"):
         load_questions(text_category)
+
+
+def test_session_keys_are_read_once_by_their_ascii_number(tmp_path: Path) -> None:
+    """`session_01` alone was a KeyError ('session_1'), so was `session_١`; beside `session_1`, `session_01`'s
+    turns were never stored and nothing said so."""
+    padded = {"speaker_a": "Ann", "speaker_b": "Bo", "session_01": [{"speaker": "Ann", "text": "hi"}],
+              "session_01_date_time": "1:56 pm on 8 May, 2023"}
+    loaded = load_turns(_write(tmp_path, padded, "padded.json"))
+    assert [s.label for s in loaded.sessions] == ["1"] and loaded.sessions[0].time is not None
+    arabic = {"speaker_a": "Ann", "speaker_b": "Bo", "session_\u0661": [{"speaker": "Ann", "text": "hi"}]}
+    assert "digits other than 0-9" in _error(_write(tmp_path, arabic, "arabic.json"))
+    both = _locomo([{"speaker": "Ann", "text": "hi"}], session_01=[{"speaker": "Bo", "text": "yo"}])
+    message = _error(_write(tmp_path, both, "both.json"))
+    assert "session_1 and session_01 are both session 1" in message and "\n" not in message
+
+
+def test_speaker_names_are_one_person_whatever_the_keyboard_made_of_them(tmp_path: Path) -> None:
+    """A LoCoMo turn by "Jose\u0301" or "josé" beside speaker_a "José" was refused as by nobody; in a plain
+    list the two spellings were two participants."""
+    locomo = {"speaker_a": "Jos\u00e9", "speaker_b": "Bo", "session_1": [
+        {"speaker": "Jose\u0301", "text": "hi"}, {"speaker": "jos\u00e9", "text": "again"},
+        {"speaker": "BO", "text": "yo"}]}
+    turns = list(load_turns(_write(tmp_path, locomo, "locomo.json")).turns())
+    assert [t.speaker for t in turns] == ["Jos\u00e9", "Jos\u00e9", "Bo"] and turns[0].listener == "Bo"
+    plain = [{"speaker": "Jos\u00e9", "text": "hi"}, {"speaker": "Bo", "text": "yo"},
+             {"speaker": "JOSE\u0301", "text": "again"}]
+    loaded = load_turns(_write(tmp_path, plain, "plain.json"))
+    assert loaded.participants == ["Jos\u00e9", "Bo"]
+    assert [t.listener for t in loaded.turns()] == ["Bo", "Jos\u00e9", "Bo"]
+
+
+@pytest.mark.parametrize(
+    ("conversation", "expected"),
+    [
+        ({**_locomo([{"speaker": "Ann", "text": "hi"}]), "speaker_a": "   "}, "speaker_a has no visible characters"),
+        ({**_locomo([{"speaker": "Ann", "text": "hi"}]), "speaker_b": "\u200b"}, "speaker_b has no visible"),
+        ({**_locomo([{"speaker": "Ann", "text": "hi"}]), "speaker_b": "B\no"}, "speaker_b holds a line break"),
+        ([{"speaker": "Ann\nBob", "text": "hi"}], "turn 1's speaker holds a line break"),
+        ([{"speaker": "\u200b", "text": "hi"}], "turn 1's speaker has no visible characters"),
+        ({"format": "strata-memory", "version": 1, "namespace": "x"}, "is a memory export, not a conversation: "
+         "load it with `strata import FILE`"),
+    ],
+)
+def test_names_that_name_nobody_or_span_lines_and_exports_are_refused(
+    tmp_path: Path, conversation: Any, expected: str
+) -> None:
+    """Audit: "   " as speaker_a was "speaker_a is a string: give ... as a string"; a zero-width space became a
+    participant; "Ann\\nBob" was stored and split the one-line outputs naming the speaker."""
+    message = _error(_write(tmp_path, conversation, "conv.json"))
+    assert expected in message and "\n" not in message

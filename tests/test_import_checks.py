@@ -139,3 +139,14 @@ def test_store_values_an_export_cannot_carry_are_refused(exported: dict[str, Any
     target = Memory("target", data_dir=str(tmp_path))
     for value in (deep, {"x": float("nan")}):
         _refused(target, _edited(exported, lambda d, v=value: d["items"][0].update(value=v)), "store item")
+
+
+def test_a_conversation_given_to_import_is_pointed_to_ingest(tmp_path: Path) -> None:
+    """`strata import conversation.json` said only "not a memory export ... export one with `strata export`"."""
+    target = Memory("target", data_dir=str(tmp_path))
+    for conversation in (json.loads(SAMPLE.read_text()), [{"speaker": "Ann", "text": "hi"}],
+                         [{"sample_id": "x", "conversation": {}}]):
+        _refused_as = pytest.raises(InputError, match="this is a conversation, not a memory export: store it with "
+                                                      "`strata ingest FILE`")
+        with _refused_as:
+            target.import_from(conversation)
