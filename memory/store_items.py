@@ -38,7 +38,7 @@ def value_problem(value: Any) -> str | None:
     import alike. Nested past MAX_DEPTH, it was stored and then no export could write it; NaN or Infinity
     became null in the export, so the moved memory held another value."""
     if depth_of(value) > MAX_DEPTH:
-        return f"it is nested more than {MAX_DEPTH} levels deep: store a flatter dict"
+        return f"it is nested too deeply (more than {MAX_DEPTH} levels): store a flatter dict"
     try:
         json.dumps(value, allow_nan=False)
     except ValueError as error:
