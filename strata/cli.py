@@ -251,6 +251,7 @@ def _progress(total: int, label: str) -> Iterator[Callable[[], None]]:
 
 
 def _require_memories(memory: Memory) -> None:
+    memory.store.check_whole()  # an unfinished import is said as such, not as an empty memory to ingest into
     if memory.store.count("raw") == 0:
         raise InputError(
             f"{_where(memory)} holds no memories yet: store a conversation first (`strata ingest FILE`) "
@@ -389,6 +390,7 @@ def _chat(args: argparse.Namespace) -> int:
         raise InputError(f"--speaker {args.speaker!r}: {str(error).removeprefix('turn 1: ')}") from None
     memory = _memory(args)
     interactive = sys.stdin.isatty()
+    answered = refused = 0
     if interactive:
         print(f"chatting as {args.speaker!r} with {_where(memory)}; /quit or Ctrl-D ends", file=sys.stderr)
     while True:
@@ -406,12 +408,14 @@ def _chat(args: argparse.Namespace) -> int:
             answer = memory.chat(text, speaker=args.speaker)
         except InputError as error:  # one bad line does not end the conversation
             print(f"{PROG}: error: {_one_line(error)}", file=sys.stderr)
+            refused += 1
             continue
+        answered += 1
         print(answer.answer or "(no answer)")
         if answer.cited_ids:
             print(f"  cited: {', '.join(answer.cited_ids)}")
         sys.stdout.flush()
-    return 0
+    return EXIT_USER_ERROR if refused and not answered else 0  # every line refused: a script sees it failed
 
 
 def _stats(args: argparse.Namespace) -> int:
@@ -662,7 +666,12 @@ def _export(args: argparse.Namespace) -> int:
 
 def _import(args: argparse.Namespace) -> int:
     memory = _memory(args)
-    report = memory.import_from(Path(args.file))  # a path always: as text, '[2024-05-01] backup.json' read as JSON
+    try:
+        report = memory.import_from(Path(args.file))  # a path always: '[2024-05-01] backup.json' read as JSON
+    except KeyboardInterrupt:  # import_memory dropped what it wrote: nothing of it is stored
+        print(f"\n{PROG}: interrupted: the import was rolled back and nothing was imported; run the same command "
+              "to import it", file=sys.stderr)
+        return EXIT_INTERRUPTED
     print(f"{report.summary()} into {_where(memory)}")
     return 0
 

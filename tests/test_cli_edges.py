@@ -418,3 +418,42 @@ def open_store_ledger(store: Any) -> Any:
     from strata.memory.registry import ledger_for
 
     return ledger_for(store.settings)
+
+
+def test_after_a_killed_import_the_commands_say_how_to_finish_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Audit: after a killed import, `ask` and `graph` said the memory was empty and to ingest (which was then
+    refused), `chat` refused every line and exited 0, and Ctrl-C during an import said every finished turn was
+    stored, when the import had been rolled back."""
+    import io
+
+    from strata.memory.store import IMPORTING
+
+    from strata.cli import main
+
+    folder = tmp_path / "mem"
+    memory = Memory("m", data_dir=str(folder))
+    memory.store.ledger.set_state("m", IMPORTING, "2024-05-01T00:00:00")  # what a killed import leaves
+    close_all()
+    where = ["--data-dir", str(folder), "--namespace", "m"]
+    for command in (["ask", "where?"], ["ask", "--retrieve-only", "where?"]):
+        assert main([*where, *command]) == 2
+        error = capsys.readouterr().err
+        assert "has not finished" in error and "run the import again" in error and "ingest" not in error
+    monkeypatch.setattr("sys.stdin", io.StringIO("hello\nagain\n"))
+    assert main([*where, "chat"]) == 2  # every line refused
+    assert capsys.readouterr().err.count("has not finished") == 2
+
+    export = tmp_path / "export.json"
+    export.write_text(Memory("other", data_dir=str(tmp_path / "other")).export().model_dump_json())
+    close_all()
+
+    def interrupted(*_: Any) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Memory, "import_from", interrupted)
+    assert main(["--data-dir", str(tmp_path / "new"), "--namespace", "n", "import", str(export)]) == 130
+    error = capsys.readouterr().err.strip()
+    assert "rolled back and nothing was imported" in error and "every finished turn" not in error
+    assert len(error.splitlines()) == 1
