@@ -457,3 +457,16 @@ def test_after_a_killed_import_the_commands_say_how_to_finish_it(
     error = capsys.readouterr().err.strip()
     assert "rolled back and nothing was imported" in error and "every finished turn" not in error
     assert len(error.splitlines()) == 1
+
+
+def test_the_readmes_compressed_export_makes_a_private_file(tmp_path: Path, offline_env: dict[str, str]) -> None:
+    """Audit: the README's `export --out - | gzip > conv-26.json.gz` left a 0644 file under umask 022, where
+    it promises that exports are 0600."""
+    line = next(x for x in (REPO / "README.md").read_text().splitlines() if "export --out - | gzip >" in x)
+    command = line.split("#")[0].replace(".venv/bin/strata", f"{sys.executable} -m strata")
+    Memory("conv-26", data_dir=str(tmp_path / ".strata")).add("Lena moved to Porto.")
+    close_all()
+    result = subprocess.run(["sh", "-c", f"umask 022; {command}"], cwd=tmp_path, env=offline_env,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert stat.S_IMODE((tmp_path / "conv-26.json.gz").stat().st_mode) == 0o600
