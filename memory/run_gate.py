@@ -1,4 +1,4 @@
-"""Which runs of a namespace may go on at once in this process, and what waits for all of them.
+"""Which runs of a namespace may go on at once, and what waits for all of them.
 
 Runs that read go on together. Runs that store input (ingest, chat) take turns, whole: the open episode
 and the end of the chain of turns are one per namespace, and two inputs stored turn about closed each
@@ -13,36 +13,47 @@ own calls: a call inside one that holds the gate (an `on_turn` callback adding t
 graph run of `Memory.add`) goes on without waiting for itself, and an erase inside a run of its namespace
 (an `on_turn` callback erasing) waits only for the other runs.
 
-The gate is this process's. Another process writing the same namespace (replicas sharing a Chroma server
-and a PostgreSQL ledger) is not held back by it: each step still takes the ledger's writer lock.
+This gate keeps the runs of one process. Where other processes share the namespace's memory (replicas on
+a Chroma server and a PostgreSQL ledger, or processes on a Chroma server and one data folder's SQLite
+ledger), a run then takes the same turns with theirs (memory/run_locks.py): after this gate, held for the
+same span, let go before it. Threads of one process never each hold a connection waiting for another's,
+and a call that skips this gate (it holds it already) skips those too: an erase inside a run of its own
+waits only for the other runs, whichever process runs them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
+from types import MappingProxyType
 from typing import Literal
 
+from strata.memory import run_locks
 from strata.memory.errors import InputError
 from strata.memory.locks import location_of
+from strata.memory.run_locks import CrossHold, Locks
 from strata.memory.settings import StoreSettings
 
 Kind = Literal["read", "store", "close"]  # a run that reads, a run that stores input, an erase or a drop
 POLL_SECONDS = 0.05  # how often a waiting task looks again
-_GATES: dict[tuple[str, str], RunGate] = {}
+Key = tuple[str, str, str]  # where the records are, the namespace, where other processes' runs take turns
+_GATES: dict[Key, RunGate] = {}
 _GUARD = threading.Lock()
-_HELD: ContextVar[frozenset[tuple[str, str]]] = ContextVar("strata_run_gates_held", default=frozenset())
-_CLOSING: ContextVar[frozenset[tuple[str, str]]] = ContextVar("strata_run_gates_closing", default=frozenset())
+_HELD: ContextVar[frozenset[Key]] = ContextVar("strata_run_gates_held", default=frozenset())
+_CLOSING: ContextVar[frozenset[Key]] = ContextVar("strata_run_gates_closing", default=frozenset())
+_HOLDS: ContextVar[Mapping[Key, CrossHold]] = ContextVar("strata_run_gates_holds", default=MappingProxyType({}))
 
 
 class RunGate:
-    """The runs of one namespace going on in this process (see the module's docstring)."""
+    """The runs of one namespace going on in this process (see the module's docstring), and how each opens
+    its locks across processes (`shared`; None where no other process shares the memory)."""
 
-    def __init__(self, key: tuple[str, str]) -> None:
+    def __init__(self, key: Key, shared: Callable[[], Locks] | None = None) -> None:
         self.key = key
+        self.shared = shared
         self._changed = threading.Condition(threading.Lock())
         self._runs = 0  # runs going on
         self._storing = False  # one of them stores input
@@ -125,10 +136,34 @@ class RunGate:
                 with self._changed:
                     self._inside -= 1
         try:
-            with _held(self.key, kind):
+            with self._across(kind, own) as hold, _held(self.key, kind, hold):
                 yield
         finally:
             self.leave(kind)
+
+    @contextmanager
+    def _across(self, kind: Kind, own: int) -> Iterator[CrossHold | None]:
+        """The run's turn with other processes' runs, in this thread (an erase inside a run: with its run's)."""
+        if self.shared is None:
+            yield None
+            return
+        if own:
+            outer = _HOLDS.get().get(self.key)
+            if outer is None:
+                yield None
+                return
+            outer.inside()
+            try:
+                yield outer
+            finally:
+                outer.back()
+            return
+        hold = CrossHold(self.shared)
+        hold.enter(kind)
+        try:
+            yield hold
+        finally:
+            hold.leave()
 
     @asynccontextmanager
     async def holding_async(self, kind: Kind) -> AsyncIterator[None]:
@@ -142,8 +177,15 @@ class RunGate:
                              "own runs on an event loop: do it once the run has ended")
         await self.enter_async(kind)
         try:
-            with _held(self.key, kind):
-                yield
+            hold = None if self.shared is None else CrossHold(self.shared)
+            if hold is not None:
+                await hold.enter_async(kind)  # cancelled, it lets go of what it took
+            try:
+                with _held(self.key, kind, hold):
+                    yield
+            finally:
+                if hold is not None:
+                    hold.leave()  # quick, on the loop too: a file closed, a connection handed to its pool
         finally:
             # let go here, on the loop: the lock is held only for a moment (a waiting thread lets go of it while
             # it waits). Handed to a worker thread, the release waited for a free worker, which the sync calls
@@ -153,12 +195,15 @@ class RunGate:
 
 def run_gate(settings: StoreSettings, namespace: str) -> RunGate:
     """The gate of `namespace` at this location, one per process."""
-    key = (location_of(settings), namespace)
+    key = (location_of(settings), namespace, run_locks.shared_place(settings) or "")
     with _GUARD:
-        return _GATES.setdefault(key, RunGate(key))
+        gate = _GATES.get(key)
+        if gate is None:
+            gate = _GATES[key] = RunGate(key, run_locks.opener(settings, namespace))
+        return gate
 
 
-def _own_runs(key: tuple[str, str], kind: Kind) -> int | None:
+def _own_runs(key: Key, kind: Kind) -> int | None:
     """How many of the gate's runs are this call's own (0 or 1), or None when it goes on without taking the
     gate: its context holds it already, and it is no erase inside a run."""
     if key not in _HELD.get():
@@ -167,18 +212,23 @@ def _own_runs(key: tuple[str, str], kind: Kind) -> int | None:
 
 
 @contextmanager
-def _held(key: tuple[str, str], kind: Kind) -> Iterator[None]:
-    """Note in this context that it holds the gate `key`. Set back by value, not by token: a generator's
-    body (`graph.stream`) may be closed from another context than the one it started in."""
-    held, closing = _HELD.get(), _CLOSING.get()
+def _held(key: Key, kind: Kind, hold: CrossHold | None) -> Iterator[None]:
+    """Note in this context that it holds the gate `key` (and `hold`, its locks across processes, which an
+    erase inside the run shares). Set back by value, not by token: a generator's body (`graph.stream`) may be
+    closed from another context than the one it started in."""
+    held, closing, holds = _HELD.get(), _CLOSING.get(), _HOLDS.get()
     _HELD.set(held | {key})
     if kind == "close":
         _CLOSING.set(closing | {key})
+    if hold is not None and key not in holds:
+        _HOLDS.set({**holds, key: hold})
     try:
         yield
     finally:
         _HELD.set(_HELD.get() - ({key} - held))
         _CLOSING.set(_CLOSING.get() - ({key} - closing))
+        if key not in holds:
+            _HOLDS.set({k: v for k, v in _HOLDS.get().items() if k != key})
 
 
 def forget_after_fork() -> None:
@@ -186,3 +236,4 @@ def forget_after_fork() -> None:
     global _GUARD
     _GUARD = threading.Lock()
     _GATES.clear()
+    run_locks.forget_after_fork()

@@ -8,14 +8,25 @@ erase inside a run of its own namespace is one line, not a wait for ever.
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
+from gate_worker import Worker
+from servers import LOOPBACK, free_port, postgres_run
 from strata.memory.errors import InputError
 from strata.memory.run_gate import RunGate, run_gate
 from strata.memory.settings import StoreSettings
+
+
+class SharedMemory(NamedTuple):
+    folder: Path
+    chroma_port: int
+    ledger_url: str  # "" for the folder's SQLite ledger
 
 
 def gate(tmp_path: Path, namespace: str = "ann") -> RunGate:
@@ -133,3 +144,159 @@ def test_a_task_cancelled_twice_while_the_threads_are_busy_lets_go_of_the_gate(t
         runs.leave("read")
 
     asyncio.run(scenario())
+
+
+
+# Across processes ------------------------------------------------------------------------------------------
+# Processes sharing a namespace's memory take turns through locks: file locks in a data folder they share
+# (records on a Chroma server, a SQLite ledger), or a PostgreSQL ledger's advisory locks (memory/run_locks.py).
+# The gate alone is tried here, in processes of their own (tests/gate_worker.py), and no Chroma server is
+# reached; tests/test_gate_across_processes.py runs whole ingests and erases. PostgreSQL's cases start a
+# server: they are slow, as the other PostgreSQL tests.
+
+
+@pytest.fixture(scope="module", params=["folder", pytest.param("postgres", marks=pytest.mark.slow)])
+def shared_memory(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedMemory]:
+    """Where the processes' memory is: a data folder beside a Chroma server (never started: the gate needs
+    none), with a PostgreSQL ledger or the folder's own."""
+    folder = tmp_path_factory.mktemp("shared") / "mem"
+    if request.param == "folder":
+        yield SharedMemory(folder, free_port(), "")
+        return
+    with postgres_run(tmp_path_factory.mktemp("postgres") / "postgres.log") as server:
+        yield SharedMemory(folder, free_port(), server.create_database("gates"))
+
+
+def worker(shared: SharedMemory) -> Worker:
+    return Worker(shared.folder, os.environ, LOOPBACK, shared.chroma_port, shared.ledger_url)
+
+
+@pytest.fixture(scope="module")
+def two_processes(shared_memory: SharedMemory) -> Iterator[tuple[Worker, Worker]]:
+    first, second = worker(shared_memory), worker(shared_memory)
+    yield first, second
+    first.close()
+    second.close()
+
+
+def take(process: Worker, run: str, kind: str, namespace: str, **how: object) -> None:
+    process.send("take", run=run, kind=kind, namespace=namespace, **how)
+    process.expect("waiting", run)
+
+
+def test_a_storing_run_waits_for_another_processs_and_questions_go_on(
+    two_processes: tuple[Worker, Worker], shared_memory: SharedMemory
+) -> None:
+    """Processes sharing a memory each let their own storing run in: two inputs of one namespace sent to two
+    replicas went step about, each closing the other's open episode."""
+    first, second = two_processes
+    take(first, "a", "store", "ann")
+    first.expect("in", "a")
+    take(second, "b", "store", "ann")
+    second.quiet(1.0)  # the other process stores input
+    take(second, "c", "read", "ann")  # a question goes on beside it
+    second.expect("in", "c", 10)
+    take(second, "d", "store", "bob")  # and another namespace's input
+    second.expect("in", "d", 10)
+    for run in ("c", "d"):
+        second.send("let_go", run=run)
+        second.expect("out", run)
+    first.send("let_go", run="a")
+    first.expect("out", "a")
+    second.expect("in", "b", 10)  # the waiting input, now
+    second.send("let_go", run="b")
+    second.expect("out", "b")
+    files = list((shared_memory.folder / "run_gates").glob("*"))
+    if shared_memory.ledger_url:
+        assert files == []  # the locks are the database's
+    else:
+        assert files and all(f.stat().st_mode & 0o777 == 0o600 for f in files)  # private, as the folder's files
+    embedded = run_gate(StoreSettings(data_dir=str(shared_memory.folder.parent / "embedded")), "ann")
+    assert embedded.shared is None  # an embedded Chroma folder is one process's: no lock across processes
+
+
+def test_an_erase_waits_for_another_processs_runs_and_runs_sent_after_it_wait_for_it(
+    two_processes: tuple[Worker, Worker]
+) -> None:
+    """An erase in one process went on beside another process's run, which then saved its thread with the
+    erased words. It waits for them now; a question sent after it waits behind it, though another question
+    goes on (one process's questions overlapping would keep it out for as long as they came)."""
+    first, second = two_processes
+    take(first, "a", "read", "cy")
+    first.expect("in", "a")
+    take(second, "e", "close", "cy")
+    second.quiet(1.0)  # the erase waits for the other process's question
+    take(first, "b", "read", "cy")  # asked once the erase waits: behind it
+    first.quiet(1.0)
+    first.send("let_go", run="a")
+    first.expect("out", "a")
+    second.expect("in", "e", 10)
+    first.quiet(1.0)  # the erase works: runs wait
+    second.send("let_go", run="e")
+    second.expect("out", "e")
+    first.expect("in", "b", 10)
+    first.send("let_go", run="b")
+    first.expect("out", "b")
+
+
+def test_an_erase_inside_a_run_waits_for_another_processs_runs_only(two_processes: tuple[Worker, Worker]) -> None:
+    """An `on_turn` callback erasing waits for the other runs of its namespace, in this process or another,
+    and not for its own (which would wait for ever)."""
+    first, second = two_processes
+    take(first, "a", "read", "dee")
+    first.expect("in", "a")
+    take(second, "s", "store", "dee")
+    second.expect("in", "s")
+    second.send("erase_inside", run="s")
+    second.quiet(1.0)  # it waits for the other process's question
+    first.send("let_go", run="a")
+    first.expect("out", "a")
+    second.expect("inside in", "s", 10)
+    take(first, "b", "read", "dee")
+    first.quiet(1.0)  # while the erase works, the other process's runs wait
+    second.send("let_go", run="s")
+    second.expect("inside out", "s")
+    first.expect("in", "b", 10)  # a question goes on beside the storing run again
+    take(first, "c", "store", "dee")
+    first.quiet(0.5)  # which still stores
+    for process, run in ((second, "s"), (first, "b")):
+        process.send("let_go", run=run)
+        process.expect("out", run)
+    first.expect("in", "c", 10)
+    first.send("let_go", run="c")
+    first.expect("out", "c")
+
+
+def test_a_process_killed_holding_the_gate_lets_go_of_it(
+    two_processes: tuple[Worker, Worker], shared_memory: SharedMemory
+) -> None:
+    """The kernel closes a killed process's files, PostgreSQL ends its sessions: their locks go with them."""
+    doomed = worker(shared_memory)
+    try:
+        take(doomed, "a", "store", "eve")
+        doomed.expect("in", "a")
+        _, second = two_processes
+        take(second, "b", "store", "eve")
+        second.quiet(1.0)
+        doomed.kill()
+        second.expect("in", "b", 10)
+        second.send("let_go", run="b")
+        second.expect("out", "b")
+    finally:
+        doomed.close()
+
+
+def test_an_async_run_waits_for_another_process_without_blocking_its_loop(
+    two_processes: tuple[Worker, Worker]
+) -> None:
+    first, second = two_processes
+    take(first, "a", "store", "flo")
+    first.expect("in", "a")
+    take(second, "b", "store", "flo", **{"async": True})
+    second.quiet(1.5)
+    first.send("let_go", run="a")
+    first.expect("out", "a")
+    ticks = second.expect("in", "b", 10)["ticks"]
+    assert ticks > 50  # the loop ran every 10 ms or so while the run waited (1.5 s)
+    second.send("let_go", run="b")
+    second.expect("out", "b")

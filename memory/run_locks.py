@@ -1,0 +1,255 @@
+"""The run gate across processes: where several processes share a namespace's memory, its runs take turns
+with theirs too (memory/run_gate.py keeps the turns of one process, and is taken first).
+
+Three locks per namespace, each taken shared (SH) or exclusive (EX):
+
+- `input`: EX by a run that stores input (ingest, chat): one at a time, whichever process runs it;
+- `runs`: SH by every run, EX by an erase or a drop: it waits for every run of the namespace, and every
+  run waits while it works;
+- `door`: passed SH by a run on its way to `runs` (let go at once), held EX by an erase or a drop from
+  the moment it waits: a run that comes after a waiting erase waits behind it, as in one process.
+  Without it, questions overlapping on one replica kept `runs` shared for as long as they came, and an
+  erase sent to another waited for all of them.
+
+A storing run takes `input` before the door: waiting there it holds nothing an erase waits for.
+
+An erase inside a run of its own (an `on_turn` callback erasing) lets go of its run's `runs` first, then
+takes the door and `runs` as any erase does, and takes `runs` back shared once done (at once: it holds
+everything then). Two such erases in two processes each wait for the other's run otherwise; meanwhile
+its own run is stopped inside the call, so whatever goes first finds nothing of it half done.
+
+Where they live (`shared_place`): on a PostgreSQL ledger, session advisory locks on one connection the run
+holds for its whole span (memory/ledger_postgres.py, `run_locks`); on a SQLite ledger in a data folder that
+several processes use (records on a Chroma server), `fcntl.flock` on files in `<data_dir>/run_gates/`. A
+process that dies lets go of them: PostgreSQL ends its sessions, the kernel closes its files. An embedded
+Chroma folder is one process's at a time (memory/locks.py): nothing is taken there.
+
+Waits poll the locks' try-forms (a short pause, growing to `MAX_POLL_SECONDS`): a thread sleeps between
+looks, a task on an event loop awaits each look in one of this module's threads (`_IO`), so the loop never
+blocks and a cancelled wait lets go of whatever the look in flight took once it returns.
+
+A wait has no bound, as in one process: what it waits for ends (a run, however long an ingest is; a process
+that dies lets go), and a bound would fail an input merely queued behind a long ingest on another replica,
+whose retry would queue again. A client that stops waiting cancels its run, which lets go of the wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import fcntl
+import functools
+import hashlib
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable
+from contextlib import suppress
+from pathlib import Path
+from typing import Literal, Protocol
+
+from strata.memory.errors import DiskFullError, disk_full, disk_full_message
+from strata.memory.private_files import make_private_folder
+from strata.memory.settings import StoreSettings
+
+Role = Literal["door", "runs", "input"]
+Mode = Literal["SH", "EX"] | None  # None: let go
+Step = tuple[Role, Mode]
+FIRST_POLL_SECONDS = 0.05
+MAX_POLL_SECONDS = 0.5  # a long wait looks twice a second (a query each, on PostgreSQL)
+FOLDER = "run_gates"
+
+_TAKE: dict[str, tuple[Step, ...]] = {
+    "read": (("door", "SH"), ("runs", "SH"), ("door", None)),
+    "store": (("input", "EX"), ("door", "SH"), ("runs", "SH"), ("door", None)),
+    "close": (("door", "EX"), ("runs", "EX")),
+}
+_INSIDE: tuple[Step, ...] = (("runs", None), ("door", "EX"), ("runs", "EX"))  # an erase inside its own run
+_BACK: tuple[Step, ...] = (("runs", "SH"), ("door", None))  # ... once it is done
+_IO: concurrent.futures.ThreadPoolExecutor | None = None  # where a task's looks run (see the docstring)
+_IO_GUARD = threading.Lock()
+
+
+class Locks(Protocol):
+    """One run's three locks of a namespace, in one place."""
+
+    def try_set(self, role: Role, mode: Mode) -> bool:
+        """Hold `role` in `mode` now (from another mode: converted), or False, holding what was held."""
+
+    def close(self) -> None:
+        """Let go of everything (from any thread)."""
+
+
+def shared_place(settings: StoreSettings) -> str | None:
+    """Where the runs of processes sharing these settings' memory take turns: the PostgreSQL ledger, the data
+    folder of a SQLite ledger beside a Chroma server, or None (an embedded Chroma folder: one process)."""
+    if not settings.chroma_host:
+        return None
+    return settings.ledger_url or settings.data_dir
+
+
+def opener(settings: StoreSettings, namespace: str) -> Callable[[], Locks] | None:
+    """How a run opens `namespace`'s locks under `settings` (None where no other process shares it)."""
+    if not settings.chroma_host:
+        return None
+    if settings.ledger_url:
+        def on_ledger() -> Locks:
+            from strata.memory.registry import ledger_for  # (the registry imports the gate)
+
+            return ledger_for(settings).backend.run_locks(namespace)  # type: ignore[attr-defined, no-any-return]
+        return on_ledger
+    folder = Path(settings.data_dir) / FOLDER
+    return lambda: FileLocks(folder, namespace)
+
+
+class CrossHold:
+    """What one run holds of its namespace's locks across processes, from `enter` to `leave`."""
+
+    def __init__(self, open_locks: Callable[[], Locks]) -> None:
+        self._open = open_locks
+        self._locks: Locks | None = None
+        self._guard = threading.Lock()
+        self._left = False
+
+    def enter(self, kind: str) -> None:
+        """Wait in this thread until `kind` holds its locks."""
+        try:
+            locks = self._opened()
+            self._walk(locks, _TAKE[kind])
+        except BaseException:
+            self.leave()
+            raise
+
+    async def enter_async(self, kind: str) -> None:
+        """`enter` for a task: every look runs in `_IO`, the loop waits between looks."""
+        try:
+            locks = await self._off_loop(self._opened)
+            pause = FIRST_POLL_SECONDS
+            for role, mode in _TAKE[kind]:
+                while not await self._off_loop(functools.partial(locks.try_set, role, mode)):
+                    await asyncio.sleep(pause)
+                    pause = min(pause * 1.5, MAX_POLL_SECONDS)
+        except BaseException:
+            if self._in_flight is None:
+                self.leave()
+            else:  # the look in flight may still take a lock: let go once it has returned
+                self._in_flight.add_done_callback(lambda _: self.leave())
+            raise
+
+    _in_flight: concurrent.futures.Future[object] | None = None
+
+    async def _off_loop(self, call: Callable[[], object]) -> object:
+        future = _executor().submit(call)
+        self._in_flight = future  # type: ignore[assignment]
+        result = await asyncio.wrap_future(future)  # cancelled: the look runs on (or never starts)
+        self._in_flight = None
+        return result
+
+    def inside(self) -> None:
+        """An erase inside this run: this run's `runs` let go, then the door and `runs` taken as an erase."""
+        if self._locks is None:
+            return
+        try:
+            self._walk(self._locks, _INSIDE)
+        except BaseException:
+            with suppress(Exception):  # the run goes on as it was (a database gone says so below)
+                self._walk(self._locks, _BACK)
+            raise
+
+    def back(self) -> None:
+        """That erase done: this run's `runs` back (shared), the door let go."""
+        if self._locks is not None:
+            self._walk(self._locks, _BACK)
+
+    def leave(self) -> None:
+        """Let go of everything, once (from any thread; quick: never a wait)."""
+        with self._guard:
+            if self._left:
+                return
+            self._left = True
+            locks, self._locks = self._locks, None
+        if locks is not None:
+            locks.close()
+
+    def _opened(self) -> Locks:
+        locks = self._open()
+        with self._guard:
+            if not self._left:
+                self._locks = locks
+                return locks
+        locks.close()  # left meanwhile (a cancelled task)
+        raise asyncio.CancelledError
+
+    @staticmethod
+    def _walk(locks: Locks, steps: Iterable[Step]) -> None:
+        pause = FIRST_POLL_SECONDS
+        for role, mode in steps:
+            while not locks.try_set(role, mode):
+                time.sleep(pause)
+                pause = min(pause * 1.5, MAX_POLL_SECONDS)
+
+
+class FileLocks:
+    """The locks as `fcntl.flock` on three files per namespace in a data folder (`<digest>.<role>`, private,
+    empty; a namespace's name never becomes a path). Each run opens its own: flock locks of two open files
+    exclude each other even in one process."""
+
+    def __init__(self, folder: Path, namespace: str) -> None:
+        self._folder = folder
+        self._stem = hashlib.sha256(namespace.encode("utf-8")).hexdigest()[:32]
+        self._files: dict[Role, int | None] = {}
+        self._guard = threading.Lock()
+
+    def try_set(self, role: Role, mode: Mode) -> bool:
+        descriptor = self._file(role)
+        if descriptor is None:  # a folder this process may not write: nothing to keep apart
+            return True
+        how = fcntl.LOCK_UN if mode is None else fcntl.LOCK_SH if mode == "SH" else fcntl.LOCK_EX
+        try:
+            fcntl.flock(descriptor, how | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        return True
+
+    def close(self) -> None:
+        with self._guard:
+            files, self._files = self._files, {}
+        for descriptor in files.values():
+            if descriptor is not None:
+                os.close(descriptor)  # the kernel lets go of its lock with it
+
+    def _file(self, role: Role) -> int | None:
+        with self._guard:
+            if role not in self._files:
+                self._files[role] = _lock_file(self._folder, f"{self._stem}.{role}")
+            return self._files[role]
+
+
+def _lock_file(folder: Path, name: str) -> int | None:
+    """An open lock file in `folder` (made private), or None where this process can neither make nor read it
+    (a read-only folder). A full disk is one line."""
+    path = folder / name
+    try:
+        make_private_folder(folder)
+        return os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as error:
+        try:
+            return os.open(path, os.O_RDONLY)  # flock needs no write access
+        except OSError:
+            if disk_full(error):
+                raise DiskFullError(disk_full_message(folder.parent)) from None
+            return None
+
+
+def _executor() -> concurrent.futures.ThreadPoolExecutor:
+    global _IO
+    with _IO_GUARD:
+        if _IO is None:
+            _IO = concurrent.futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="strata-gate")
+        return _IO
+
+
+def forget_after_fork() -> None:
+    """In a forked child: the parent's threads are not the child's."""
+    global _IO, _IO_GUARD
+    _IO, _IO_GUARD = None, threading.Lock()

@@ -1,0 +1,134 @@
+"""Whole runs of one namespace in two processes sharing its memory, on a real Chroma server with a real
+PostgreSQL ledger, or with one data folder's SQLite ledger: they take turns as in one process
+(memory/run_locks.py; tests/test_run_gate.py tries the gate alone).
+
+- two ingests of one namespace sent at once to two processes store the same episodes as one after the
+  other (they went step about, each closing the other's open episode);
+- an erase in one process waits for a question's run in the other, whose saved thread then holds none of
+  the erased words (it saved them back after the erase);
+- a PostgreSQL that stops while a run waits is one line.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from gate_worker import Worker
+from servers import LOOPBACK, PostgresServer, ServerProcess, chroma_run, free_port, postgres_run
+from strata.memory.registry import close_all
+from test_async_api import episodes, two_sessions
+
+from strata.api import Memory
+from strata.checkpoint import checkpoint_path
+
+pytestmark = pytest.mark.slow
+PIN = "quokkamarmalade"
+
+
+@pytest.fixture(scope="module")
+def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresServer]:
+    with postgres_run(tmp_path_factory.mktemp("postgres") / "postgres.log") as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def chroma(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    base = tmp_path_factory.mktemp("chroma-for-gates")
+    with chroma_run(base / "data", base / "chroma.log") as server:
+        yield server
+
+
+@pytest.fixture(params=["postgres", "folder"])
+def ledger_url(request: pytest.FixtureRequest) -> str:
+    """A fresh PostgreSQL database, or "" for the data folder's SQLite ledger (the folder's file locks)."""
+    if request.param == "folder":
+        return ""
+    server: PostgresServer = request.getfixturevalue("postgres")
+    return server.create_database(f"t_{uuid.uuid4().hex[:12]}")
+
+
+def shared(data_dir: Path, chroma: ServerProcess, ledger_url: str) -> dict[str, Any]:
+    """The settings every process of a test uses (a namespace of its own on the module's Chroma server)."""
+    return {"data_dir": data_dir, "chroma_host": LOOPBACK, "chroma_port": chroma.port,
+            **({"ledger_url": ledger_url} if ledger_url else {})}
+
+
+def test_two_processes_ingesting_one_namespace_at_once_store_one_input_after_the_other(
+    locomo_dir: Path, data_dir: Path, chroma: ServerProcess, ledger_url: str, offline_env: dict[str, str]
+) -> None:
+    first, second = two_sessions(locomo_dir)
+    settings = shared(data_dir, chroma, ledger_url)
+    tag = uuid.uuid4().hex[:8]  # the Chroma server outlives the test
+    orders = []
+    for name, inputs in (("ab", (first, second)), ("ba", (second, first))):
+        alone = Memory(f"{name}-{tag}", **settings)
+        for part in inputs:
+            alone.add(part)
+        orders.append(episodes(alone))
+    close_all()
+    workers = [Worker(data_dir, offline_env, LOOPBACK, chroma.port, ledger_url) for _ in range(2)]
+    try:
+        for worker, turns in zip(workers, (first, second), strict=True):
+            worker.send("add", namespace=f"together-{tag}", turns=[t.model_dump(mode="json") for t in turns])
+        for worker in workers:
+            assert worker.expect("added", timeout=600)["stored"] >= 8
+    finally:
+        for worker in workers:
+            worker.close()
+    together = episodes(Memory(f"together-{tag}", **settings))
+    assert together in orders, f"episodes of the two at once: {sorted(together)}"
+
+
+def test_an_erase_waits_for_another_processs_question_whose_saved_thread_keeps_no_erased_words(
+    data_dir: Path, chroma: ServerProcess, ledger_url: str, offline_env: dict[str, str]
+) -> None:
+    """Two processes on one data folder (its threads file included): an erase in one deleted the threads
+    holding the record while a question's run in the other was midway, which then saved its thread with the
+    record's words. The erase now waits for that run to end, and then finds its thread."""
+    namespace = f"alice-{uuid.uuid4().hex[:8]}"
+    asker, eraser = (Worker(data_dir, offline_env, LOOPBACK, chroma.port, ledger_url) for _ in range(2))
+    try:
+        eraser.send("add", namespace=namespace, turns=[
+            {"speaker": "Alice", "text": f"My bank PIN is {PIN}.", "dia_id": "D1:1"}])
+        eraser.expect("added", timeout=300)
+        asker.send("ask_on_thread", namespace=namespace, thread="alice-asks", question="What is Alice's bank PIN?")
+        asker.expect("midway", timeout=300)  # its research step is saved: the PIN is in the thread
+        eraser.send("erase", namespace=namespace, ids=["raw:D1:1"])
+        eraser.quiet(3.0)  # the erase waits for the question's run
+        asker.send("go")
+        asker.expect("asked", timeout=300)
+        assert eraser.expect("erased", timeout=300)["threads"] == ["alice-asks"]
+    finally:
+        asker.close()
+        eraser.close()
+    with sqlite3.connect(checkpoint_path(data_dir)) as threads:
+        assert threads.execute("SELECT COUNT(*) FROM checkpoints WHERE thread_id = 'alice-asks'").fetchone() == (0,)
+    assert PIN.encode() not in checkpoint_path(data_dir).read_bytes()
+
+
+def test_a_postgresql_that_stops_while_a_run_waits_is_one_line(
+    tmp_path: Path, offline_env: dict[str, str]
+) -> None:
+    """The waiting run looks at its lock again and again: the database gone, it says so in one line."""
+    with postgres_run(tmp_path / "postgres.log") as server:
+        url = server.create_database("gone")
+        holder, waiter = (Worker(tmp_path / "mem", offline_env, LOOPBACK, free_port(), url) for _ in range(2))
+        try:
+            holder.send("take", run="a", kind="store", namespace="ann")
+            holder.expect("waiting", "a")
+            holder.expect("in", "a")
+            waiter.send("take", run="b", kind="store", namespace="ann")
+            waiter.expect("waiting", "b")
+            waiter.quiet(1.0)
+            server.stop()
+            said = waiter.expect("error", "b", timeout=30)
+        finally:
+            holder.close()
+            waiter.close()
+    assert said["type"] == "UnavailableError" and "\n" not in said["error"], said
+    assert said["error"].startswith(f"the PostgreSQL ledger at {LOOPBACK}:{server.port}/gone is unavailable")
