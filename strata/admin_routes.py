@@ -241,8 +241,8 @@ async def erase(request: Request, memory: Memory) -> Any:
         return {"erased": False, "would_erase": plan.targets, "would_delete_threads": threads,
                 "would_keep_unattributed_threads": unknown, "would_erase_requests": [c.id for c in plan.requests],
                 "hint": 'nothing was erased: send "confirm": true to erase them'}
-    # no run of the namespace while its threads go (this process's: a run saving its thread meanwhile wrote
-    # the record back); runs sent meanwhile wait, and read the memory as the erase leaves it
+    # no run of the namespace while its threads go, on this replica or another (a run saving its thread
+    # meanwhile wrote the record back); runs sent meanwhile wait, and read the memory as the erase leaves it
     gate = await asyncio.to_thread(memory.gate)  # (it reads the folder's path: not on the loop)
     async with gate.holding_async("close"):
         return await _erase_confirmed(memory, body, (threads, unknown), listed_at)

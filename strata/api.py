@@ -169,8 +169,9 @@ class Memory:
         return open_store(context.store_settings(), context.namespace)
 
     def gate(self) -> RunGate:
-        """The namespace's runs in this process (memory/run_gate.py): an add holds it from its run to the
-        episode it closes, an erase or a drop while it works (and a host deleting threads of its own)."""
+        """The namespace's runs (memory/run_gate.py), this process's and, where others share the memory, theirs
+        too: an add holds it from its run to the episode it closes, an erase or a drop while it works (and a
+        host deleting threads of its own)."""
         context = self.context("ask")
         return run_gate(context.store_settings(), context.namespace)
 
@@ -196,7 +197,7 @@ class Memory:
                              f"{type(on_turn).__name__}")
         batch = _as_turns(turns, speaker)
         context = self.context("ingest")  # one for the whole call: a model down on one turn stays out after it
-        with self.gate().holding("store"):  # another input of this namespace in this process waits for this one
+        with self.gate().holding("store"):  # another input of this namespace waits for this one
             result = self._run("ingest", {"turns": batch}, on_turn, context=context)
             if end_session:
                 from strata.agents.memory import close_open_episode
