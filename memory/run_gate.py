@@ -42,9 +42,20 @@ POLL_SECONDS = 0.05  # how often a waiting task looks again
 Key = tuple[str, str, str]  # where the records are, the namespace, where other processes' runs take turns
 _GATES: dict[Key, RunGate] = {}
 _GUARD = threading.Lock()
-_HELD: ContextVar[frozenset[Key]] = ContextVar("strata_run_gates_held", default=frozenset())
-_CLOSING: ContextVar[frozenset[Key]] = ContextVar("strata_run_gates_closing", default=frozenset())
-_HOLDS: ContextVar[Mapping[Key, CrossHold]] = ContextVar("strata_run_gates_holds", default=MappingProxyType({}))
+
+
+class _Note:
+    """A call holding a gate, as noted in its context (`_held`): live until it lets go, from whatever thread.
+    A generator's body (`graph.stream`) closed by another thread lets go there, and its note stayed in the
+    context it ran in: the caller's later runs of the namespace took it for theirs and skipped the gate."""
+
+    __slots__ = ("hold", "kind", "live")
+
+    def __init__(self, kind: Kind, hold: CrossHold | None) -> None:
+        self.kind, self.hold, self.live = kind, hold, True
+
+
+_HELD: ContextVar[Mapping[Key, tuple[_Note, ...]]] = ContextVar("strata_run_gates_held", default=MappingProxyType({}))
 
 
 class RunGate:
@@ -148,7 +159,7 @@ class RunGate:
             yield None
             return
         if own:
-            outer = _HOLDS.get().get(self.key)
+            outer = next((n.hold for n in _notes(self.key) if n.kind != "close" and n.hold is not None), None)
             if outer is None:
                 yield None
                 return
@@ -206,29 +217,31 @@ def run_gate(settings: StoreSettings, namespace: str) -> RunGate:
 def _own_runs(key: Key, kind: Kind) -> int | None:
     """How many of the gate's runs are this call's own (0 or 1), or None when it goes on without taking the
     gate: its context holds it already, and it is no erase inside a run."""
-    if key not in _HELD.get():
+    notes = _notes(key)
+    if not notes:
         return 0
-    return 1 if kind == "close" and key not in _CLOSING.get() else None
+    return 1 if kind == "close" and all(note.kind != "close" for note in notes) else None
+
+
+def _notes(key: Key) -> list[_Note]:
+    """What this context holds of the gate `key` (its calls still going on)."""
+    return [note for note in _HELD.get().get(key, ()) if note.live]
 
 
 @contextmanager
 def _held(key: Key, kind: Kind, hold: CrossHold | None) -> Iterator[None]:
     """Note in this context that it holds the gate `key` (and `hold`, its locks across processes, which an
-    erase inside the run shares). Set back by value, not by token: a generator's body (`graph.stream`) may be
-    closed from another context than the one it started in."""
-    held, closing, holds = _HELD.get(), _CLOSING.get(), _HOLDS.get()
-    _HELD.set(held | {key})
-    if kind == "close":
-        _CLOSING.set(closing | {key})
-    if hold is not None and key not in holds:
-        _HOLDS.set({**holds, key: hold})
+    erase inside the run shares). Taken back by value, not by token: a generator's body (`graph.stream`) may
+    be closed from another context than the one it started in, where the note is then dead (`_Note`)."""
+    note = _Note(kind, hold)
+    _HELD.set({**_HELD.get(), key: (*_HELD.get().get(key, ()), note)})
     try:
         yield
     finally:
-        _HELD.set(_HELD.get() - ({key} - held))
-        _CLOSING.set(_CLOSING.get() - ({key} - closing))
-        if key not in holds:
-            _HOLDS.set({k: v for k, v in _HOLDS.get().items() if k != key})
+        note.live = False
+        others = {k: v for k, v in _HELD.get().items() if k != key}
+        left = tuple(n for n in _HELD.get().get(key, ()) if n.live)
+        _HELD.set(others | {key: left} if left else others)
 
 
 def forget_after_fork() -> None:

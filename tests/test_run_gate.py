@@ -20,6 +20,7 @@ from gate_worker import Worker
 from servers import LOOPBACK, free_port, postgres_run
 from strata.memory.errors import InputError
 from strata.memory.run_gate import RunGate, run_gate
+from strata.memory.run_locks import CrossHold, FileLocks
 from strata.memory.settings import StoreSettings
 
 
@@ -146,6 +147,39 @@ def test_a_task_cancelled_twice_while_the_threads_are_busy_lets_go_of_the_gate(t
     asyncio.run(scenario())
 
 
+
+
+def test_a_run_closed_by_another_thread_leaves_its_callers_later_runs_to_the_gate(tmp_path: Path) -> None:
+    """A `graph.stream` read in part, then closed by another thread, let go of the gate there; its note that
+    the gate was held stayed in the caller's context, so the caller's next input skipped the gate and went
+    on beside another thread's."""
+    runs = gate(tmp_path)
+
+    def streamed() -> Iterator[int]:
+        with runs.holding("store"):
+            yield 1
+            yield 2
+
+    parts = streamed()
+    next(parts)
+    closing = threading.Thread(target=parts.close)
+    closing.start()
+    closing.join(10)
+    other_in, order = threading.Event(), []
+
+    def other_input() -> None:
+        with runs.holding("store"):
+            other_in.set()
+            time.sleep(0.5)
+            order.append("other out")
+
+    worker = threading.Thread(target=other_input)
+    worker.start()
+    assert other_in.wait(10)
+    with runs.holding("store"):
+        order.append("this in")
+    worker.join(10)
+    assert order == ["other out", "this in"]
 
 # Across processes ------------------------------------------------------------------------------------------
 # Processes sharing a namespace's memory take turns through locks: file locks in a data folder they share
@@ -300,3 +334,94 @@ def test_an_async_run_waits_for_another_process_without_blocking_its_loop(
     assert ticks > 50  # the loop ran every 10 ms or so while the run waited (1.5 s)
     second.send("let_go", run="b")
     second.expect("out", "b")
+
+
+def file_gate(tmp_path: Path, namespace: str = "ann") -> RunGate:
+    """A gate whose runs take turns with other processes' through file locks in `tmp_path`."""
+    return run_gate(StoreSettings(data_dir=str(tmp_path), chroma_host=LOOPBACK, chroma_port=free_port()), namespace)
+
+
+def free_for_others(tmp_path: Path, namespace: str = "ann") -> bool:
+    """Whether another process could erase `namespace` now: the lock files opened afresh take them (flock
+    locks of two open files exclude each other, in one process too)."""
+    other = FileLocks(tmp_path / "run_gates", namespace)
+    try:
+        return all(other.try_set(role, "EX") for role in ("input", "door", "runs"))
+    finally:
+        other.close()
+
+
+def test_a_run_lets_go_of_its_locks_across_processes_however_it_ends(tmp_path: Path) -> None:
+    runs = file_gate(tmp_path)
+    with pytest.raises(ValueError), runs.holding("store"):  # a failed run
+        assert not free_for_others(tmp_path)
+        raise ValueError("the model failed")
+    assert free_for_others(tmp_path)
+
+    def streamed() -> Iterator[int]:  # `graph.stream`, read in part and closed by another thread
+        with runs.holding("store"):
+            yield 1
+            yield 2
+
+    parts = streamed()
+    next(parts)
+    assert not free_for_others(tmp_path)
+    closing = threading.Thread(target=parts.close)
+    closing.start()
+    closing.join(10)
+    assert free_for_others(tmp_path)
+
+    async def cancelled() -> None:
+        async def storing() -> None:
+            async with runs.holding_async("store"):
+                await asyncio.sleep(10)
+
+        task = asyncio.create_task(storing())
+        await asyncio.sleep(0.3)
+        assert not await asyncio.to_thread(free_for_others, tmp_path)
+        task.cancel()  # while it holds the gate
+        await asyncio.gather(task, return_exceptions=True)
+        assert await asyncio.to_thread(free_for_others, tmp_path)
+        other = FileLocks(tmp_path / "run_gates", "ann")
+        assert other.try_set("input", "EX")  # another process stores input
+        task = asyncio.create_task(storing())
+        await asyncio.sleep(0.3)
+        task.cancel()  # while it waits for the other process
+        await asyncio.gather(task, return_exceptions=True)
+        other.close()
+        assert await asyncio.to_thread(free_for_others, tmp_path)
+
+    asyncio.run(cancelled())
+    with runs.holding("close"):  # nor does this process's gate keep anything
+        pass
+
+
+def test_a_look_in_flight_when_its_task_is_cancelled_lets_go_of_what_it_took() -> None:
+    """A task's look at a lock runs in a thread and may take the lock after the task was cancelled: the
+    locks are let go of once the look returns, not left held by a run that is gone."""
+    class SlowLocks:
+        def __init__(self) -> None:
+            self.answer, self.closed = threading.Event(), threading.Event()
+
+        def try_set(self, role: str, mode: str | None) -> bool:
+            self.answer.wait(10)
+            return True  # taken, after the cancel
+
+        def close(self) -> None:
+            self.closed.set()
+
+    locks = SlowLocks()
+    hold = CrossHold(lambda: locks)  # type: ignore[arg-type, return-value]
+
+    async def scenario() -> bool:
+        waiting = asyncio.create_task(hold.enter_async("store"))
+        await asyncio.sleep(0.2)
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        assert not locks.closed.is_set()  # the look still runs
+        locks.answer.set()
+        return await asyncio.to_thread(locks.closed.wait, 10)
+
+    assert asyncio.run(scenario())
+
