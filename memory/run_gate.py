@@ -249,4 +249,3 @@ def forget_after_fork() -> None:
     global _GUARD
     _GUARD = threading.Lock()
     _GATES.clear()
-    run_locks.forget_after_fork()

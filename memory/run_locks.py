@@ -43,6 +43,7 @@ import hashlib
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable
 from contextlib import suppress
 from pathlib import Path
@@ -68,6 +69,7 @@ _INSIDE: tuple[Step, ...] = (("runs", None), ("door", "EX"), ("runs", "EX"))  # 
 _BACK: tuple[Step, ...] = (("runs", "SH"), ("door", None))  # ... once it is done
 _IO: concurrent.futures.ThreadPoolExecutor | None = None  # where a task's looks run (see the docstring)
 _IO_GUARD = threading.Lock()
+_OPEN_FILES: weakref.WeakSet[FileLocks] = weakref.WeakSet()  # closed in a forked child (`forget_after_fork`)
 
 
 class Locks(Protocol):
@@ -199,6 +201,7 @@ class FileLocks:
         self._stem = hashlib.sha256(namespace.encode("utf-8")).hexdigest()[:32]
         self._files: dict[Role, int | None] = {}
         self._guard = threading.Lock()
+        _OPEN_FILES.add(self)
 
     def try_set(self, role: Role, mode: Mode) -> bool:
         descriptor = self._file(role)
@@ -217,6 +220,11 @@ class FileLocks:
         for descriptor in files.values():
             if descriptor is not None:
                 os.close(descriptor)  # the kernel lets go of its lock with it
+
+    def forget(self) -> None:
+        """Close the files without a word to their locks (a forked child's copies: see `forget_after_fork`)."""
+        self._guard = threading.Lock()  # another thread may have held it at the fork
+        self.close()
 
     def _file(self, role: Role) -> int | None:
         with self._guard:
@@ -250,6 +258,14 @@ def _executor() -> concurrent.futures.ThreadPoolExecutor:
 
 
 def forget_after_fork() -> None:
-    """In a forked child: the parent's threads are not the child's."""
+    """In a forked child: the parent's threads are not the child's, nor its runs' lock files. A child keeping
+    one open kept its lock after the parent let go of it (a flock belongs to the open file, which the child's
+    copy shares), for as long as the child lived; closing the copy leaves the parent's lock as it is."""
     global _IO, _IO_GUARD
     _IO, _IO_GUARD = None, threading.Lock()
+    for locks in list(_OPEN_FILES):
+        locks.forget()
+    _OPEN_FILES.clear()
+
+
+os.register_at_fork(after_in_child=forget_after_fork)  # (a child that never imports the registry has them too)

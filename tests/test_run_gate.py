@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -425,3 +426,23 @@ def test_a_look_in_flight_when_its_task_is_cancelled_lets_go_of_what_it_took() -
 
     assert asyncio.run(scenario())
 
+
+def test_a_forked_child_keeps_none_of_the_lock_files_of_its_parents_run(tmp_path: Path) -> None:
+    """A child forked while a run went on (multiprocessing's fork, a server's workers) shares the run's open
+    lock files: holding them, it kept their locks after the parent let go of them, as long as it lived."""
+    runs = file_gate(tmp_path)
+    started, told = os.pipe()
+    with runs.holding("store"):
+        child = os.fork()
+        if child == 0:  # pragma: no cover (the child, its fork handlers run)
+            os.write(told, b"1")
+            time.sleep(5)
+            os._exit(0)
+    try:
+        assert os.read(started, 1) == b"1"
+        assert free_for_others(tmp_path)  # the child still lives
+    finally:
+        os.kill(child, signal.SIGKILL)
+        os.waitpid(child, 0)
+        os.close(started)
+        os.close(told)
