@@ -6,12 +6,14 @@ PostgreSQL ledger, or with one data folder's SQLite ledger: they take turns as i
   other (they went step about, each closing the other's open episode);
 - an erase in one process waits for a question's run in the other, whose saved thread then holds none of
   the erased words (it saved them back after the erase);
-- a PostgreSQL that stops while a run waits is one line.
+- a PostgreSQL that stops while a run waits is one line;
+- more runs at once than the gate pool has connections wait for one.
 """
 
 from __future__ import annotations
 
 import sqlite3
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -132,3 +134,29 @@ def test_a_postgresql_that_stops_while_a_run_waits_is_one_line(
             waiter.close()
     assert said["type"] == "UnavailableError" and "\n" not in said["error"], said
     assert said["error"].startswith(f"the PostgreSQL ledger at {LOOPBACK}:{server.port}/gone is unavailable")
+
+
+def test_more_runs_at_once_than_the_gate_pools_connections_wait_for_one(
+    postgres: PostgresServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each run going on holds a connection of the gate pool: one more waits for one to come back (past the
+    pool's own timeout), and does not say that the database is down."""
+    from strata.memory import ledger_postgres
+
+    monkeypatch.setattr(ledger_postgres, "GATE_POOL_SIZE", 2)
+    monkeypatch.setattr(ledger_postgres, "CONNECT_TIMEOUT", 1)
+    backend = ledger_postgres.PostgresBackend(postgres.create_database(f"t_{uuid.uuid4().hex[:12]}"))
+    try:
+        going_on = [backend.run_locks(f"ns{n}") for n in range(2)]
+        third: list[Any] = []
+        waiting = threading.Thread(target=lambda: third.append(backend.run_locks("ns2")))
+        waiting.start()
+        waiting.join(2.5)  # the pool's timeout, twice over
+        assert waiting.is_alive() and not third
+        going_on[0].close()
+        waiting.join(10)
+        assert len(third) == 1 and third[0].try_set("input", "EX")
+        for locks in (going_on[1], third[0]):
+            locks.close()
+    finally:
+        backend.close()
