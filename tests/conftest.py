@@ -72,6 +72,25 @@ def embedder() -> Any:
     return loaded
 
 
+@pytest.fixture(scope="module")
+def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A PostgreSQL server of the test file's own (tests/servers.py), for its slow tests."""
+    from servers import postgres_run
+
+    with postgres_run(tmp_path_factory.mktemp("postgres") / "postgres.log") as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def chroma(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """`chroma run` of the test file's own (tests/servers.py), for its slow tests."""
+    from servers import chroma_run
+
+    base = tmp_path_factory.mktemp("chroma-server")
+    with chroma_run(base / "data", base / "chroma.log") as server:
+        yield server
+
+
 def all_at_once(open_one: Callable[[], T], times: int) -> list[T]:
     """Call `open_one` from `times` threads started together; their results, or the first error raised."""
     results: list[T] = []

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,6 @@ from servers import (
     ServerProcess,
     chroma_run,
     free_port,
-    postgres_run,
 )
 from strata.memory.chroma import MARK, collection_name, mark_of, open_client, server_timeout
 from strata.memory.errors import ConfigError, UnavailableError
@@ -53,19 +51,6 @@ else:
     answer = memory.ask(sys.argv[5])
     print("RESULT " + json.dumps({"evidence": answer.evidence_ids(), "answer": answer.answer}))
 '''
-
-
-@pytest.fixture(scope="module")
-def chroma(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    base = tmp_path_factory.mktemp("chroma-server")
-    with chroma_run(base / "data", base / "chroma.log") as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresServer]:
-    with postgres_run(tmp_path_factory.mktemp("postgres") / "postgres.log") as server:
-        yield server
 
 
 @pytest.fixture

@@ -20,13 +20,12 @@ import json
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from crash_ingest import NAMESPACE, conversation
-from servers import REPO, PostgresServer, postgres_run
+from servers import REPO, PostgresServer
 from strata.agents.memory import PENDING, open_segment
 from strata.memory.journal import EDIT_JOURNAL
 from strata.memory.records import KINDS, Action
@@ -241,12 +240,6 @@ def test_an_edit_killed_midway_is_taken_back_on_the_sqlite_ledger(
     data_dir: Path, offline_env: dict[str, str], embedder: object
 ) -> None:
     killed_edits_are_taken_back(data_dir, offline_env)
-
-
-@pytest.fixture(scope="module")
-def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresServer]:
-    with postgres_run(tmp_path_factory.mktemp("postgres") / "postgres.log") as server:
-        yield server
 
 
 @pytest.mark.slow

@@ -15,13 +15,12 @@ from __future__ import annotations
 import sqlite3
 import threading
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from gate_worker import Worker
-from servers import LOOPBACK, PostgresServer, ServerProcess, chroma_run, free_port, postgres_run
+from servers import LOOPBACK, PostgresServer, ServerProcess, free_port, postgres_run
 from strata.memory.registry import close_all
 from test_async_api import episodes, two_sessions
 
@@ -30,19 +29,6 @@ from strata.checkpoint import checkpoint_path
 
 pytestmark = pytest.mark.slow
 PIN = "quokkamarmalade"
-
-
-@pytest.fixture(scope="module")
-def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresServer]:
-    with postgres_run(tmp_path_factory.mktemp("postgres") / "postgres.log") as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def chroma(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    base = tmp_path_factory.mktemp("chroma-for-gates")
-    with chroma_run(base / "data", base / "chroma.log") as server:
-        yield server
 
 
 @pytest.fixture(params=["postgres", "folder"])

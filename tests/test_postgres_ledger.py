@@ -37,7 +37,7 @@ from typing import Any
 
 import pytest
 from conftest import all_at_once
-from servers import LOOPBACK, REPO, PostgresServer, ServerProcess, chroma_run, postgres_run
+from servers import LOOPBACK, REPO, PostgresServer, ServerProcess
 from strata.memory import snapshots, store_items
 from strata.memory.errors import ConfigError, StrataError, UnavailableError
 from strata.memory.ledger import EVERY_NAMESPACE, Ledger, open_ledger
@@ -52,19 +52,6 @@ from strata.langgraph_store import StrataStore
 pytestmark = pytest.mark.slow
 QUESTION = "What career is Caroline keen on?"
 ANSWER_TURN = "D1:11"
-
-
-@pytest.fixture(scope="module")
-def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresServer]:
-    with postgres_run(tmp_path_factory.mktemp("postgres") / "postgres.log") as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def chroma(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    base = tmp_path_factory.mktemp("chroma-for-replicas")
-    with chroma_run(base / "data", base / "chroma.log") as server:
-        yield server
 
 
 @pytest.fixture
