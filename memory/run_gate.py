@@ -134,6 +134,8 @@ class RunGate:
         if own is None:
             yield
             return
+        # an erase inside a run shares its run's locks across processes (None where there are none)
+        outer = next((n.hold for n in _notes(self.key) if n.kind != "close" and n.hold is not None), None)
         if own:
             with self._changed:
                 if self._inside:
@@ -141,28 +143,34 @@ class RunGate:
                                      "of its runs, which waits for this one: do it once this run has ended")
                 self._inside += 1
         try:
-            self.enter(kind, own)
+            if outer is not None:
+                # its run's `runs` let go before waiting here: a run of this process may wait at the door
+                # behind another process's erase, which waits for that lock (each waited for the next)
+                outer.step_aside()
+            try:
+                self.enter(kind, own)
+            except BaseException:
+                if outer is not None:
+                    outer.back()
+                raise
         finally:
             if own:
                 with self._changed:
                     self._inside -= 1
         try:
-            with self._across(kind, own) as hold, _held(self.key, kind, hold):
+            with self._across(kind, own, outer) as hold, _held(self.key, kind, hold):
                 yield
         finally:
             self.leave(kind)
 
     @contextmanager
-    def _across(self, kind: Kind, own: int) -> Iterator[CrossHold | None]:
-        """The run's turn with other processes' runs, in this thread (an erase inside a run: with its run's)."""
-        if self.shared is None:
+    def _across(self, kind: Kind, own: int, outer: CrossHold | None) -> Iterator[CrossHold | None]:
+        """The run's turn with other processes' runs, in this thread (an erase inside a run: with its run's
+        locks, `outer`)."""
+        if self.shared is None or (own and outer is None):
             yield None
             return
-        if own:
-            outer = next((n.hold for n in _notes(self.key) if n.kind != "close" and n.hold is not None), None)
-            if outer is None:
-                yield None
-                return
+        if outer is not None:
             outer.inside()
             try:
                 yield outer

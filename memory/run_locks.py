@@ -13,10 +13,12 @@ Three locks per namespace, each taken shared (SH) or exclusive (EX):
 
 A storing run takes `input` before the door: waiting there it holds nothing an erase waits for.
 
-An erase inside a run of its own (an `on_turn` callback erasing) lets go of its run's `runs` first, then
-takes the door and `runs` as any erase does, and takes `runs` back shared once done (at once: it holds
-everything then). Two such erases in two processes each wait for the other's run otherwise; meanwhile
-its own run is stopped inside the call, so whatever goes first finds nothing of it half done.
+An erase inside a run of its own (an `on_turn` callback erasing) lets go of its run's `runs` first (before
+it waits for the other runs of its process too), then takes the door and `runs` as any erase does, and
+takes `runs` back shared once done (at once: it holds everything then). Holding it, two such erases in two
+processes would each wait for the other's run, and one that waited for a run of its process waiting at the
+door behind another process's erase waited for ever. Meanwhile its own run is stopped inside the call, so
+whatever goes first finds nothing of it half done.
 
 Where they live (`shared_place`): on a PostgreSQL ledger, session advisory locks on one connection the run
 holds for its whole span (memory/ledger_postgres.py, `run_locks`); on a SQLite ledger in a data folder that
@@ -65,7 +67,8 @@ _TAKE: dict[str, tuple[Step, ...]] = {
     "store": (("input", "EX"), ("door", "SH"), ("runs", "SH"), ("door", None)),
     "close": (("door", "EX"), ("runs", "EX")),
 }
-_INSIDE: tuple[Step, ...] = (("runs", None), ("door", "EX"), ("runs", "EX"))  # an erase inside its own run
+_ASIDE: tuple[Step, ...] = (("runs", None),)  # an erase inside its own run, before it waits for the others
+_INSIDE: tuple[Step, ...] = (("door", "EX"), ("runs", "EX"))  # ... once they are done here
 _BACK: tuple[Step, ...] = (("runs", "SH"), ("door", None))  # ... once it is done
 _IO: concurrent.futures.ThreadPoolExecutor | None = None  # where a task's looks run (see the docstring)
 _IO_GUARD = threading.Lock()
@@ -147,8 +150,14 @@ class CrossHold:
         self._in_flight = None
         return result
 
+    def step_aside(self) -> None:
+        """An erase inside this run: this run's `runs` let go, before the erase waits for the process's other
+        runs (one of them may wait at the door behind another process's erase, which waits for this lock)."""
+        if self._locks is not None:
+            self._walk(self._locks, _ASIDE)
+
     def inside(self) -> None:
-        """An erase inside this run: this run's `runs` let go, then the door and `runs` taken as an erase."""
+        """That erase, once the process's other runs are done: the door and `runs` taken as any erase does."""
         if self._locks is None:
             return
         try:

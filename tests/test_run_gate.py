@@ -302,6 +302,33 @@ def test_an_erase_inside_a_run_waits_for_another_processs_runs_only(two_processe
     first.expect("out", "c")
 
 
+
+def test_an_erase_inside_a_run_lets_its_runs_lock_go_before_waiting_for_this_processs_other_runs(
+    two_processes: tuple[Worker, Worker]
+) -> None:
+    """Found by review: an erase inside a run waited here for a question of its process that waited at the
+    door behind another process's erase, which waited for the run's `runs` lock: each waited for the next,
+    for ever. The run lets its `runs` go before waiting."""
+    first, second = two_processes
+    take(first, "a", "read", "gus")
+    first.expect("in", "a")
+    take(second, "e", "close", "gus")
+    second.quiet(0.5)  # the other process's erase waits for the question, at the door
+    take(first, "b", "read", "gus")
+    first.quiet(0.5)  # a question sent after it waits behind it
+    first.send("erase_inside", run="a")
+    second.expect("in", "e", 10)  # the run's erase let its lock go: the other erase goes first
+    second.send("let_go", run="e")
+    second.expect("out", "e")
+    first.expect("in", "b", 10)  # then the question behind it, which the run's erase waits for
+    first.send("let_go", run="b")
+    first.expect("out", "b")
+    first.expect("inside in", "a", 10)
+    first.send("let_go", run="a")
+    first.expect("inside out", "a")
+    first.send("let_go", run="a")
+    first.expect("out", "a")
+
 def test_a_process_killed_holding_the_gate_lets_go_of_it(
     two_processes: tuple[Worker, Worker], shared_memory: SharedMemory
 ) -> None:
