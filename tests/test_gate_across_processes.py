@@ -3,7 +3,7 @@ PostgreSQL ledger, or with one data folder's SQLite ledger: they take turns as i
 (memory/run_locks.py; tests/test_run_gate.py tries the gate alone).
 
 - two ingests of one namespace sent at once to two processes store the same episodes as one after the
-  other (they went step about, each closing the other's open episode);
+  other (they went step about, each closing the other's open episode), on two `langgraph dev` replicas too;
 - an erase in one process waits for a question's run in the other, whose saved thread then holds none of
   the erased words (it saved them back after the erase);
 - a PostgreSQL that stops while a run waits is one line;
@@ -12,15 +12,26 @@ PostgreSQL ledger, or with one data folder's SQLite ledger: they take turns as i
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 import threading
 import uuid
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import pytest
 from gate_worker import Worker
-from servers import LOOPBACK, PostgresServer, ServerProcess, free_port, postgres_run
+from servers import (
+    LOOPBACK,
+    PostgresServer,
+    ServerProcess,
+    free_port,
+    langgraph_dev,
+    log_tail,
+    postgres_run,
+    repo_mirror,
+)
 from strata.memory.registry import close_all
 from test_async_api import episodes, two_sessions
 
@@ -146,3 +157,47 @@ def test_more_runs_at_once_than_the_gate_pools_connections_wait_for_one(
             locks.close()
     finally:
         backend.close()
+
+
+def test_two_replicas_of_a_langgraph_server_store_one_conversation_after_the_other(
+    locomo_dir: Path, tmp_path: Path, chroma: ServerProcess, postgres: PostgresServer
+) -> None:
+    """The deployment the gate's docstring spoke of: two `langgraph dev` replicas on one Chroma server and one
+    PostgreSQL ledger, each running the graph's runs as tasks on its event loop (whose blocking calls the
+    server refuses). Two conversations of one namespace sent at once, one to each, are stored one after the
+    other: they went step about, each closing the other's open episode."""
+    from langgraph_sdk import get_client
+
+    first, second = two_sessions(locomo_dir)
+    ledger_url = postgres.create_database(f"t_{uuid.uuid4().hex[:12]}")
+    settings = shared(tmp_path / "check", chroma, ledger_url)
+    tag = uuid.uuid4().hex[:8]
+    orders = []
+    for name, inputs in (("ab", (first, second)), ("ba", (second, first))):
+        alone = Memory(f"{name}-{tag}", **settings)
+        for part in inputs:
+            alone.add(part)
+        orders.append(episodes(alone))
+    close_all()
+    env = {"STRATA_CHROMA_HOST": LOOPBACK, "STRATA_CHROMA_PORT": str(chroma.port), "STRATA_LEDGER_URL": ledger_url}
+    with ExitStack() as running:
+        replicas = [running.enter_context(langgraph_dev(tmp_path / f"r{n}" / "mem", repo_mirror(tmp_path / f"r{n}"),
+                                                        tmp_path / f"langgraph-{n}.log", env=env, jobs=2))
+                    for n in range(2)]
+
+        async def ingest(url: str, turns: list[Any]) -> Any:
+            client = get_client(url=url, timeout=300)
+            thread = await client.threads.create()
+            return await client.runs.wait(thread["thread_id"], "strata",
+                                          input={"turns": [t.model_dump(mode="json") for t in turns]},
+                                          context={"namespace": f"together-{tag}", "mode": "ingest"})
+
+        async def at_once() -> list[Any]:
+            return await asyncio.wait_for(asyncio.gather(
+                ingest(replicas[0].url, first), ingest(replicas[1].url, second)), 600)
+
+        results = asyncio.run(at_once())
+        assert all(result.get("stored_ids") for result in results), (
+            results, [log_tail(replica.log_path) for replica in replicas])
+    together = episodes(Memory(f"together-{tag}", **settings))
+    assert together in orders, f"episodes of the two at once: {sorted(together)}"
