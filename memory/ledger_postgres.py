@@ -38,7 +38,7 @@ from strata.memory.ledger_sql import check_open, lock_key, migrate
 POOL_SIZE = 8
 # Connections one process keeps for its runs' gate locks (memory/run_locks.py): one per run going on, held
 # for the whole run, apart from the steps' pool above (a run holding one while its steps waited for another
-# of the same pool stopped every run once there were as many runs as connections). More runs at once than
+# of the same pool would stop every run once there were as many runs as connections). More runs at once than
 # this wait for one to end. A replica may open POOL_SIZE + GATE_POOL_SIZE connections to the database.
 GATE_POOL_SIZE = 32
 # Seconds to wait for a connection (at start, or from the pool) before saying the database is down.

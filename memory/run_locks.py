@@ -8,8 +8,8 @@ Three locks per namespace, each taken shared (SH) or exclusive (EX):
   run waits while it works;
 - `door`: passed SH by a run on its way to `runs` (let go at once), held EX by an erase or a drop from
   the moment it waits: a run that comes after a waiting erase waits behind it, as in one process.
-  Without it, questions overlapping on one replica kept `runs` shared for as long as they came, and an
-  erase sent to another waited for all of them.
+  Without it, questions overlapping on one replica would keep `runs` shared for as long as they came, and
+  an erase sent to another would wait for all of them.
 
 A storing run takes `input` before the door: waiting there it holds nothing an erase waits for.
 
