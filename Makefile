@@ -20,7 +20,7 @@ LOCOMO := ../shared/data/locomo/conv-26.json
 
 demo: setup
 	@if [ -f $(LOCOMO) ]; then $(PY) -m strata demo --file $(LOCOMO) --questions 5; \
-	else echo "$(LOCOMO) not found: the demo uses the conversation the project ships" >&2; \
+	else echo "$(LOCOMO) not found: the demo uses the conversation the project ships (strata/data/sample_conversation.json)" >&2; \
 	$(PY) -m strata demo --questions 5; fi
 
 test: setup

@@ -66,7 +66,8 @@ def main() -> None:
     limit = args.max_turn_chars or getattr(Context(), "max_turn_chars", 0)
     sizes = [int(s) * 1024 for s in args.sizes.split(",") if s.strip()] or [2048, 16384, 32768, 65536, limit]
     sizes = [s for s in sizes if s]
-    files = args.files or sorted(LOCOMO.glob("conv-*.json")) or [REPO / "examples" / "sample_conversation.json"]
+    sample = REPO / "strata" / "data" / "sample_conversation.json"
+    files = args.files or sorted(LOCOMO.glob("conv-*.json")) or [sample]
     conversations = [load_turns(file) for file in files]
     speaker = conversations[0].participants[0]
     # Sentences naming a family or friends circle are left out: without one, the old rule for "we"

@@ -24,7 +24,7 @@ from __future__ import annotations
 import argparse
 import tempfile
 from dataclasses import replace
-from pathlib import Path
+from importlib.resources import as_file
 from typing import Annotated, Any, TypedDict
 
 from langchain_core.language_models import BaseChatModel
@@ -35,9 +35,6 @@ from langgraph.runtime import Runtime
 from strata.graph import Context, Evidence, build_graph
 from strata.graph.state import RoleNote
 from strata.memory.records import Turn
-
-REPO = Path(__file__).resolve().parents[1]
-SAMPLE = REPO / "examples" / "sample_conversation.json"
 
 ANSWER_PROMPT = """You are a helpful assistant with a long-term memory.
 Answer the user's last message from the memory evidence below. Cite the ids
@@ -105,6 +102,7 @@ def main(argv: list[str] | None = None) -> None:
     from strata import Memory
     from strata.checkpoint import sqlite_checkpointer
     from strata.conversations import load_turns
+    from strata.demo import SAMPLE_CONVERSATION
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data-dir", default="", help="memory folder (default: a temporary one)")
@@ -114,9 +112,10 @@ def main(argv: list[str] | None = None) -> None:
     data_dir = args.data_dir or tempfile.mkdtemp(prefix="strata-app-")
 
     memory = Memory("lena-and-marco", data_dir=data_dir)
-    conversation = load_turns(SAMPLE)
+    with as_file(SAMPLE_CONVERSATION) as sample:  # the conversation shipped inside the package
+        conversation = load_turns(sample)
     report = memory.add([t for s in conversation.sessions[: args.sessions] for t in s.turns])
-    print(f"stored {report.turns} turns of {SAMPLE.name} in {data_dir}")
+    print(f"stored {report.turns} turns of {SAMPLE_CONVERSATION.name} in {data_dir}")
 
     fake = GenericFakeChatModel(messages=iter([AIMessage(content="(a scripted fake model reply) See the evidence.")]))
     context = Context(namespace="lena-and-marco", mode="ask", data_dir=data_dir)

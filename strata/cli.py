@@ -16,6 +16,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from importlib.resources import as_file
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -697,9 +698,15 @@ def _reindex(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     if args.questions < 0:
         raise InputError(f"--questions must be 0 or more, got {args.questions}")
-    file = args.file or SAMPLE_CONVERSATION
-    if args.file is None and not SAMPLE_CONVERSATION.is_file():
+    if args.file is not None:
+        return _demo_on(args, args.file)
+    if not SAMPLE_CONVERSATION.is_file():  # package data left out of a hand-made copy
         raise ConfigError("the sample conversation is not installed with this copy: pass --file CONVERSATION.json")
+    with as_file(SAMPLE_CONVERSATION) as sample:  # a file path, also from a zipped install
+        return _demo_on(args, sample)
+
+
+def _demo_on(args: argparse.Namespace, file: Path) -> int:
     conversation: LoadedConversation = load_turns(file)
     # read separately and only for scoring: the memory never sees the gold questions
     questions = load_questions(file)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from pathlib import Path
+from importlib.resources import files
 
 from pydantic import BaseModel
 
@@ -20,7 +20,9 @@ from strata.conversations import ADVERSARIAL_CATEGORY, LoadedConversation, Quest
 from strata.evaluation.metrics import evidence_recall
 from strata.ingestion import IngestSummary, ingest_conversation
 
-SAMPLE_CONVERSATION = Path(__file__).resolve().parents[1] / "examples" / "sample_conversation.json"
+# The small conversation shipped inside the package (package data, so an installed wheel has it too), with gold
+# questions. `importlib.resources.as_file(SAMPLE_CONVERSATION)` gives it as a file wherever strata is installed.
+SAMPLE_CONVERSATION = files("strata") / "data" / "sample_conversation.json"
 CATEGORY_NAMES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
 
 

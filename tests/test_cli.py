@@ -232,7 +232,7 @@ def _longer_conversation(folder: Path, rounds: int = 2) -> tuple[Path, int]:
     """The sample's sessions replayed `rounds` times as later sessions (a year apart, ids renumbered),
     so an interrupt after the first session's turns lands well before the ingest ends on any machine
     (five of the six sessions are still to come; the resumed run stores them)."""
-    sample = json.loads((REPO / "examples" / "sample_conversation.json").read_text())
+    sample = json.loads((REPO / "strata" / "data" / "sample_conversation.json").read_text())
     sessions = sorted(
         (k for k in sample if k.startswith("session_") and not k.endswith("date_time")), key=lambda k: int(k[8:])
     )

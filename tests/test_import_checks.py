@@ -20,7 +20,7 @@ from strata.conversations import load_turns
 from strata.ingestion import ingest_conversation
 from strata.langgraph_store import StrataStore
 
-SAMPLE = Path(__file__).resolve().parents[1] / "examples" / "sample_conversation.json"
+SAMPLE = Path(__file__).resolve().parents[1] / "strata" / "data" / "sample_conversation.json"
 
 
 @pytest.fixture(scope="module")

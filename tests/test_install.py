@@ -30,21 +30,31 @@ def build_wheel(out: Path) -> Path:
     return wheel
 
 
-def test_wheel_installs_one_top_level_package_beside_openai_agents(tmp_path: Path) -> None:
+def shipped_files() -> dict[str, Path]:
+    """Every file of the package's folders as the wheel should name it: the modules, and what they read at run
+    time beside them (the demo's sample conversation, `py.typed`)."""
+    folders = {"strata": REPO / "strata", **{f"strata/{sub}": REPO / sub for sub in SUBPACKAGES}}
+    return {f"{prefix}/{path.relative_to(folder).as_posix()}": path for prefix, folder in folders.items()
+            for path in folder.rglob("*") if path.is_file() and "__pycache__" not in path.parts}
+
+
+def test_wheel_installs_one_top_level_package_beside_openai_agents(tmp_path: Path, offline_env: dict[str, str]) -> None:
     wheel = build_wheel(tmp_path / "dist")
     names = zipfile.ZipFile(wheel).namelist()
     top_level = {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")}
     assert top_level == {"strata"}
     for sub in SUBPACKAGES:
         assert f"strata/{sub}/__init__.py" in names, f"strata.{sub} missing from the wheel"
-    for module in sorted(path.relative_to(REPO).as_posix() for sub in SUBPACKAGES
-                         for path in (REPO / sub).rglob("*.py")):
-        assert f"strata/{module}" in names, f"{module} missing from the wheel"
+    expected = shipped_files()
+    assert {"strata/py.typed", "strata/data/sample_conversation.json"} <= set(expected)
+    missing = sorted(set(expected) - set(names))
+    assert not missing, f"missing from the wheel: {missing}"
 
     # A fresh venv: its own site-packages gets the wheel; the test venv's packages (openai-agents
     # and this project's dependencies) are visible through a .pth line, so nothing is downloaded.
     # The test venv's own editable install of strata is not: .pth files are read only in site dirs.
     fresh = tmp_path / "app-venv"
+    env = {name: value for name, value in offline_env.items() if name != "PYTHONPATH"}  # the wheel's strata alone
     venv.EnvBuilder(with_pip=False).create(fresh)
     python = fresh / "bin" / "python"
     site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
@@ -63,13 +73,20 @@ def test_wheel_installs_one_top_level_package_beside_openai_agents(tmp_path: Pat
         "from strata import Memory\n"
         "print(agents.WHOSE, memory.WHOSE, strata.__file__, strata.agents.__file__, sep='|')\n"
     )
-    out = subprocess.run([str(python), "-c", script], cwd=app, check=True, capture_output=True, text=True,
+    out = subprocess.run([str(python), "-c", script], cwd=app, env=env, check=True, capture_output=True, text=True,
                          timeout=300).stdout.strip().split("|")
     assert out[:2] == ["the app", "the app"]
     assert out[2].startswith(site) and out[3].startswith(site)
 
+    # The demo from the installed copy, outside the repository: it reads its sample from the package.
+    demo = subprocess.run([str(fresh / "bin" / "strata"), "demo", "--questions", "1"], cwd=app, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert demo.returncode == 0, demo.stderr
+    assert f"demo: {site}/strata/data/sample_conversation.json" in demo.stdout
+    assert "gold evidence fully reached for" in demo.stdout
+
     sdk = ("from agents import Agent, Runner\nimport strata.agents.judge\nfrom strata import Memory\n"
            "print(Agent.__module__, strata.agents.judge.__name__)\n")
-    printed = subprocess.run([str(python), "-c", sdk], cwd=tmp_path, check=True, capture_output=True, text=True,
-                             timeout=300).stdout.split()
+    printed = subprocess.run([str(python), "-c", sdk], cwd=tmp_path, env=env, check=True, capture_output=True,
+                             text=True, timeout=300).stdout.split()
     assert printed == ["agents.agent", "strata.agents.judge"]

@@ -385,7 +385,7 @@ def test_a_window_at_the_calendar_edge_is_no_error() -> None:
 
 def test_a_who_question_prefers_the_sentence_that_names_someone() -> None:
     """In the shipped sample, the photo caption (D2:1) matches "blue bowl" best, but only D2:3 says who gets it."""
-    sample = Path(__file__).resolve().parents[1] / "examples" / "sample_conversation.json"
+    sample = Path(__file__).resolve().parents[1] / "strata" / "data" / "sample_conversation.json"
     # what research hands over for this question: the first two sessions
     evidence = [evidence_of(raw_record(t)) for t in load_turns(sample).turns() if t.session_label() in ("1", "2")]
     answer, cited = answer_offline("Who is Marco giving the blue bowl to?", evidence)
