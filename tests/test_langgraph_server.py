@@ -58,6 +58,28 @@ def test_langgraph_json_serves_the_graph_without_edits() -> None:
     assert env["STRATA_PIN_STORAGE"] == env["STRATA_REQUIRE_NAMESPACE"] == "true"
 
 
+def test_the_image_build_context_is_the_package_alone() -> None:
+    """`langgraph build` sends the folder of langgraph.json to Docker and the image copies all of it (`ADD .`):
+    .dockerignore lets in only what installs the package, so a laptop's memory, a .env holding a ledger
+    password, the virtualenv and the git history stay out; `langgraph deploy` reads it too. And a .env made
+    from .env.example is not committed by mistake (.gitignore)."""
+    import pathspec
+
+    def ignored_by(name: str) -> pathspec.GitIgnoreSpec:
+        return pathspec.GitIgnoreSpec.from_lines((REPO / name).read_text().splitlines())
+
+    context = ignored_by(".dockerignore")
+    private = [".venv/bin/python", ".strata/ledger.sqlite3", ".strata/chroma/chroma.sqlite3", ".env", ".env.local",
+               ".langgraph_api/.langgraph_checkpoint.1.pckl", "runs/eval/results.json", ".git/HEAD",
+               "chroma-data/chroma.sqlite3", "conv-26.json", "strata/__pycache__/cli.cpython-311.pyc"]
+    assert [path for path in private if not context.match_file(path)] == []
+    needed = ["pyproject.toml", "README.md", "langgraph.json", "strata/cli.py", "strata/py.typed",
+              "strata/data/sample_conversation.json", "graph/graph.py", "agents/judge.py", "memory/store.py",
+              "memory/graph/__init__.py", "prompts/judge.py", "evaluation/harness.py"]
+    assert [path for path in needed if context.match_file(path)] == []
+    assert ignored_by(".gitignore").match_file(".env")
+
+
 def check_admin_app_loads_by_path(path: Path) -> None:
     """The server imports the admin routes from their file, under a module name of its own: their request
     bodies must still validate there (postponed annotations would not resolve)."""
