@@ -98,6 +98,17 @@ def test_the_image_installs_the_cpu_build_of_torch_before_the_package() -> None:
     assert f"torch=={pin[1]}" in words and words[words.index("--index-url") + 1] == "https://download.pytorch.org/whl/cpu"
 
 
+def test_the_image_carries_the_env_of_langgraph_json() -> None:
+    """An image `langgraph build` made and started with `docker run` reads no langgraph.json: its `env` (the
+    storage pin, a namespace for every run, no telemetry) is set in the image too, and stays the same."""
+    from langgraph_cli.config import config_to_docker, validate_config_file
+
+    config = validate_config_file(REPO / "langgraph.json")
+    lines = config_to_docker(REPO / "langgraph.json", config)[0].splitlines()
+    [env] = [line.split()[1:] for line in lines if line.startswith("ENV ") and "STRATA_" in line]
+    assert dict(pair.split("=", 1) for pair in env) == config["env"]
+
+
 def check_admin_app_loads_by_path(path: Path) -> None:
     """The server imports the admin routes from their file, under a module name of its own: their request
     bodies must still validate there (postponed annotations would not resolve)."""
