@@ -268,12 +268,18 @@ class Change(BaseModel):
 
 
 class ChangeNote(BaseModel):
-    """What the Refresher did, as shown to the caller; `change_id` undoes it."""
+    """What the Refresher did, as shown to the caller; `change_id` undoes it. Its texts and statuses are those
+    of the history row `change_id` names: what the record held before and holds now. An older fact a newer
+    statement replaced is superseded, not rewritten: it keeps its words (`new_text == old_text`), its status
+    turns `superseded`, and `superseded_by` names the newer record."""
 
     action: Literal["update", "delete", "noop"]
     record_id: str
     old_text: str = ""
     new_text: str = ""
+    old_status: Status = Status.ACTIVE
+    new_status: Status = Status.ACTIVE
+    superseded_by: str = ""
     reason: str = ""
     change_id: int | None = None
     policy: str = "offline"

@@ -313,20 +313,27 @@ def apply(store: MemoryStore, step: Step, policy: str, follows: int | None = Non
     record = step.record
     if step.action == "update":
         change = store.update(record.id, step.new_text, step.reason, policy, follows=follows, cause=cause)
-        return ChangeNote(action="update", record_id=record.id, old_text=change.old_text, new_text=change.new_text,
-                          reason=step.reason, change_id=change.id, policy=policy)
+        return note_of(change, "update")
     if step.action == "supersede" and step.by is not None:
         change = store.supersede(record.id, step.by.id, step.reason, policy, follows=follows, cause=cause)
-        return ChangeNote(action="update", record_id=record.id, old_text=record.text,
-                          new_text=step.new_text or step.by.text,
-                          reason=step.reason, change_id=change.id, policy=policy)
+        return note_of(change, "update", superseded_by=step.by.id)
     if step.action == "delete":
         change = store.delete(record.id, step.reason, policy, follows=follows, cause=cause)
-        return ChangeNote(action="delete", record_id=record.id, old_text=record.text, reason=step.reason,
-                          change_id=change.id, policy=policy)
+        return note_of(change, "delete")
     change = store.record_noop(record.id, record.kind, step.reason, policy, cause)
+    # a no-op's history row keeps no text: the note says what the record still holds
     return ChangeNote(action="noop", record_id=record.id, old_text=record.text, new_text=record.text,
-                      reason=step.reason, change_id=change.id, policy=policy)
+                      old_status=record.status, new_status=record.status, reason=step.reason,
+                      change_id=change.id, policy=policy)
+
+
+def note_of(change: Change, action: Literal["update", "delete"], superseded_by: str = "") -> ChangeNote:
+    """The caller's note of an edit, from its history row: the same texts and statuses under the same id, so a
+    change note and `history()` never tell one change two ways (a superseded fact's note used to give the
+    newer statement as its new text, which the record never held)."""
+    return ChangeNote(action=action, record_id=change.record_id, old_text=change.old_text, new_text=change.new_text,
+                      old_status=change.old_status, new_status=change.new_status, superseded_by=superseded_by,
+                      reason=change.reason, change_id=change.id, policy=change.policy)
 
 
 def traits_of(store: MemoryStore, fact: Record, superseded: bool = False) -> list[Record]:

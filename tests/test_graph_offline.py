@@ -128,7 +128,8 @@ def test_a_newer_statement_updates_the_older_fact_and_undo_restores_it(data_dir:
     change, trait = result["changes"]  # the fact, and the persona trait distilled from it
     assert (change.action, change.record_id) == ("update", "fact:D1:1:0")
     assert trait.action == "update" and trait.record_id.startswith("persona:Ann:home:")
-    assert (change.old_text, change.new_text) == ("Ann lives in Boston.", "Ann moved to Denver in June 2023.")
+    assert (change.old_text, change.new_text) == ("Ann lives in Boston.", "Ann lives in Boston.")  # kept, superseded
+    assert change.new_status == Status.SUPERSEDED and change.superseded_by == "raw:D2:1"
 
     memory = Memory("ann", data_dir=str(data_dir))
     fact = memory.get(["fact:D1:1:0"])[0]  # superseded, still saying what D1:1 said

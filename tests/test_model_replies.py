@@ -21,6 +21,7 @@ from strata.agents.working import ModelAnswer
 from strata.graph.graph import graph
 from strata.memory.graph import links as entity_graph
 from strata.memory.graph.replies import MAX_ITEMS, MAX_LINE_CHARS, MAX_NAME_CHARS, ModelCausal, ModelNote
+from strata.memory.records import Status
 from test_graph_fake_models import MODEL, RoleModel, leads, loopback_only, turn  # noqa: F401 (a fixture)
 
 from strata.api import Memory
@@ -133,8 +134,9 @@ def test_the_trait_retired_by_an_update_points_at_the_new_text(pair: Path) -> No
     memory = Memory("pair", data_dir=str(pair), chat_model=model)
     result = memory.chat("I work as a teacher now.", speaker="Ann")
     trait = next(c for c in result.changes if c.record_id.startswith("persona:Ann:"))
-    assert trait.old_text == "Ann works as a nurse at City Hospital."
-    assert trait.new_text == "Ann works as a teacher at Lincoln High."
+    assert trait.old_text == trait.new_text == "Ann works as a nurse at City Hospital."  # retired, not rewritten
+    assert (trait.new_status, trait.superseded_by) == (Status.SUPERSEDED, "fact:D1:3:0")
+    assert memory.store.get_one("fact:D1:3:0").text == "Ann works as a teacher at Lincoln High."  # as rewritten
 
 
 # --- 6. what one reply may write is bounded --------------------------------------------------------

@@ -112,7 +112,8 @@ def test_newer_turn_supersedes_the_value_and_the_old_fact_keeps_its_words(
 
     [note] = out["changes"]
     assert note.action == "update" and note.old_text == BOSTON.text and note.change_id is not None
-    assert note.new_text == "Caroline lives in Denver now."  # what the turn says, as a fact
+    # what the record now holds, as its history row says: its own words, superseded by the newer turn
+    assert (note.new_text, note.new_status, note.superseded_by) == (BOSTON.text, Status.SUPERSEDED, "raw:D5:3")
     assert "D5:3" in note.reason and "'Boston' -> 'Denver'" in note.reason
     [change] = store.history(BOSTON.id)
     assert change.action == Action.UPDATE and change.new_status == Status.SUPERSEDED

@@ -66,6 +66,29 @@ def test_a_question_about_now_gets_the_newer_value(memory: Memory) -> None:
     assert MAY_FACT not in [e.id for e in answer.evidence]  # no time asked: the superseded fact stays out
 
 
+def test_the_change_notes_say_what_the_history_says(data_dir: Path, embedder: Any) -> None:
+    """Found by audit (runs/audit_docs, item 4): the note of a supersede gave the newer statement as its
+    `new_text` (for the persona trait, the raw turn "I live in Denver now, ..."), while `history()` for the
+    same change id said the record kept its words and was superseded. An app showing "before / after" from
+    the notes misreported what is stored. Now each note is its history row: same texts and statuses, and
+    the record that superseded it."""
+    memory = Memory("notes", data_dir=str(data_dir))
+    memory.add([said("Ann", "Bob", "I live in Boston now.", "2023-05-01T10:00", "D1:1")])
+    report = memory.add([said("Ann", "Bob", "I live in Denver now, I moved there from Boston.", "2023-06-01T10:00",
+                              "D2:1")])
+    edits = [note for note in report.changes if note.action != "noop"]
+    assert {note.record_id.split(":")[0] for note in edits} == {"fact", "persona"}  # the fact, and its trait
+    rows = {row.id: row for row in memory.history(limit=50)}
+    for note in edits:
+        row = rows[note.change_id]
+        assert (note.record_id, note.old_text, note.new_text) == (row.record_id, row.old_text, row.new_text)
+        assert (note.old_status, note.new_status) == (row.old_status, row.new_status)
+        [record] = memory.get([note.record_id])
+        assert (record.text, record.status) == (note.new_text, note.new_status) == (note.old_text, Status.SUPERSEDED)
+        assert note.superseded_by and memory.get([note.superseded_by])  # the newer record, stored
+    close_all()
+
+
 def test_a_question_about_a_period_gets_the_value_said_by_its_end(memory: Memory) -> None:
     """Found by review: with Austin told in November, "in October" got Austin (the best-scoring statement),
     and with only Boston and Denver it got Boston (the raw May turn). The value then is the latest said by the
