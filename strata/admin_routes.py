@@ -402,8 +402,19 @@ _ROUTES: list[tuple[str, Handler, str, bool]] = [  # path, handler, method, read
     ("/strata/consolidate", consolidate, "POST", True),  # nothing to consolidate: a misspelt name, as a read
 ]
 _METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
+
+
+async def _no_such_route(request: Request) -> JSONResponse:
+    """A misspelt route (`/strata/histroy`): the one-line error every route gives, naming the routes, not the
+    server's bare `{"detail": "Not Found"}`."""
+    return _error(404, f"{request.url.path} is not a route of strata: use one of "
+                       f"{', '.join(path for path, *_ in _ROUTES)}")
+
+
 app = Starlette(routes=[
     *(Route(path, route(handler, reads), methods=[method]) for path, handler, method, reads in _ROUTES),
     *(Route(path, _wrong_method(method), methods=[m for m in _METHODS if m != method])
       for path, _, method, _ in _ROUTES),
+    Route("/strata", _no_such_route, methods=_METHODS),
+    Route("/strata/{rest:path}", _no_such_route, methods=_METHODS),  # after the routes: only what none matched
 ])

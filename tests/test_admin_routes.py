@@ -139,6 +139,9 @@ def test_a_wrong_request_gets_one_line_and_changes_nothing(memory: Memory, clien
         ("GET", "/strata/stats?namespace=conv-62", None, 404),  # a misspelt namespace: not an empty memory
         ("GET", "/strata/export?namespace=conv-62", None, 404),  # nor a backup that looks whole
         ("POST", "/strata/consolidate?namespace=conv-62", {"limit": None}, 404),  # nor zeros consolidated
+        ("GET", f"/strata/histroy?namespace={NAMESPACE}", None, 404),  # a misspelt route, as the others answer
+        ("POST", f"/strata/undo/12?namespace={NAMESPACE}", None, 404),
+        ("GET", "/strata", None, 404),
     ]
     for method, path, body, status in wrong:
         sent = {"json": body} if isinstance(body, dict) else {"content": body} if body else {}
