@@ -139,6 +139,10 @@ class Memory:
     """Long-term memory for one namespace (a user, an agent, a conversation)."""
 
     def __init__(self, namespace: str | None = None, **settings: Any) -> None:
+        """The memory of `namespace` (without one: STRATA_NAMESPACE, then 'default'). `settings` are the fields of
+        `strata.graph.Context`, each described there: `data_dir`, `model`, `base_url`, `chroma_host`, `ledger_url`,
+        `token_budget`, `k_r`, ... (or `chat_model`, an app's own LangChain chat model). One not given comes from
+        its STRATA_<NAME> variable, then its default; they are checked here, so a wrong one fails at once."""
         known = {f.name for f in fields(Context)} - {"namespace", "mode"}
         unknown = set(settings) - known
         if unknown:
@@ -186,7 +190,8 @@ class Memory:
         self, turns: TurnLike | Sequence[TurnLike], speaker: str = "user",
         on_turn: Callable[[int], None] | None = None, end_session: bool = False,
     ) -> IngestReport:
-        """Store turns (oldest first). `on_turn(n)` is called as each turn is finished.
+        """Store turns (oldest first): a string (said by `speaker`), a dict ({'speaker', 'text', 'time'?,
+        'dia_id'?, ...}), a `Turn`, or a list of them. `on_turn(n)` is called as each turn is finished.
 
         With `end_session`, the episode that ends at the batch's last turn is closed; adding
         a batch again after an interruption does not close an episode a later batch began.
@@ -281,7 +286,9 @@ class Memory:
 
     # history -----------------------------------------------------------
     def history(self, record_id: str | None = None, limit: int = 50) -> list[Change]:
-        """Changes made to memory, newest first (every one can be undone)."""
+        """Changes made to memory, newest first: `record_id`'s alone when given, at most `limit`. Each row has the
+        record's text and status before and after. An update, a delete or an evolution can be undone by its id
+        (`undo`) once; an undo's own row and a no-op (the Refresher looked and left the record as it was) cannot."""
         query = checked(_HistoryQuery, record_id=record_id, limit=limit)
         return self._whole().history(query.record_id, query.limit)
 
@@ -293,9 +300,14 @@ class Memory:
         return undo_change(self._whole(), checked(_UndoRequest, change_id=change_id).change_id)
 
     def get(self, ids: Iterable[str]) -> list[Record]:
+        """The records of these ids as stored now, whatever their status (superseded and deleted ones too, to see
+        what an undo would give back). An id no record has is left out; one that is not a record id at all
+        (`raw:`, `fact:`, `episode:`, `persona:` or `summary:`) is refused."""
         return self._whole().get(checked(_Ids, ids=_id_list(ids, "get")).ids)
 
     def stats(self) -> dict[str, Any]:
+        """Counts of the namespace: records of each kind by status, links by type, history rows, working-memory
+        rows."""
         return self._whole().stats()
 
     def erase(self, ids: Iterable[str] = (), about: str | None = None) -> ErasureReport:
@@ -422,7 +434,9 @@ class Memory:
         """`export` for async apps."""
         return await _in_thread(self.export, about)
 
-    async def aimport_from(self, document: MemoryDocument | dict[str, Any] | str | os.PathLike[str]) -> ImportReport:
+    async def aimport_from(
+        self, document: MemoryDocument | dict[str, Any] | str | bytes | os.PathLike[str]
+    ) -> ImportReport:
         """`import_from` for async apps."""
         return await _in_thread(self.import_from, document)
 

@@ -112,6 +112,19 @@ def test_wrong_arguments_are_one_line_errors_and_change_nothing(memory: Memory, 
     assert snapshot(memory) == before
 
 
+def test_every_public_call_of_memory_says_what_it_does() -> None:
+    """`help(Memory)` is where a Python user reads the API: __init__, get and stats had no docstring, so the
+    settings a Memory takes and what stats returns were nowhere in it."""
+    import inspect
+
+    bare = [name for name, member in vars(Memory).items()
+            if (name == "__init__" or not name.startswith("_"))
+            and callable(target := member.fget if isinstance(member, property) else member)
+            and not inspect.getdoc(target)]
+    assert bare == []
+    assert "Context" in (inspect.getdoc(Memory.__init__) or "")  # where every setting is described
+
+
 def test_an_owner_holding_a_nul_is_refused_and_an_export_as_bytes_is_imported(memory: Memory, tmp_path: Path) -> None:
     """Audit (API, minor): `owner="a\\x00"` was accepted though every other name refuses a NUL, and the bytes of
     an export (a file read in binary mode) were "not a JSON object"."""
