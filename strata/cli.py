@@ -56,9 +56,14 @@ SETTINGS = {
     "embedder": "local:all-MiniLM-L6-v2 (default, offline) or openai:<model> (STRATA_EMBEDDER)",
     "chroma_host": "Chroma server host; empty means embedded Chroma in --data-dir (STRATA_CHROMA_HOST)",
     "chroma_port": "Chroma server port (STRATA_CHROMA_PORT, default 8000)",
+    "chroma_ssl": "true to reach the Chroma server over HTTPS (STRATA_CHROMA_SSL, default false)",
+    "chroma_auth_header": "header the Chroma server checks, e.g. 'X-Chroma-Token: <token>'; never printed "
+    "(STRATA_CHROMA_AUTH_HEADER, better: a command line is visible to other local users)",
     "ledger_url": "PostgreSQL URL of a ledger shared by replicas; empty means SQLite in --data-dir (STRATA_LEDGER_URL)",
     "owner": "who owns the memory: may ask to forget anyone's memories, not only their own (STRATA_OWNER)",
 }
+
+METAVARS = {"chroma_ssl": "true|false", "chroma_auth_header": "'NAME: VALUE'"}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -87,7 +92,8 @@ def _settings_options(suppress: bool) -> argparse.ArgumentParser:
     for name, help_text in SETTINGS.items():
         group.add_argument(
             f"--{name.replace('_', '-')}", dest=name, type=int if name == "chroma_port" else str,
-            default=argparse.SUPPRESS if suppress else None, metavar=name.split("_")[-1].upper(), help=help_text,
+            default=argparse.SUPPRESS if suppress else None, metavar=METAVARS.get(name, name.split("_")[-1].upper()),
+            help=help_text,
         )
     return parser
 

@@ -470,3 +470,26 @@ def test_the_readmes_compressed_export_makes_a_private_file(tmp_path: Path, offl
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert stat.S_IMODE((tmp_path / "conv-26.json.gz").stat().st_mode) == 0o600
+
+
+def test_the_chroma_server_flags_reach_the_memory_and_never_print_the_header(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Found by audit (runs/audit_docs, item 10): the Python API takes chroma_ssl and chroma_auth_header, but the
+    command line had no flags for them, and --help named neither STRATA_ variable. Their values reach the memory;
+    an error about either never quotes the header (it holds a token)."""
+    from strata.cli import _settings, build_parser, main
+
+    flags = ["--chroma-ssl", "true", "--chroma-auth-header", "X-Chroma-Token: s3cret"]
+    for argv in ([*flags, "stats"], ["stats", *flags]):  # before or after the subcommand, as every setting
+        assert _settings(build_parser().parse_args(argv)) == {
+            "chroma_ssl": "true", "chroma_auth_header": "X-Chroma-Token: s3cret"}
+    helped = " ".join(build_parser().format_help().split())
+    assert "(STRATA_CHROMA_SSL," in helped and "(STRATA_CHROMA_AUTH_HEADER," in helped
+    turns = tmp_path / "turns.json"
+    turns.write_text('[{"speaker": "Ann", "text": "I live in Denver."}]')
+    for header in ("X-Chroma-Token s3cret", "X-Chroma-Token: s3cret"):  # malformed, then a server that is not there
+        code = main(["--data-dir", str(tmp_path / "mem"), "--chroma-host", "127.0.0.1", "--chroma-port", "1",
+                     "--chroma-ssl", "true", "--chroma-auth-header", header, "ingest", str(turns)])
+        err = capsys.readouterr().err
+        assert code == 2 and err.count("\n") == 1 and "chroma" in err and "s3cret" not in err, err
