@@ -725,15 +725,20 @@ def _demo_on(args: argparse.Namespace, file: Path) -> int:
         return _run_demo(args, _memory(args, namespace, **overrides), conversation, questions)
     with tempfile.TemporaryDirectory(prefix="strata-demo-") as folder:
         try:
-            return _run_demo(args, _memory(args, namespace, **overrides, data_dir=folder), conversation, questions)
+            return _run_demo(args, _memory(args, namespace, **overrides, data_dir=folder), conversation, questions,
+                             temporary=True)
         finally:
             close_all()  # release the ledger before the folder is removed
 
 
 def _run_demo(
-    args: argparse.Namespace, memory: Memory, conversation: LoadedConversation, questions: list[Question]
+    args: argparse.Namespace, memory: Memory, conversation: LoadedConversation, questions: list[Question],
+    temporary: bool = False,
 ) -> int:
-    print(f"memory: {_where(memory)}")
+    # a temporary folder's name would lead a user nowhere once the demo ends: say so instead
+    place = (f"namespace {memory.namespace!r} in a temporary folder, deleted when the demo ends (--data-dir DIR "
+             "keeps it)") if temporary else _where(memory)
+    print(f"memory: {place}")
     with _progress(conversation.turn_count(), "ingest") as tick:
         run_demo(memory, conversation, questions, args.questions, print, on_turn=tick)
     return 0

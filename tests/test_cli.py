@@ -221,6 +221,9 @@ def test_demo_on_the_shipped_sample(offline_env: dict[str, str]) -> None:
     out = result.stdout
     print(out)
     assert "ingested" in out and "31 turns" in out
+    # the folder is deleted at the end: its name is not given as if it could be opened afterwards
+    assert "memory: namespace 'demo' in a temporary folder, deleted when the demo ends" in out
+    assert "strata-demo-" not in out
     assert out.count("our answer:") == 4
     assert out.count("evidence ids:") == 4
     evidence_lines = [line for line in out.splitlines() if "evidence ids:" in line]
