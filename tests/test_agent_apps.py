@@ -109,18 +109,46 @@ def test_app_runs_the_memory_graph_as_a_subgraph(memory: Memory, data_dir: Path)
     system = recorder.prompts[-1][0].content
     assert "D1:14" in system and "lake sunrise" in system  # the app's model answered from memory's evidence
 
-    stored = memory.stats()["raw"]["active"]
-    assert stored == 15  # 14 turns + the user's message the app remembered
-    raw = [r for r in memory.store.all("raw") if r.text == "What did Melanie paint last year?"]
-    assert raw and raw[0].speaker == "Caroline"
+    # a question to the assistant is not stored: it says nothing about the user, and would come back as evidence
+    assert memory.stats()["raw"]["active"] == 14 and result["remembered"] == []
+
+
+def test_app_remembers_what_the_user_tells_as_their_dated_turn(memory: Memory, data_dir: Path) -> None:
+    app = load_example().build_app()
+    context = Context(namespace=NAMESPACE, mode="ask", data_dir=str(data_dir))
+    told = app.invoke({"messages": [HumanMessage("I adopted a grey cat called Pixel yesterday.")], "user": "Caroline"},
+                      context=context)
+    [turn_id] = told["remembered"]
+    [turn] = memory.get([turn_id])
+    assert (turn.speaker, turn.text) == ("Caroline", "I adopted a grey cat called Pixel yesterday.") and turn.time
+    assert told["messages"][-1].content == "Noted: I will remember that."
+    asked = app.invoke({"messages": [HumanMessage("What is the name of my cat?")], "user": "Caroline"},
+                       context=context)
+    assert "Pixel" in str(asked["messages"][-1].content) and asked["remembered"] == []
 
 
 def test_example_script_runs_offline(data_dir: Path, embedder: Any, capsys: pytest.CaptureFixture[str]) -> None:
-    load_example().main(["--data-dir", str(data_dir), "--sessions", "1", "--question", "What class did Marco join?"])
+    """Found by audit (runs/audit_docs, item 9): the script said "stored 21 turns" on a re-run that stored none,
+    used one fixed namespace and thread, stored every question as a memory turn, and an empty message ended in
+    a traceback."""
+    main = load_example().main
+    argv = ["--data-dir", str(data_dir), "--sessions", "1", "--message", "What class did Marco join?"]
+    assert main(argv) == 0
     printed = capsys.readouterr().out
-    assert "stored 11 turns" in printed
+    assert "memory of Lena: namespace 'users/Lena'" in printed and "stored 11 new turns" in printed
     assert "evidence: raw:D" in printed and "roles: research -> judge" in printed
-    assert "messages on this thread so far: 4" in printed  # the second run continued the same thread
+    assert "remembered: nothing (the message only asks)" in printed
+    assert "messages on thread 'Lena-1' so far: 2" in printed
+    assert main([*argv, "--fake-model"]) == 0
+    printed = capsys.readouterr().out
+    assert "stored 0 new turns" in printed and "(11 of its 11 were stored before)" in printed  # honest on a re-run
+    assert "(a scripted fake model reply)" in printed
+    assert "messages on thread 'Lena-1' so far: 4" in printed  # the same conversation, continued
+    assert main([*argv[:-1], "   "]) == 2  # an empty message: one line, no traceback
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "error: the message is empty: ask something, or tell something to remember")
+    assert main(["--data-dir", str(data_dir), "--sessions", "1", "--user", "Ann"]) == 0
+    assert "namespace 'users/Ann'" in capsys.readouterr().out  # another user, another memory
 
 
 # tools -----------------------------------------------------------------------------------------
