@@ -292,6 +292,32 @@ def test_served_schemas_are_studio_forms(served: Served) -> None:
 
 
 @pytest.mark.slow
+def test_the_readme_examples_of_calling_the_graph_run_as_written(served: Served) -> None:
+    """The README's "Calling the served graph" (found missing by audit, runs/audit_docs item 5): its Python
+    block and its curl line, run against the server (its port, and a namespace of their own), print and
+    answer what the README's comments say."""
+    import re
+    import subprocess
+    import sys
+
+    section = (REPO / "README.md").read_text().split("**Calling the served graph.**", 1)[1]
+    blocks = {lang: re.search(rf"```{lang}\n(.*?)```", section, re.DOTALL) for lang in ("python", "bash")}
+    assert served.server is not None and blocks["python"] and blocks["bash"]
+
+    def here(text: str) -> str:
+        return text.replace("http://127.0.0.1:2024", served.server.url).replace('"ann"', '"readme-calls"')
+
+    code = subprocess.run([sys.executable, "-c", here(blocks["python"][1])], capture_output=True, text=True,
+                          timeout=RUN_TIMEOUT)
+    assert code.returncode == 0, served.fail(code.stderr[-2000:])
+    stored, asked = code.stdout.splitlines()
+    assert stored.startswith("['raw:T1', 'fact:T1:0', 'persona:Ann:home:") and asked == "Denver ['T1']"
+    curl = subprocess.run(["bash", "-c", here(blocks["bash"][1])], capture_output=True, text=True,
+                          timeout=RUN_TIMEOUT)
+    assert json.loads(curl.stdout)["answer"] == "Denver", served.fail(curl.stdout[-500:] + curl.stderr[-500:])
+
+
+@pytest.mark.slow
 def test_ingest_on_one_thread_then_ask_on_another(served: Served) -> None:
     ingested = served.ensure_ingested()
     assert len(ingested["stored_ids"]) >= TURN_COUNT
