@@ -138,6 +138,13 @@ class MemoryDocument(BaseModel):
             if wrong:
                 raise ValueError(f"the {what} {wrong[0]!r} is not a {wrong[1]} id (ids of its kind start "
                                  f"with '{wrong[1]}:')")
+        # a turn's id is its dialogue id (records.py makes both from one): the links, sources and summaries
+        # of later writes name a turn by its dialogue id, and one that differs named a record no export holds
+        turn = next((r for r in self.records
+                     if r.kind == "raw" and (not r.dialogue_id or r.id != f"raw:{r.dialogue_id}")), None)
+        if turn is not None:
+            raise ValueError(f"the turn {turn.id!r} has the dialogue id {turn.dialogue_id!r}: a turn's id is "
+                             "'raw:' and its dialogue id")
         place = {c.id: n for n, c in enumerate(self.history) if c.id is not None}
         for n, change in enumerate(self.history):  # renumbered on import, so each must name an entry before it
             for what, other in (("undoes", change.undoes), ("follows", change.follows)):

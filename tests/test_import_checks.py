@@ -150,3 +150,12 @@ def test_a_conversation_given_to_import_is_pointed_to_ingest(tmp_path: Path) -> 
                                                       "`strata ingest FILE`")
         with _refused_as:
             target.import_from(conversation)
+
+
+def test_a_turn_whose_id_is_not_its_dialogue_id_is_refused(exported: dict[str, Any], tmp_path: Path) -> None:
+    """Found by review: a turn `raw:D1:1` told as dialogue "Q9" (or "") was imported; the next writes linked a
+    summary to `raw:Q9`, which no record is, and every later export of the memory was refused by import."""
+    target = Memory("target", data_dir=str(tmp_path))
+    for told in ("Q9", ""):
+        _refused(target, _edited(exported, lambda d, told=told: _first(d).update(dialogue_id=told)),
+                 "has the dialogue id .*: a turn's id is 'raw:' and its dialogue id")
