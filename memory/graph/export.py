@@ -16,7 +16,7 @@ import re
 import stat
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import get_args
+from typing import TYPE_CHECKING, get_args
 
 import networkx as nx
 from pydantic import BaseModel, Field
@@ -26,6 +26,9 @@ from strata.memory.names import canonical_name
 from strata.memory.private_files import make_private_folder, write_beside
 from strata.memory.records import ENTITY_NODE, Kind, Record, Status
 from strata.memory.store import MemoryStore
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 PICTURE_NODES = 60  # more nodes than this make an unreadable picture
 LABEL_WORDS = 5  # words of a record's text shown under its id in the picture
@@ -195,10 +198,15 @@ def xml_safe(graph: MemoryGraph) -> MemoryGraph:
 
 def draw_graph(graph: MemoryGraph, target: Path) -> None:
     """A picture: nodes coloured by kind, edges by type, traversal paths drawn thick, a legend."""
-    import matplotlib
+    figure = picture_of(graph)
+    figure.savefig(target, dpi=110, format="png")  # (written under a temporary name)
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+
+def picture_of(graph: MemoryGraph) -> Figure:
+    """The figure `draw_graph` writes. Every text in it is drawn as written: matplotlib reads text between two
+    `$` as math, which drew "$5 for coffee and $10" in italics and raised on "$5 from C:\\Users to $6"; and it
+    is a figure of its own, not pyplot's, so nothing of it stays in the process once it is written."""
+    from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
 
     full = nx.Graph()
@@ -208,7 +216,8 @@ def draw_graph(graph: MemoryGraph, target: Path) -> None:
     picture = full.subgraph(keep)
     by_id = {n.id: n for n in graph.nodes}
     layout = nx.spring_layout(picture, seed=7, k=1.6 / max(1, len(keep)) ** 0.5)
-    figure, axes = plt.subplots(figsize=(14, 10))
+    figure = Figure(figsize=(14, 10))
+    axes = figure.subplots()
     for edge in graph.edges:
         if edge.src in layout and edge.dst in layout:
             (x1, y1), (x2, y2) = layout[edge.src], layout[edge.dst]
@@ -221,15 +230,16 @@ def draw_graph(graph: MemoryGraph, target: Path) -> None:
         axes.scatter([x], [y], s=260, color=KIND_COLOURS.get(node.kind, OTHER_COLOUR), edgecolors=edge_colour,
                      linewidths=2.0, zorder=2)
         axes.annotate(node.label, (x, y), fontsize=6, ha="center", va="top", xytext=(0, -9),
-                      textcoords="offset points", zorder=3)
+                      textcoords="offset points", zorder=3, parse_math=False)
     handles = [Line2D([], [], marker="o", linestyle="", color=c, label=k) for k, c in KIND_COLOURS.items()]
     used = sorted({e.type for e in graph.edges})
     handles += [Line2D([], [], color=EDGE_COLOURS.get(t, OTHER_COLOUR), label=t) for t in used]
-    axes.legend(handles=handles, loc="upper right", fontsize=8)
+    legend = axes.legend(handles=handles, loc="upper right", fontsize=8)
+    for text in legend.get_texts():
+        text.set_parse_math(False)
     note = "" if len(keep) == len(full) else f" - the {len(keep)} best connected of {len(full)} nodes"
     axes.set_title(f"{graph.namespace}: {graph.scope}{note} (black ring: anchor, thick edge: traversal path)",
-                   fontsize=10)
+                   fontsize=10, parse_math=False)
     axes.set_axis_off()
     figure.tight_layout()
-    figure.savefig(target, dpi=110, format="png")  # (written under a temporary name)
-    plt.close(figure)
+    return figure
