@@ -37,6 +37,7 @@ from strata.memory.erasure import compact_chroma
 from strata.memory.errors import ConfigError, InputError, StrataError
 from strata.memory.forgetting import shown_ids
 from strata.memory.ledger_sql import LARGEST_INTEGER
+from strata.memory.printable import printable
 from strata.memory.private_files import write_beside
 from strata.memory.records import KINDS, Change
 from strata.memory.registry import close_all
@@ -377,14 +378,17 @@ def _graph(args: argparse.Namespace) -> int:
     out = _outside_memory(args.out.expanduser(), memory)
     if out.is_file():
         raise InputError(f"--out {out} is a file: name the folder to write the graph's files in")
+    notes: list[str] = []
     try:
-        written = write_graph(exported, out, stem, formats)
+        written = write_graph(exported, out, stem, formats, notes)
     except OSError as error:
         raise ConfigError(f"cannot write in {out} ({error.strerror or type(error).__name__}): choose a writable "
                           "folder") from None
     for path in written:
         print(f"wrote {path}")
-    print(f"{len(exported.nodes)} nodes, {len(exported.edges)} edges ({exported.scope})")
+    print(f"{len(exported.nodes)} nodes, {len(exported.edges)} edges ({printable(exported.scope)})")
+    for note in notes:
+        print(f"{PROG}: note: {note}", file=sys.stderr)
     return 0
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import re
 import stat
+import warnings
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, get_args
@@ -23,6 +24,7 @@ from pydantic import BaseModel, Field
 from strata.memory.errors import InputError, shown_value
 from strata.memory.moments import iso_on_clock
 from strata.memory.names import canonical_name
+from strata.memory.printable import printable
 from strata.memory.private_files import make_private_folder, write_beside
 from strata.memory.records import ENTITY_NODE, Kind, Record, Status
 from strata.memory.store import MemoryStore
@@ -32,6 +34,8 @@ if TYPE_CHECKING:
 
 PICTURE_NODES = 60  # more nodes than this make an unreadable picture
 LABEL_WORDS = 5  # words of a record's text shown under its id in the picture
+LABEL_CHARS = 40  # a label's line longer than this is cut in the picture (not in the JSON or GraphML)
+TITLE_CHARS = 160  # the same for the title, which holds a question
 PERSON_FACTS = 40  # facts about a person exported, the most recent first
 FORMATS = ("json", "graphml", "png")
 KIND_COLOURS = {"raw": "#4e79a7", "fact": "#59a14f", "episode": "#f28e2b", "persona": "#b07aa1", "summary": "#8cd17d"}
@@ -145,16 +149,19 @@ def check_formats(formats: Sequence[str]) -> None:
         raise InputError(f"unknown graph format(s) {', '.join(unknown)}: use some of {', '.join(FORMATS)}")
 
 
-def write_graph(graph: MemoryGraph, folder: Path, stem: str, formats: Sequence[str] = FORMATS) -> list[Path]:
-    """Write the chosen formats into `folder`; returns the files written. They hold what people said, so they
+def write_graph(graph: MemoryGraph, folder: Path, stem: str, formats: Sequence[str] = FORMATS,
+                notes: list[str] | None = None) -> list[Path]:
+    """Write the chosen formats into `folder`; returns the files written, and adds to `notes` what the picture
+    could not show (`draw_graph`). They hold what people said, so they
     are written as an export is: a new file, and a folder made for them, are this user's only (0600, 0700;
     they were made as the umask says, 0644 under 022), a file replaced keeps its permissions, and each is
     written beside its name and renamed over it (through a link, to the file it names)."""
     check_formats(formats)
+    found = [] if notes is None else notes
     writers = {
         "json": lambda path: path.write_text(json.dumps(graph.model_dump(mode="json"), indent=1), encoding="utf-8"),
         "graphml": lambda path: nx.write_graphml(xml_safe(graph).to_networkx(), path),
-        "png": lambda path: draw_graph(graph, path),
+        "png": lambda path: found.extend(draw_graph(graph, path)),
     }
     make_private_folder(folder)
     targets = {kind: _replaced(folder / f"{stem}.{kind}") for kind in FORMATS if kind in formats}  # all, first
@@ -196,16 +203,49 @@ def xml_safe(graph: MemoryGraph) -> MemoryGraph:
                                     "edges": [clean(e) for e in graph.edges]})
 
 
-def draw_graph(graph: MemoryGraph, target: Path) -> None:
-    """A picture: nodes coloured by kind, edges by type, traversal paths drawn thick, a legend."""
-    figure = picture_of(graph)
-    figure.savefig(target, dpi=110, format="png")  # (written under a temporary name)
+def draw_graph(graph: MemoryGraph, target: Path) -> list[str]:
+    """A picture: nodes coloured by kind, edges by type, traversal paths drawn thick, a legend. Returns what it
+    could not show, as notes of one line (characters no installed font has, drawn as boxes); matplotlib's own
+    warnings are not let through (one CJK turn gave 64 lines of them on stderr)."""
+    import matplotlib
+
+    with warnings.catch_warnings(record=True) as caught, matplotlib.rc_context({"font.family": _font_families()}):
+        warnings.simplefilter("always")
+        picture_of(graph).savefig(target, dpi=110, format="png")  # (written under a temporary name)
+    missing = list(dict.fromkeys(chr(int(m.group(1))) for w in caught if (m := _MISSING_GLYPH.match(str(w.message)))))
+    if not missing:
+        return []
+    shown = "".join(missing[:12]) + ("..." if len(missing) > 12 else "")
+    are = "1 character is" if len(missing) == 1 else f"{len(missing)} characters are"
+    return [f"{are} drawn as boxes in the picture ({printable(shown)}): no installed font has them (a CJK or emoji "
+            "font such as Noto Sans CJK would); the JSON and GraphML hold them"]
+
+
+_MISSING_GLYPH = re.compile(r"Glyph (\d+) .*missing from")
+# fonts tried, in turn, for a character the first lacks (matplotlib falls back through the list); only the
+# installed ones are named, since matplotlib logs a line for each family it cannot find
+_FALLBACK_FONTS = (
+    "DejaVu Sans", "Noto Sans", "Noto Sans CJK JP", "Noto Sans CJK SC", "Noto Sans CJK TC", "Noto Sans CJK KR",
+    "Source Han Sans", "WenQuanYi Zen Hei", "WenQuanYi Micro Hei", "Droid Sans Fallback", "Noto Sans Thai",
+    "Noto Sans Arabic", "Noto Sans Hebrew", "Noto Sans Devanagari", "Noto Sans Symbols", "Noto Sans Symbols 2",
+    "Noto Emoji", "Symbola", "Arial Unicode MS", "Microsoft YaHei", "Yu Gothic", "Malgun Gothic",
+    "PingFang SC", "Hiragino Sans", "Apple Color Emoji", "Segoe UI Emoji", "Segoe UI Symbol",
+)
+
+
+def _font_families() -> list[str]:
+    from matplotlib import font_manager
+
+    installed = {font.name for font in font_manager.fontManager.ttflist}
+    return [name for name in _FALLBACK_FONTS if name in installed] or ["DejaVu Sans"]
 
 
 def picture_of(graph: MemoryGraph) -> Figure:
     """The figure `draw_graph` writes. Every text in it is drawn as written: matplotlib reads text between two
     `$` as math, which drew "$5 for coffee and $10" in italics and raised on "$5 from C:\\Users to $6"; and it
-    is a figure of its own, not pyplot's, so nothing of it stays in the process once it is written."""
+    is a figure of its own, not pyplot's, so nothing of it stays in the process once it is written. Control
+    characters are shown as their escapes and a label's or the title's lines are cut to a width the picture
+    can hold (a 39,000-character word made the layout give up)."""
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
 
@@ -229,7 +269,7 @@ def picture_of(graph: MemoryGraph) -> Figure:
         edge_colour = "#000000" if node.role == "anchor" else "#ffffff"
         axes.scatter([x], [y], s=260, color=KIND_COLOURS.get(node.kind, OTHER_COLOUR), edgecolors=edge_colour,
                      linewidths=2.0, zorder=2)
-        axes.annotate(node.label, (x, y), fontsize=6, ha="center", va="top", xytext=(0, -9),
+        axes.annotate(_drawn(node.label, LABEL_CHARS), (x, y), fontsize=6, ha="center", va="top", xytext=(0, -9),
                       textcoords="offset points", zorder=3, parse_math=False)
     handles = [Line2D([], [], marker="o", linestyle="", color=c, label=k) for k, c in KIND_COLOURS.items()]
     used = sorted({e.type for e in graph.edges})
@@ -238,8 +278,15 @@ def picture_of(graph: MemoryGraph) -> Figure:
     for text in legend.get_texts():
         text.set_parse_math(False)
     note = "" if len(keep) == len(full) else f" - the {len(keep)} best connected of {len(full)} nodes"
-    axes.set_title(f"{graph.namespace}: {graph.scope}{note} (black ring: anchor, thick edge: traversal path)",
+    axes.set_title(_drawn(f"{graph.namespace}: {graph.scope}", TITLE_CHARS)
+                   + f"{note} (black ring: anchor, thick edge: traversal path)",
                    fontsize=10, parse_math=False)
     axes.set_axis_off()
     figure.tight_layout()
     return figure
+
+
+def _drawn(text: str, width: int) -> str:
+    """`text` as the picture shows it: control characters as escapes (`printable`), each line cut to `width`."""
+    return "\n".join(line if len(line) <= width else line[: width - 3] + "..."
+                     for line in printable(text).splitlines())
