@@ -24,3 +24,14 @@ def printable(text: str) -> str:
 def _escape(match: re.Match[str]) -> str:
     code = ord(match.group())
     return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
+
+
+def printable_json(text: str) -> str:
+    """JSON text with the same characters written as JSON's own escapes (`\\u001b`, `\\u202e`), which a reader
+    decodes to the very same text. pydantic escapes the C0 controls but writes DEL, the C1 controls and the
+    bidirectional overrides as they are. (Outside its strings JSON holds none of them.)"""
+    return _UNSAFE.sub(_json_escape, text)
+
+
+def _json_escape(match: re.Match[str]) -> str:
+    return f"\\u{ord(match.group()):04x}"

@@ -37,7 +37,7 @@ from strata.memory.erasure import compact_chroma
 from strata.memory.errors import ConfigError, InputError, StrataError
 from strata.memory.forgetting import shown_ids
 from strata.memory.ledger_sql import LARGEST_INTEGER
-from strata.memory.printable import printable
+from strata.memory.printable import printable, printable_json
 from strata.memory.private_files import write_beside
 from strata.memory.records import KINDS, Change
 from strata.memory.registry import close_all
@@ -269,17 +269,17 @@ def _require_memories(memory: Memory) -> None:
 
 def _print_answer(answer: Answer) -> None:
     if answer.answer is not None:
-        print(f"answer: {answer.answer}")
+        _show(f"answer: {answer.answer}")
     else:
-        print("answer: (retrieval only)")
-    print(f"cited: {', '.join(answer.cited_ids) or '(none)'}")
-    print(f"evidence ids: {', '.join(answer.evidence_ids()) or '(none)'}")
+        _show("answer: (retrieval only)")
+    _show(f"cited: {', '.join(answer.cited_ids) or '(none)'}")
+    _show(f"evidence ids: {', '.join(answer.evidence_ids()) or '(none)'}")
     for item in answer.evidence:
-        print(f"  {item.id:<18} {item.label or item.text}")
+        _show(f"  {item.id:<18} {item.label or item.text}")
     if answer.verdict is not None:
-        print(f"judge: {answer.verdict.action} after {answer.rounds} round(s) ({answer.verdict.policy})")
+        _show(f"judge: {answer.verdict.action} after {answer.rounds} round(s) ({answer.verdict.policy})")
     for note in answer.changes:
-        print(f"changed: {note.action} {note.record_id} (undo with `strata undo {note.change_id}`)")
+        _show(f"changed: {note.action} {note.record_id} (undo with `strata undo {note.change_id}`)")
 
 
 def _print_change(change: Change) -> None:
@@ -292,7 +292,7 @@ def _print_change(change: Change) -> None:
         parts.append(f"{_short(change.old_text)!r} -> {_short(change.new_text)!r}")
     parts += _field_changes(change)
     parts.append(f"({change.reason}, {change.policy}){state}")
-    print(" ".join(parts))
+    _show(" ".join(parts))
 
 
 def _field_changes(change: Change) -> list[str]:
@@ -329,10 +329,10 @@ def _ingest(args: argparse.Namespace) -> int:
             summary = ingest_conversation(memory, conversation, args.limit_sessions, on_turn=tick)
         summaries.append(summary)
         if not args.json:
-            print(summary.line())
+            _show(summary.line())
     if args.json:
         data = [s.model_dump(mode="json") for s in summaries]
-        print(json.dumps(data[0] if len(data) == 1 else data, indent=2))
+        _show_json(json.dumps(data[0] if len(data) == 1 else data, indent=2))
     return 0
 
 
@@ -344,7 +344,7 @@ def _ask(args: argparse.Namespace) -> int:
     read = memory.retrieve if args.retrieve_only else memory.ask
     answer = read(args.question, refresh=args.refresh)
     if args.json:
-        print(answer.model_dump_json(indent=2))
+        _show_json(answer.model_dump_json(indent=2))
     else:
         _print_answer(answer)
     return 0
@@ -356,8 +356,10 @@ def _explain(args: argparse.Namespace) -> int:
     memory = _stored_memory(args)
     _require_memories(memory)
     answer = memory.explain(args.question)
-    print(answer.model_dump_json(indent=2, include={"question", "evidence", "trace", "notes"}) if args.json
-          else answer.explain())
+    if args.json:
+        _show_json(answer.model_dump_json(indent=2, include={"question", "evidence", "trace", "notes"}))
+    else:
+        _show(answer.explain())
     return 0
 
 
@@ -385,10 +387,10 @@ def _graph(args: argparse.Namespace) -> int:
         raise ConfigError(f"cannot write in {out} ({error.strerror or type(error).__name__}): choose a writable "
                           "folder") from None
     for path in written:
-        print(f"wrote {path}")
-    print(f"{len(exported.nodes)} nodes, {len(exported.edges)} edges ({printable(exported.scope)})")
+        _show(f"wrote {path}")
+    _show(f"{len(exported.nodes)} nodes, {len(exported.edges)} edges ({exported.scope})")
     for note in notes:
-        print(f"{PROG}: note: {note}", file=sys.stderr)
+        _show(f"{PROG}: note: {note}", file=sys.stderr)
     return 0
 
 
@@ -403,10 +405,10 @@ def _chat(args: argparse.Namespace) -> int:
     interactive = sys.stdin.isatty()
     answered = refused = 0
     if interactive:
-        print(f"chatting as {args.speaker!r} with {_where(memory)}; /quit or Ctrl-D ends", file=sys.stderr)
+        _show(f"chatting as {args.speaker!r} with {_where(memory)}; /quit or Ctrl-D ends", file=sys.stderr)
     while True:
         if interactive:
-            print(f"{args.speaker}> ", end="", flush=True, file=sys.stderr)
+            _show(f"{args.speaker}> ", end="", flush=True, file=sys.stderr)
         line = sys.stdin.readline()
         if not line:
             break
@@ -418,13 +420,13 @@ def _chat(args: argparse.Namespace) -> int:
         try:
             answer = memory.chat(text, speaker=args.speaker)
         except InputError as error:  # one bad line does not end the conversation
-            print(f"{PROG}: error: {_one_line(error)}", file=sys.stderr)
+            _show(f"{PROG}: error: {_one_line(error)}", file=sys.stderr)
             refused += 1
             continue
         answered += 1
-        print(answer.answer or "(no answer)")
+        _show(answer.answer or "(no answer)")
         if answer.cited_ids:
-            print(f"  cited: {', '.join(answer.cited_ids)}")
+            _show(f"  cited: {', '.join(answer.cited_ids)}")
         sys.stdout.flush()
     return EXIT_USER_ERROR if refused and not answered else 0  # every line refused: a script sees it failed
 
@@ -433,21 +435,21 @@ def _stats(args: argparse.Namespace) -> int:
     memory = _stored_memory(args)
     counts = memory.stats()
     if args.json:
-        print(json.dumps(counts, indent=2, default=str))
+        _show_json(json.dumps(counts, indent=2, default=str))
         return 0
-    print(_where(memory))
-    print(f"{'store':<10}{'active':>8}{'superseded':>12}{'deleted':>9}")
+    _show(_where(memory))
+    _show(f"{'store':<10}{'active':>8}{'superseded':>12}{'deleted':>9}")
     for kind in KINDS:
         row = counts.get(kind, {})
-        print(f"{kind:<10}{row.get('active', 0):>8}{row.get('superseded', 0):>12}{row.get('deleted', 0):>9}")
+        _show(f"{kind:<10}{row.get('active', 0):>8}{row.get('superseded', 0):>12}{row.get('deleted', 0):>9}")
     links = counts.get("links", 0)
     if isinstance(links, dict):
         detail = ", ".join(f"{name} {count}" for name, count in sorted(links.items()))
-        print(f"links: {sum(links.values())}" + (f" ({detail})" if detail else ""))
+        _show(f"links: {sum(links.values())}" + (f" ({detail})" if detail else ""))
     else:
-        print(f"links: {links}")
-    print(f"history: {counts.get('history', 0)} changes")
-    print(f"working memory: {counts.get('working', 0)} turns")
+        _show(f"links: {links}")
+    _show(f"history: {counts.get('history', 0)} changes")
+    _show(f"working memory: {counts.get('working', 0)} turns")
     return 0
 
 
@@ -455,16 +457,16 @@ def _consolidate(args: argparse.Namespace) -> int:
     memory = _stored_memory(args)
     report = memory.consolidate(args.limit)
     if args.json:
-        print(report.model_dump_json(indent=2))
+        _show_json(report.model_dump_json(indent=2))
         return 0
-    print(
+    _show(
         f"consolidated {report.turns} turns of {_where(memory)} in {report.seconds:.1f} s "
         f"({report.per_thousand_turns():.1f} s per 1,000 turns; policy {report.policy})"
     )
-    print(f"new links: causal {report.causal}, entity {report.entity}; "
+    _show(f"new links: causal {report.causal}, entity {report.entity}; "
           f"summaries written {report.summaries}, unchanged {report.summaries_unchanged}")
     if report.filed:
-        print(f"first filed as notes: {report.filed} turns an earlier version stored without one")
+        _show(f"first filed as notes: {report.filed} turns an earlier version stored without one")
     return 0
 
 
@@ -473,7 +475,7 @@ def _history(args: argparse.Namespace) -> int:
     changes = memory.history(args.record, args.limit)
     if not changes:
         subject = f"record {args.record!r}" if args.record else _where(memory)
-        print(f"no changes for {subject}")
+        _show(f"no changes for {subject}")
     for change in changes:
         _print_change(change)
     return 0
@@ -482,14 +484,14 @@ def _history(args: argparse.Namespace) -> int:
 def _undo(args: argparse.Namespace) -> int:
     memory = _stored_memory(args)
     change = memory.undo(args.change_id)
-    print(f"undid change #{change.undoes} on {change.record_id}: it is {change.new_status.value} again")
-    print(f"text now: {change.new_text}")
+    _show(f"undid change #{change.undoes} on {change.record_id}: it is {change.new_status.value} again")
+    _show(f"text now: {change.new_text}")
     for restored in _field_changes(change):  # an evolution's undo gives back tags and context, not words
-        print(f"restored {restored}")
-    print(f"(this undo is change #{change.id}; `strata undo {change.id}` does not redo: edit again instead)")
+        _show(f"restored {restored}")
+    _show(f"(this undo is change #{change.id}; `strata undo {change.id}` does not redo: edit again instead)")
     settled = [c for c in memory.history(change.record_id, limit=5) if (c.id or 0) > (change.id or 0)]
     for later in reversed(settled):  # its slot had a newer value since: memory/slots.py `undo`
-        print(f"then change #{later.id}: {later.record_id} is {later.new_status.value}, {later.reason} "
+        _show(f"then change #{later.id}: {later.record_id} is {later.new_status.value}, {later.reason} "
               f"(`strata undo {later.id}` makes it {later.old_status.value} again)")
     return 0
 
@@ -506,28 +508,28 @@ def _erase(args: argparse.Namespace) -> int:
         threads = list(chosen.threads)
         if args.json:
             requests = [c.id for c in plan.requests]
-            print(json.dumps({"erased": False, "targets": plan.targets, "requests": requests, "threads": threads,
-                              "threads_unattributed": chosen.unattributed}, indent=2))
+            _show_json(json.dumps({"erased": False, "targets": plan.targets, "requests": requests, "threads": threads,
+                                   "threads_unattributed": chosen.unattributed}, indent=2))
             return 0
-        print(f"would erase {len(plan.targets)} records for good (with their links and history): "
+        _show(f"would erase {len(plan.targets)} records for good (with their links and history): "
               f"{', '.join(plan.targets)}")
         if plan.requests:  # the turn stays, told without its words; the rows holding them go
-            print(f"and the words of the requests to forget them, kept in {len(plan.requests)} history rows: "
+            _show(f"and the words of the requests to forget them, kept in {len(plan.requests)} history rows: "
                   f"{', '.join(f'#{c.id} ({c.record_id})' for c in plan.requests)} (each request's turn stays, "
                   "told without them)")
         if threads:
-            print(f"and delete {len(threads)} saved threads that hold them: {shown_ids(threads)}")
+            _show(f"and delete {len(threads)} saved threads that hold them: {shown_ids(threads)}")
         if chosen.unattributed:
-            print(f"and keep {len(chosen.unattributed)} saved threads that hold them but say not whose they are: "
+            _show(f"and keep {len(chosen.unattributed)} saved threads that hold them but say not whose they are: "
                   f"{shown_ids(chosen.unattributed)}")
-        print("nothing was erased: run again with --yes to erase them")
+        _show("nothing was erased: run again with --yes to erase them")
         return 0
     report = memory.erase(args.ids, args.about)
     compacted = _closed_and_compacted(memory)
     if args.json:
-        print(json.dumps({**report.model_dump(mode="json"), "chroma_compacted": compacted}, indent=2))
+        _show_json(json.dumps({**report.model_dump(mode="json"), "chroma_compacted": compacted}, indent=2))
         return 0
-    print(report.summary())
+    _show(report.summary())
     _say_compacted(compacted, "erased")
     return 0
 
@@ -542,7 +544,7 @@ def _closed_and_compacted(memory: Memory) -> bool | None:
 
 def _say_compacted(compacted: bool | None, removed: str) -> None:
     if compacted is not None:
-        print(f"Chroma's database and indexes rebuilt without the {removed} records' bytes and vectors" if compacted
+        _show(f"Chroma's database and indexes rebuilt without the {removed} records' bytes and vectors" if compacted
               else "Chroma's files were not rebuilt: with the memory closed, run "
               "strata.memory.erasure.compact_chroma(Path(data_dir) / 'chroma') from Python")
 
@@ -563,26 +565,26 @@ def _drop(args: argparse.Namespace) -> int:
     unfinished = " (an import of it had not finished)" if store.state(IMPORTING) is not None else (
         " (a drop of it had stopped midway)" if store.state(DROPPING) is not None else "")
     if not args.yes:
-        print(f"would drop {_where(memory)} for good: {held}{unfinished}")
+        _show(f"would drop {_where(memory)} for good: {held}{unfinished}")
         chosen = threads_to_drop(memory.context("ask").data_dir, store.namespace, holders_in(store.settings))
         threads = chosen.threads
         if threads:
-            print(f"and delete {len(threads)} saved threads run on it: {shown_ids(list(threads))}")
+            _show(f"and delete {len(threads)} saved threads run on it: {shown_ids(list(threads))}")
             shared = {thread: others for thread, others in threads.items() if others}
             if shared:
                 others = sorted({name for names in shared.values() for name in names})
-                print(f"{len(shared)} of them also ran on other namespaces ({', '.join(others)}), whose runs on "
+                _show(f"{len(shared)} of them also ran on other namespaces ({', '.join(others)}), whose runs on "
                       f"them go too (their memories stay): {shown_ids(list(shared))}")
         if chosen.unattributed:
-            print(unattributed_line(chosen.unattributed, shown_ids))
-        print("nothing was deleted: run again with --yes to drop it")
+            _show(unattributed_line(chosen.unattributed, shown_ids))
+        _show("nothing was deleted: run again with --yes to drop it")
         return 0
     threads = memory.drop()
     compacted = _closed_and_compacted(memory)  # as after `erase --yes`: Chroma's free pages held the dropped words
     deleted = f"; {len(threads)} saved threads deleted ({shown_ids(threads)})" if threads else ""
-    print(f"dropped {_where(memory)}: {held}{unfinished}{deleted}; the namespace is empty and can be used again")
+    _show(f"dropped {_where(memory)}: {held}{unfinished}{deleted}; the namespace is empty and can be used again")
     if threads.unattributed:
-        print(unattributed_line(threads.unattributed, shown_ids))
+        _show(unattributed_line(threads.unattributed, shown_ids))
     _say_compacted(compacted, "dropped")
     return 0
 
@@ -660,7 +662,7 @@ def _export(args: argparse.Namespace) -> int:
     memory = _stored_memory(args)
     if to_stdout:
         document = memory.export(args.about)
-        sys.stdout.write(document.model_dump_json() + "\n")
+        sys.stdout.write(printable_json(document.model_dump_json()) + "\n")  # the same document, parsed
         sys.stdout.flush()
         shown, report = "stdout", sys.stderr  # stdout holds the document alone
     else:
@@ -670,7 +672,7 @@ def _export(args: argparse.Namespace) -> int:
         _write_beside(target, document.model_dump_json(), mode)
         shown, report = (f"{out} (-> {target})" if target != out.absolute() else str(out)), sys.stdout
     whose = f"{args.about}'s records" if args.about else "the memory"
-    print(f"wrote {whose} of {_where(memory)} to {shown}: {len(document.records)} records, {len(document.links)} "
+    _show(f"wrote {whose} of {_where(memory)} to {shown}: {len(document.records)} records, {len(document.links)} "
           f"links, {len(document.history)} history entries", file=report)
     return 0
 
@@ -680,10 +682,10 @@ def _import(args: argparse.Namespace) -> int:
     try:
         report = memory.import_from(Path(args.file))  # a path always: '[2024-05-01] backup.json' read as JSON
     except KeyboardInterrupt:  # import_memory dropped what it wrote: nothing of it is stored
-        print(f"\n{PROG}: interrupted: the import was rolled back and nothing was imported; run the same command "
+        _show(f"\n{PROG}: interrupted: the import was rolled back and nothing was imported; run the same command "
               "to import it", file=sys.stderr)
         return EXIT_INTERRUPTED
-    print(f"{report.summary()} into {_where(memory)}")
+    _show(f"{report.summary()} into {_where(memory)}")
     return 0
 
 
@@ -700,7 +702,7 @@ def _reindex(args: argparse.Namespace) -> int:
         copied = rebuild_folder(folder)
     finally:
         release_folder(folder)
-    print(f"rebuilt {len(copied)} collections ({sum(copied.values())} records) in {folder}; "
+    _show(f"rebuilt {len(copied)} collections ({sum(copied.values())} records) in {folder}; "
           f"then run `chroma vacuum --path {folder}` to drop the database's freed pages")
     return 0
 
@@ -723,7 +725,7 @@ def _demo_on(args: argparse.Namespace, file: Path) -> int:
     # offline unless a model is named on the command line (STRATA_MODEL does not switch the demo online)
     overrides = {"model": args.model or "offline"}
     namespace = "demo" if args.namespace is None else args.namespace
-    print(f"demo: {file} ({conversation.turn_count()} turns in {len(conversation.sessions)} sessions, "
+    _show(f"demo: {file} ({conversation.turn_count()} turns in {len(conversation.sessions)} sessions, "
           f"{len(questions)} gold questions), model: {overrides['model']}")
     if args.data_dir:
         return _run_demo(args, _memory(args, namespace, **overrides), conversation, questions)
@@ -742,13 +744,26 @@ def _run_demo(
     # a temporary folder's name would lead a user nowhere once the demo ends: say so instead
     place = (f"namespace {memory.namespace!r} in a temporary folder, deleted when the demo ends (--data-dir DIR "
              "keeps it)") if temporary else _where(memory)
-    print(f"memory: {place}")
+    _show(f"memory: {place}")
     with _progress(conversation.turn_count(), "ingest") as tick:
         run_demo(memory, conversation, questions, args.questions, print, on_turn=tick)
     return 0
 
 
 # --- entry point -----------------------------------------------------------------------------
+
+
+def _show(text: object = "", **how: Any) -> None:
+    """Print a line of output. Everything the commands print passes here or through `_show_json`: it may hold
+    stored text (a turn, an answer, a reason, an id), and a turn holding `ESC [2J` or `ESC ]0;...BEL` cleared the
+    screen or retitled the window of whoever ran `ask`, `explain` or `history`. Control characters are shown
+    as escapes (`printable`); what memory holds is unchanged."""
+    print(printable(str(text)), **how)
+
+
+def _show_json(text: str, **how: Any) -> None:
+    """Print JSON with the characters `_show` escapes written as JSON escapes: the same document once parsed."""
+    print(printable_json(text), **how)
 
 
 def _one_line(error: BaseException | str) -> str:
@@ -776,14 +791,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.run(args))
     except KeyboardInterrupt:
-        print(f"\n{PROG}: interrupted: every finished turn is stored; run the same command to continue",
+        _show(f"\n{PROG}: interrupted: every finished turn is stored; run the same command to continue",
               file=sys.stderr)
         return EXIT_INTERRUPTED
     except BrokenPipeError:  # the reader went away (`strata history | head`): stop quietly, as Unix tools do
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush must not fail too
         return EXIT_PIPE_CLOSED
     except (StrataError, ConversationFileError, OSError) as error:
-        print(f"{PROG}: error: {_one_line(error)}", file=sys.stderr)
+        _show(f"{PROG}: error: {_one_line(error)}", file=sys.stderr)
         return EXIT_USER_ERROR
     finally:
         close_all()
