@@ -20,8 +20,12 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from tokenizers import Encoding
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +36,12 @@ SMALL_BATCH = 8
 """Texts from which a batch is split across threads; fewer run on one thread (a question's few texts
 encode faster on one core of a busy machine)."""
 CHUNK = 32
-"""Texts per model call, after sorting by length, so little of a call is padding."""
+"""Texts per model call at most, after sorting by length, so little of a call is padding."""
+ATTENTION_BUDGET = 32 * 128 * 128
+"""Texts x tokens x tokens a model call may take (its attention maps grow with each text's tokens squared, and
+onnxruntime keeps the largest it met for the process's life). 32 texts of up to 128 tokens (every LoCoMo
+turn) run together as before; 256-token texts (episodes, summaries, long turns) run 8 at a time: 64 of them
+took RSS from 0.3 to 1.3 GB in 32-text calls on two threads."""
 PROBES = (
     "Caroline went to the LGBTQ support group yesterday.",
     "I painted a sunrise over the lake last summer, and it was my favourite!",
@@ -72,8 +81,7 @@ class OnnxMiniLM:
 
         config = json.loads((model_dir / "sentence_bert_config.json").read_text())
         self._tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
-        self._tokenizer.enable_truncation(int(config.get("max_seq_length", 256)))
-        self._tokenizer.enable_padding()
+        self._tokenizer.enable_truncation(int(config.get("max_seq_length", 256)))  # padded per call in _run
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = 1  # parallel batches run one chunk per thread (see embed)
         options.inter_op_num_threads = 1
@@ -96,8 +104,9 @@ class OnnxMiniLM:
         cores (all by default), fewer texts one."""
         if not texts:
             return np.zeros((0, 384), dtype=np.float32)
+        encodings = self._tokenizer.encode_batch(list(texts))
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-        chunks = [order[start : start + CHUNK] for start in range(0, len(order), CHUNK)]
+        chunks = chunked(order, [len(e.ids) for e in encodings])
         want = self.threads if threads is None else max(1, min(threads, self.threads))
         if len(texts) <= SMALL_BATCH:
             want = 1
@@ -105,7 +114,7 @@ class OnnxMiniLM:
             size = -(-len(order) // want)
             chunks = [order[start : start + size] for start in range(0, len(order), size)]
         out = np.zeros((len(texts), 384), dtype=np.float32)
-        batches = [[texts[i] for i in chunk] for chunk in chunks]
+        batches = [[encodings[i] for i in chunk] for chunk in chunks]
         if want > 1 and self._pool is not None:
             results = list(self._pool.map(self._run, batches))
         else:
@@ -114,13 +123,32 @@ class OnnxMiniLM:
             out[chunk] = vectors
         return out
 
-    def _run(self, batch: list[str]) -> np.ndarray:
-        encodings = self._tokenizer.encode_batch(batch)
-        ids = np.asarray([e.ids for e in encodings], dtype=np.int64)
-        mask = np.asarray([e.attention_mask for e in encodings], dtype=np.int64)
+    def _run(self, encodings: list[Encoding]) -> np.ndarray:
+        width = max(len(e.ids) for e in encodings)  # padded as the tokenizer pads: id 0, mask 0, on the right
+        ids = np.zeros((len(encodings), width), dtype=np.int64)
+        mask = np.zeros((len(encodings), width), dtype=np.int64)
+        for row, encoding in enumerate(encodings):
+            ids[row, : len(encoding.ids)] = encoding.ids
+            mask[row, : len(encoding.ids)] = encoding.attention_mask
         feed = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
         hidden = self._session.run(None, feed)[0]
         return mean_pooled(hidden, mask)
+
+
+def chunked(order: list[int], tokens: list[int]) -> list[list[int]]:
+    """`order` cut into model calls: at most CHUNK texts, and no more than ATTENTION_BUDGET of texts x tokens
+    squared once padded to the call's longest text (`tokens[i]`: text i's tokens)."""
+    chunks: list[list[int]] = []
+    width = 0
+    for index in order:
+        wider = max(width, tokens[index])
+        if chunks and len(chunks[-1]) < CHUNK and (len(chunks[-1]) + 1) * wider * wider <= ATTENTION_BUDGET:
+            chunks[-1].append(index)
+            width = wider
+        else:
+            chunks.append([index])
+            width = tokens[index]
+    return chunks
 
 
 def mean_pooled(hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:

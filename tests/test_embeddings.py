@@ -119,6 +119,26 @@ def test_a_text_gets_the_same_vector_alone_in_a_batch_or_on_one_thread(embedder:
     assert np.allclose(batched[:10], alone, atol=1e-6)
 
 
+def test_long_texts_are_embedded_in_calls_whose_attention_fits_a_budget(embedder: Any) -> None:
+    """Found by audit: an import's episodes and summaries (256 tokens) ran 32 to a call on two threads, and
+    onnxruntime kept the ~1 GB their attention maps took for the process's life (an import of conv-26's export
+    peaked at 1.3 GB where its ingest took 0.5). A call now holds as many texts as its longest allows; short
+    turns (every LoCoMo turn is 128 tokens at most) still run 32 to a call, so their vectors are unchanged."""
+    from strata.memory.minilm_onnx import ATTENTION_BUDGET, CHUNK, chunked
+
+    tokens = [256] * 40 + [20] * 70 + [128] * 32
+    chunks = chunked(list(range(len(tokens))), tokens)
+    assert sorted(i for chunk in chunks for i in chunk) == list(range(len(tokens)))
+    assert all(len(c) * max(tokens[i] for i in c) ** 2 <= ATTENTION_BUDGET and len(c) <= CHUNK for c in chunks)
+    assert [len(c) for c in chunks[:5]] == [8] * 5  # 256-token texts, 8 at a time
+    assert [len(c) for c in chunked(list(range(70)), [20] * 70)] == [32, 32, 6]
+    assert [len(c) for c in chunked(list(range(32)), [128] * 32)] == [32]
+    longs = [f"{i} " + "many words in a long summary " * (10 + 6 * i) for i in range(20)]
+    batched = embedder.inner.embed(longs)
+    alone = np.vstack([embedder.inner.embed([text]) for text in longs])
+    assert np.allclose(batched, alone, atol=1e-6)
+
+
 @pytest.mark.filterwarnings("ignore")  # what PyTorch says while it exports (a subprocess's stderr hid it)
 def test_an_unwritable_cache_folder_keeps_the_export_in_memory(tmp_path: Path, monkeypatch: Any) -> None:
     """Where the cache folder cannot be made (a file stands in its place), the model is exported into
