@@ -909,6 +909,13 @@ class MemoryStore:
         with self._lock:
             return self._timeline.latest_turn()
 
+    def turn_count(self) -> int:
+        """How many active turns `timeline()` holds, without building its list (which every raw change
+        drops: the fast path took its length for each turn, an O(n) copy per turn)."""
+        self._load("raw")
+        with self._lock:
+            return len(self._timeline)
+
     def participants(self) -> list[str]:
         """Who takes part: the distinct speakers of the stored turns, in order of appearance."""
         self._load("raw")

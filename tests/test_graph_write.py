@@ -531,3 +531,22 @@ def test_an_erase_during_a_consolidation_leaves_no_summary_of_what_it_erased(
     told = memory.export().model_dump_json()
     for record_id in sorted(gone)[:50]:
         assert f'"{record_id}"' not in told, record_id
+
+
+def test_the_fast_path_counts_the_turns_without_copying_the_timeline(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by audit (ingest slows as a namespace grows): each turn's entity links took `len(store.timeline())`,
+    and every stored turn drops that list, so each turn copied every turn stored before it. The count is read
+    from the timeline's index; what is linked is unchanged (conv-26 ingested before
+    and after: the same records and links)."""
+    from strata.memory.timeline import Timeline
+
+    copies: list[int] = []
+    records = Timeline.records
+    monkeypatch.setattr(Timeline, "records", lambda self: copies.append(len(self)) or records(self))
+    memory = Memory("t", data_dir=str(data_dir))
+    memory.add([{"speaker": "Ann" if i % 2 else "Bob", "text": f"I visited Porto with Sofia, day {i}."}
+                for i in range(6)])
+    assert copies == []
+    assert memory.store.turn_count() == len(memory.store.timeline()) == 6

@@ -88,7 +88,7 @@ def write_turn(
         for fact in facts:
             out += entity_graph.mention_links(ns, fact, find_mentions(fact.text, known=participants))
         earlier = entity_graph.earlier_mentions(store, [m.key for m in mentions])
-        linked = entity_graph.entity_links(ns, raw, mentions, earlier, len(store.timeline()))
+        linked = entity_graph.entity_links(ns, raw, mentions, earlier, store.turn_count())
         out += linked
         result.mentions, result.entity = len(out) - len(linked), len(linked)
         known = store.state(entity_graph.CATALOGUE, {}) or {}  # as staged by this batch's earlier turns
