@@ -97,7 +97,10 @@ class BM25Index:
             for doc_id, tf in docs.items():
                 norm = tf + self.k1 * (1 - self.b + self.b * self._lengths[doc_id] / avg_len)
                 scores[doc_id] += idf * tf * (self.k1 + 1) / norm
-        items = scores.items() if allowed is None else [item for item in scores.items() if allowed(item[0])]
+        items = list(scores.items()) if allowed is None else [item for item in scores.items() if allowed(item[0])]
+        if len(items) > k:  # only a score at least the k-th best can rank: the ids' order is worked out for those
+            cutoff = heapq.nlargest(k, [score for _, score in items])[-1]
+            items = [item for item in items if item[1] >= cutoff]
         # Best first, equal scores in the ids' natural order (D1:2 before D1:10): the order the index was
         # filled in (how the records were loaded) must not decide between them, or a memory reopened from
         # disk would rank otherwise than the live one.
