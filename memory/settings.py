@@ -7,6 +7,7 @@ variables, so Studio, the server, the CLI and an embedding app can all set it.
 from __future__ import annotations
 
 import asyncio
+import errno
 import math
 import os
 from pathlib import Path
@@ -58,9 +59,18 @@ def real_folder(name: str) -> str:
     A relative name is taken from the working directory, read without a blocking call when on a running
     event loop: there it is the one this module was imported in. A server's loop (`langgraph dev`'s
     blockbuster) refuses `os.getcwd()`, and the README's `make serve` has no STRATA_DATA_DIR, so every run
-    and every /strata/* route resolved `.strata` there and failed with a BlockingError."""
+    and every /strata/* route resolved `.strata` there and failed with a BlockingError.
+
+    A loop of symbolic links is a one-line `ConfigError` (Python 3.11 raises RuntimeError for it, 3.13 an
+    OSError; either one reached the command line as a traceback)."""
     path = Path(name).expanduser()
-    return str((path if path.is_absolute() else Path(_working_dir(), path)).resolve())
+    try:
+        return str((path if path.is_absolute() else Path(_working_dir(), path)).resolve())
+    except (OSError, RuntimeError) as error:
+        why = "a loop of symbolic links" if isinstance(error, RuntimeError) or getattr(
+            error, "errno", None) == errno.ELOOP else (error.strerror or type(error).__name__)
+        raise ConfigError(f"the memory folder {name} cannot be found ({why}): fix the link or name another "
+                          "folder as data_dir") from None
 
 
 _IMPORT_DIR = os.getcwd()  # the working directory a server's loop resolves relative folders against

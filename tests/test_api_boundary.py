@@ -425,6 +425,26 @@ def test_a_data_folder_that_is_a_file(tmp_path: Path) -> None:
     assert file.read_text() == "not a folder"
 
 
+def test_a_data_folder_that_is_a_loop_of_links_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Found by audit: `ln -s loop loop` as the data folder raised RuntimeError("Symlink loop ...") from
+    Path.resolve (Python 3.11) through Memory, Context and a graph run, and the command line printed a
+    40-line traceback."""
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    calls = (lambda d: Memory("ann", data_dir=d), lambda d: Context(namespace="ann", data_dir=d),
+             lambda d: build_graph().invoke({"question": "Where?"}, context={"namespace": "ann", "data_dir": d}))
+    for folder in (tmp_path / "loop", tmp_path / "a" / "inside"):
+        for call in calls:
+            with pytest.raises(ConfigError) as error:
+                call(str(folder))
+            assert f"the memory folder {folder} cannot be found (a loop of symbolic links)" in one_line(error)
+    assert main(["--data-dir", str(tmp_path / "loop"), "stats"]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+
+
 def test_cli_refuses_an_empty_namespace_and_a_bad_port(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
