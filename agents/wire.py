@@ -168,7 +168,7 @@ def backoff(attempt: int, base: float, asked: float | None, waited: float = 0.0)
     """
     if asked is not None:
         return asked if asked <= RETRY_AFTER_CEILING and waited + asked <= RETRY_AFTER_TOTAL else None
-    step = min(BACKOFF_CEILING, base * (2**attempt))
+    step = min(BACKOFF_CEILING, base * 2.0 ** min(attempt, 64))  # 2**1024 as a float overflowed (OverflowError)
     return step * random.uniform(0.5, 1.0)
 
 

@@ -282,6 +282,13 @@ class Context:
                 raise InputError(f"{name} must be {need}, got {value!r}")
             if isinstance(least, int) and not float(value).is_integer():
                 raise InputError(f"{name} must be a whole number, got {value!r}")
+        if self.model_timeout > MAX_MODEL_TIMEOUT:  # past ~1e9 the HTTP client's clock overflowed: every call
+            raise InputError(  # failed at once and each role fell back offline, blaming the model's reply
+                f"model_timeout must be at most {MAX_MODEL_TIMEOUT:g} seconds (a day), got {self.model_timeout:g}: "
+                f"for no practical limit give {MAX_MODEL_TIMEOUT:g}")
+        if self.model_retries > MAX_MODEL_RETRIES:
+            raise InputError(f"model_retries must be from 0 to {MAX_MODEL_RETRIES}, got {self.model_retries!r}: "
+                             "max_model_calls caps the calls of a question anyway")
         if not (math.isfinite(self.temperature) and 0.0 <= self.temperature <= MAX_TEMPERATURE):
             raise InputError(f"temperature must be from 0 to {MAX_TEMPERATURE:g} (what chat models take), "
                              f"got {self.temperature!r}")
@@ -355,6 +362,10 @@ STORAGE_SETTINGS = ("data_dir", "chroma_host", "chroma_port", "chroma_ssl", "chr
 # Retry rounds a question may take: each costs a Judge and a sub-question call with a model, and a few
 # graph steps (thousands would pass LangGraph's step limit mid-question). AMA uses 2.
 MAX_RETRY_ROUNDS = 20
+# The model's wire: a call may last up to a day (a slow local model), and be tried again up to 100 times (each
+# retry waits up to BACKOFF_CEILING, agents/wire.py), far past what a question's max_model_calls lets it spend.
+MAX_MODEL_TIMEOUT = 86_400.0
+MAX_MODEL_RETRIES = 100
 # Least and most values of the numeric settings; a setting not listed takes any number of its type.
 MAX_TEMPERATURE = 2.0  # the highest sampling temperature chat APIs take (OpenAI's; Anthropic's stops at 1)
 _RANGES: dict[str, tuple[int, int]] = {

@@ -226,6 +226,31 @@ def test_wire_settings_come_from_the_context_or_the_environment(monkeypatch: pyt
         assert "\n" not in str(error.value) and next(iter(bad)) in str(error.value)
 
 
+def test_wire_settings_past_their_use_are_one_line_and_the_largest_still_asks_the_model(
+    stub: OpenAIStub, memory_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by audit: `model_retries` had no upper bound, and the 1,024th retry's backoff overflowed
+    (`OverflowError` out of the graph run); `model_timeout=1e10` (a way to write "no timeout") overflowed the
+    HTTP client's clock, so no call reached the server and every role answered offline, blaming the reply."""
+    from strata.agents.wire import BACKOFF_CEILING, backoff
+
+    for bad, says in (({"model_retries": 101}, "model_retries must be from 0 to 100, got 101"),
+                      ({"model_timeout": 1e10}, "model_timeout must be at most 86400 seconds (a day), got 1e+10")):
+        with pytest.raises(InputError) as error:
+            Context(**bad)  # type: ignore[arg-type]
+        assert says in str(error.value) and "\n" not in str(error.value)
+    monkeypatch.setenv("STRATA_MODEL_TIMEOUT", "1e300")
+    with pytest.raises(InputError, match="model_timeout must be at most 86400 seconds"):
+        Context()
+    monkeypatch.delenv("STRATA_MODEL_TIMEOUT")
+    assert all(0.5 * BACKOFF_CEILING <= (backoff(n, 1.0, None) or 0) <= BACKOFF_CEILING for n in (1024, 10**6))
+    assert backoff(10**6, 0.0, None) == 0.0 and backoff(10**6, 1e300, None) == pytest.approx(BACKOFF_CEILING, 0.5)
+    result = graph.invoke({"question": QUESTION}, context=wired(stub, memory_dir, model_timeout=86_400,
+                                                               model_retries=100))
+    assert labels(result["trace"])["working"] == "model:openai:stub-model (json_schema)"
+    assert stub.roles() == ["judge", "answer"]
+
+
 def test_backoff_grows_with_jitter_and_honours_retry_after() -> None:
     import httpx
     from strata.agents.wire import RETRY_AFTER_CEILING, backoff, retry_after
