@@ -36,6 +36,7 @@ from strata.memory.erasure import (
 )
 from strata.memory.errors import (
     InputError,
+    NotFoundError,
     check_text,
     shown_value,
 )
@@ -57,7 +58,7 @@ from strata.memory.registry import drop_namespace, open_store, set_aside
 from strata.memory.run_gate import RunGate, run_gate
 from strata.memory.settings import real_folder
 from strata.memory.slots import undo as undo_change
-from strata.memory.store import DROPPING, MemoryStore
+from strata.memory.store import DROPPING, MemoryStore, kind_of
 from strata.thread_owners import holders_in
 
 TurnLike = Turn | dict[str, Any] | str
@@ -288,9 +289,19 @@ class Memory:
     def history(self, record_id: str | None = None, limit: int = 50) -> list[Change]:
         """Changes made to memory, newest first: `record_id`'s alone when given, at most `limit`. Each row has the
         record's text and status before and after. An update, a delete or an evolution can be undone by its id
-        (`undo`) once; an undo's own row and a no-op (the Refresher looked and left the record as it was) cannot."""
+        (`undo`) once; an undo's own row and a no-op (the Refresher looked and left the record as it was) cannot.
+        A record with no changes gives [], and one the namespace does not hold a `NotFoundError`: a misspelt id
+        must not read as a record nothing ever changed."""
         query = checked(_HistoryQuery, record_id=record_id, limit=limit)
-        return self._whole().history(query.record_id, query.limit)
+        store = self._whole()
+        if query.record_id is None:
+            return store.history(None, query.limit)
+        kind_of(query.record_id)  # "'%%%' is not a memory id", as erase and get say it
+        changes = store.history(query.record_id, query.limit)
+        if not changes and not store.get([query.record_id]):
+            raise NotFoundError(f"no record {query.record_id!r} in namespace {self.namespace!r} (never stored, or "
+                                "erased): check the id and the namespace")
+        return changes
 
     def undo(self, change_id: int | None = None) -> Change:
         """Reverse a change and the changes made with it: the latest update or delete when no id is
@@ -489,12 +500,19 @@ def _plain(result: Any) -> dict[str, Any]:
     return asdict(result)
 
 
+def _names_a_record(value: str | None) -> str | None:
+    if value is not None and not value.strip():  # an unset field of an app: it read the whole history
+        raise ValueError("names no record: give a record's id (e.g. fact:D1:3:0), or None for every change")
+    return value
+
+
 class _HistoryQuery(BaseModel):
     """Arguments of `Memory.history`."""
 
     model_config = ConfigDict(strict=True)
 
-    record_id: str | None = Field(None, description="Only the changes of this record, e.g. fact:D1:3:0.")
+    record_id: Annotated[str | None, AfterValidator(_names_a_record)] = Field(
+        None, description="Only the changes of this record, e.g. fact:D1:3:0.")
     limit: int = Field(50, ge=1, le=LARGEST_INTEGER, description="At most this many changes.")
 
 

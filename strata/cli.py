@@ -471,10 +471,13 @@ def _consolidate(args: argparse.Namespace) -> int:
 
 
 def _history(args: argparse.Namespace) -> int:
+    if args.record is not None and not args.record.strip():  # it listed the whole history
+        raise InputError("--record is empty: give a record's id (e.g. fact:D1:3:0), or leave --record out for "
+                         "every change")
     memory = _stored_memory(args)
     changes = memory.history(args.record, args.limit)
     if not changes:
-        subject = f"record {args.record!r}" if args.record else _where(memory)
+        subject = f"record {args.record!r} (it is as it was stored)" if args.record else _where(memory)
         _show(f"no changes for {subject}")
     for change in changes:
         _print_change(change)

@@ -82,6 +82,10 @@ def one_line(error: pytest.ExceptionInfo[StrataError]) -> str:
         (lambda m: m.ask("Where\ud800 does Ann live?"), "the question holds '\\ud800' at character 6"),
         (lambda m: m.retrieve("x\udcff"), "not text (undecodable bytes?)"),  # bytes of a command line
         (lambda m: m.history("\ud800"), "record_id holds"),
+        (lambda m: m.history(""), "record_id: names no record: give a record's id (e.g. fact:D1:3:0), or None"),
+        (lambda m: m.history(record_id=" "), "record_id: names no record"),  # an unset field: not every change
+        (lambda m: m.history("%%%"), "'%%%' is not a memory id: ids start with raw:"),  # as erase says it
+        (lambda m: m.history("fact:D9:9:0"), "no record 'fact:D9:9:0' in namespace 'ann' (never stored, or erased)"),
         (lambda m: m.history(limit=2**63), "less than or equal to 9223372036854775807"),
         (lambda m: m.undo(2**63), "less than or equal to 9223372036854775807"),
         (lambda m: m.graph(person=5), "the person must be text"),

@@ -285,6 +285,19 @@ def test_history_and_undo_say_what_an_evolution_changed(tmp_path: Path, offline_
     assert (row.old_fields["context"], row.new_fields["context"]) == ("Ann's new cat", before.context)
 
 
+def test_history_of_an_empty_malformed_or_missing_record_says_so(tmp_path: Path, offline_env: dict[str, str]) -> None:
+    """Found by audit: `history --record ''` (an unset field) listed the whole history, a malformed id answered
+    "no changes for record '%%%'" where erase says it is not a memory id, and a record that does not exist read
+    as one nothing ever changed."""
+    base = ["--data-dir", str(stored(tmp_path / "mem")), "--namespace", "m", "history", "--record"]
+    one_line_error(run(*base, "", env=offline_env, cwd=tmp_path), "--record is empty: give a record's id")
+    one_line_error(run(*base, "%%%", env=offline_env, cwd=tmp_path), "'%%%' is not a memory id")
+    one_line_error(run(*base, "raw:D9:9", env=offline_env, cwd=tmp_path),
+                   "no record 'raw:D9:9' in namespace 'm' (never stored, or erased)")
+    kept = run(*base, "raw:D1:2", env=offline_env, cwd=tmp_path)
+    assert kept.returncode == 0 and kept.stdout == "no changes for record 'raw:D1:2' (it is as it was stored)\n"
+
+
 def _locomo(turns: list[dict[str, str]], session_2: list[dict[str, str]] | None = None) -> dict[str, Any]:
     """A small LoCoMo conversation between Ann and Bo; `session_2` makes it two sessions."""
     conversation: dict[str, Any] = {"speaker_a": "Ann", "speaker_b": "Bo", "session_1": turns,
