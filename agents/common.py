@@ -17,6 +17,7 @@ from strata.graph.context import Context
 from strata.graph.state import Evidence, RoleNote, State, validate_turns
 from strata.memory.errors import InputError, check_text
 from strata.memory.facts import without_small_talk
+from strata.memory.names import blank
 from strata.memory.records import OFFLINE, Record
 from strata.memory.registry import open_store
 from strata.memory.speakers import listener_of
@@ -107,7 +108,7 @@ def current_turn_text(state: State, mode: str) -> str:
     turns = validate_turns(state.turns)  # Turns pass through it as they are
     if mode in ("ingest", "chat") and turns and state.cursor < len(turns):
         return turns[state.cursor].text
-    if state.question.strip():
+    if not blank(state.question):
         return state.question
     return turns[-1].text if turns and mode in ("ingest", "chat") else ""
 
@@ -184,7 +185,7 @@ def input_of(state: State, context: Context) -> tuple[str, str, set[str]]:
         return turn.text, turn.speaker, {f"raw:{turn.dia_id}"} if turn.dia_id else set()
     if not isinstance(state.question, str):  # the server's JSON input is not checked against the state's types
         raise InputError(f"the question must be text, not {type(state.question).__name__}: pass {{'question': '...'}}")
-    if state.question.strip():
+    if not blank(state.question):
         if len(state.question) > context.max_question_chars:
             raise InputError(
                 f"the question has {len(state.question):,} characters, more than max_question_chars="

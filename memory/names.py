@@ -27,6 +27,24 @@ SPACELESS_RUN = re.compile(f"[{SPACELESS}]+")
 _DOTTED_I = re.compile("i\u0307")  # "İ".casefold() is "i" + a combining dot: "İsmail" must meet "ismail"
 
 
+# What a reader never sees on its own: format characters (zero-width space, word joiner, byte-order mark, soft
+# hyphen), controls, combining marks with nothing to combine with (U+034F, variation selectors), separators; and
+# the fillers some scripts draw as nothing (Hangul's, Braille's blank pattern).
+_UNSEEN = frozenset({"Cf", "Cc", "Mn", "Me", "Zs", "Zl", "Zp"})
+_FILLERS = frozenset("\u115f\u1160\u3164\uffa0\u2800")
+
+
+def blank(text: str) -> bool:
+    """Whether `text` shows nothing: no character a reader can see. The one test of an empty question or turn
+    (`str.strip()` keeps U+200B, so a question of zero-width spaces retrieved the whole namespace)."""
+    for char in text:
+        if "!" <= char <= "~":  # printable ASCII: most text ends here at its first character
+            return False
+        if not (char.isspace() or unicodedata.category(char) in _UNSEEN or char in _FILLERS):
+            return False
+    return True
+
+
 @lru_cache(maxsize=65_536)
 def clean_name(name: str) -> str:
     """A name as it is stored: composed (NFC), without invisible format characters (zero-width space,

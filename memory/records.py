@@ -25,7 +25,7 @@ from strata.memory.moments import (
     offset_of,
     utc_now,
 )
-from strata.memory.names import composed
+from strata.memory.names import blank
 
 Kind = Literal["raw", "fact", "episode", "persona", "summary"]
 KINDS: tuple[Kind, ...] = ("raw", "fact", "episode", "persona", "summary")
@@ -89,8 +89,8 @@ class Turn(BaseModel):
     @field_validator("text")
     @classmethod
     def _not_blank(cls, value: str) -> str:
-        """Words a reader can see: zero-width spaces alone were stored as a turn of nothing."""
-        if not composed(value).strip():
+        """Words a reader can see: zero-width spaces or combining marks alone were stored as a turn of nothing."""
+        if blank(value):
             raise ValueError("text is empty: give the turn some words")
         return value
 

@@ -45,6 +45,7 @@ from strata.memory.graph.consolidation import ConsolidationReport
 from strata.memory.graph.export import MemoryGraph, build_graph, namespace_graph, person_graph
 from strata.memory.ledger_sql import LARGEST_INTEGER
 from strata.memory.moments import utc_now
+from strata.memory.names import blank
 from strata.memory.portability import (
     ImportReport,
     MemoryDocument,
@@ -251,7 +252,7 @@ class Memory:
     def _answer(self, mode: str, question: str, refresh: bool = False) -> Answer:
         _flag(refresh, "refresh")
         question = _text(question, "the question")
-        if not question.strip():
+        if blank(question):
             raise InputError("the question is empty: ask something, e.g. memory.ask('Where does Ann live?')")
         overrides = {"refresh_on_read": True} if refresh else {}
         return _answer_from(question, self._run(mode, {"question": question}, overrides=overrides))

@@ -37,6 +37,7 @@ from strata.memory.erasure import compact_chroma
 from strata.memory.errors import ConfigError, InputError, StrataError
 from strata.memory.forgetting import shown_ids
 from strata.memory.ledger_sql import LARGEST_INTEGER
+from strata.memory.names import blank
 from strata.memory.printable import printable, printable_json
 from strata.memory.private_files import write_beside
 from strata.memory.records import KINDS, Change
@@ -337,7 +338,7 @@ def _ingest(args: argparse.Namespace) -> int:
 
 
 def _ask(args: argparse.Namespace) -> int:
-    if not args.question.strip():
+    if blank(args.question):
         raise InputError('the question is empty: ask something, e.g. strata ask "Where does Ann live?"')
     memory = _stored_memory(args)
     _require_memories(memory)
@@ -351,7 +352,7 @@ def _ask(args: argparse.Namespace) -> int:
 
 
 def _explain(args: argparse.Namespace) -> int:
-    if not args.question.strip():
+    if blank(args.question):
         raise InputError('the question is empty: e.g. strata explain "Where does Ann live?"')
     memory = _stored_memory(args)
     _require_memories(memory)
@@ -370,7 +371,7 @@ def _graph(args: argparse.Namespace) -> int:
     if not formats:  # it wrote nothing and said so with exit 0
         raise InputError(f"--formats names no format: use some of {','.join(FORMATS)}")
     check_formats(formats)  # before the graph is worked out, not after
-    if args.question is not None and not args.question.strip():
+    if args.question is not None and blank(args.question):
         raise InputError('the question is empty: e.g. strata graph --question "Where does Ann live?", or leave '
                          "--question out for the whole graph")
     memory = _stored_memory(args)

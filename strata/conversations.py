@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError
 
 from strata.memory.errors import InputError, unstorable
 from strata.memory.moments import read_time
-from strata.memory.names import canonical_name, clean_name, composed
+from strata.memory.names import blank, canonical_name, clean_name
 from strata.memory.records import Turn
 from strata.memory.speakers import listener_of
 
@@ -225,7 +225,7 @@ def _checked_turn(raw: object, keys: tuple[str, ...], name: str, where: str) -> 
     if not fields["speaker"].strip():
         raise ConversationFileError(f"{name}: {where} has an empty speaker: give the speaker's name")
     fields["speaker"] = _person(fields["speaker"], name, f"{where}'s speaker")
-    if not composed(fields["text"]).strip():  # zero-width spaces alone are no words either
+    if blank(fields["text"]):  # zero-width spaces or combining marks alone are no words either
         raise ConversationFileError(f"{name}: {where} has empty text: {_TURN_FORMAT}, and the text needs words")
     return fields
 

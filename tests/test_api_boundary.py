@@ -100,6 +100,14 @@ def one_line(error: pytest.ExceptionInfo[StrataError]) -> str:
         (lambda m: m.import_from(b"{not json"), "the export is not JSON"),
         (lambda m: m.import_from(b"\xff{}"), "the export is bytes that are not UTF-8"),
         (lambda m: m.add({"speaker": "Ann", "text": "\u200b\u200b"}), "turn 1: text: text is empty"),
+        # found by audit: no character a reader can see is no words, and no question (it retrieved everything)
+        (lambda m: m.add({"speaker": "Ann", "text": "\u034f"}), "turn 1: text: text is empty"),
+        (lambda m: m.add({"speaker": "Ann", "text": "\u200b\u2060\ufeff\u00ad\u034f\u3164\ufe0f"}), "text is empty"),
+        (lambda m: m.chat(" \u034f\u0301 ", speaker="Ann"), "text is empty"),
+        (lambda m: m.ask("\u200b"), "the question is empty"),
+        (lambda m: m.retrieve("\u200b\u2060\ufeff\u00ad\u034f"), "the question is empty"),
+        (lambda m: build_graph().invoke({"question": "\u200b "}, context=m.context("retrieve")),
+         "retrieve needs a question"),
         # an id that holds other words: the stored turn is not replaced (no history could undo it)
         (lambda m: m.add({"speaker": "Ann", "text": "I live in Denver now.", "dia_id": "D1:1"}),
          "turn D1:1 is already stored with other words ('I live in Boston.')"),

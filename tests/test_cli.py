@@ -141,7 +141,7 @@ def test_unknown_mode_through_the_api() -> None:
 
 
 def test_empty_question(data_dir: Path, offline_env: dict[str, str]) -> None:
-    for question in ("", "   "):
+    for question in ("", "   ", "\u200b"):  # no character a reader can see: found by audit (it was answered)
         result = strata("ask", question, "--data-dir", str(data_dir), env=offline_env)
         assert_user_error(result, "question is empty")
     result = strata("graph", "--question", " ", "--data-dir", str(data_dir), env=offline_env)

@@ -369,6 +369,7 @@ def test_wrong_shapes(tmp_path: Path, content: str, expected: str) -> None:
         ({"speaker": "Ann", "text": "hi", "image_caption": 5}, "image_caption that is a number"),
         ({"speaker": "Ann", "text": "hi", "dia_id": "D1:1"}, "dia_id 'D1:1' is used by more than one turn"),
         ({"speaker": "Ann", "text": "\u200b\u200b"}, "turn 2 has empty text"),
+        ({"speaker": "Ann", "text": "\u034f"}, "turn 2 has empty text"),  # a combining mark alone: no words either
         ({"speaker": "Ann", "text": "a\x00b"}, "turn 2 has a text that holds a NUL character (\\x00) at character 2"),
         ({"speaker": "Ann", "text": "hi", "dia_id": "D1:\x002"}, "turn 2 has a dia_id that holds a NUL"),
         ({"speaker": "Ann", "text": "hi", "session": "\x00"}, "turn 2 has a session that holds a NUL"),

@@ -180,3 +180,23 @@ def test_a_narrative_keeps_a_fact_s_own_end_mark() -> None:
 
     assert [as_sentence(t) for t in ("我搬到了杭州。", "هل انتقلت؟", "Ann moved", "Really?")] == [
         "我搬到了杭州。", "هل انتقلت؟", "Ann moved.", "Really?"]
+
+
+@pytest.mark.parametrize("text", ["\u200b", "\u034f", " \u0301\u20dd ", "\ufe0f\u2060\ufeff\u00ad", "\u3164\u2800",
+                                  "\u2028\u3000\t", "\x01"])
+def test_text_showing_nothing_is_blank(text: str) -> None:
+    """Found by audit: `str.strip()` keeps zero-width spaces and combining marks, so a question of them
+    retrieved the whole namespace and a turn of a combining grapheme joiner was stored as a turn of nothing."""
+    from strata.memory.names import blank
+
+    assert blank(text)
+    with pytest.raises(ValueError, match="text is empty"):
+        Turn(speaker="Ann", text=text)
+
+
+@pytest.mark.parametrize("text", ["...", "👍", "中", "ก", "e\u0301", "\u1100\u1161", "\u0915\u093c", "\u200bhi",
+                                  "\u00a0ok", "٣"])
+def test_text_a_reader_can_see_is_not_blank(text: str) -> None:
+    from strata.memory.names import blank
+
+    assert not blank(text) and Turn(speaker="Ann", text=text).text.strip() == text.strip()
