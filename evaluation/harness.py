@@ -335,7 +335,7 @@ def _parse(argv: Sequence[str]) -> HarnessOptions:
     parser.add_argument("--base-url", default=os.environ.get("STRATA_BASE_URL", ""),
                         help="base URL of an OpenAI-compatible server")
     parser.add_argument("--judge-model", default="", help="chat model of the LLM judge (default: --model)")
-    parser.add_argument("--embedder", default=os.environ.get("STRATA_EMBEDDER", "local:all-MiniLM-L6-v2"),
+    parser.add_argument("--embedder", default=os.environ.get("STRATA_EMBEDDER") or "local:all-MiniLM-L6-v2",
                         help="embedder for every system")
     parser.add_argument("--top-k", type=int, default=10, help="k of the dense and BM25 baselines (default 10)")
     parser.add_argument("--questions", type=int, default=None, help="ask only the first N questions per conversation")

@@ -91,7 +91,10 @@ class RunSettings(BaseModel):
     )
 
     def memory_settings(self) -> dict[str, Any]:
-        return {"data_dir": self.data_dir, "model": self.model, "base_url": self.base_url, "embedder": self.embedder}
+        """The memory's own settings: the base URL only with a model (offline systems beside a judge served
+        there take none, which a memory would refuse as unused)."""
+        base_url = self.base_url if self.model.strip() else ""
+        return {"data_dir": self.data_dir, "model": self.model, "base_url": base_url, "embedder": self.embedder}
 
 
 # --- strata ------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from strata.memory.embeddings import DEFAULT_EMBEDDER
 from strata.memory.errors import ConfigError, InputError, not_http_url, shown_value, unstorable
 from strata.memory.ledger_sql import LARGEST_INTEGER
 from strata.memory.moments import zone_of
+from strata.memory.names import blank
 from strata.memory.namespaces import check_namespace
 from strata.memory.settings import DEFAULT_DATA_DIR, StoreSettings, check_folder, outside_chroma, real_folder
 
@@ -231,6 +232,7 @@ class Context:
                     f"at least {least}" if number < least else f"at most {most} (a 64-bit whole number)")
                 raise ConfigError(f"{source[name]} must be {bound}, got {number!r}")
         self._check_wire()
+        self._check_used(source)
         zone_of(self.timezone, source["timezone"])
         unknown = set(self.kinds()) - {"raw", "fact", "episode", "summary"}
         if unknown or not self.kinds():
@@ -264,6 +266,34 @@ class Context:
                 f"{ENV_PREFIX}NAMESPACE"):
             raise InputError("this server's runs name their memory: set the context's namespace (a user, an agent "
                              "or a conversation id; a misspelt key is dropped by the server before strata sees it)")
+
+    def _check_used(self, source: dict[str, str]) -> None:
+        """A setting given that nothing would read is one line, never a default the caller did not ask for: a
+        port without a Chroma host opened the embedded folder, a base_url without a model answered offline,
+        and a blank owner or time zone meant none. An empty STRATA_<NAME> counts as unset (a .env file's
+        `STRATA_OWNER=`), and an empty owner, timezone, host or URL is each one's documented default."""
+        for name, fix in _BLANK.items():
+            value = getattr(self, name)
+            if value and blank(value):
+                raise ConfigError(f"{source[name]} is blank (spaces or invisible characters only): {fix}")
+        if blank(self.embedder):
+            raise ConfigError(f"{source['embedder']} is empty: give {DEFAULT_EMBEDDER} (the default) or "
+                              "openai:<model>, or leave it out")
+        given = {name for name in source if name in self._given or source[name].startswith(ENV_PREFIX)}
+        if not self.chroma_host:
+            unused = [name for name in ("chroma_port", "chroma_ssl", "chroma_auth_header") if name in given and (
+                getattr(self, name) if name != "chroma_port" else True)]
+            if unused:
+                raise ConfigError(f"{source[unused[0]]} is set but chroma_host is not, so it would go unused: name "
+                                  "the Chroma server (chroma_host, --chroma-host or STRATA_CHROMA_HOST), or "
+                                  f"{_leave_out(unused[0], source)} for the embedded Chroma in data_dir")
+        if self.base_url and self.chat_model is not None:
+            raise ConfigError(f"{source['base_url']} is not used with a chat_model object, which keeps its own: "
+                              f"give the object its base URL, or {_leave_out('base_url', source)}")
+        if self.base_url and not self.model.strip():
+            raise ConfigError(f"{source['base_url']} is set but no model is, so every answer would be offline: name "
+                              "the model the server serves (model='openai:NAME', --model or STRATA_MODEL), or "
+                              f"{_leave_out('base_url', source)}")
 
     def _check_wire(self) -> None:
         """The model-call settings: one line naming the setting and what it takes."""
@@ -346,6 +376,11 @@ def _init_noting_what_is_given(self: Context, *args: Any, _given: frozenset[str]
 Context.__init__ = _init_noting_what_is_given  # type: ignore[method-assign]
 
 
+def _leave_out(name: str, source: dict[str, str]) -> str:
+    """How to stop giving a setting: unset its variable, or leave it out of the call."""
+    return f"unset {source[name]}" if source[name].startswith(ENV_PREFIX) else f"leave {name} out"
+
+
 def _flag(name: str) -> bool:
     """A server's switch, STRATA_<name>: true or false, anything else refused in one line."""
     flag = (os.environ.get(f"{ENV_PREFIX}{name}") or "").strip().lower()
@@ -373,6 +408,15 @@ _RANGES: dict[str, tuple[int, int]] = {
     "episode_max_turns": (1, _NO_LIMIT), "chroma_port": (1, 65535), "max_turn_chars": (1, _NO_LIMIT),
     "max_question_chars": (1, _NO_LIMIT),
 }  # fmt: skip
+# Text settings whose empty value means a default: given blank but not empty, each is refused with what to give.
+_BLANK = {
+    "owner": "give the owner's name, or leave it empty for no owner",
+    "timezone": "give an IANA zone such as America/Denver, or leave it empty for UTC",
+    "chroma_host": "give the Chroma server's host, or leave it empty for the embedded Chroma in data_dir",
+    "chroma_auth_header": "give 'Name: value', or leave it empty",
+    "ledger_url": "give a PostgreSQL URL, or leave it empty for the SQLite ledger in data_dir",
+    "base_url": "give the server's http(s) URL, or leave it empty",
+}
 _KIND_WORDS = {int: "a whole number", float: "a number", bool: "true or false", str: "text"}
 
 

@@ -342,6 +342,19 @@ def test_bytes_are_decoded_never_stored_as_their_repr(memory: Memory) -> None:
         ({"refresher": "maybe"}, ConfigError, "refresher must be true or false"),
         ({"granularities": "raw,everything"}, InputError, "granularities"),
         ({"colour": "blue"}, InputError, "unknown setting"),
+        # found by audit: settings given that nothing would read, which the memory dropped without a word
+        ({"chroma_port": 1234}, ConfigError, "setting chroma_port is set but chroma_host is not, so it would go "
+         "unused: name the Chroma server (chroma_host, --chroma-host or STRATA_CHROMA_HOST), or leave chroma_port out"),
+        ({"chroma_ssl": True}, ConfigError, "setting chroma_ssl is set but chroma_host is not"),
+        ({"chroma_auth_header": "X-Token: s"}, ConfigError, "setting chroma_auth_header is set but chroma_host is not"),
+        ({"base_url": "http://127.0.0.1:9/v1"}, ConfigError, "setting base_url is set but no model is, so every "
+         "answer would be offline: name the model the server serves (model='openai:NAME', --model or STRATA_MODEL)"),
+        ({"embedder": ""}, ConfigError, "setting embedder is empty: give local:all-MiniLM-L6-v2 (the default)"),
+        ({"owner": " "}, ConfigError, "setting owner is blank (spaces or invisible characters only): give the owner's"),
+        ({"owner": "\u200b"}, ConfigError, "setting owner is blank"),
+        ({"timezone": " "}, ConfigError, "setting timezone is blank (spaces or invisible characters only): give"),
+        ({"ledger_url": "  "}, ConfigError, "setting ledger_url is blank"),
+        ({"chroma_host": " ", "chroma_port": 1234}, ConfigError, "setting chroma_host is blank"),
     ],
 )
 def test_wrong_settings_are_one_line_errors(tmp_path: Path, settings: dict[str, Any], error: type, words: str) -> None:
@@ -386,6 +399,41 @@ def test_a_malformed_ledger_url_is_named_without_its_password(tmp_path: Path) ->
         Memory("ann", data_dir=str(tmp_path), ledger_url="postgresql://ann:hunter%zz2@db.internal/strata").stats()
     message = one_line(caught)
     assert message.startswith("ledger_url is not a valid PostgreSQL URL") and "hunter" not in message, message
+
+
+def test_settings_nothing_would_read_are_refused_and_an_empty_variable_is_unset(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Found by audit: a Chroma port without a host opened the embedded folder, a base_url without a model
+    answered offline, `embedder=""` and a blank owner or time zone meant the default; each is one line now.
+    An empty STRATA_<NAME> (a .env file's `STRATA_OWNER=`) is unset, and a variable is named as the source."""
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+
+    fake = GenericFakeChatModel(messages=iter(["ok"]))
+    with pytest.raises(ConfigError) as error:
+        Memory("ann", data_dir=str(tmp_path), chat_model=fake, base_url="http://127.0.0.1:9/v1")
+    assert "setting base_url is not used with a chat_model object, which keeps its own" in one_line(error)
+    demo = Memory("ann", data_dir=str(tmp_path), model="offline", base_url="http://127.0.0.1:9/v1")  # offline, said
+    assert demo.context("ask").offline()
+    for variable in ("STRATA_OWNER", "STRATA_EMBEDDER", "STRATA_TIMEZONE", "STRATA_CHROMA_HOST", "STRATA_BASE_URL"):
+        monkeypatch.setenv(variable, "")
+    context = Context(namespace="ann", data_dir=str(tmp_path))
+    assert (context.owner, context.embedder, context.timezone, context.chroma_host) == ("", Context.embedder, "", "")
+    monkeypatch.setenv("STRATA_CHROMA_PORT", "8001")
+    with pytest.raises(ConfigError) as error:
+        Context(namespace="ann", data_dir=str(tmp_path))
+    assert "STRATA_CHROMA_PORT is set but chroma_host is not" in one_line(error)
+    assert "or unset STRATA_CHROMA_PORT for the embedded Chroma in data_dir" in one_line(error)
+    monkeypatch.setenv("STRATA_CHROMA_HOST", "127.0.0.1")
+    assert Context(namespace="ann", data_dir=str(tmp_path)).store_settings().chroma_port == 8001
+    monkeypatch.delenv("STRATA_CHROMA_PORT")
+    monkeypatch.delenv("STRATA_CHROMA_HOST")
+    for argv, says in ((["--chroma-port", "1234"], "setting chroma_port is set but chroma_host is not"),
+                       (["--base-url", "http://127.0.0.1:9/v1"], "setting base_url is set but no model is"),
+                       (["--embedder", ""], "setting embedder is empty"), (["--owner", " "], "setting owner is blank")):
+        assert main(["--data-dir", str(tmp_path / "cli"), *argv, "stats"]) == 2
+        assert says in capsys.readouterr().err
+    assert not (tmp_path / "cli").exists()
 
 
 def test_settings_from_text_are_converted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
