@@ -20,7 +20,7 @@ from pydantic import BaseModel, Field, ValidationError
 from strata.graph.context import Context
 from strata.memory.errors import InputError, shown_value
 from strata.memory.moments import MaybeUtcTime, UtcTime, local
-from strata.memory.names import clean_name
+from strata.memory.names import blank, clean_name
 from strata.memory.records import ChangeNote, Kind, Turn
 
 Node = TypeVar("Node", bound=Callable[..., Any])
@@ -282,6 +282,21 @@ def _clean_names(turn: Turn, n: int) -> Turn:
     if not speaker:
         raise InputError(f"turn {n}: speaker has no visible characters: give the name of who said it")
     return turn.model_copy(update={"speaker": speaker, "listener": listener or None})
+
+
+def check_speaker(speaker: object, name: str) -> None:
+    """A speaker given once for many turns (a chat's, an agent's tools'), checked as a turn's own speaker is,
+    before any turn: otherwise every turn was refused for it, each with the same error. `name` is how the
+    caller gave it (`--speaker`, `memory_tools speaker`)."""
+    if not isinstance(speaker, str):
+        raise InputError(f"{name} must be text, a person's name, not {type(speaker).__name__}: e.g. 'Ann'")
+    if blank(speaker):
+        raise InputError(f"{name} {shown_value(speaker)} names nobody: give the name of who speaks, e.g. 'Ann'")
+    try:
+        validate_turns([{"speaker": speaker, "text": "-"}])
+    except InputError as error:
+        problem = str(error).removeprefix("turn 1: ").removeprefix("speaker: ")
+        raise InputError(f"{name} {shown_value(speaker)}: {problem}") from None
 
 
 def validate_turns(items: object, default_speaker: str = "user", max_chars: int | None = None) -> list[Turn]:

@@ -31,7 +31,7 @@ from strata.conversations import (
     load_turns,
 )
 from strata.demo import SAMPLE_CONVERSATION, run_demo
-from strata.graph.state import validate_turns
+from strata.graph.state import check_speaker
 from strata.ingestion import check_limits, ingest_conversation, select_sessions
 from strata.memory.erasure import compact_chroma
 from strata.memory.errors import ConfigError, InputError, StrataError
@@ -398,10 +398,8 @@ def _graph(args: argparse.Namespace) -> int:
 def _chat(args: argparse.Namespace) -> int:
     if sys.stdin is None:  # `strata chat <&-`: Python gives no stream at all
         raise InputError("stdin is closed: type the lines, or send them in (strata chat < lines.txt)")
-    try:  # checked once, before anything is read: otherwise every line was refused for it and the chat went on
-        validate_turns([{"speaker": args.speaker, "text": "-"}])
-    except InputError as error:
-        raise InputError(f"--speaker {args.speaker!r}: {str(error).removeprefix('turn 1: ')}") from None
+    check_speaker(args.speaker, "--speaker")  # before anything is read: every line was refused for it, and the
+    # chat went on
     memory = _memory(args)
     interactive = sys.stdin.isatty()
     answered = refused = 0

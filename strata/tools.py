@@ -29,8 +29,8 @@ from langchain_core.tools import BaseTool, StructuredTool, ToolException
 from pydantic import BaseModel, Field, ValidationError
 
 from strata.api import Answer, Memory
-from strata.graph.state import ChangeNote, Evidence
-from strata.memory.errors import StrataError
+from strata.graph.state import ChangeNote, Evidence, check_speaker
+from strata.memory.errors import InputError, StrataError
 from strata.memory.forgetting import is_confirmation
 
 MAX_LINES = 12
@@ -100,7 +100,14 @@ def bad_arguments(error: ValidationError | Exception) -> str:
 def memory_tools(memory: Memory, speaker: str = "user") -> list[BaseTool]:
     """search_memory, remember and forget, bound to one namespace's memory and to `speaker`: `remember`
     stores as them and `forget` asks as them. The model never names the speaker, or text it read could
-    have it store words in anyone's name, and a request to forget as the person the records are about."""
+    have it store words in anyone's name, and a request to forget as the person the records are about.
+
+    Both are checked here, in one line each: a wrong memory raised AttributeError at the first call, and a
+    wrong speaker was told to the model at every remember and forget, which it cannot fix."""
+    if not isinstance(memory, Memory):
+        raise InputError(f"memory_tools takes a strata Memory, not {type(memory).__name__}: e.g. "
+                         "memory_tools(Memory('ann'), speaker='Ann')")
+    check_speaker(speaker, "memory_tools speaker")
 
     def search_memory(query: str) -> str:
         try:

@@ -22,6 +22,7 @@ from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from strata.graph import Context, build_graph
+from strata.memory.errors import InputError
 from strata.memory.records import Status
 from strata.memory.registry import close_all
 
@@ -175,6 +176,27 @@ def test_tool_errors_go_back_to_the_model(memory: Memory) -> None:
     search = {t.name: t for t in memory_tools(memory)}["search_memory"]
     reply = search.invoke({"name": "search_memory", "args": {"query": ""}, "id": "x", "type": "tool_call"})
     assert isinstance(reply, ToolMessage) and "query" in str(reply.content)
+
+
+@pytest.mark.parametrize(("arguments", "says"), [
+    (("ann",), "memory_tools takes a strata Memory, not str: e.g. memory_tools(Memory('ann'), speaker='Ann')"),
+    ((None,), "memory_tools takes a strata Memory, not NoneType"),
+    (("memory", ""), "memory_tools speaker '' names nobody: give the name of who speaks, e.g. 'Ann'"),
+    (("memory", " \u200b"), "memory_tools speaker ' \\u200b' names nobody"),
+    (("memory", None), "memory_tools speaker must be text, a person's name, not NoneType"),
+    (("memory", "x" * 201), "speaker has 201 characters, more than 200"),
+    (("memory", "A\x00nn"), "memory_tools speaker 'A\\x00nn': holds a NUL character (\\x00) at character 2"),
+])
+def test_tools_built_for_no_memory_or_no_speaker_are_refused_when_built(
+    memory: Memory, arguments: tuple[Any, ...], says: str
+) -> None:
+    """Found by audit: `memory_tools("ann")` built and raised AttributeError at the first call, and a speaker
+    of '' (or None, or a NUL) built tools whose every remember and forget told the model of a speaker it
+    cannot change. Each is one line now, where the app builds them."""
+    given = [memory if value == "memory" else value for value in arguments]
+    with pytest.raises(InputError) as error:
+        memory_tools(*given)
+    assert says in str(error.value) and "\n" not in str(error.value)
 
 
 def test_forget_goes_through_the_refresher_and_undo_restores(memory: Memory) -> None:
