@@ -10,47 +10,99 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
+from dataclasses import fields
 from typing import Any
 
+from langgraph.errors import EmptyInputError
 from langgraph.graph.state import CompiledStateGraph
 from strata.graph.context import Context
-from strata.memory.errors import StrataError
+from strata.memory.errors import InputError, StrataError, shown_value
 from strata.memory.run_gate import Kind, RunGate, run_gate
 
 STORING_MODES = ("ingest", "chat")
+_INPUT = ("give a dict: {'question': '...'} to ask or retrieve, {'turns': [{'speaker': 'Ann', 'text': '...'}]} to "
+          "ingest or chat")
+_SETTINGS = frozenset(spec.name for spec in fields(Context))
 
 
-def gate_of(context: object) -> tuple[RunGate, Kind] | None:
-    """The gate a run with this context takes, and how; None when the context is not one (the run then
-    refuses it in its own words)."""
+def context_of(context: object) -> Context | None:
+    """The run's context as LangGraph will read it, or None when it is not one (the run then refuses it in its
+    own words)."""
     try:
         if isinstance(context, dict):
             context = Context(**context)  # as LangGraph turns a dict into the context schema
     except StrataError:
         return None
-    if not isinstance(context, Context):
+    return context if isinstance(context, Context) else None
+
+
+def gate_of(context: object) -> tuple[RunGate, Kind] | None:
+    """The gate a run with this context takes, and how; None when the context is not one."""
+    settings = context_of(context)
+    if settings is None:
         return None
-    return run_gate(context.store_settings(), context.namespace), "store" if context.mode in STORING_MODES else "read"
+    return run_gate(settings.store_settings(), settings.namespace), (
+        "store" if settings.mode in STORING_MODES else "read")
+
+
+def checked_gate(input: Any, config: Any, context: Any) -> tuple[RunGate, Kind] | None:
+    """The run checked (`check_run`), then its gate (`gate_of`): it reads the folder's path, so an async run
+    calls it off the loop."""
+    check_run(input, config, context)
+    return gate_of(context)
+
+
+def check_run(input: Any, config: Any, context: Any) -> None:
+    """What a run is given, in one line when LangGraph would say it in its own words or not at all: input
+    that is no state (text, a number, a list: InvalidUpdateError with a docs link), and settings given both
+    in `context` and in `config['configurable']` that disagree. A run reads its context only (LangGraph's
+    rule), so the configurable one was dropped without a word. Agreeing ones pass: a LangGraph server
+    mirrors its runs' context there. A run nested in an app's node inherits its config, which is not checked."""
+    if isinstance(input, str | bytes | bytearray | int | float | list | tuple | set | frozenset):
+        raise InputError(f"the graph's input is {type(input).__name__}, not a state: {_INPUT}")
+    configurable = config.get("configurable") if isinstance(config, Mapping) else None
+    named = sorted(_SETTINGS & configurable.keys()) if isinstance(configurable, Mapping) else []
+    settings = context_of(context) if named else None
+    if settings is None:
+        return
+    raw = context if isinstance(context, Mapping) else {}
+    for name in named:
+        theirs, ours = configurable[name], getattr(settings, name)
+        if theirs in (ours, raw.get(name, ours)) or str(theirs) == str(ours):
+            continue
+        raise InputError(f"config['configurable'] sets {name} to {shown_value(theirs)} and the run's context to "
+                         f"{shown_value(ours)}: a run reads its context only, so give {name} there and leave it out "
+                         "of configurable")
+
+
+def _no_input() -> InputError:
+    return InputError(f"the graph got no input (None resumes a run stopped on a thread, and none was): {_INPUT}")
 
 
 class TurnTakingGraph(CompiledStateGraph):  # type: ignore[type-arg]
     """LangGraph's compiled graph, each run inside its namespace's gate (`invoke` and `ainvoke` run these)."""
 
     def stream(self, input: Any, config: Any = None, *, context: Any = None, **kwargs: Any) -> Iterator[Any]:
-        gate = gate_of(context)
-        if gate is None:
-            yield from super().stream(input, config, context=context, **kwargs)
-            return
-        with gate[0].holding(gate[1]):
-            yield from super().stream(input, config, context=context, **kwargs)
+        gate = checked_gate(input, config, context)
+        try:
+            if gate is None:
+                yield from super().stream(input, config, context=context, **kwargs)
+                return
+            with gate[0].holding(gate[1]):
+                yield from super().stream(input, config, context=context, **kwargs)
+        except EmptyInputError:
+            raise _no_input() from None
 
     async def astream(self, input: Any, config: Any = None, *, context: Any = None,
                       **kwargs: Any) -> AsyncIterator[Any]:
-        gate = await asyncio.to_thread(gate_of, context)  # it reads the folder's path: not on the loop
+        gate = await asyncio.to_thread(checked_gate, input, config, context)  # it reads the folder's path
         if gate is None:
-            async for part in super().astream(input, config, context=context, **kwargs):
-                yield part
+            try:
+                async for part in super().astream(input, config, context=context, **kwargs):
+                    yield part
+            except EmptyInputError:
+                raise _no_input() from None
             return
         # The run goes on in a context of its own, each step a task in it: what the gate notes in a context
         # (that it is held, for the run's own nested calls) stays out of the caller's. A caller that stops
@@ -71,8 +123,11 @@ class TurnTakingGraph(CompiledStateGraph):  # type: ignore[type-arg]
     async def _astream_gated(self, gate: tuple[RunGate, Kind], input: Any, config: Any, context: Any,
                              kwargs: dict[str, Any]) -> AsyncIterator[Any]:
         async with gate[0].holding_async(gate[1]):
-            async for part in super().astream(input, config, context=context, **kwargs):
-                yield part
+            try:
+                async for part in super().astream(input, config, context=context, **kwargs):
+                    yield part
+            except EmptyInputError:
+                raise _no_input() from None
 
 
 def taking_turns(compiled: CompiledStateGraph) -> TurnTakingGraph:  # type: ignore[type-arg]

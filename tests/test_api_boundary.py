@@ -7,6 +7,7 @@ stored as it was. A read-only memory folder can still be read.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -279,6 +280,35 @@ def test_a_graph_run_with_a_context_or_question_it_cannot_use_is_one_line(tmp_pa
             build_graph().invoke(payload, context=context)
         assert says in one_line(error)
     assert [r.text for r in memory.store.all("raw")] == ["I moved to Denver last week."]
+
+
+@pytest.mark.parametrize(("payload", "config", "says"), [
+    (None, None, "the graph got no input (None resumes a run stopped on a thread, and none was): give a dict: "
+     "{'question': '...'} to ask or retrieve, {'turns': [{'speaker': 'Ann', 'text': '...'}]} to ingest or chat"),
+    ("hello", None, "the graph's input is str, not a state: give a dict"),
+    (["Where does Ann live?"], None, "the graph's input is list, not a state"),
+    (5, None, "the graph's input is int, not a state"),
+    ({"question": "Where?"}, {"configurable": {"namespace": "bob"}},
+     "config['configurable'] sets namespace to 'bob' and the run's context to 'ann': a run reads its context only, "
+     "so give namespace there and leave it out of configurable"),
+    ({"question": "Where?"}, {"configurable": {"k_r": 5, "thread_id": "t"}}, "sets k_r to 5 and the run's context "
+     "to 2"),
+])
+def test_graph_input_that_is_no_state_or_settings_given_twice_are_one_line(
+    tmp_path: Path, payload: Any, config: Any, says: str
+) -> None:
+    """Found by audit: `invoke(None)` raised LangGraph's EmptyInputError and `invoke("hello")` its
+    InvalidUpdateError with a docs link; a namespace given in configurable beside a context was dropped in
+    silence (the run read 'ann', the caller meant 'bob'). Settings that agree pass, as a server mirrors them."""
+    Memory("ann", data_dir=str(tmp_path)).add([{"speaker": "Ann", "text": "I moved to Denver.", "dia_id": "D1:1"}])
+    context = {"namespace": "ann", "data_dir": str(tmp_path)}
+    for run in (lambda: build_graph().invoke(payload, config, context=context),
+                lambda: asyncio.run(build_graph().ainvoke(payload, config, context=Context(**context)))):
+        with pytest.raises(InputError) as error:
+            run()
+        assert says in one_line(error)
+    agreeing = {"configurable": {"namespace": "ann", "k_r": "2", "thread_id": "t"}}
+    assert "Denver" in build_graph().invoke({"question": "Where does Ann live?"}, agreeing, context=context)["answer"]
 
 
 def test_a_text_or_a_dict_as_turns_is_one_turn(tmp_path: Path) -> None:

@@ -414,6 +414,7 @@ def test_a_run_cannot_move_the_memory_nor_store_junk(served: Served, tmp_path: P
         for payload, context in (({"question": QUESTION}, {"namespace": NAMESPACE, "data_dir": str(elsewhere)}),
                                  ({"turns": 5}, {"namespace": NAMESPACE, "mode": "ingest"}),
                                  ({"question": 5}, {"namespace": NAMESPACE, "mode": "ask"}),
+                                 ("hello", {"namespace": NAMESPACE, "mode": "chat"}),  # no state: found by audit
                                  # the server drops the key it does not know: no namespace arrives
                                  ({"turns": [secret]}, {"namepsace": NAMESPACE, "mode": "ingest"})):
             thread = await client.threads.create()
@@ -423,11 +424,12 @@ def test_a_run_cannot_move_the_memory_nor_store_junk(served: Served, tmp_path: P
         return results
 
     before = served.run(_stats(served))
-    moved, junk, number, unnamed = served.run(runs())
+    moved, junk, number, text, unnamed = served.run(runs())
     assert "this server's runs name their memory" in str(unnamed)  # not stored in the shared 'default'
     assert "STRATA_PIN_STORAGE" in str(moved) and not elsewhere.exists()
     assert "turns must be a list of turns, not int" in str(junk)
     assert "the question must be text, not int" in str(number)
+    assert "the graph's input is str, not a state" in str(text), text
     assert served.run(_stats(served)) == before
 
 
