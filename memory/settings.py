@@ -191,4 +191,26 @@ def folder_is_read_only(folder: Path) -> bool:
         raise ConfigError(f"the memory folder {shown_value(str(folder), 200)} is a file: point data_dir "
                           "(STRATA_DATA_DIR) at a folder")
     ledger = folder / LEDGER_NAME
+    for place, need in ((folder, os.R_OK | os.X_OK), (ledger, os.R_OK)):
+        if not os.access(place, need) and (place is folder or os.path.lexists(place)):
+            raise ConfigError(f"this user may not read {_owned(place)}: run strata as its owner, or give this user "
+                              f"read{' and search (r-x)' if place is folder else ' (r)'} permission on it, and write "
+                              "(w) to store in it") from None
     return not os.access(folder, os.W_OK) or (ledger.exists() and not os.access(ledger, os.W_OK))
+
+
+def _owned(path: Path) -> str:
+    """A path with its owner and mode, as a permission error should name them: 'the memory folder /m (owner
+    ann, mode 700)'. A folder strata makes is its user's only (0700), so another user meets this."""
+    what = "the memory folder" if path.name != LEDGER_NAME else "the memory's ledger"
+    try:
+        status = path.stat()
+    except OSError:
+        return f"{what} {path}"
+    try:
+        import pwd
+
+        owner = pwd.getpwuid(status.st_uid).pw_name
+    except (ImportError, KeyError):  # no such account (a copied folder), or no pwd (Windows)
+        owner = f"uid {status.st_uid}"
+    return f"{what} {path} (owner {owner}, mode {status.st_mode & 0o777:o})"

@@ -620,6 +620,38 @@ def test_a_read_only_folder_is_read_and_refuses_writes_in_one_line(
     assert sorted(p.name for p in folder.rglob("*")) == before
 
 
+def test_a_folder_this_user_may_not_read_is_named_with_the_permission_it_needs(
+    memory: Memory, tmp_path: Path, offline_env: dict[str, str]
+) -> None:
+    """Found by audit: a memory folder of another user (0700, as strata makes them) gave `[Errno 13] Permission
+    denied: '.../ledger.sqlite3'` on the command line and a bare PermissionError from `Memory`, with no word on
+    what to do. Root is stopped by permissions only without its DAC capabilities (setpriv)."""
+    folder = tmp_path / "theirs"
+    shutil.copytree(memory.context("ask").data_dir, folder)
+    if os.geteuid() == 0:
+        if shutil.which("setpriv") is None:
+            pytest.skip("running as root without setpriv: permissions do not stop this user")
+        for path in [folder, *folder.rglob("*")]:
+            os.chown(path, 65534, 65534, follow_symlinks=False)
+        prefix = ["setpriv", "--bounding-set=-dac_override,-dac_read_search"]
+    else:
+        prefix = []
+    folder.chmod(0o700 if prefix else 0o000)
+    try:
+        code = f"from strata import Memory\nMemory('ann', data_dir={str(folder)!r}).stats()"
+        runs = [[*prefix, sys.executable, "-m", "strata", "--data-dir", str(folder), "--namespace", "ann", "stats"],
+                [*prefix, sys.executable, "-c", code]]
+        for command in runs:
+            result = subprocess.run(command, cwd=REPO, env=offline_env, capture_output=True, text=True, timeout=300)
+            last = result.stderr.strip().splitlines()[-1]
+            assert result.returncode != 0 and f"this user may not read the memory folder {folder} (owner " in last, \
+                result.stderr[-1500:]
+            assert "run strata as its owner, or give this user read and search (r-x) permission on it" in last
+        assert result.stderr.strip().splitlines()[-1].startswith("strata.memory.errors.ConfigError: ")
+    finally:
+        folder.chmod(0o700)
+
+
 def test_a_memory_folder_inside_another_memorys_chroma_folder_is_refused(tmp_path: Path) -> None:
     """A rebuild of a Chroma folder (after an erase) deletes every folder in it that no collection names: a
     memory kept in there would go with it."""
