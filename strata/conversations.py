@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError
 from strata.memory.errors import InputError, unstorable
 from strata.memory.moments import read_time
 from strata.memory.names import blank, canonical_name, clean_name
+from strata.memory.namespaces import check_namespace
 from strata.memory.records import Turn
 from strata.memory.speakers import listener_of
 
@@ -458,6 +459,23 @@ def _sample_conversation(sample: Mapping[str, Any], fallback_id: str, name: str)
     return _locomo_conversation(conversation, _sample_id(sample, fallback_id), name)
 
 
+def _file_named(sample: Mapping[str, Any], fallback: str, index: int, name: str) -> str:
+    """The id a sample without a `sample_id` takes from the file's name, which names its namespace (each sample
+    of a file is stored in one of its own): a name that cannot name one ("my samples.json") is said here, as
+    what the user can change, instead of as a namespace the user never typed."""
+    if _sample_id(sample, ""):
+        return fallback
+    try:
+        check_namespace(fallback)
+    except InputError as error:
+        why = str(error).removeprefix(f"the namespace {fallback!r} ").split(":")[0]
+        raise ConversationFileError(
+            f"{name}: sample {index} has no sample_id, and the name it takes from the file, {fallback!r}, cannot "
+            f"name its namespace ({why}): give each sample a 'sample_id' such as 'conv-{index}', or rename the file "
+            "to letters, digits and _ - . @ +; nothing was stored") from None
+    return fallback
+
+
 def _conversations(data: Any, name: str, stem: str) -> list[LoadedConversation]:
     if isinstance(data, Mapping):
         if "speaker_a" in data:
@@ -478,7 +496,8 @@ def _conversations(data: Any, name: str, stem: str) -> list[LoadedConversation]:
                         f"{name}: item {index} has no 'conversation' while item 1 does: "
                         "a benchmark file lists LoCoMo samples only"
                     )
-            return [_sample_conversation(s, f"{stem}-{i}", name) for i, s in enumerate(data, start=1)]
+            return [_sample_conversation(s, _file_named(s, f"{stem}-{i}", i, name), name)
+                    for i, s in enumerate(data, start=1)]
         return [_plain_conversation(data, stem, name)]
     raise ConversationFileError(f"{name}: holds {_a(data)}: give {_SHAPES}")
 

@@ -519,3 +519,22 @@ def test_names_that_name_nobody_or_span_lines_and_exports_are_refused(
     participant; "Ann\\nBob" was stored and split the one-line outputs naming the speaker."""
     message = _error(_write(tmp_path, conversation, "conv.json"))
     assert expected in message and "\n" not in message
+
+
+def test_samples_without_ids_in_a_file_whose_name_cannot_name_them_say_what_to_change(tmp_path: Path) -> None:
+    """Found by audit: each sample of a file is stored in a namespace of its own, named by its sample_id or, with
+    none, by the file's name: 'my samples.json' gave "the namespace 'multi/my samples-1' contains ' '", a name the
+    user never typed, and nothing said to add sample_ids or rename the file."""
+    conversation = _locomo([{"speaker": "Ann", "dia_id": "D1:1", "text": "I moved to Denver."}])
+    nameless = _write(tmp_path, [{"conversation": conversation}, {"conversation": conversation}], "my samples.json")
+    with pytest.raises(ConversationFileError) as error:
+        load_conversations(nameless)
+    assert str(error.value) == f"{nameless}: " + (
+        "sample 1 has no sample_id, and the name it takes from the file, 'my samples-1', cannot "
+        "name its namespace (contains ' '): give each sample a 'sample_id' such as 'conv-1', or rename the file to "
+        "letters, digits and _ - . @ +; nothing was stored")
+    named = _write(tmp_path, [{"sample_id": f"conv-{n}", "conversation": conversation} for n in (1, 2)],
+                   "my named samples.json")
+    assert [c.conversation_id for c in load_conversations(named)] == ["conv-1", "conv-2"]
+    plain = _write(tmp_path, [{"conversation": conversation}] * 2, "samples.json")
+    assert [c.conversation_id for c in load_conversations(plain)] == ["samples-1", "samples-2"]
