@@ -389,6 +389,11 @@ class Ledger:
             links = delete_each(
                 session, "DELETE FROM links WHERE namespace = ? AND (src IN ({ids}) OR dst IN ({ids}))", namespace, ids
             )
+            gone = [row[0] for column, values in by_column for row in select_each(
+                session, f"SELECT id FROM history WHERE namespace = ? AND {column} IN ({{ids}})", namespace, values)]
+            if gone:  # their numbers only (never a record's id or words): an undo of one says it was erased
+                held = self.get_state(namespace, ERASED_CHANGES, [])
+                self.set_state(namespace, ERASED_CHANGES, with_numbers(held if isinstance(held, list) else [], gone))
             history = sum(
                 delete_each(session, f"DELETE FROM history WHERE namespace = ? AND {column} IN ({{ids}})",
                              namespace, values)
@@ -402,6 +407,13 @@ class Ledger:
                                 (text, namespace, dia_id))
             relink_followers(session, namespace)
         return {"links": links, "history": history, "working": working}
+
+    def was_erased(self, namespace: str, change_id: int) -> bool:
+        """Whether the change `change_id` of the namespace was erased for good (`erase`), so an undo of it says
+        so instead of "no change"."""
+        held = self.get_state(namespace, ERASED_CHANGES, [])
+        return isinstance(held, list) and any(
+            isinstance(span, list) and len(span) == 2 and span[0] <= change_id <= span[1] for span in held)
 
     def compact(self) -> bool:
         """Give the space of deleted rows back so their bytes leave the files (SQLite: the write-ahead log
@@ -545,6 +557,8 @@ class Ledger:
             )
 
 
+# The numbers of a namespace's changes erased for good (`Ledger.erase`), as runs: what an undo of one is told.
+ERASED_CHANGES = "erased_changes"
 _CHUNK = 400  # ids per statement: SQLite binds at most 999 variables and a link query binds each id twice
 
 
@@ -552,6 +566,28 @@ def chunked(values: Sequence[Any], size: int = _CHUNK) -> Iterator[list[Any]]:
     """`values` in lists of at most `size` (`_CHUNK`: each bound in one statement)."""
     for start in range(0, len(values), size):
         yield list(values[start : start + size])
+
+
+def select_each(session: Session, sql: str, namespace: str, values: Sequence[Any]) -> list[Any]:
+    """The rows of a SELECT whose `{ids}` stands for a list of values, read in chunks as `delete_each` deletes."""
+    rows: list[Any] = []
+    for chunk in chunked(values):
+        marks = ", ".join("?" * len(chunk))
+        rows += session.execute(sql.format(ids=marks), (namespace, *chunk * sql.count("{ids}"))).fetchall()
+    return rows
+
+
+def with_numbers(spans: list[Any], numbers: Iterable[int]) -> list[list[int]]:
+    """Runs of whole numbers [[low, high], ...], sorted and merged, with `numbers` added: an erase of a person's
+    thousand changes is kept as a few runs, not a thousand numbers."""
+    merged: list[list[int]] = []
+    pairs = [[int(s[0]), int(s[1])] for s in spans if isinstance(s, list) and len(s) == 2]
+    for low, high in sorted([*pairs, *([int(n), int(n)] for n in numbers)]):
+        if merged and low <= merged[-1][1] + 1:
+            merged[-1][1] = max(merged[-1][1], high)
+        else:
+            merged.append([low, high])
+    return merged
 
 
 def delete_each(session: Session, sql: str, namespace: str, values: Sequence[Any]) -> int:

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
 
+from strata.memory.errors import NotFoundError
 from strata.memory.facts import FactDraft, asks_sentence, comparable, single_valued, split_sentences, told_as_past
 from strata.memory.names import same_name
 from strata.memory.records import OFFLINE, Action, Change, ChangeNote, Record, Status, Turn, id_numbers
@@ -406,7 +407,13 @@ def undo(store: MemoryStore, change_id: int | None = None) -> Change:
     So undoing the newest change of a chain first leaves both its values current, as asked. Returns the
     undo's own row."""
     with store.edits():  # the undo and what it settles stand or fall together
-        rows = store.undo_rows(change_id)
+        try:
+            rows = store.undo_rows(change_id)
+        except NotFoundError:
+            if change_id is not None and store.ledger.was_erased(store.namespace, change_id):
+                raise NotFoundError(f"change {change_id} of namespace {store.namespace!r} was erased for good, with "
+                                    "the record it changed or made (`erase`): nothing is left to undo") from None
+            raise
         current = [row.record_id for row in rows if row.kind == "fact" and row.new_status == Status.ACTIVE
                    and (row.old_status != Status.ACTIVE or row.old_text != row.new_text)]  # not a note's tags
         if current:

@@ -1068,3 +1068,31 @@ def test_erasing_the_turn_an_add_derived_last_keeps_the_temporal_chain(
     chain = {(link.src, link.dst) for link in memory.store.ledger.neighbours("conv-26", ids, [LinkType.TEMPORAL])}
     assert ("raw:D1:7", "raw:D1:9") in chain and ("raw:D1:11", "raw:D1:12") in chain
     assert not any("raw:D1:8" in pair for pair in chain)
+
+
+def test_an_undo_of_a_change_erased_with_its_record_says_it_was_erased(tmp_path: Path) -> None:
+    """Found by audit: `undo 16` after the record change 16 edited was erased said "no change 16 in namespace
+    'ann'", as for a number never given, and so did an evolution that an erased turn made to another's note.
+    Only the changes' numbers are kept for this, never a record's id or words."""
+    from strata.memory.errors import NotFoundError
+
+    memory = Memory("ann", data_dir=str(tmp_path / "mem"))
+    memory.add([{"speaker": "Ann", "text": "I adopted a greyhound from the shelter.", "dia_id": "D1:1"},
+                {"speaker": "Bo", "text": "I walk by the river every morning.", "dia_id": "D1:2"},
+                {"speaker": "Ann", "text": "My greyhound loves the river walks too.", "dia_id": "D1:3"},
+                {"speaker": "Bo", "text": "I started a pottery class on Tuesdays.", "dia_id": "D1:4"}])
+    edited = memory.store.evolve("raw:D1:1", tags=["dog"], context="Ann's greyhound", reason="a test edit")
+    by_erased = memory.store.evolve("raw:D1:2", tags=["walks"], context="Bo walks",
+                                    reason="evolved by raw:D1:3: shares river")
+    kept = memory.store.evolve("raw:D1:4", tags=["pottery"], context="Bo's class", reason="a test edit")
+    memory.erase(["raw:D1:1", "raw:D1:3"])
+    for change in (edited, by_erased):
+        with pytest.raises(NotFoundError) as error:
+            memory.undo(change.id)
+        assert str(error.value) == (f"change {change.id} of namespace 'ann' was erased for good, with the record it "
+                                    "changed or made (`erase`): nothing is left to undo")
+    with pytest.raises(NotFoundError, match="no change 999999 in namespace 'ann'"):
+        memory.undo(999_999)
+    assert memory.undo(kept.id).undoes == kept.id
+    state = json.dumps(memory.store.ledger.get_state("ann", "erased_changes"))
+    assert "D1" not in state and "greyhound" not in state
