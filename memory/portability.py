@@ -352,6 +352,8 @@ def import_memory(store: MemoryStore, document: MemoryDocument, max_turn_chars: 
                              f"refused: {problem}; nothing was imported")
     ns = store.namespace
     records = [r.model_copy(update={"namespace": ns}) for r in document.records]
+    if store.state(IMPORTING) is None:  # (a stopped import is finished below, which every other call refuses)
+        store.check_whole()  # a namespace written through another Chroma is refused before anything is written
     store.importer = threading.get_ident()
     try:
         with store.edits():  # which refuses a read-only folder first

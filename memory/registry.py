@@ -100,11 +100,11 @@ def set_aside(store: MemoryStore) -> None:
             del _STORES[key]
 
 
-def drop_namespace(settings: StoreSettings, namespace: str) -> None:
+def drop_namespace(settings: StoreSettings, namespace: str, records_elsewhere: bool = False) -> None:
     """Delete a namespace, and forget every store of it opened here under other settings
     (another embedder, say), which would still point at the deleted collections."""
     where = location_of(settings)
-    open_store(settings, namespace).drop()
+    open_store(settings, namespace).drop(records_elsewhere)
     with _LOCK:
         for key in [k for k in _STORES if k[1] == namespace and k[0] != settings and location_of(k[0]) == where]:
             del _STORES[key]

@@ -49,6 +49,14 @@ from strata.memory.journal import JournalEntry
 from strata.memory.ledger import EVERY_NAMESPACE, Ledger, chunked
 from strata.memory.locks import namespace_lock
 from strata.memory.moments import epoch_seconds
+from strata.memory.provenance import (
+    CHROMA_AT,
+    EXPLICIT_DROP,
+    elsewhere_advice,
+    location_of,
+    shown,
+    unrecorded_guess,
+)
 from strata.memory.records import (
     ENTITY_NODE,
     KINDS,
@@ -313,24 +321,96 @@ class MemoryStore:
             self._check_halves()
 
     def _check_halves(self) -> None:
-        """Once per open: a ledger that remembers this namespace (changes, links) beside a Chroma holding none
-        of its records means Chroma's half is not here (another server or folder, a lost volume). Read on, it
-        answered "not in memory" and took new writes that the old links and history no longer matched."""
-        if self.state(ERASING) is None and not self._holds_any_record():  # an erase under way explains it
-            links = sum(self.ledger.count_links(self.namespace).values())
-            remembered = self.ledger.count_history(self.namespace) + links
-            if remembered:
-                where = (f"the Chroma server at {self.settings.chroma_host}:{self.settings.chroma_port}"
-                         if self.settings.chroma_host else f"the Chroma folder {self.settings.chroma_path}")
-                raise ConfigError(f"the ledger holds {remembered} changes and links of the namespace "
-                                  f"{self.namespace!r}, and {where} none of its records: point the memory at "
-                                  "the Chroma that holds them (or restore its folder), or drop the namespace "
-                                  "(Memory.drop())")
+        """Once per open: a ledger that remembers this namespace (changes, links, the Chroma it was written
+        through) beside a Chroma holding none of its records means Chroma's half is not here (another server
+        or folder, a lost volume). Read on, it answered "not in memory" and took new writes that the old links
+        and history no longer matched. The line says where the records are when the ledger can tell, and
+        advises a drop only when they were written here (memory/provenance.py)."""
+        if self.state(ERASING) is None:  # an erase under way explains a Chroma without the records
+            collections, records = self._held_here()
+            if collections:
+                self._note_location()
+            else:
+                wrong = self._written_elsewhere()
+                if wrong is not None:
+                    raise ConfigError(f"{wrong}; nothing was changed")
+            if not records:
+                links = sum(self.ledger.count_links(self.namespace).values())
+                remembered = self.ledger.count_history(self.namespace) + links
+                if remembered:
+                    raise ConfigError(self._lost_half(remembered))
         self._halves_agree = True
 
-    def _holds_any_record(self) -> bool:
-        """Whether Chroma holds a record of this namespace, of any kind, creating no collection to find out."""
-        return any(self.count(kind) for kind in KINDS)  # raw first: nearly always the answer
+    def _held_here(self) -> tuple[bool, bool]:
+        """Whether this Chroma has a collection of the namespace, and whether it holds a record of it, of any
+        kind, creating no collection to find out (raw first: nearly always the answer)."""
+        found = False
+        for kind in KINDS:
+            collection = self._collection(kind)
+            if collection is not NO_COLLECTION:
+                found = True
+                if collection.count():
+                    return True, True
+        return found, False
+
+    def _note_location(self) -> None:
+        """Record where the namespace's records are, found here (an earlier version recorded none; a data folder
+        moved or a server renamed moves it)."""
+        if not self.read_only and self.state(CHROMA_AT) != location_of(self.settings):
+            self.set_state(CHROMA_AT, location_of(self.settings))
+
+    def _claim_location(self) -> None:
+        """Before the namespace's first collection here is created: this location, recorded when the ledger
+        has none; refused in one line when the ledger says the records were written through another Chroma
+        that this one does not stand for (no collection of the namespace here)."""
+        here = location_of(self.settings)
+        recorded = self.ledger.claim_state(self.namespace, CHROMA_AT, here)
+        if recorded != here:
+            if not self._held_here()[0]:
+                raise ConfigError(f"{self._written_elsewhere()}; nothing was written")
+            self.set_state(CHROMA_AT, here)
+
+    def _written_elsewhere(self) -> str | None:
+        """What is wrong, when the ledger records that the namespace was written through another Chroma than
+        this one (the caller found none of its collections here); None when it does not."""
+        recorded = self.state(CHROMA_AT)
+        here = location_of(self.settings)
+        if recorded is None or recorded == here:
+            return None
+        return (f"the namespace {self.namespace!r} was written through {shown(str(recorded))} (its ledger "
+                f"{self.ledger.where} says so), and this memory opens {shown(here)}, which holds none of its "
+                f"records: {elsewhere_advice(str(recorded), self.settings)}")
+
+    def _lost_half(self, remembered: int) -> str:
+        """The line for a ledger that remembers the namespace beside a Chroma here holding none of its records
+        (no other location recorded): a drop is advised only when the records were written here."""
+        here = location_of(self.settings)
+        said = f"the ledger holds {remembered} changes and links of the namespace {self.namespace!r}"
+        if self.state(CHROMA_AT) == here:
+            return (f"{said}, written through {shown(here)}, which holds none of its records now (a lost folder or "
+                    "volume): restore it from a backup; if the records are lost for good, drop the namespace to "
+                    "start it again (Memory.drop(), `strata drop --yes`)")
+        guess = unrecorded_guess(self.settings, self.state(LEDGER_MARK) is not None)
+        return (f"{said}, and {shown(here)} none of its records; the ledger does not say where they were written "
+                f"(an earlier version did not record it): {guess}")
+
+    def drop_refusal(self) -> str | None:
+        """Why a drop here would lose what is not here, or None: a drop deletes the namespace's ledger half
+        (its links, history, working memory and saved threads), which belongs to records another Chroma holds
+        when the ledger says they were written there, or cannot say where and this Chroma has none of them.
+        `Memory.drop(records_elsewhere=True)` drops all the same (memory/provenance.py `EXPLICIT_DROP`)."""
+        if self._held_here()[0]:
+            return None
+        wrong = self._written_elsewhere()
+        if wrong is None:
+            links = sum(self.ledger.count_links(self.namespace).values())
+            if self.state(CHROMA_AT) is not None or not self.ledger.count_history(self.namespace) + links:
+                return None
+            wrong = (f"the ledger remembers the namespace {self.namespace!r}, and {shown(location_of(self.settings))} "
+                     "holds none of its records; the ledger does not say where they were written")
+        return (f"{wrong}. A drop here would delete the ledger's half of that memory (links, history, working "
+                "memory, saved threads) and strand its records: open it as it was written and drop it there, or, "
+                f"if its records are lost for good, {EXPLICIT_DROP}; nothing was dropped")
 
     @contextmanager
     def edits(self, until_flush: bool = False) -> Iterator[None]:
@@ -425,6 +505,8 @@ class MemoryStore:
         with self._lock:
             collection = self._collections.get(kind)
             if collection is None:
+                if create:
+                    self._claim_location()
                 mark = self._claim_mark() if create and self._shared else None
                 collection = get_collection(self._client, self.namespace, kind, not self._shared, create, mark)
                 if collection is None:
@@ -1642,11 +1724,16 @@ class MemoryStore:
         counts["working"] = len(self.working())
         return counts
 
-    def drop(self) -> None:
+    def drop(self, records_elsewhere: bool = False) -> None:
         """Delete this namespace entirely (collections, links, history); it can be written again at once. The
-        ledger is compacted as after an erase, so the dropped rows' words leave its files (and its log) now."""
+        ledger is compacted as after an erase, so the dropped rows' words leave its files (and its log) now.
+        Refused in one line when the records may be in another Chroma (`drop_refusal`), unless
+        `records_elsewhere` says to drop the ledger's half all the same."""
         self.ledger.check_writable()
         with self._write_lock, self._lock:
+            refusal = None if records_elsewhere else self.drop_refusal()
+            if refusal is not None:
+                raise ConfigError(refusal)
             existing = {c.name: c for c in self._client.list_collections()}
             dropped = [held for name in collection_names(self.namespace)  # its current and earlier names
                        for held in (name, name + REBUILT_SUFFIX)  # a rebuild's copy too: the next opener keeps it

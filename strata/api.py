@@ -35,6 +35,7 @@ from strata.memory.erasure import (
     plan_erasure,
 )
 from strata.memory.errors import (
+    ConfigError,
     InputError,
     NotFoundError,
     check_text,
@@ -390,7 +391,7 @@ class Memory:
         document = revalidated(document) if isinstance(document, MemoryDocument) else read_document(document)
         return import_memory(self.store, document, self.context("ingest").max_turn_chars)
 
-    def drop(self) -> DroppedThreads:
+    def drop(self, records_elsewhere: bool = False) -> DroppedThreads:
         """Delete this namespace's memory entirely, and the threads saved in the data folder that ran on it
         (strata/checkpoint.py): once the namespace is empty, no erase can find them. The namespace can be
         used again at once. Returns the threads deleted (with those it kept because they say not whose they
@@ -398,18 +399,28 @@ class Memory:
 
         The namespace is marked first, and the mark goes with it: a drop stopped between the threads and the
         namespace (a crash, a Chroma server gone) leaves it refused in one line until the drop is run again,
-        not served with its threads gone."""
+        not served with its threads gone.
+
+        A namespace whose records this memory's Chroma does not hold, while its ledger says they were written
+        through another one (or cannot say where), is refused in one line: the SQLite ledger lives in the data
+        folder whichever Chroma holds the records, and the drop would delete the ledger's half of an intact
+        memory opened with the wrong `chroma_host`. `records_elsewhere=True` drops it all the same (records
+        lost for good); the records in the other Chroma are left there."""
+        _flag(records_elsewhere, "records_elsewhere")
         context = self.context("ask")
         with self.gate().holding("close"):  # no run of it meanwhile: one saving its thread wrote it back
             store = self.store
             store.ledger.check_writable()  # a read-only folder refuses before any thread is deleted
+            refusal = None if records_elsewhere else store.drop_refusal()
+            if refusal is not None:  # before any thread is deleted
+                raise ConfigError(refusal)
             store.set_state(DROPPING, utc_now().isoformat(timespec="seconds"))
             try:
                 threads, _ = drop_threads(context.data_dir, context.namespace, holders_in(store.settings))
             except BaseException:
-                store.ledger.clear_state(context.namespace, DROPPING)  # no thread went: nothing was dropped
+                store.ledger.clear_state(store.namespace, DROPPING)  # no thread went: nothing was dropped
                 raise
-            drop_namespace(context.store_settings(), context.namespace)  # the mark with it
+            drop_namespace(context.store_settings(), context.namespace, records_elsewhere)  # the mark with it
         return DroppedThreads(threads.threads, threads.unattributed)
 
     # the same calls for async apps -------------------------------------------

@@ -176,6 +176,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     drop_cmd.add_argument("--yes", action="store_true",
                           help="drop it; without it, only say what would go (exit 0, nothing changed)")
+    drop_cmd.add_argument(
+        "--records-elsewhere", action="store_true",
+        help="drop the ledger's half of a namespace whose records are not in this Chroma (the ledger says they "
+             "were written through another one, or cannot say): only when they are lost for good",
+    )
 
     export_cmd = command("export", _export, "write the namespace's whole memory as one JSON file (a backup, a move)")
     export_cmd.add_argument(
@@ -563,9 +568,14 @@ def _drop(args: argparse.Namespace) -> int:
     """`Memory.drop()`: the way out that several errors name, which the command line lacked."""
     memory = _stored_memory(args)
     store = memory.store
+    refusal = store.drop_refusal()
+    if refusal is not None and not args.records_elsewhere:  # said before the listing too: it counted 0 records
+        raise ConfigError(refusal)
     held = ", ".join(f"{count} {what}" for what, count in _held(store).items())
     unfinished = " (an import of it had not finished)" if store.state(IMPORTING) is not None else (
         " (a drop of it had stopped midway)" if store.state(DROPPING) is not None else "")
+    if refusal is not None:
+        unfinished += " (its records are not in this Chroma, and stay wherever they are)"
     if not args.yes:
         _show(f"would drop {_where(memory)} for good: {held}{unfinished}")
         chosen = threads_to_drop(memory.context("ask").data_dir, store.namespace, holders_in(store.settings))
@@ -581,7 +591,7 @@ def _drop(args: argparse.Namespace) -> int:
             _show(unattributed_line(chosen.unattributed, shown_ids))
         _show("nothing was deleted: run again with --yes to drop it")
         return 0
-    threads = memory.drop()
+    threads = memory.drop(records_elsewhere=args.records_elsewhere)
     compacted = _closed_and_compacted(memory)  # as after `erase --yes`: Chroma's free pages held the dropped words
     deleted = f"; {len(threads)} saved threads deleted ({shown_ids(threads)})" if threads else ""
     _show(f"dropped {_where(memory)}: {held}{unfinished}{deleted}; the namespace is empty and can be used again")

@@ -319,3 +319,63 @@ def test_a_marked_namespace_is_erased_whole_and_dropped_with_its_mark(chroma: Se
     second = on_server(chroma, tmp_path / "b", "dropped")
     assert second.add(said(1, "Cy")).stored_ids  # a new namespace, through this ledger now
     refused(lambda: first.get(stored), chroma, "dropped")
+
+
+@pytest.mark.slow
+def test_one_data_folder_opened_with_and_without_chroma_host_keeps_both_memories(chroma: ServerProcess,
+                                                                                  tmp_path: Path) -> None:
+    """Found by audit: the SQLite ledger lives in data_dir whichever Chroma holds the records, so a
+    STRATA_CHROMA_HOST set (or unset) by mistake opened the ledger beside the wrong Chroma; the error advised a
+    drop, and the drop deleted the ledger's half of the intact memory (its links, history and working memory;
+    the other way round, its mark too, which left the server memory unopenable). The ledger records where the
+    namespace was written: the error names it and how to open it, and a drop is refused in one line."""
+    from strata.memory.store import MemoryStore
+
+    from strata import StrataError
+    from strata.cli import main
+
+    def kept(memory: Memory) -> dict[str, Any]:
+        counts = memory.stats()
+        return {"raw": counts["raw"]["active"], "links": counts["links"], "working": counts["working"]}
+
+    embedded_folder, server_folder = tmp_path / "embedded", tmp_path / "server"
+    embedded = Memory("chat-e", data_dir=embedded_folder)
+    embedded.add(said(2))
+    served = on_server(chroma, server_folder, "chat-s")
+    served.add(said(2, "Bo"))
+    before = {"embedded": kept(embedded), "server": kept(served)}
+    assert before["embedded"]["links"] and before["server"]["links"]
+    wrong = {"embedded": on_server(chroma, embedded_folder, "chat-e"),
+             "server": Memory("chat-s", data_dir=server_folder)}
+    for name, memory in wrong.items():
+        right = ("leave chroma_host unset" if name == "embedded" else f"set chroma_host to {LOOPBACK} and "
+                 f"chroma_port to {chroma.port}")
+        for call in (memory.stats, lambda m=memory: m.ask("Where was Ann?"), lambda m=memory: m.add(said(1, "Cy"))):
+            with pytest.raises(StrataError) as error:
+                call()
+            message = str(error.value)
+            assert "\n" not in message and "was written through" in message and right in message
+            assert "drop" not in message.lower()  # never advised while the records are elsewhere
+        with pytest.raises(StrataError) as error:
+            memory.drop()
+        assert "\n" not in str(error.value) and "records_elsewhere=True" in str(error.value)
+        with pytest.raises(StrataError):
+            memory.store.drop()  # the store's own drop refuses too
+        assert MemoryStore.drop_refusal(memory.store) is not None
+    folder_args = {"embedded": ["--data-dir", str(embedded_folder), "--chroma-host", LOOPBACK, "--chroma-port",
+                                str(chroma.port)],
+                   "server": ["--data-dir", str(server_folder)]}
+    for name, args in folder_args.items():
+        for command in (["drop"], ["drop", "--yes"]):  # the listing counted 0 records and N links of the other
+            assert main([*args, "--namespace", f"chat-{name[0]}", *command]) == 2
+    close_all()
+    after = {"embedded": kept(Memory("chat-e", data_dir=embedded_folder)),
+             "server": kept(on_server(chroma, server_folder, "chat-s"))}
+    assert after == before
+    # said explicitly, the ledger's half goes (the records taken for lost), and the server keeps the records
+    held = sum(c.count() for c in namespace_collections(chroma, "chat-s"))
+    assert main([*folder_args["server"], "--namespace", "chat-s", "drop", "--yes", "--records-elsewhere"]) == 0
+    close_all()
+    ledger = Memory("chat-s", data_dir=server_folder).store.ledger
+    assert ledger.count_links("chat-s") == {}
+    assert sum(c.count() for c in namespace_collections(chroma, "chat-s")) == held

@@ -143,6 +143,47 @@ def test_a_ledger_without_its_chroma_half_is_refused_in_one_line_until_dropped(t
     assert [r.text for r in fresh.store.all("raw")] == ["Hello again."]
 
 
+def test_a_ledger_that_cannot_say_where_its_records_are_never_advises_a_drop(tmp_path: Path) -> None:
+    """Found by audit: the ledger beside a Chroma holding none of a namespace's records advised a drop, which
+    deleted the ledger's half of a memory whose records were in another Chroma. The ledger now records where
+    the records were written (taken on by the first opener that finds them, and moved with a moved folder); a
+    ledger of an earlier version, which did not record it, is never advised a drop, and drops only when told."""
+    import shutil
+
+    from strata.memory.errors import ConfigError
+    from strata.memory.provenance import CHROMA_AT
+    from strata.memory.registry import close_all
+
+    from strata import Memory
+
+    first, moved = tmp_path / "mem", tmp_path / "moved"
+    Memory("ann", data_dir=str(first)).add([{"speaker": "Ann", "text": "I moved to Denver last week."}])
+    ledger = Memory("ann", data_dir=str(first)).store.ledger
+    assert ledger.get_state("ann", CHROMA_AT) == str((first / "chroma").resolve())
+    ledger.clear_state("ann", CHROMA_AT)  # as an earlier version left it
+    close_all()
+    assert Memory("ann", data_dir=str(first)).stats()["raw"]["active"] == 1  # opened where its records are
+    assert Memory("ann", data_dir=str(first)).store.state(CHROMA_AT) == str((first / "chroma").resolve())
+    close_all()
+    shutil.move(first, moved)
+    memory = Memory("ann", data_dir=str(moved))
+    assert memory.stats()["raw"]["active"] == 1 and memory.store.state(CHROMA_AT) == str((moved / "chroma").resolve())
+    memory.store.ledger.clear_state("ann", CHROMA_AT)
+    close_all()
+    shutil.rmtree(moved / "chroma")
+    with pytest.raises(ConfigError) as error:
+        Memory("ann", data_dir=str(moved)).stats()
+    assert "does not say where they were written" in str(error.value) and "drop" not in str(error.value).lower()
+    with pytest.raises(ConfigError) as error:
+        Memory("ann", data_dir=str(moved)).drop()
+    assert "records_elsewhere=True" in str(error.value) and "\n" not in str(error.value)
+    assert Memory("ann", data_dir=str(moved)).store.ledger.count_links("ann")  # nothing was dropped
+    Memory("ann", data_dir=str(moved)).drop(records_elsewhere=True)  # said: the records are lost for good
+    fresh = Memory("ann", data_dir=str(moved))
+    fresh.add([{"speaker": "Ann", "text": "Hello again."}])
+    assert [r.text for r in fresh.store.all("raw")] == ["Hello again."]
+
+
 def test_a_namespace_whose_every_turn_was_erased_is_not_taken_for_a_lost_chroma(tmp_path: Path) -> None:
     """The check above reads "no turn in Chroma, changes and links in the ledger": an erase of every turn,
     finished or stopped midway (the turns gone, the ledger not yet cleaned), is not that."""
