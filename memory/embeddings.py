@@ -28,6 +28,7 @@ from strata.memory.errors import ConfigError
 from strata.memory.minilm_onnx import SMALL_BATCH, OnnxMiniLM
 
 DEFAULT_EMBEDDER = "local:all-MiniLM-L6-v2"
+OPENAI_DEFAULT = "text-embedding-3-small"  # the model "openai:" names
 RUNTIMES = ("onnx", "torch")
 BACKGROUND_CHUNK = 16
 """Texts per background batch: small enough that the first turn's facts are ready soon, large enough
@@ -296,6 +297,18 @@ def get_embedder(spec: str = DEFAULT_EMBEDDER) -> CachedEmbedder:
         return _EMBEDDERS[spec]
 
 
+def embedder_name(spec: str) -> str:
+    """The one name of the model a spec chooses, as a namespace records the embedder that made its vectors
+    (memory/store.py `check_vectors`): "local:minilm" is the default model, "openai:" OpenAI's default."""
+    spec = spec or DEFAULT_EMBEDDER
+    provider, _, model = spec.partition(":")
+    if spec == DEFAULT_EMBEDDER or provider == "local":
+        return DEFAULT_EMBEDDER
+    if provider == "openai":
+        return f"openai:{model or OPENAI_DEFAULT}"
+    return spec
+
+
 def _build(spec: str) -> Embedder:
     provider, _, model = spec.partition(":")
     if spec == DEFAULT_EMBEDDER or provider == "local":
@@ -312,7 +325,7 @@ def _build(spec: str) -> Embedder:
             )
         from langchain_openai import OpenAIEmbeddings
 
-        return LangChainEmbedder(OpenAIEmbeddings(model=model or "text-embedding-3-small"), spec)
+        return LangChainEmbedder(OpenAIEmbeddings(model=model or OPENAI_DEFAULT), spec)
     raise ConfigError(
         f"unknown embedder {spec!r}: use {DEFAULT_EMBEDDER!r} or 'openai:<model>'"
     )

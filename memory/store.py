@@ -42,7 +42,7 @@ from strata.memory.chroma import (
     owner_of,
     set_mark,
 )
-from strata.memory.embeddings import CachedEmbedder, get_embedder
+from strata.memory.embeddings import CachedEmbedder, embedder_name, get_embedder
 from strata.memory.errors import ConfigError, InputError, NotFoundError, StrataError
 from strata.memory.facts import comparable
 from strata.memory.journal import JournalEntry
@@ -51,8 +51,10 @@ from strata.memory.locks import namespace_lock
 from strata.memory.moments import epoch_seconds
 from strata.memory.provenance import (
     CHROMA_AT,
+    EMBEDDER,
     EXPLICIT_DROP,
     elsewhere_advice,
+    embedder_mismatch,
     location_of,
     shown,
     unrecorded_guess,
@@ -262,6 +264,9 @@ class MemoryStore:
         self.importer: int | None = None  # the thread whose import writes the namespace (`check_whole` lets it)
         self._halves_agree = False  # Chroma and the ledger were found to hold the same namespace (`_check_halves`)
         self._until_flush = False  # the entries belong to a turn being stored: only its batch's flush clears them
+        self._embedder_fits = False  # the ledger records no other embedder for the namespace (`embedder`)
+        self._dimensions: int | None = None  # the vector size found to fit the namespace's (`check_vectors`)
+        self._embedder_noted = False  # and the ledger records it
 
     @contextmanager
     def writing(self) -> Iterator[None]:
@@ -547,8 +552,46 @@ class MemoryStore:
 
     @property
     def embedder(self) -> CachedEmbedder:
-        """Loaded on first use: stats, history and undo never need it."""
+        """Loaded on first use: stats, history and undo never need it. Refused in one line, before it is
+        loaded, when the namespace records another embedder (memory/provenance.py `EMBEDDER`)."""
+        if not self._embedder_fits:
+            recorded = self.state(EMBEDDER)
+            if isinstance(recorded, dict) and recorded.get("name") != embedder_name(self.settings.embedder):
+                raise ConfigError(embedder_mismatch(self.namespace, recorded, self.settings.embedder, None))
+            self._embedder_fits = True
         return get_embedder(self.settings.embedder)
+
+    def check_vectors(self, dimensions: int, writing: bool = False) -> None:
+        """Refuse in one line vectors that are not the namespace's: another embedder's, or another size than
+        the stored ones. The first write records the embedder (name and size); a namespace of an earlier
+        version, which recorded none, takes on the one that first searches or writes it when the size of its
+        stored vectors fits (memory/provenance.py). Called where vectors meet Chroma: `dense` and `_write`."""
+        if dimensions == self._dimensions and (self._embedder_noted or not writing):
+            return
+        name = embedder_name(self.settings.embedder)
+        recorded = self.state(EMBEDDER)
+        if recorded is None:
+            stored = self._stored_dimensions()
+            if stored is not None and stored != dimensions:
+                raise ConfigError(embedder_mismatch(self.namespace, {"dimensions": stored}, self.settings.embedder,
+                                                    dimensions))
+            if (writing or stored is not None) and not self.read_only:
+                recorded = self.ledger.claim_state(self.namespace, EMBEDDER, {"name": name, "dimensions": dimensions})
+        if isinstance(recorded, dict):
+            if recorded.get("name") != name or recorded.get("dimensions") != dimensions:
+                raise ConfigError(embedder_mismatch(self.namespace, recorded, self.settings.embedder, dimensions))
+            self._embedder_noted = True
+        self._dimensions = dimensions
+
+    def _stored_dimensions(self) -> int | None:
+        """The size of the namespace's stored vectors (one read), None when Chroma holds none of them."""
+        for kind in KINDS:
+            collection = self._collection(kind)
+            if collection.count():
+                got = collection.get(limit=1, include=["embeddings"])
+                if len(got["ids"]):
+                    return len(got["embeddings"][0])
+        return None
 
     # reading -----------------------------------------------------------
     def _load(self, kind: Kind, force: bool = False) -> dict[str, Record]:
@@ -697,6 +740,7 @@ class MemoryStore:
                 self._clear_mirrors()
                 self._collections.clear()
                 self._vectors.clear()
+                self._forget_embedder()  # written again, perhaps with another embedder
                 self._seen = max(self._seen, seq)
             return
         if not self._records:  # nothing mirrored yet: the first read of each kind loads it whole
@@ -823,6 +867,7 @@ class MemoryStore:
         """Chroma upsert, mirror and change sequence as one step: the sequence is committed only
         once Chroma holds the records, so no reader can see the number before the data; the mirror
         takes them only once the number is committed (`_took`)."""
+        self.check_vectors(int(vectors.shape[1]), writing=True)
         for kind in by_kind:
             self._load(kind)
             self._collection(kind, create=True)  # its mark claimed and committed before Chroma's collection has it
@@ -1582,6 +1627,7 @@ class MemoryStore:
         total = len(records)
         if total == 0:
             return merge_nearest([], staged, replaced, k)
+        self.check_vectors(int(np.shape(vector)[-1]))
         collection = self._collection(kind)
         with self._lock:
             active = self._active[kind]
@@ -1756,6 +1802,12 @@ class MemoryStore:
             self._collections.clear()
             self._clear_mirrors()
             self._vectors.clear()
+            self._forget_embedder()
+
+    def _forget_embedder(self) -> None:
+        """After a drop: the next write records its own embedder (`check_vectors`)."""
+        self._embedder_fits = self._embedder_noted = False
+        self._dimensions = None
 
 
 class _WriterLock:

@@ -231,6 +231,7 @@ class StrataStore(BaseStore):
             if query and found:
                 if vector is None:
                     vector = store.embedder.embed([query])[0]
+                store.check_vectors(len(vector))  # each namespace's embedder, before its vectors meet the query's
                 scores.update(_similarities(store, vector, found, op.offset + op.limit))
         # one order for every namespace and kind: the cosine similarity, which is the score returned
         scored = [c for c in candidates if c.ranked and (c.item.namespace, c.item.key) in scores]

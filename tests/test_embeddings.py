@@ -192,3 +192,78 @@ def test_a_damaged_cached_export_is_exported_again(
     assert (again.runtime, again.embed(["we went camping by the lake"]).shape) == ("onnx", (1, 384))
     assert exported.stat().st_size == size and "exporting it again" in caplog.text
     assert minilm_onnx.cache_dir() == exported.parent and minilm_onnx.cache_dir().name == "strata"
+
+
+class Hashed:
+    """Another embedder of `size` dimensions: unit vectors seeded by each text (no model, no network)."""
+
+    def __init__(self, name: str, size: int) -> None:
+        self.name, self.size = name, size
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        import hashlib
+
+        rows = [np.random.default_rng(int.from_bytes(hashlib.sha256(t.encode()).digest()[:8], "little"))
+                .standard_normal(self.size) for t in texts]
+        vectors = np.asarray(rows, dtype=np.float32).reshape(len(texts), self.size)
+        return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+
+OTHERS = {"openai:other-1536": 1536, "openai:other-384": 384}  # another size, and MiniLM's own size
+
+
+@pytest.fixture
+def other_embedders(monkeypatch: pytest.MonkeyPatch) -> None:
+    from strata.memory import embeddings
+
+    for spec, size in OTHERS.items():
+        monkeypatch.setitem(embeddings._EMBEDDERS, spec, CachedEmbedder(Hashed(spec, size)))
+
+
+def test_a_namespace_opened_with_another_embedder_is_refused_in_one_line(
+    data_dir: Path, embedder: Any, other_embedders: None
+) -> None:
+    """Found by audit: nothing recorded which embedder wrote a namespace. Opened with one of another size,
+    retrieve died in numpy (matmul) and add in Chroma ("expecting embedding with dimension of 384"), neither a
+    StrataError; of the same size, a turn was stored in the wrong vector space and every search through that
+    embedder ranked against vectors it has nothing to do with. The namespace records its embedder now."""
+    from strata.memory.embeddings import DEFAULT_EMBEDDER
+    from strata.memory.errors import ConfigError
+    from strata.memory.provenance import EMBEDDER
+    from strata.memory.registry import close_all
+
+    from strata import Memory
+    from strata.langgraph_store import StrataStore
+
+    folder = str(data_dir)
+    memory = Memory("ann", data_dir=folder)
+    memory.add([{"speaker": "Ann", "text": text} for text in TEXTS])
+    assert memory.store.state(EMBEDDER) == {"name": DEFAULT_EMBEDDER, "dimensions": 384}
+    held = memory.stats()
+    for spec in OTHERS:
+        other = Memory("ann", data_dir=folder, embedder=spec)
+        for call in (lambda m=other: m.retrieve("Who paints?"), lambda m=other: m.ask("Who paints?"),
+                     lambda m=other: m.add({"speaker": "Ann", "text": "I sold my first painting."}),
+                     lambda m=other: m.chat("I sold my first painting.", speaker="Ann")):
+            with pytest.raises(ConfigError) as error:
+                call()
+            message = str(error.value)
+            assert "\n" not in message and f"embedder={DEFAULT_EMBEDDER!r}" in message and spec in message
+            assert "export and an import into a new namespace" in message
+        store = StrataStore(data_dir=folder, embedder=spec)
+        with pytest.raises(ConfigError, match="was stored with the embedder"):
+            store.search(("ann",), query="Who paints?")
+    assert memory.stats() == held  # nothing was written
+    assert Memory("ann", data_dir=folder, embedder="local:minilm").retrieve("Who paints?").evidence  # one model
+    # the way to another embedder: export, then import into a new namespace, which embeds every record again
+    moved = Memory("ann-other", data_dir=folder, embedder="openai:other-384")
+    moved.import_from(memory.export())
+    assert moved.store.state(EMBEDDER) == {"name": "openai:other-384", "dimensions": 384}
+    assert moved.retrieve("Who paints?").evidence
+    # a namespace of an earlier version (nothing recorded) takes on an embedder whose vectors fit its own
+    memory.store.ledger.clear_state("ann", EMBEDDER)
+    close_all()
+    with pytest.raises(ConfigError, match="an embedder of 384 dimensions"):
+        Memory("ann", data_dir=folder, embedder="openai:other-1536").retrieve("Who paints?")
+    assert Memory("ann", data_dir=folder).retrieve("Who paints?").evidence
+    assert Memory("ann", data_dir=folder).store.state(EMBEDDER) == {"name": DEFAULT_EMBEDDER, "dimensions": 384}
