@@ -141,6 +141,12 @@ class Ledger:
             ).fetchone()
         return (int(row[0]), int(row[1])) if row else (0, 0)
 
+    def live_namespaces(self) -> list[str]:
+        """The namespaces written since their last drop (every write bumps the namespace's sequence)."""
+        with self.reading() as session:
+            rows = session.execute("SELECT namespace FROM namespaces WHERE seq > reset_seq").fetchall()
+        return sorted(str(r[0]) for r in rows if r[0] != EVERY_NAMESPACE)
+
     def freshness(self, namespace: str, flag: str, counter: str) -> tuple[int, int, bool, int]:
         """`sequence`, whether the state `flag` is set, and the ledger-wide counter `counter` (`bump` under
         `EVERY_NAMESPACE`), in one query: a reader checks them before each read at the cost of the one number

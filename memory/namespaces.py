@@ -11,8 +11,15 @@ context, hence the API, the CLI, Studio and the server, and the store registry):
   or `_ - . @ +`, and is not `.` or `..`;
 - nothing else: no spaces, control characters, NUL bytes or backslashes.
 
-A name the rule without combining marks accepts is kept exactly as given; one that needs them is stored
-in its composed (NFC) spelling, so "josé" typed either way is one namespace.
+A name is stored in its composed (NFC) spelling, so every canonically equal way of typing it is one
+namespace: "josé" with é or with e + accent, Hangul as syllables or as conjoining jamo (how macOS file
+names and some input methods give it), Å as U+00C5 or as the Angstrom sign U+212B, क़ as U+0958 or as
+क + nukta. NFC, not NFD: it is what most keyboards and web forms send, the form the W3C's character model
+asks of text on the web, and what names needing combining marks were always stored under, so none of
+those moves. Not NFKC: it would also merge compatibility characters (full-width "ａnn" and "ann", "ﬁ" and
+"fi"), which an app's ids keep apart; case stays too. Earlier versions kept a name of letters and digits
+byte for byte: a memory stored so under a spelling that is not composed opens under the composed one as
+long as no memory has that spelling (memory/registry.py `stored_name`).
 
 The name never becomes a path. Its four Chroma collections are
 `strata-<slug>-<digest>-<kind>` (`memory/chroma.py`): the slug keeps up to 40 ASCII letters and digits
@@ -20,8 +27,7 @@ The name never becomes a path. Its four Chroma collections are
 digest is the first 32 hex digits (128 bits) of the name's SHA-256, so two names never share
 a collection; each collection's metadata names its namespace, and a collection naming another is
 never opened. (Earlier versions used 8 hex digits of SHA-1, which names could share; such a
-collection is renamed when its own namespace opens it.) In the ledger the namespace is a column value,
-as given.
+collection is renamed when its own namespace opens it.) In the ledger the namespace is a column value.
 """
 
 from __future__ import annotations
@@ -44,14 +50,10 @@ def check_namespace(value: object) -> str:
         raise InputError(f"the namespace is empty: name whose memory this is, with {_RULE}")
     if len(value) > MAX_LENGTH:
         raise InputError(f"the namespace has {len(value)} characters: use {_RULE}")
-    labels = value.split(SEPARATOR)
-    for label in labels:
+    for label in value.split(SEPARATOR):
         if label in ("", ".", ".."):
             raise InputError(f"the namespace {value[:60]!r} has an empty, '.' or '..' label: use {_RULE}")
-    if all(_plain(label) is None for label in labels):
-        return value  # as it always was: the name its stored memory is found under never changes
-    # Letters with combining marks (Devanagari, Thai, vowelled Arabic, "josé" typed as e + accent): the composed
-    # (NFC) spelling, so both ways of typing one name open one memory.
+    # The composed (NFC) spelling, so every way of typing one name opens one memory (see the module's doc).
     value = unicodedata.normalize("NFC", value)
     if len(value) > MAX_LENGTH:
         raise InputError(f"the namespace has {len(value)} characters: use {_RULE}")
@@ -60,11 +62,6 @@ def check_namespace(value: object) -> str:
         if bad is not None:
             raise InputError(f"the namespace {value[:60]!r} contains {bad!r}: use {_RULE}")
     return value
-
-
-def _plain(label: str) -> str | None:
-    """The first character the original rule refuses (letters, digits and `_ - . @ +` only), or None."""
-    return next((c for c in label if not (c.isalnum() or c in _LABEL_MARKS)), None)
 
 
 def _with_marks(label: str) -> str | None:

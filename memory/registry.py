@@ -13,8 +13,10 @@ from Chroma and the ledger.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
+import unicodedata
 from collections import OrderedDict
 
 from strata.memory import chroma, embeddings, locks, run_gate
@@ -25,22 +27,32 @@ from strata.memory.namespaces import check_namespace
 from strata.memory.settings import StoreSettings, max_open_stores
 from strata.memory.store import ERASING, MemoryStore
 
+LOG = logging.getLogger(__name__)
+
 _LEDGERS: dict[str, Ledger] = {}
+_SPELLINGS: dict[str, dict[str, list[str]]] = {}  # ledger -> composed name -> spellings an earlier version stored
 _STORES: OrderedDict[tuple[StoreSettings, str], MemoryStore] = OrderedDict()
 _LOCK = threading.Lock()
 _LEDGERS_LOCK = threading.Lock()
 
 
 def open_store(settings: StoreSettings, namespace: str) -> MemoryStore:
-    """The memory of `namespace` under `settings`, opened once per process (while recently used)."""
-    check_namespace(namespace)
+    """The memory of `namespace` under `settings`, opened once per process (while recently used): the
+    namespace's composed spelling, or the one an earlier version stored it under (`stored_name`)."""
+    namespace = check_namespace(namespace)
     key = (settings, namespace)
     with _LOCK:
         store = _STORES.get(key)
         if store is not None:
             _STORES.move_to_end(key)
             return store
-        store = _open(settings, namespace, key)
+    stored = stored_name(settings, namespace)  # a ledger read, outside the registry's lock
+    with _LOCK:
+        store = _STORES.get(key)
+        if store is not None:
+            _STORES.move_to_end(key)
+            return store
+        store = _open(settings, stored, key)
     store.recover()  # edits a killed writer left half done (memory/journal.py), outside the registry's lock
     if not store.read_only and store.state(ERASING):
         try:
@@ -52,6 +64,49 @@ def open_store(settings: StoreSettings, namespace: str) -> MemoryStore:
                     del _STORES[key]
             raise
     return store
+
+
+def stored_name(settings: StoreSettings, namespace: str) -> str:
+    """The spelling the memory of a (composed) namespace is stored under: the name itself, unless nothing is
+    stored under it and an earlier version, which kept a name of letters and digits byte for byte, stored a
+    canonically equal one otherwise (Hangul as conjoining jamo, the Angstrom sign: memory/namespaces.py).
+    That memory opens, rather than an empty one beside it. The ledger's names are read once per process
+    (`_spellings`); a spelling found is used only while it is still stored. Where an earlier version kept
+    several spellings of one name apart, the composed one (else the first) opens and the log names the
+    others, which stay stored: `MemoryStore(settings, spelling, ledger)` opens one as it is, to export it."""
+    ledger = ledger_for(settings)
+    others = [name for name in _spellings(ledger).get(namespace, ()) if _stored(ledger, name)]
+    if not others:
+        return namespace
+    composed_too = _stored(ledger, namespace)
+    chosen = namespace if composed_too else others[0]
+    if composed_too or len(others) > 1:
+        LOG.warning("the namespace %r is stored under other spellings too (%s), which an earlier version kept "
+                    "apart: %r opens; the others stay stored, and MemoryStore(settings, spelling, ledger) opens "
+                    "one as it is, to export it", namespace, ", ".join(map(ascii, others)), chosen)
+    return chosen
+
+
+def _spellings(ledger: Ledger) -> dict[str, list[str]]:
+    """The ledger's stored names that are not composed, by their composed spelling (read once per process:
+    this version composes every name it writes)."""
+    with _LEDGERS_LOCK:
+        found = _SPELLINGS.get(ledger.where)
+    if found is None:
+        found = {}
+        for name in ledger.live_namespaces():
+            composed = unicodedata.normalize("NFC", name)
+            if composed != name:
+                found.setdefault(composed, []).append(name)
+        with _LEDGERS_LOCK:
+            _SPELLINGS[ledger.where] = found
+    return found
+
+
+def _stored(ledger: Ledger, namespace: str) -> bool:
+    """Whether the namespace was written since its last drop."""
+    seq, reset = ledger.sequence(namespace)
+    return seq > reset
 
 
 def ledger_for(settings: StoreSettings) -> Ledger:
@@ -124,6 +179,7 @@ def close_all() -> None:
             forget_client(settings)
         _LEDGERS.clear()
         _STORES.clear()
+        _SPELLINGS.clear()
 
 
 def _forget_after_fork() -> None:
@@ -136,6 +192,7 @@ def _forget_after_fork() -> None:
     chroma.INHERITED.append((dict(_STORES), dict(_LEDGERS), embeddings.forget_after_fork()))
     _STORES.clear()
     _LEDGERS.clear()
+    _SPELLINGS.clear()
     chroma.forget_after_fork()
     locks.forget_after_fork()
     run_gate.forget_after_fork()

@@ -13,7 +13,8 @@ Mapping:
   a character a memory namespace does not allow (anything but letters, digits and
   `_ - @ +`; LangGraph itself refuses "." and NUL) is written `.<hex code>.`, so
   `("memories", "auth0|abc")` is `memories/auth0.7c.abc`: reversible, and a label
-  of allowed characters is its own name;
+  of allowed characters is its own name (composed, NFC, as every memory
+  namespace is: memory/namespaces.py);
 - an item is a raw-like record `raw:item:<key>` whose text is the value's text
   fields (what gets embedded and matched); the full value, its versions and its
   timestamps live in the ledger's `store_items` table (memory/store_items.py):
@@ -65,9 +66,9 @@ from strata.memory.chroma import open_client
 from strata.memory.errors import InputError, check_text, first_unstorable, shown_value
 from strata.memory.failures import in_one_line
 from strata.memory.ledger import Ledger
-from strata.memory.namespaces import MAX_LENGTH, mark_after
+from strata.memory.namespaces import MAX_LENGTH, check_namespace, mark_after
 from strata.memory.records import KINDS, Kind, Record, Status
-from strata.memory.registry import ledger_for, open_store
+from strata.memory.registry import ledger_for, open_store, stored_name
 from strata.memory.reindex import REBUILT_SUFFIX
 from strata.memory.settings import StoreSettings
 from strata.memory.store import LEDGER_MARK, MemoryStore, kind_of
@@ -298,7 +299,8 @@ class StrataStore(BaseStore):
             store = self._open_existing(put.name)
             if store is None:
                 continue
-            if store.get([ITEM_PREFIX + put.key]) and store_items.newest(self._ledger(), put.name, put.key) is None:
+            if store.get([ITEM_PREFIX + put.key]) and store_items.newest(
+                    self._ledger(), store.namespace, put.key) is None:
                 raise InputError(
                     f"the record {ITEM_PREFIX + put.key!r} of namespace {put.name!r} is not a store item (a turn "
                     "holds that id): put this item under another key; nothing was written"
@@ -435,7 +437,8 @@ class StrataStore(BaseStore):
         names = store_items.namespaces(self._ledger())
         if self.include_memory:
             names |= self._chroma_namespaces()
-        return sorted(namespace_labels(name) for name in names if name)
+        # composed: a memory an earlier version stored under another spelling is listed as it opens
+        return sorted({namespace_labels(unicodedata.normalize("NFC", name)) for name in names if name})
 
     def _chroma_namespaces(self, only: str | None = None) -> set[str]:
         """The namespaces the memory graph wrote on this store's Chroma (`only`: that one, if so). On a shared
@@ -457,7 +460,9 @@ class StrataStore(BaseStore):
         return {name for name, found in marks.items() if not (found - {None}) or found - {None} == {held.get(name)}}
 
     def _open_existing(self, name: str) -> MemoryStore | None:
-        """The namespace's memory if anything was ever written there (reads never create collections)."""
+        """The namespace's memory if anything was ever written there (reads never create collections), under
+        the spelling it is stored under (memory/registry.py `stored_name`)."""
+        name = stored_name(self.settings, check_namespace(name))
         known = store_items.has_items(self._ledger(), name)
         if not known and not (self.include_memory and name in self._chroma_namespaces(name)):
             return None
@@ -468,7 +473,7 @@ class StrataStore(BaseStore):
 def namespace_name(namespace: Sequence[str]) -> str:
     """The memory namespace of a LangGraph namespace tuple: labels joined by "/", each character a memory
     namespace does not allow written `.<hex>.` (a label LangGraph accepts holds no "."), so the mapping is
-    reversible and a label of allowed characters is its own name, as it always was."""
+    reversible and a label of allowed characters is its own name (composed: memory/namespaces.py)."""
     name = SEPARATOR.join(_encode_label(label) for label in namespace)
     if len(name) > MAX_LENGTH:
         raise InvalidNamespaceError(
@@ -485,8 +490,8 @@ def namespace_labels(name: str) -> tuple[str, ...]:
 
 
 def _encode_label(label: str) -> str:
-    """A label as a memory namespace's: composed (NFC) when it is not plain, so "José" typed with a separate
-    accent is the namespace `Memory("users/José")` opens; a combining mark after a letter, digit or mark stays
+    """A label as a memory namespace's: composed (NFC), so "José" typed with a separate accent is the
+    namespace `Memory("users/José")` opens; a combining mark after a letter, digit or mark stays
     as it is (memory/namespaces.py), any other character the rule refuses becomes `.<hex>.`."""
     label = _composed((label,))[0]
     kept: list[str] = []
@@ -498,10 +503,9 @@ def _encode_label(label: str) -> str:
 
 
 def _composed(labels: Sequence[str]) -> tuple[str, ...]:
-    """Labels as a stored namespace reads them back: composed (NFC) when not plain, so a prefix or a match
-    typed with a separate accent finds what `get` finds under either spelling."""
-    return tuple(label if all(c.isalnum() or c in _PLAIN_MARKS for c in label)
-                 else unicodedata.normalize("NFC", label) for label in labels)
+    """Labels as a stored namespace reads them back: composed (NFC, memory/namespaces.py), so a prefix or a
+    match typed with a separate accent (or Hangul as jamo) finds what `get` finds under either spelling."""
+    return tuple(unicodedata.normalize("NFC", label) for label in labels)
 
 
 def _decode_label(label: str) -> str:

@@ -143,13 +143,15 @@ def test_chinese_turns_give_facts() -> None:
 
 
 def test_namespaces_with_combining_marks() -> None:
-    """Bug 10: Indic, Thai and vowelled Arabic names are accepted; NFD is stored as NFC; a name valid
-    before keeps its exact spelling (its stored memory must still open)."""
+    """Bug 10: Indic, Thai and vowelled Arabic names are accepted; NFD is stored as NFC. Every name is
+    composed now, the Ohm sign and a compatibility ideograph too (a memory an earlier version stored under
+    such a spelling still opens: tests/test_namespaces.py)."""
     for name in ("प्रिया", "users/अंकित", "สมศักดิ์", "مُحَمَّد", "ਗੁਰਪ੍ਰੀਤ"):
         assert check_namespace(name) == unicodedata.normalize("NFC", name)
     assert check_namespace(unicodedata.normalize("NFD", "users/zoë")) == "users/zoë"
-    for valid_before in ("\u2126hm", "\uf900", "ann", "users/李明"):  # NFC would change the first two
-        assert check_namespace(valid_before) == valid_before
+    assert [check_namespace(name) for name in ("\u2126hm", "\uf900")] == ["\u03a9hm", "\u8c48"]
+    for kept in ("ann", "users/李明", "\uff41nn", "Ann"):  # compatibility forms and case stay apart
+        assert check_namespace(kept) == kept
     for refused in ("\u0301abc", "a/\u0301", "a b"):
         with pytest.raises(InputError):
             check_namespace(refused)
