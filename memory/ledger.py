@@ -141,6 +141,16 @@ class Ledger:
             ).fetchone()
         return (int(row[0]), int(row[1])) if row else (0, 0)
 
+    def knows(self, namespace: str) -> bool:
+        """Whether the namespace was written since its last drop, or holds state (an import, an erase or a drop
+        under way; where it was written): whether it exists, as far as the ledger can tell."""
+        with self.reading() as session:
+            row = session.execute(
+                "SELECT EXISTS (SELECT 1 FROM namespaces WHERE namespace = ? AND seq > reset_seq) "
+                "OR EXISTS (SELECT 1 FROM state WHERE namespace = ?)", (namespace, namespace),
+            ).fetchone()
+        return bool(row[0])
+
     def live_namespaces(self) -> list[str]:
         """The namespaces written since their last drop (every write bumps the namespace's sequence)."""
         with self.reading() as session:

@@ -399,6 +399,11 @@ class MemoryStore:
         return (f"{said}, and {shown(here)} none of its records; the ledger does not say where they were written "
                 f"(an earlier version did not record it): {guess}")
 
+    def exists(self) -> bool:
+        """Whether the namespace exists here: known to the ledger (`Ledger.knows`), or with a collection in this
+        Chroma. A read of a name never written creates neither (a misspelt one is told apart: memory/catalog.py)."""
+        return self.ledger.knows(self.namespace) or self._held_here()[0]
+
     def drop_refusal(self) -> str | None:
         """Why a drop here would lose what is not here, or None: a drop deletes the namespace's ledger half
         (its links, history, working memory and saved threads), which belongs to records another Chroma holds

@@ -26,6 +26,7 @@ from strata.graph.graph import graph
 from strata.graph.routing import step_limit
 from strata.graph.state import ChangeNote, Evidence, RoleNote, Verdict, validate_turns
 from strata.graph.tracing import run_config
+from strata.memory.catalog import unknown_namespace
 from strata.memory.erasure import (
     ErasurePlan,
     ErasureReport,
@@ -372,9 +373,17 @@ class Memory:
     def export(self, about: str | None = None) -> MemoryDocument:
         """The namespace's whole memory as one document (`.model_dump_json()` writes it): a backup, or what
         `import_from` writes into another namespace or storage. With `about`, only what is said by or about
-        that person (their copy of their data; not importable). memory/portability.py says what it holds."""
+        that person (their copy of their data; not importable). memory/portability.py says what it holds.
+
+        A namespace that does not exist here raises `NotFoundError`, naming those that do: its export was an
+        empty document that a backup script took for a backup. (The other calls read such a namespace as an
+        empty memory, a new user's; `strata` refuses it for every command that does not write.)"""
         request = checked(_ExportRequest, about=about)
-        return export_memory(self._whole(), request.about or "")
+        store = self._whole()
+        if not store.exists():
+            raise NotFoundError(f"{unknown_namespace(store)}: check the namespace's spelling (and data_dir); "
+                                "nothing was exported")
+        return export_memory(store, request.about or "")
 
     def import_from(
         self, document: MemoryDocument | dict[str, Any] | str | bytes | os.PathLike[str]

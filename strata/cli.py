@@ -33,6 +33,7 @@ from strata.conversations import (
 from strata.demo import SAMPLE_CONVERSATION, run_demo
 from strata.graph.state import check_speaker
 from strata.ingestion import check_limits, ingest_conversation, select_sessions
+from strata.memory.catalog import unknown_namespace
 from strata.memory.erasure import compact_chroma
 from strata.memory.errors import ConfigError, InputError, StrataError
 from strata.memory.forgetting import shown_ids
@@ -227,9 +228,22 @@ def _memory(args: argparse.Namespace, namespace: str | None = None, **overrides:
 
 
 def _stored_memory(args: argparse.Namespace) -> Memory:
-    """The memory of a command that reads or changes what is stored (every one but ingest, chat and import):
-    opening a memory creates its folder and files, so a mistyped --data-dir, read, left an empty memory
-    behind and printed zeros. A folder holding none of a memory's files is one line; nothing is created."""
+    """The memory of a command that reads or changes what is stored (every one but ingest, chat and import), in
+    a folder that holds a memory (`_stored_folder`), of a namespace that exists there: a misspelt --namespace
+    read as an empty memory, and `export` wrote an empty backup and exited 0 (memory/catalog.py)."""
+    memory = _stored_folder(args)
+    store = memory.store
+    if not store.exists():
+        raise InputError(f"{unknown_namespace(store)}: check --namespace (and --data-dir), or store a conversation "
+                         "in it first (`strata ingest FILE`, `strata chat` or `strata import FILE`); nothing was "
+                         "created")
+    return memory
+
+
+def _stored_folder(args: argparse.Namespace) -> Memory:
+    """The memory the options name, in a folder that holds a memory: opening a memory creates its folder and
+    files, so a mistyped --data-dir, read, left an empty memory behind and printed zeros. A folder holding
+    none of a memory's files is one line; nothing is created."""
     memory = _memory(args)
     settings = memory.context("ask").store_settings()
     kept_here = [path for path, local in ((settings.ledger_path, not settings.ledger_url),

@@ -62,16 +62,15 @@ from langgraph.store.base.embed import get_text_at_path, tokenize_path
 from pydantic import ValidationError
 
 from strata.memory import store_items
-from strata.memory.chroma import open_client
+from strata.memory.catalog import chroma_namespaces
 from strata.memory.errors import InputError, check_text, first_unstorable, shown_value
 from strata.memory.failures import in_one_line
 from strata.memory.ledger import Ledger
 from strata.memory.namespaces import MAX_LENGTH, check_namespace, mark_after
 from strata.memory.records import KINDS, Kind, Record, Status
 from strata.memory.registry import ledger_for, open_store, stored_name
-from strata.memory.reindex import REBUILT_SUFFIX
 from strata.memory.settings import StoreSettings
-from strata.memory.store import LEDGER_MARK, MemoryStore, kind_of
+from strata.memory.store import MemoryStore, kind_of
 from strata.memory.store_items import ITEM_PREFIX, ItemVersion
 
 SEPARATOR = "/"
@@ -441,23 +440,9 @@ class StrataStore(BaseStore):
         return sorted({namespace_labels(unicodedata.normalize("NFC", name)) for name in names if name})
 
     def _chroma_namespaces(self, only: str | None = None) -> set[str]:
-        """The namespaces the memory graph wrote on this store's Chroma (`only`: that one, if so). On a shared
-        server, only those this ledger writes: another app's, with a ledger of its own, is not this store's to
-        list (opening it is refused)."""
-        marks: dict[str, set[object]] = {}
-        for collection in open_client(self.settings).list_collections():
-            metadata = getattr(collection, "metadata", None) or {}
-            if collection.name.endswith(REBUILT_SUFFIX):
-                continue  # a rebuild's copy (memory/reindex.py), not a namespace of its own
-            name = metadata.get("namespace")
-            if metadata.get("kind") in KINDS and isinstance(name, str) and only in (None, name):
-                marks.setdefault(name, set()).add(metadata.get("ledger"))
-        if self.settings.chroma_host is None:
-            return set(marks)
-        ledger = self._ledger()
-        held = ({only: ledger.get_state(only, LEDGER_MARK)} if only is not None
-                else ledger.states_of(LEDGER_MARK))  # one query, however many namespaces the server holds
-        return {name for name, found in marks.items() if not (found - {None}) or found - {None} == {held.get(name)}}
+        """The namespaces the memory graph wrote on this store's Chroma that this ledger may open
+        (memory/catalog.py)."""
+        return chroma_namespaces(self.settings, self._ledger(), only)
 
     def _open_existing(self, name: str) -> MemoryStore | None:
         """The namespace's memory if anything was ever written there (reads never create collections), under

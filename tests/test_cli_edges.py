@@ -259,10 +259,11 @@ def test_drop_lists_then_deletes_even_a_namespace_no_other_command_can_open(
     one_line_error(run(*base, "stats", env=offline_env, cwd=tmp_path), "drop the namespace")  # still there
     dropped = run(*base, "drop", "--yes", env=offline_env, cwd=tmp_path)
     assert dropped.returncode == 0 and "dropped namespace 'm'" in dropped.stdout, dropped.stderr[-600:]
-    counts = json.loads(run(*base, "stats", "--json", env=offline_env, cwd=tmp_path).stdout)
-    assert counts["history"] == 0 and counts["raw"]["active"] == 0 and not counts["links"]
+    one_line_error(run(*base, "stats", "--json", env=offline_env, cwd=tmp_path), "there is no namespace 'm'")
     added = run(*base, "chat", "--speaker", "Ann", env=offline_env, cwd=tmp_path, stdin="I moved to Porto.\n")
     assert added.returncode == 0 and "error" not in added.stderr, added.stderr[-600:]  # usable again at once
+    counts = json.loads(run(*base, "stats", "--json", env=offline_env, cwd=tmp_path).stdout)
+    assert counts["history"] == 0 and counts["raw"]["active"] == 1 and "'m'" not in str(counts)
     one_line_error(run("--data-dir", str(data_dir), "--namespace", "other", "stats", env=offline_env, cwd=tmp_path),
                    "drop the namespace")  # another namespace is not touched
 
@@ -506,3 +507,37 @@ def test_the_chroma_server_flags_reach_the_memory_and_never_print_the_header(
                      "--chroma-ssl", "true", "--chroma-auth-header", header, "ingest", str(turns)])
         err = capsys.readouterr().err
         assert code == 2 and err.count("\n") == 1 and "chroma" in err and "s3cret" not in err, err
+
+
+def test_a_misspelt_namespace_is_refused_by_every_command_that_does_not_write(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Found by audit: on a folder holding 'ann' and 'bob', `--namespace anm export --out backup.json` wrote a
+    valid export of 0 records and exited 0 (a backup script would not notice); stats, history, consolidate and
+    the drop listing printed zeros and exited 0. Each is one line now, naming the namespaces there, and
+    nothing is written; `Memory.export()` raises NotFoundError; the writing commands create the namespace."""
+    from strata.memory.errors import NotFoundError
+
+    from strata.cli import main
+
+    data_dir = stored(stored(tmp_path / "mem", "ann"), "bob")
+    out, graph = tmp_path / "backup.json", tmp_path / "graph"
+    typo = ["--data-dir", str(data_dir), "--namespace", "anm"]
+    for command in (["export", "--out", str(out)], ["export", "--out", "-"], ["stats"], ["history"], ["consolidate"],
+                    ["drop"], ["drop", "--yes"], ["undo"], ["erase", "--about", "Ann"], ["ask", "Where?"],
+                    ["explain", "Where?"], ["graph", "--formats", "json", "--out", str(graph)]):
+        assert main([*typo, *command]) == 2, command
+        said = capsys.readouterr()
+        lines = said.err.strip().splitlines()
+        assert len(lines) == 1 and "there is no namespace 'anm'" in lines[0] and "'ann', 'bob'" in lines[0], lines
+        assert "--namespace" in lines[0] and not said.out
+    assert not out.exists() and not graph.exists()
+    with pytest.raises(NotFoundError, match=r"there is no namespace 'anm' .*'ann', 'bob'"):
+        Memory("anm", data_dir=str(data_dir)).export()
+    assert Memory("anm", data_dir=str(data_dir)).stats()["raw"]["active"] == 0  # read as a new, empty memory
+    ledger = Memory("anm", data_dir=str(data_dir)).store.ledger
+    assert ledger.live_namespaces() == ["ann", "bob"] and not ledger.knows("anm")  # nothing was created
+    assert main(["--data-dir", str(data_dir), "--namespace", "ann", "export", "--out", str(out)]) == 0
+    assert main([*typo, "import", str(out)]) == 0  # a writing command creates it
+    capsys.readouterr()
+    assert main([*typo, "stats"]) == 0 and "namespace 'anm'" in capsys.readouterr().out
