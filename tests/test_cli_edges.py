@@ -460,7 +460,9 @@ def test_after_a_killed_import_the_commands_say_how_to_finish_it(
     assert capsys.readouterr().err.count("has not finished") == 2
 
     export = tmp_path / "export.json"
-    export.write_text(Memory("other", data_dir=str(tmp_path / "other")).export().model_dump_json())
+    other = Memory("other", data_dir=str(tmp_path / "other"))
+    other.add([{"speaker": "Ann", "text": "I live in Paris."}])  # (an empty namespace is no export: unknown)
+    export.write_text(other.export().model_dump_json())
     close_all()
 
     def interrupted(*_: Any) -> None:
