@@ -81,7 +81,9 @@ class OnnxMiniLM:
 
         config = json.loads((model_dir / "sentence_bert_config.json").read_text())
         self._tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
-        self._tokenizer.enable_truncation(int(config.get("max_seq_length", 256)))  # padded per call in _run
+        self._tokenizer.enable_truncation(int(config.get("max_seq_length", 256)))
+        self._tokenizer.no_padding()  # padded per call in _run: the file's own padding (to 128) made a question's
+        # call six times slower
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = 1  # parallel batches run one chunk per thread (see embed)
         options.inter_op_num_threads = 1

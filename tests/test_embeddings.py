@@ -139,6 +139,28 @@ def test_long_texts_are_embedded_in_calls_whose_attention_fits_a_budget(embedder
     assert np.allclose(batched, alone, atol=1e-6)
 
 
+def test_a_call_is_as_wide_as_its_longest_text(embedder: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by a timing check after the batches above: the tokenizer file pads every text to 128 tokens, which
+    the calls had stopped overriding, so a question of 13 tokens ran as 128 (35 ms a question instead of 6; the
+    vectors were the same, the padding masked). A call is as wide as its longest text."""
+    embedder.inner.embed(["warm"])
+    onnx = embedder.inner._onnx
+    widths: list[int] = []
+    run = onnx._session.run
+
+    class Recording:
+        def run(self, names: Any, feed: dict[str, Any]) -> Any:
+            widths.append(feed["input_ids"].shape[1])
+            return run(names, feed)
+
+    monkeypatch.setattr(onnx, "_session", Recording())
+    question = "When did Caroline go to the LGBTQ support group?"
+    onnx.embed([question])
+    onnx.embed([question, "Hi!"])
+    tokens = len(onnx._tokenizer.encode(question).ids)
+    assert widths == [tokens, tokens] and tokens < 20
+
+
 @pytest.mark.filterwarnings("ignore")  # what PyTorch says while it exports (a subprocess's stderr hid it)
 def test_an_unwritable_cache_folder_keeps_the_export_in_memory(tmp_path: Path, monkeypatch: Any) -> None:
     """Where the cache folder cannot be made (a file stands in its place), the model is exported into
