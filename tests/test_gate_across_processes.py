@@ -56,13 +56,10 @@ def shared(data_dir: Path, chroma: ServerProcess, ledger_url: str) -> dict[str, 
     return {"data_dir": data_dir, "chroma_host": LOOPBACK, "chroma_port": chroma.port,
             **({"ledger_url": ledger_url} if ledger_url else {})}
 
-
-def test_two_processes_ingesting_one_namespace_at_once_store_one_input_after_the_other(
-    locomo_dir: Path, data_dir: Path, chroma: ServerProcess, ledger_url: str, offline_env: dict[str, str]
-) -> None:
-    first, second = two_sessions(locomo_dir)
-    settings = shared(data_dir, chroma, ledger_url)
-    tag = uuid.uuid4().hex[:8]  # the Chroma server outlives the test
+def one_process_orders(settings: dict[str, Any], first: list[Any], second: list[Any]) -> tuple[list[Any], str]:
+    """The episodes one process stores for the two inputs in either order, each in a namespace of its own,
+    and the tag that names them (the Chroma server outlives the test: names are new each time)."""
+    tag = uuid.uuid4().hex[:8]
     orders = []
     for name, inputs in (("ab", (first, second)), ("ba", (second, first))):
         alone = Memory(f"{name}-{tag}", **settings)
@@ -70,6 +67,16 @@ def test_two_processes_ingesting_one_namespace_at_once_store_one_input_after_the
             alone.add(part)
         orders.append(episodes(alone))
     close_all()
+    return orders, tag
+
+
+
+def test_two_processes_ingesting_one_namespace_at_once_store_one_input_after_the_other(
+    locomo_dir: Path, data_dir: Path, chroma: ServerProcess, ledger_url: str, offline_env: dict[str, str]
+) -> None:
+    first, second = two_sessions(locomo_dir)
+    settings = shared(data_dir, chroma, ledger_url)
+    orders, tag = one_process_orders(settings, first, second)
     workers = [Worker(data_dir, offline_env, LOOPBACK, chroma.port, ledger_url) for _ in range(2)]
     try:
         for worker, turns in zip(workers, (first, second), strict=True):
@@ -171,14 +178,7 @@ def test_two_replicas_of_a_langgraph_server_store_one_conversation_after_the_oth
     first, second = two_sessions(locomo_dir)
     ledger_url = postgres.create_database(f"t_{uuid.uuid4().hex[:12]}")
     settings = shared(tmp_path / "check", chroma, ledger_url)
-    tag = uuid.uuid4().hex[:8]
-    orders = []
-    for name, inputs in (("ab", (first, second)), ("ba", (second, first))):
-        alone = Memory(f"{name}-{tag}", **settings)
-        for part in inputs:
-            alone.add(part)
-        orders.append(episodes(alone))
-    close_all()
+    orders, tag = one_process_orders(settings, first, second)
     env = {"STRATA_CHROMA_HOST": LOOPBACK, "STRATA_CHROMA_PORT": str(chroma.port), "STRATA_LEDGER_URL": ledger_url}
     with ExitStack() as running:
         replicas = [running.enter_context(langgraph_dev(tmp_path / f"r{n}" / "mem", repo_mirror(tmp_path / f"r{n}"),
