@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -48,6 +49,17 @@ def free_port() -> int:
         probe.bind((LOOPBACK, 0))
         return int(probe.getsockname()[1])
 
+
+def close_child(process: subprocess.Popen[Any]) -> None:
+    """End a child that reads its requests on stdin: closing stdin asks it to finish; killed past 30 s."""
+    if process.poll() is None:
+        assert process.stdin is not None
+        process.stdin.close()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(30)
 
 def log_tail(path: Path, lines: int = 40) -> str:
     """The last lines of a log file, for failure messages."""

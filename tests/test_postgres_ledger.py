@@ -37,7 +37,7 @@ from typing import Any
 
 import pytest
 from conftest import all_at_once
-from servers import LOOPBACK, REPO, PostgresServer, ServerProcess
+from servers import LOOPBACK, REPO, PostgresServer, ServerProcess, close_child
 from strata.memory import snapshots, store_items
 from strata.memory.errors import ConfigError, StrataError, UnavailableError
 from strata.memory.ledger import EVERY_NAMESPACE, Ledger, open_ledger
@@ -118,13 +118,7 @@ class Replica:
         return self.result(timeout)
 
     def close(self) -> None:
-        if self.process.poll() is None:
-            assert self.process.stdin is not None
-            self.process.stdin.close()
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
+        close_child(self.process)
 
 
 @pytest.fixture
