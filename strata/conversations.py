@@ -24,7 +24,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError
 
-from strata.memory.errors import InputError, unstorable
+from strata.memory.errors import InputError, shown_value, unstorable
 from strata.memory.moments import read_time
 from strata.memory.names import blank, canonical_name, clean_name
 from strata.memory.namespaces import check_namespace
@@ -386,9 +386,18 @@ def _locomo_conversation(raw: Mapping[str, Any], conversation_id: str, name: str
     )
 
 
-def _sample_id(raw: Mapping[str, Any], fallback: str) -> str:
-    value = raw.get("sample_id")
-    return value.strip() if isinstance(value, str) and value.strip() else fallback
+def _sample_id(raw: Mapping[str, Any], fallback: str, name: str) -> str:
+    """The sample's own id, or `fallback` (from the file's name) when it gives none. One it gives but leaves
+    blank is refused: the file's name taken for it would store the sample under a namespace no one chose."""
+    if "sample_id" not in raw:
+        return fallback
+    value = raw["sample_id"]
+    if not isinstance(value, str) or not value.strip():
+        what = "blank" if isinstance(value, str) else shown_value(value)
+        raise ConversationFileError(f"{name}: a sample_id is {what}: give it a name such as "
+                                    "'conv-1', or leave the key out to name the sample after the file; nothing "
+                                    "was stored")
+    return value.strip()
 
 
 # --- plain turns ------------------------------------------------------------------------------
@@ -456,14 +465,14 @@ def _sample_conversation(sample: Mapping[str, Any], fallback_id: str, name: str)
         raise ConversationFileError(
             f"{name}: sample {fallback_id!r} has a 'conversation' that is not a LoCoMo conversation: {_SHAPES}"
         )
-    return _locomo_conversation(conversation, _sample_id(sample, fallback_id), name)
+    return _locomo_conversation(conversation, _sample_id(sample, fallback_id, name), name)
 
 
 def _file_named(sample: Mapping[str, Any], fallback: str, index: int, name: str) -> str:
     """The id a sample without a `sample_id` takes from the file's name, which names its namespace (each sample
     of a file is stored in one of its own): a name that cannot name one ("my samples.json") is said here, as
     what the user can change, instead of as a namespace the user never typed."""
-    if _sample_id(sample, ""):
+    if _sample_id(sample, "", name):
         return fallback
     try:
         check_namespace(fallback)
@@ -479,7 +488,7 @@ def _file_named(sample: Mapping[str, Any], fallback: str, index: int, name: str)
 def _conversations(data: Any, name: str, stem: str) -> list[LoadedConversation]:
     if isinstance(data, Mapping):
         if "speaker_a" in data:
-            return [_locomo_conversation(data, _sample_id(data, stem), name)]
+            return [_locomo_conversation(data, _sample_id(data, stem, name), name)]
         if _is_sample(data):
             return [_sample_conversation(data, stem, name)]
         if data.get("format") == "strata-memory":  # memory/portability.py FORMAT
@@ -580,11 +589,11 @@ def load_questions(path: str | Path) -> list[Question]:
     """The gold questions of a LoCoMo file, for evaluation only; never call this while ingesting."""
     name, stem, data = read_json_file(path)
     if isinstance(data, Mapping) and "speaker_a" in data:
-        samples: list[tuple[Mapping[str, Any], str]] = [(data, _sample_id(data, stem))]
+        samples: list[tuple[Mapping[str, Any], str]] = [(data, _sample_id(data, stem, name))]
     elif _is_sample(data):
-        samples = [(data, _sample_id(data, stem))]
+        samples = [(data, _sample_id(data, stem, name))]
     elif isinstance(data, list) and data and all(_is_sample(item) for item in data):
-        samples = [(item, _sample_id(item, f"{stem}-{index}")) for index, item in enumerate(data, start=1)]
+        samples = [(item, _sample_id(item, f"{stem}-{index}", name)) for index, item in enumerate(data, start=1)]
     else:
         raise ConversationFileError(f"{name}: holds no LoCoMo questions: give a LoCoMo conversation with a 'qa' list")
     questions: list[Question] = []

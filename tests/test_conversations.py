@@ -538,3 +538,18 @@ def test_samples_without_ids_in_a_file_whose_name_cannot_name_them_say_what_to_c
     assert [c.conversation_id for c in load_conversations(named)] == ["conv-1", "conv-2"]
     plain = _write(tmp_path, [{"conversation": conversation}] * 2, "samples.json")
     assert [c.conversation_id for c in load_conversations(plain)] == ["samples-1", "samples-2"]
+
+
+@pytest.mark.parametrize("blank", ["", "  ", None])
+def test_a_blank_sample_id_is_refused_not_replaced_by_the_file_name(tmp_path: Path, blank: Any) -> None:
+    """A sample_id of "" was taken as none: the sample was stored under the file's name, which no one chose."""
+    conversation = _locomo([{"speaker": "Ann", "dia_id": "D1:1", "text": "I moved to Denver."}])
+    for data in ({"sample_id": blank, "conversation": conversation}, {**conversation, "sample_id": blank},
+                 [{"sample_id": "conv-1", "conversation": conversation}, {"sample_id": blank,
+                                                                          "conversation": conversation}]):
+        path = _write(tmp_path, data, "samples.json")
+        with pytest.raises(ConversationFileError) as error:
+            load_conversations(path)
+        what = "blank" if isinstance(blank, str) else repr(blank)
+        assert str(error.value) == f"{path}: a sample_id is {what}: give it a name such as 'conv-1', or leave " \
+            "the key out to name the sample after the file; nothing was stored"
