@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 
@@ -87,15 +87,27 @@ def write_beside(target: Path, write: Callable[[Path], None], mode: int | None) 
     file whole. The file is created afresh (never written through whatever holds its name), private (0600),
     and given `mode` before the rename when one is given (that of the file it replaces, which keeps its
     permissions). Raises the OSError of any step, after removing the partial file."""
-    partial = target.with_name(f".{target.name}.partial")
+    write_all_beside([(target, write, mode)])
+
+
+def write_all_beside(files: Sequence[tuple[Path, Callable[[Path], None], int | None]]) -> None:
+    """`write_beside` for files that belong together (a graph's JSON, GraphML and picture): every one is
+    written beside its name first, and they are renamed over their names only when all were written, so one
+    that fails leaves the earlier set whole instead of new files beside an old one."""
+    partials: list[Path] = []
     try:
-        partial.unlink(missing_ok=True)  # a stopped run's leftover
-        os.close(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-        write(partial)
-        if mode is not None:
-            os.chmod(partial, mode)
-        os.replace(partial, target)
+        for target, write, mode in files:
+            partial = target.with_name(f".{target.name}.partial")
+            partial.unlink(missing_ok=True)  # a stopped run's leftover
+            os.close(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+            partials.append(partial)
+            write(partial)
+            if mode is not None:
+                os.chmod(partial, mode)
+        for (target, _, _), partial in zip(files, partials, strict=True):
+            os.replace(partial, target)
     except BaseException:
-        with contextlib.suppress(OSError):  # on a read-only disk the cleanup fails as the write did
-            partial.unlink(missing_ok=True)
+        for partial in partials:
+            with contextlib.suppress(OSError):  # on a read-only disk the cleanup fails as the write did
+                partial.unlink(missing_ok=True)
         raise

@@ -105,3 +105,22 @@ def test_graph_command_says_in_one_line_what_the_picture_could_not_draw(
     out, err = capsys.readouterr()
     assert "wrote " in out and (tmp_path / "g" / "question.png").is_file()
     assert len(err.splitlines()) <= 1 and all(line.startswith("strata: note: ") for line in err.splitlines())
+
+
+def test_a_picture_that_fails_leaves_the_earlier_files_as_they_were(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The JSON and GraphML were renamed in before the PNG was drawn: a PNG that failed left them new beside
+    the old picture. Now every file is written first and none replaces its old one unless all were written."""
+    from strata.memory.graph import export
+
+    export.write_graph(graph_of("Ann moved to Boston"), tmp_path, "namespace")
+    before = {path.name: path.read_bytes() for path in tmp_path.iterdir()}
+
+    def fails(graph: MemoryGraph, target: Path) -> list[str]:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(export, "draw_graph", fails)
+    with pytest.raises(OSError):
+        export.write_graph(graph_of("Ann moved to Denver"), tmp_path, "namespace")
+    assert {path.name: path.read_bytes() for path in tmp_path.iterdir()} == before  # no partial file left either

@@ -25,7 +25,7 @@ from strata.memory.errors import InputError, shown_value
 from strata.memory.moments import iso_on_clock
 from strata.memory.names import canonical_name
 from strata.memory.printable import printable
-from strata.memory.private_files import make_private_folder, write_beside
+from strata.memory.private_files import make_private_folder, write_all_beside
 from strata.memory.records import ENTITY_NODE, Kind, Record, Status
 from strata.memory.store import MemoryStore
 
@@ -165,8 +165,8 @@ def write_graph(graph: MemoryGraph, folder: Path, stem: str, formats: Sequence[s
     }
     make_private_folder(folder)
     targets = {kind: _replaced(folder / f"{stem}.{kind}") for kind in FORMATS if kind in formats}  # all, first
-    for kind, (real, mode) in targets.items():
-        write_beside(real, writers[kind], mode)
+    # all or none: a picture that fails after the JSON and GraphML were renamed in left a new JSON beside an old PNG
+    write_all_beside([(real, writers[kind], mode) for kind, (real, mode) in targets.items()])
     return [folder / f"{stem}.{kind}" for kind in targets]
 
 
