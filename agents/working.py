@@ -48,7 +48,8 @@ from strata.memory.entities import (
     tokenize,
     wordset,
 )
-from strata.memory.facts import asks_sentence, single_valued
+from strata.memory.facts import asks, asks_sentence, single_valued, split_sentences, stated_before_tag
+from strata.memory.forgetting import is_confirmation, is_request
 from strata.memory.graph.replies import Ids, Line, Reply, collected
 from strata.memory.lemmas import plural_noun, text_forms
 from strata.memory.moments import local
@@ -57,6 +58,7 @@ from strata.memory.speakers import resolve_participant
 from strata.prompts import working as prompts
 
 NOT_IN_MEMORY = "Not in memory."
+REMEMBERED = "Noted: I will remember that."  # chat's reply to a turn that tells (`told`)
 
 _NOW = datetime(2000, 1, 1)  # anchor for finding date spans where none counts (a question, an undated item)
 _QUESTION_PHRASE = re.compile(
@@ -190,16 +192,39 @@ def working(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     window = state.plan.days if state.plan is not None else None  # Research's reading of the question
     model = chat_model(runtime.context)
     cuts: list[str] = []
+    chat = runtime.context.mode == "chat"
     if model is None or not evidence:
-        answer, cited = answer_offline(question, evidence, window)
+        # offline, a statement's words are no question to cut an answer for: it is acknowledged
+        answer, cited = (NOT_IN_MEMORY, []) if chat and not asks(question) else \
+            answer_offline(question, evidence, window)
         policy = OFFLINE
-    else:
+    else:  # a model may reply to what it was told in its own words
         with collected() as cuts:
             answer, cited, policy = _answer_with_model(question, evidence, runtime, window)
+    if chat and answer == NOT_IN_MEMORY and (not asks(question) or tells_too(question)):
+        answer = told(question, state)  # what it told was stored: it is no lookup that found nothing
     summary = f"answered {answer!r} from {len(evidence)} evidence items, citing {', '.join(cited) or 'nothing'}"
     if cuts:
         summary += f"; cut from the model's reply: {'; '.join(cuts)}"
     return {"answer": answer, "cited_ids": cited, "stage": "done", "trace": traced(state, "working", policy, summary)}
+
+
+def told(text: str, state: State) -> str:
+    """The reply to a chat turn that tells rather than asks (`asks`, the rule the write path reads turns by,
+    or `tells_too`), where an answer would be "Not in memory.": its words were stored, or it asked to
+    forget, and the reply says which."""
+    forgotten = sum(change.action == "delete" for change in state.changes)
+    if forgotten:
+        return f"Forgot {forgotten} record(s)."
+    if is_request(text) or is_confirmation(text):
+        return "Nothing was forgotten."  # the run's notes say why
+    return REMEMBERED
+
+
+def tells_too(text: str) -> bool:
+    """Whether a turn that asks also states something before a tag ("I moved to Denver, did you know?"), read as
+    the write path reads it (`stated_before_tag`; a statement about the listener only asks them to confirm)."""
+    return any(stated_before_tag(s) is not None and not asks_sentence(s) for s in split_sentences(text))
 
 
 def asked(state: State, context: Context) -> str:

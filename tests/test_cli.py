@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -200,6 +201,17 @@ def test_chat_stores_each_line_and_answers(data_dir: Path, offline_env: dict[str
     stats = strata("stats", "--json", "--data-dir", str(data_dir), "--namespace", "m", env=offline_env)
     counts = json.loads(stats.stdout)
     assert counts["raw"]["active"] == 2, "two non-empty lines before /quit are stored, the blank one is skipped"
+
+
+def test_chat_acknowledges_a_statement_and_answers_a_question(data_dir: Path, offline_env: dict[str, str]) -> None:
+    """A statement got "Not in memory.", as if it had asked something: it is stored, and the reply says so."""
+    lines = "I moved to Denver last week.\nWhat is my cat called?\nWhere do I live?\nPlease forget that I moved.\n"
+    result = strata("chat", "--speaker", "Ann", "--data-dir", str(data_dir), "--namespace", "m", env=offline_env,
+                    stdin=lines)
+    assert result.returncode == 0, result.stderr
+    replies = [line for line in result.stdout.splitlines() if not line.startswith("  cited:")]
+    assert replies[:3] == ["Noted: I will remember that.", "Not in memory.", "Denver"]
+    assert re.fullmatch(r"Forgot \d+ record\(s\)\.", replies[3]), replies[3]  # a request to forget says what it did
 
 
 def test_a_reader_that_stops_early_ends_the_output_quietly(

@@ -483,3 +483,20 @@ def test_blank_text_is_refused_field_by_field_not_reply_by_reply() -> None:
     assert parse_json('{"facts": [{"content": "  "}]}', ModelFacts)[0] is None
     episode, problem = parse_json('{"title": "  ", "content": "Ann moved."}', ModelEpisode)
     assert episode is None and problem.startswith("field title")
+
+
+def test_a_chat_statement_the_model_finds_no_answer_to_is_acknowledged(boston: Path) -> None:
+    """A statement was answered as a question: the model said "Not in memory." to what it had just been told."""
+    model = RoleModel()  # its answer to everything: "Not in memory."
+    told = graph.invoke({"turns": [DENVER]}, context=ctx(boston, "chat", model))
+    assert told["answer"] == "Noted: I will remember that."
+    mixed = graph.invoke({"turns": [turn("I adopted a cat, did you know?", "D1:4", "2023-07-04T10:00")]},
+                         context=ctx(boston, "chat", model))
+    assert mixed["answer"] == "Noted: I will remember that."  # what it asks has no answer, what it tells was stored
+    asked = graph.invoke({"turns": [turn("What is my dog called?", "D1:5", "2023-07-05T10:00")]},
+                         context=ctx(boston, "chat", model))
+    assert asked["answer"] == "Not in memory." and len(model.calls("answer")) == 3
+    model = RoleModel(scripts={"answer": [json.dumps({"answer": "Congratulations on the move!", "cited_ids": []})]})
+    replied = graph.invoke({"turns": [turn("I moved again.", "D1:6", "2023-07-06T10:00")]},
+                           context=ctx(boston, "chat", model))
+    assert replied["answer"] == "Congratulations on the move!"  # a model's own reply to a statement stands
