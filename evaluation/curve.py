@@ -50,6 +50,7 @@ from strata.graph.context import Context
 from strata.graph.state import Evidence
 from strata.memory.bm25 import reciprocal_rank_fusion
 from strata.memory.errors import InputError, StrataError
+from strata.memory.printable import printable
 
 from strata.api import Memory
 from strata.conversations import LoadedConversation, Question, load_questions, load_turns
@@ -158,8 +159,8 @@ class Run:
                 "ingest_s": round(ingested, 1), "consolidate_s": round(consolidated, 1),
                 "off": sorted(off), "consolidation": report.model_dump(mode="json"),
             }, indent=1))
-            print(f"{conversation.conversation_id} [{ingest_set(off)}]: ingested in {ingested:.0f} s, "
-                  f"consolidated in {consolidated:.0f} s", flush=True)
+            print(printable(f"{conversation.conversation_id} [{ingest_set(off)}]: ingested in {ingested:.0f} s, "
+                            f"consolidated in {consolidated:.0f} s"), flush=True)
             del writer
         return Memory(conversation.conversation_id, data_dir=str(folder), **{**switches, **settings})
 
@@ -184,7 +185,7 @@ class Run:
                           tokens=tokens_of(evidence), ms=round(elapsed, 1), answer_words=words)
                 handle.write(row.model_dump_json() + "\n")
                 self.done.add((system, setting, conversation, index))
-        print(f"  {conversation} {system} {setting}: {len(todo)} questions", flush=True)
+        print(printable(f"  {conversation} {system} {setting}: {len(todo)} questions"), flush=True)
 
 
 def baseline_retriever(index: TurnIndex, kind: str, budget: int) -> Callable[[str], list[Evidence]]:
@@ -465,12 +466,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         run = evaluate(args) if not args.report_only else Run(Path(args.out), args.ingest_cache)
     except StrataError as error:  # e.g. another run holds a cached memory folder
-        print(f"error: {' '.join(str(error).split())}", file=sys.stderr)
+        print(printable(f"error: {' '.join(str(error).split())}"), file=sys.stderr)  # a file name may hold ESC
         return 2
     except KeyboardInterrupt:
         print("interrupted: measured rows are cached; run the same command again to resume", file=sys.stderr)
         return 130
-    print(write_report(run, args))
+    print(printable(write_report(run, args)))  # it shows the command line as typed
     return 0
 
 

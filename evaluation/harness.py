@@ -29,6 +29,7 @@ from strata.evaluation.systems import IngestStats, Result, RunSettings, StrataSy
 from strata.evaluation.tokens import count_tokens
 from strata.memory.embeddings import get_embedder
 from strata.memory.errors import InputError
+from strata.memory.printable import printable
 from tqdm import tqdm
 
 from strata.conversations import ADVERSARIAL_CATEGORY, LoadedConversation, Question, load_conversations, load_questions
@@ -367,13 +368,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         ensure_offline_embedder(options.embedder)
         report = run(options, args)
     except StrataError as error:
-        print(f"error: {error}", file=sys.stderr)
+        print(printable(f"error: {error}"), file=sys.stderr)  # a file name or a value from it may hold ESC
         return 2
     except KeyboardInterrupt:
         print("interrupted: finished conversations are cached; run the same command again to resume",
               file=sys.stderr)
         return 130
-    print(report["markdown"])
-    print(f"\nwrote {', '.join(report['files'].values())}")
+    print(printable(report["markdown"]))
+    print(printable(f"\nwrote {', '.join(report['files'].values())}"))
     return 0
 

@@ -136,3 +136,14 @@ def test_baselines_show_turns_as_strata_does_and_tokens_are_those_the_answerer_r
     assert "Painting's a fun way" in thanks.line and "Thanks, Caroline" not in thanks.line
     shown = baseline_retriever(index, "hybrid", 400)("What does Melanie paint?")
     assert tokens_of(shown) == count_tokens(format_evidence(chronological(shown))) and tokens_of([]) == 0
+
+
+def test_an_error_naming_a_file_shows_its_control_characters_as_escapes(tmp_path: Path, capsys: object) -> None:
+    """The error was printed as it came: a file named with ESC [2J cleared the screen of whoever ran the curve."""
+    from strata.evaluation.curve import main
+
+    broken = tmp_path / "conv\x1b[2J.json"
+    broken.write_text("{", encoding="utf-8")
+    assert main([str(broken), "--out", str(tmp_path / "out"), "--ingest-cache", str(tmp_path / "cache")]) == 2
+    err = capsys.readouterr().err  # type: ignore[attr-defined]
+    assert "\x1b" not in err and "conv\\x1b[2J.json" in err

@@ -134,6 +134,17 @@ def test_malformed_file_gives_one_line_error(tmp_path: Path, capsys: pytest.Capt
     assert not (tmp_path / "run" / "results.json").exists()
 
 
+def test_an_error_naming_a_file_shows_its_control_characters_as_escapes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The error was printed as it came: a file named with ESC [2J cleared the screen of whoever ran the harness."""
+    broken = tmp_path / "conv\x1b[2J.json"
+    broken.write_text("{", encoding="utf-8")
+    assert main([str(broken), "--out", str(tmp_path / "run"), "--quiet"]) == 2
+    error = capsys.readouterr().err
+    assert "\x1b" not in error and "conv\\x1b[2J.json" in error
+
+
 def test_file_without_questions_and_unknown_system_are_refused(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
