@@ -828,7 +828,13 @@ def span_answer(question: Question, best: Candidate) -> str:
     if phrase:
         return phrase
     clause = best_clause(question, best.sentence)
-    words = clause.split()
+    kept = unnamed(question, clause)
+    if not kept:  # the clause only names what is asked about: what is said of it comes next
+        rest = best.sentence[best.sentence.find(clause) + len(clause) :]
+        following = rest if _substantive(rest) else _next_sentence(best)
+        if following and not following.rstrip().endswith("?"):
+            return _trim(best_clause(question, following))
+    words = (kept or clause).split()
     last = -1
     for i, word in enumerate(words):
         token = tokenize(word)
@@ -842,6 +848,20 @@ def span_answer(question: Question, best: Candidate) -> str:
         if following and not following.rstrip().endswith("?"):
             return _trim(best_clause(question, following))
     return _trim(clause)
+
+
+def unnamed(question: Question, clause: str) -> str:
+    """The clause without the names it gives to what the question asks about ("My sister Jane is a teacher"
+    -> "My sister is a teacher"): the name says who it is, not what is asked of them ("What does my sister
+    do?"), and it stood where the answer is cut from. Empty when nothing is left but the naming."""
+    kept, start = [], 0
+    for named in named_nouns(clause):
+        if stem(named.noun) in question.weights:
+            kept.append(clause[start : named.start] + named.phrase)
+            start = named.end
+    if not kept:
+        return clause
+    return "".join(kept) + clause[start:] if _substantive(clause[start:]) else ""
 
 
 def head_noun(question: str) -> str:

@@ -507,3 +507,22 @@ def test_the_offline_answer_does_not_depend_on_the_hash_seed(locomo_dir: Path, o
         for seed in range(1, 5)
     }
     assert len(answers) == 1, answers
+
+
+@pytest.mark.parametrize(
+    ("text", "answer"),
+    [
+        ("My sister Jane is a teacher.", "teacher"),
+        ("Hi! My sister Jane just got a job as a pilot.", "got a job as a pilot"),
+        ("My sister's name is Jane and she is a lawyer.", "lawyer"),  # the clause naming her says nothing else
+        ("I have a sister, Jane. She teaches math at a high school.", "teaches math at a high school"),
+    ],
+)
+def test_what_someone_does_is_what_is_said_of_them_not_the_name_they_are_given(
+    text: str, answer: str, store: MemoryStore, data_dir: Path
+) -> None:
+    """"What does my sister do?" was answered "Jane": the answer was cut after the asked-about word, where the
+    name the sentence gives her stands."""
+    evidence = stored_evidence(store, [raw_record(t) for t in said(("user", text, "T1", "2024-03-01T10:00"))])
+    out = ask("What does my sister do?", evidence, data_dir)
+    assert (out["answer"], out["cited_ids"]) == (answer, ["T1"])
