@@ -23,15 +23,16 @@ agent = create_react_agent(model, memory_tools(Memory("ann"), speaker="Ann"))
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Annotated, Any
 
 from langchain_core.tools import BaseTool, StructuredTool, ToolException
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, Field, ValidationError
 
 from strata.api import Answer, Memory
 from strata.graph.state import ChangeNote, Evidence, check_speaker
 from strata.memory.errors import InputError, StrataError
 from strata.memory.forgetting import is_confirmation
+from strata.memory.names import blank
 
 MAX_LINES = 12
 
@@ -44,8 +45,22 @@ class RememberArgs(BaseModel):
     text: str = Field(..., min_length=1, description="The statement to store, in the speaker's words.")
 
 
+_REQUEST_VERBS = ("forget ", "please forget ", "delete ", "please delete ", "remove ", "erase ")
+
+
+def _says_what(description: str) -> str:
+    """A description that shows what to forget, beyond a request verb ("please forget ..."): one of zero-width
+    spaces passed the length check, and its request was stored as a turn that deleted nothing."""
+    lowered = description.strip().lower()
+    verb = next((v for v in _REQUEST_VERBS if lowered.startswith(v)), "")
+    if blank(description.strip()[len(verb) :]):
+        raise ValueError("it shows nothing to forget (only spaces or invisible characters): say what, e.g. "
+                         "'that I live in Boston'; nothing was stored")
+    return description
+
+
 class ForgetArgs(BaseModel):
-    description: str = Field(
+    description: Annotated[str, AfterValidator(_says_what)] = Field(
         ..., min_length=3, description="What to forget, e.g. 'that I live in Boston' or 'my old phone number'."
     )
 
@@ -54,7 +69,7 @@ def forget_request(description: str) -> str:
     """The explicit request the Judge and the Refresher recognise ("please forget ...")."""
     text = description.strip().rstrip(".!?")
     lowered = text.lower()
-    if lowered.startswith(("forget ", "please forget ", "delete ", "please delete ", "remove ", "erase ")):
+    if lowered.startswith(_REQUEST_VERBS):
         return text[0].upper() + text[1:] + "."
     return f"Please forget {text}."
 

@@ -237,6 +237,16 @@ def test_the_forget_tool_acts_only_for_its_speaker(memory: Memory) -> None:
     assert not [c for c in memory.history() if c.action.value == "delete"]
 
 
+@pytest.mark.parametrize("description", ["\u200b\u200b\u200b", "please forget \u200b\u200b", "   \u2060 "])
+def test_the_forget_tool_refuses_a_description_that_shows_nothing(memory: Memory, description: str) -> None:
+    """Zero-width spaces passed the length check: the request was stored as a turn and deleted nothing."""
+    forget = {t.name: t for t in memory_tools(memory, speaker="Melanie")}["forget"]
+    before = memory.stats()
+    reply = forget.invoke({"description": description})
+    assert reply.startswith("Bad tool arguments: description: ") and "shows nothing to forget" in reply
+    assert "\n" not in reply and memory.stats() == before  # nothing was written
+
+
 def test_forget_request_wording() -> None:
     assert forget_request("that I live in Boston") == "Please forget that I live in Boston."
     assert forget_request("Delete my old phone number!") == "Delete my old phone number."
