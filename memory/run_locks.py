@@ -33,6 +33,12 @@ blocks and a cancelled wait lets go of whatever the look in flight took once it 
 A wait has no bound, as in one process: what it waits for ends (a run, however long an ingest is; a process
 that dies lets go), and a bound would fail an input merely queued behind a long ingest on another replica,
 whose retry would queue again. A client that stops waiting cancels its run, which lets go of the wait.
+
+The same folder holds a fourth lock per namespace, `writer` (`writer_turn`): the per-step write lock of a
+SQLite ledger shared through a data folder (memory/store.py `_WriterLock`), which PostgreSQL's advisory
+lock is on a shared database (`namespace_lock`). Without it two processes' steps on one namespace went on
+at once, each holding only its own process's lock: two turns took one id, two writes one sequence number.
+A step is short, so it waits in `flock` itself, as PostgreSQL's `pg_advisory_lock` does.
 """
 
 from __future__ import annotations
@@ -46,8 +52,8 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterable
-from contextlib import suppress
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Literal, Protocol
 
@@ -73,6 +79,8 @@ _BACK: tuple[Step, ...] = (("runs", "SH"), ("door", None))  # ... once it is don
 _IO: concurrent.futures.ThreadPoolExecutor | None = None  # where a task's looks run (see the docstring)
 _IO_GUARD = threading.Lock()
 _OPEN_FILES: weakref.WeakSet[FileLocks] = weakref.WeakSet()  # closed in a forked child (`forget_after_fork`)
+_WRITERS: set[int] = set()  # the `writer_turn` files open now: closed in a forked child too
+_WRITERS_GUARD = threading.Lock()
 
 
 class Locks(Protocol):
@@ -200,6 +208,40 @@ class CrossHold:
                 pause = min(pause * 1.5, MAX_POLL_SECONDS)
 
 
+def writer_place(settings: StoreSettings) -> Path | None:
+    """Where the writers of a namespace take turns across processes beyond the ledger's own lock: the data
+    folder's `run_gates/` for a SQLite ledger beside a Chroma server; None otherwise (PostgreSQL's advisory
+    lock does it there, and an embedded folder is one process's)."""
+    if not settings.chroma_host or settings.ledger_url:
+        return None
+    return Path(settings.data_dir) / FOLDER
+
+
+@contextmanager
+def writer_turn(folder: Path, namespace: str) -> Iterator[None]:
+    """Hold `namespace`'s `writer` lock in `folder` (an exclusive flock, waited for) for the block. The caller
+    holds its process's lock of the namespace and does not nest this: each hold opens a file of its own."""
+    descriptor = _lock_file(folder, f"{_stem(namespace)}.writer")
+    if descriptor is None:  # a folder this process may not write: it writes nothing there
+        yield
+        return
+    with _WRITERS_GUARD:
+        _WRITERS.add(descriptor)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        yield
+    finally:
+        with _WRITERS_GUARD:
+            if descriptor in _WRITERS:  # (not if a fork's child closed it: it was never its to close)
+                _WRITERS.discard(descriptor)
+                os.close(descriptor)  # the kernel lets go of its lock with it
+
+
+def _stem(namespace: str) -> str:
+    """A namespace's lock files' stem: a digest (its name never becomes a path)."""
+    return hashlib.sha256(namespace.encode("utf-8")).hexdigest()[:32]
+
+
 class FileLocks:
     """The locks as `fcntl.flock` on three files per namespace in a data folder (`<digest>.<role>`, private,
     empty; a namespace's name never becomes a path). Each run opens its own: flock locks of two open files
@@ -207,7 +249,7 @@ class FileLocks:
 
     def __init__(self, folder: Path, namespace: str) -> None:
         self._folder = folder
-        self._stem = hashlib.sha256(namespace.encode("utf-8")).hexdigest()[:32]
+        self._stem = _stem(namespace)
         self._files: dict[Role, int | None] = {}
         self._guard = threading.Lock()
         _OPEN_FILES.add(self)
@@ -270,11 +312,16 @@ def forget_after_fork() -> None:
     """In a forked child: the parent's threads are not the child's, nor its runs' lock files. A child keeping
     one open kept its lock after the parent let go of it (a flock belongs to the open file, which the child's
     copy shares), for as long as the child lived; closing the copy leaves the parent's lock as it is."""
-    global _IO, _IO_GUARD
+    global _IO, _IO_GUARD, _WRITERS_GUARD
     _IO, _IO_GUARD = None, threading.Lock()
     for locks in list(_OPEN_FILES):
         locks.forget()
     _OPEN_FILES.clear()
+    _WRITERS_GUARD = threading.Lock()
+    for descriptor in list(_WRITERS):
+        with suppress(OSError):
+            os.close(descriptor)
+    _WRITERS.clear()
 
 
 os.register_at_fork(after_in_child=forget_after_fork)  # (a child that never imports the registry has them too)

@@ -20,7 +20,7 @@ import logging
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 from pydantic import BaseModel
-from strata.memory import journal, snapshots, store_items
+from strata.memory import journal, run_locks, snapshots, store_items
 from strata.memory.bm25 import BM25Index, reciprocal_rank_fusion
 from strata.memory.chroma import (
     collection_name,
@@ -258,7 +258,8 @@ class MemoryStore:
         self._exact: dict[Kind, ExactIndex | None] = {}
         self._lock = threading.RLock()
         self._max_batch: int | None = None  # `_write_batch`
-        self._write_lock = _WriterLock(namespace_lock(settings, namespace), ledger, namespace)
+        self._write_lock = _WriterLock(namespace_lock(settings, namespace), ledger, namespace,
+                                       run_locks.writer_place(settings))
         self._group_depth = 0  # how deep the holder of the write lock is in `edits()` groups
         self._journaled = False  # this process wrote journal entries that a flush or a group's end clears
         self.importer: int | None = None  # the thread whose import writes the namespace (`check_whole` lets it)
@@ -1816,15 +1817,18 @@ class MemoryStore:
 
 
 class _WriterLock:
-    """This process's lock of a namespace, then the ledger's (a database lock on PostgreSQL).
+    """This process's lock of a namespace, then the ledger's (a database lock on PostgreSQL), then, for a SQLite
+    ledger that processes share through a data folder (records on a Chroma server), its `writer` file lock
+    (memory/run_locks.py `writer_turn`): the SQLite ledger has no lock of its own across processes.
 
-    Re-entrant like the lock it wraps; the two are always taken in that order and let go in reverse.
+    Re-entrant like the lock it wraps; they are always taken in that order and let go in reverse.
     """
 
-    def __init__(self, local: threading.RLock, ledger: Ledger, namespace: str) -> None:
+    def __init__(self, local: threading.RLock, ledger: Ledger, namespace: str, across: Path | None = None) -> None:
         self._local = local
         self._ledger = ledger
         self._namespace = namespace
+        self._across = across
         self._held = threading.local()
 
     def depth(self) -> int:
@@ -1837,8 +1841,12 @@ class _WriterLock:
     def __enter__(self) -> None:
         self._local.acquire()
         try:
-            shared = self._ledger.namespace_lock(self._namespace)
-            shared.__enter__()
+            held = ExitStack()
+            with held:
+                held.enter_context(self._ledger.namespace_lock(self._namespace))
+                if self._across is not None and not self.depth():
+                    held.enter_context(run_locks.writer_turn(self._across, self._namespace))
+                shared = held.pop_all()
         except BaseException:
             self._local.release()
             raise
