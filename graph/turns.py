@@ -42,8 +42,10 @@ def gate_of(context: object) -> tuple[RunGate, Kind] | None:
     settings = context_of(context)
     if settings is None:
         return None
+    # a question that may change memory (refresh_on_read) takes turns with the runs and calls that do: its
+    # Refresher decides slots from records read before its step, which another's change made stale
     return run_gate(settings.store_settings(), settings.namespace), (
-        "store" if settings.mode in STORING_MODES else "read")
+        "store" if settings.mode in STORING_MODES or settings.refresh_on_read else "read")
 
 
 def checked_gate(input: Any, config: Any, context: Any) -> tuple[RunGate, Kind] | None:

@@ -196,7 +196,7 @@ async def history(request: Request, memory: Memory) -> Any:
 
 async def undo(request: Request, memory: Memory) -> Any:
     body = await _body(request, _UndoBody)
-    return await asyncio.to_thread(memory.undo, body.change_id)
+    return await memory.aundo(body.change_id)  # (strata's threads: it may wait for the namespace's gate)
 
 
 async def consolidate(request: Request, memory: Memory) -> Any:

@@ -221,7 +221,8 @@ class Memory:
         """Close the open episode now (a session ended); returns the episode written, if any."""
         from strata.agents.memory import close_open_episode
 
-        return close_open_episode(self._whole(), context=self.context("ingest"))
+        with self.gate().holding("store"):  # the open episode is an input's: not while one is stored
+            return close_open_episode(self._whole(), context=self.context("ingest"))
 
     def consolidate(self, limit: int | None = None) -> ConsolidationReport:
         """The slow path (causal links, denser entity links, summaries) over what was stored since the last run.
@@ -231,7 +232,12 @@ class Memory:
         """
         from strata.agents.consolidation import run
 
-        return run(self._whole(), self.context("ingest"), checked(_ConsolidateRequest, limit=limit).limit)
+        request = checked(_ConsolidateRequest, limit=limit)
+        # a run that reads, for the gate: it leaves the turns an ingest is still deriving to the next run (so
+        # it goes on beside one), but no erase or drop while it works: a summary told from turns read before
+        # an erase was written back after it, with the erased words
+        with self.gate().holding("read"):
+            return run(self._whole(), self.context("ingest"), request.limit)
 
     # reading -----------------------------------------------------------
     def ask(self, question: str, refresh: bool = False) -> Answer:
@@ -311,7 +317,11 @@ class Memory:
         given (evolutions are many and small, so they are undone by id; see `history()`). A fact it makes
         current again whose slot has a newer value since is superseded by that value, in a change of its
         own (memory/slots.py `undo`), so a slot keeps one current value."""
-        return undo_change(self._whole(), checked(_UndoRequest, change_id=change_id).change_id)
+        request = checked(_UndoRequest, change_id=change_id)
+        # one at a time with the runs that change memory (an input's Refresher, a question's refresh): each
+        # decides a slot from records it read before its step, which an undo between them made stale
+        with self.gate().holding("store"):
+            return undo_change(self._whole(), request.change_id)
 
     def get(self, ids: Iterable[str]) -> list[Record]:
         """The records of these ids as stored now, whatever their status (superseded and deleted ones too, to see
@@ -398,7 +408,8 @@ class Memory:
         elif isinstance(document, str | os.PathLike):
             document = read_json_file(document, "memory")[2]
         document = revalidated(document) if isinstance(document, MemoryDocument) else read_document(document)
-        return import_memory(self.store, document, self.context("ingest").max_turn_chars)
+        with self.gate().holding("store"):  # an input, whole: not beside another (two found it empty)
+            return import_memory(self.store, document, self.context("ingest").max_turn_chars)
 
     def drop(self, records_elsewhere: bool = False) -> DroppedThreads:
         """Delete this namespace's memory entirely, and the threads saved in the data folder that ran on it
@@ -475,6 +486,14 @@ class Memory:
     async def aconsolidate(self, limit: int | None = None) -> ConsolidationReport:
         """`consolidate` for async apps (the slow path can take a while: this keeps the loop free)."""
         return await _in_thread(self.consolidate, limit)
+
+    async def aundo(self, change_id: int | None = None) -> Change:
+        """`undo` for async apps."""
+        return await _in_thread(self.undo, change_id)
+
+    async def aend_session(self) -> Record | None:
+        """`end_session` for async apps."""
+        return await _in_thread(self.end_session)
 
     # running -----------------------------------------------------------
     def _run(

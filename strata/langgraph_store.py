@@ -32,13 +32,12 @@ Mapping:
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import re
 import threading
 import unicodedata
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -69,6 +68,7 @@ from strata.memory.ledger import Ledger
 from strata.memory.namespaces import MAX_LENGTH, check_namespace, mark_after
 from strata.memory.records import KINDS, Kind, Record, Status
 from strata.memory.registry import ledger_for, open_store, stored_name
+from strata.memory.run_gate import run_gate
 from strata.memory.settings import StoreSettings
 from strata.memory.store import MemoryStore, kind_of
 from strata.memory.store_items import ITEM_PREFIX, ItemVersion
@@ -184,7 +184,10 @@ class StrataStore(BaseStore):
                 put = self._prepare(op)
                 puts[(put.name, put.key)] = put
         results: list[Result] = [None] * len(ops)
-        with self._lock:
+        # the namespaces written wait while an erase or a drop of theirs works, as a run does; taken before the
+        # store's lock: a put waiting at a gate behind an erase held it, and a run's node that put into the
+        # store waited for it while the erase waited for that run
+        with self._writing(sorted({put.name for put in puts.values()})), self._lock:
             self._check_targets(list(puts.values()))
             for i, op in enumerate(ops):
                 if isinstance(op, GetOp):
@@ -197,8 +200,21 @@ class StrataStore(BaseStore):
         return results
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
-        """Chroma and SQLite calls block, so the batch runs in a worker thread."""
-        return await asyncio.to_thread(self.batch, list(ops))
+        """Chroma and SQLite calls block, so the batch runs in a worker thread: strata's own, as `Memory`'s
+        async calls do (a put may wait for its namespace's gate, which a run on the loop's threads holds)."""
+        from strata.api import _in_thread  # (the API builds on this module's neighbours)
+
+        return await _in_thread(self.batch, list(ops))
+
+    @contextlib.contextmanager
+    def _writing(self, names: Sequence[str]) -> Iterator[None]:
+        """The run gates of the namespaces a batch writes (memory/run_gate.py), as a run that reads takes them:
+        a put goes on beside ingests and questions (each write is a step under the namespace's write lock),
+        never beside an erase or a drop, which it would write back into; across processes too."""
+        with contextlib.ExitStack() as held:
+            for name in names:
+                held.enter_context(run_gate(self.settings, name).holding("read"))
+            yield
 
     # reading -------------------------------------------------------------
     def _get(self, namespace: tuple[str, ...], key: str) -> Item | None:
