@@ -20,12 +20,24 @@ from strata.graph.context import Context
 from strata.graph.routing import route_after_judge, route_after_memory, route_onward, route_start
 from strata.graph.state import InputState, OutputState, State, finish_run, resumed_as_begun, start_run
 from strata.graph.tracing import with_run_metadata
-from strata.graph.turns import taking_turns
+from strata.graph.turns import TurnTakingGraph, taking_turns
+
+
+class _TurnTakingBuilder(StateGraph):  # type: ignore[type-arg]
+    """A `StateGraph` whose `compile` gives a `TurnTakingGraph`: an app that compiles `builder()` itself (with its
+    checkpointer, or after adding nodes) gets the runs of a namespace taking turns, as `build_graph` does. Its
+    runs went on without the gate: two inputs of one namespace at once closed each other's open episodes, and
+    a run saved its thread back while an erase deleted it."""
+
+    def compile(self, *args: Any, **kwargs: Any) -> TurnTakingGraph:  # type: ignore[override]
+        return taking_turns(super().compile(*args, **kwargs))
 
 
 def builder() -> StateGraph:
-    """The uncompiled graph, for apps that add it as a subgraph or compile it themselves."""
-    graph_builder = StateGraph(State, context_schema=Context, input_schema=InputState, output_schema=OutputState)
+    """The uncompiled graph, for apps that add it as a subgraph or compile it themselves (its `compile` keeps the
+    runs of a namespace taking turns: graph/turns.py)."""
+    graph_builder = _TurnTakingBuilder(State, context_schema=Context, input_schema=InputState,
+                                       output_schema=OutputState)
     # a chat turn whose model fails on a setting is derived offline before the error is raised
     graph_builder.add_node("memory", with_run_metadata("memory", resumed_as_begun(derived_on_model_failure(memory))))
     graph_builder.add_node("research", with_run_metadata("research", resumed_as_begun(
@@ -49,8 +61,8 @@ def builder() -> StateGraph:
 
 def build_graph(**compile_kwargs: Any) -> Any:
     """Compile the memory graph (pass `checkpointer=` or `store=` as for any LangGraph graph), its runs of one
-    namespace taking turns where they must (graph/turns.py): an app compiling `builder()` itself runs without."""
-    compiled = taking_turns(builder().compile(**compile_kwargs))
+    namespace taking turns where they must (graph/turns.py), as `builder().compile(...)` does."""
+    compiled = builder().compile(**compile_kwargs)
     compiled.name = "strata"
     return compiled
 
