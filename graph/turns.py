@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import fields
 from typing import Any
 
+from langgraph._internal._constants import CONFIG_KEY_RUNTIME
 from langgraph.errors import EmptyInputError
 from langgraph.graph.state import CompiledStateGraph
 from strata.graph.context import Context
@@ -50,9 +51,18 @@ def gate_of(context: object) -> tuple[RunGate, Kind] | None:
 
 def checked_gate(input: Any, config: Any, context: Any) -> tuple[RunGate, Kind] | None:
     """The run checked (`check_run`), then its gate (`gate_of`): it reads the folder's path, so an async run
-    calls it off the loop."""
+    calls it off the loop. A run given no context of its own runs with its parent's, if any (a compiled graph
+    added as a node of an app's graph: LangGraph hands it the parent's runtime): that one names the gate. Such
+    runs took no turns, whatever the parent's context said."""
     check_run(input, config, context)
-    return gate_of(context)
+    return gate_of(context if context is not None else inherited_context(config))
+
+
+def inherited_context(config: Any) -> object:
+    """The context of the run this one is nested in, from its config (None: not nested, or none given)."""
+    configurable = config.get("configurable") if isinstance(config, Mapping) else None
+    runtime = configurable.get(CONFIG_KEY_RUNTIME) if isinstance(configurable, Mapping) else None
+    return getattr(runtime, "context", None)
 
 
 def check_run(input: Any, config: Any, context: Any) -> None:
