@@ -229,7 +229,8 @@ class SqliteBackend:
 
     @contextmanager
     def namespace_lock(self, namespace: str) -> Iterator[None]:
-        """Nothing beyond the store's own lock: an embedded folder is locked to one process."""
+        """Nothing beyond the store's own lock: an embedded folder is locked to one process, and processes sharing
+        a data folder beside a Chroma server take the store's writer file lock (memory/run_locks.py)."""
         yield
 
     def in_transaction(self) -> bool:

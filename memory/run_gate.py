@@ -19,6 +19,10 @@ ledger), a run then takes the same turns with theirs (memory/run_locks.py): afte
 same span, let go before it. Threads of one process never each hold a connection waiting for another's,
 and a call that skips this gate (it holds it already) skips those too: an erase inside a run of its own
 waits only for the other runs, whichever process runs them.
+
+The calls that write a namespace outside a run of the graph take it as runs do (strata/api.py,
+strata/langgraph_store.py): an undo, an end of session, an import and a question that may refresh memory
+as a run that stores input; a consolidation and a store's put as a run that reads (never beside an erase).
 """
 
 from __future__ import annotations
