@@ -15,6 +15,11 @@ names its namespace ("namespace"):
 - {"op": "ask_on_thread", "thread": ..., "question": ...}: a question run by the graph with the data
   folder's checkpointer, stopped once its research step is saved ("midway") until {"op": "go"}, then
   "asked";
+- {"op": "call", "call": "undo" | "end_session" | "consolidate" | "import" | "put" | "ask_refreshing"}: one writing
+  entry point of the namespace ("import" copies the namespace "source" in, "put" is a `StrataStore` put), in a
+  thread of its own: "called" (with "call") once it returns, or "error";
+- {"op": "write", "run": "w"}: the namespace's per-step write lock (`MemoryStore.writing`) held in a thread of its
+  own, "in" once taken, until {"op": "let_go", "run": "w"} ("out");
 - a failure is "error" with its one line (and "type").
 """
 
@@ -96,6 +101,38 @@ def hold_async(gate: RunGate, kind: str, orders: queue.Queue[str], run: str) -> 
     asyncio.run(waited())
 
 
+def write(memory: Memory, orders: queue.Queue[str], run: str) -> None:
+    """A step of a writer: the namespace's write lock, held until told to let go."""
+    try:
+        with memory.store.writing():
+            emit("in", run=run)
+            orders.get()
+    except StrataError as error:
+        failed(error, run)
+        return
+    emit("out", run=run)
+
+
+def call(memory: Memory, settings: dict[str, Any], command: dict[str, Any]) -> None:
+    """One writing entry point of the namespace, other than a run of the graph."""
+    from strata.langgraph_store import StrataStore
+
+    name = command["call"]
+    try:
+        if name == "import":
+            memory.import_from(Memory(command["source"], **settings).export())
+        elif name == "put":
+            StrataStore.from_memory(memory).put(tuple(memory.namespace.split("/")), "note", {"text": "tea at four"})
+        elif name == "ask_refreshing":
+            memory.ask("Where does Ann live?", refresh=True)
+        else:
+            getattr(memory, name)()
+    except StrataError as error:
+        failed(error, name)
+        return
+    emit("called", call=name)
+
+
 def ask_on_thread(memory: Memory, data_dir: str, command: dict[str, Any], go: threading.Event) -> None:
     from strata.graph import build_graph
 
@@ -140,6 +177,11 @@ def main() -> None:
                 emit("waiting", run=run)
                 body = hold_async if command.get("async") else hold
                 threading.Thread(target=body, args=(memory.gate(), command["kind"], runs[run], run)).start()
+            elif op == "write":
+                runs[command["run"]] = queue.Queue()
+                threading.Thread(target=write, args=(memory, runs[command["run"]], command["run"])).start()
+            elif op == "call":
+                threading.Thread(target=call, args=(memory, settings, command)).start()
             elif op in ("erase_inside", "let_go"):
                 runs[command["run"]].put(op)
             elif op == "add":

@@ -1,0 +1,197 @@
+"""The writing entry points of a namespace that are no run of the graph (undo, end_session, consolidate,
+import, a `StrataStore` put) and a question that may change memory take the namespace's gate as runs do,
+across processes too, on a real Chroma server with a real PostgreSQL ledger or one data folder's SQLite
+ledger (tests/test_gate_across_processes.py tries the runs themselves); and the per-step write lock of a
+SQLite ledger shared through a data folder holds across processes (it held in one process only).
+
+Each call is sent to one process while another holds the namespace's gate the way that must keep it out:
+an input being stored (`store`) keeps out what takes turns with inputs, an erase (`close`) keeps out
+everything; it waits until that run lets go, then goes on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypedDict
+
+import pytest
+from gate_worker import Worker
+from langgraph.graph import END, START, StateGraph
+from servers import LOOPBACK, PostgresServer, ServerProcess
+from strata.graph import Context, build_graph, builder
+from strata.memory.errors import NotFoundError
+
+from strata.api import Memory
+from strata.langgraph_store import StrataStore
+
+WAIT = 3.0  # how long a call must be seen waiting
+
+
+@pytest.fixture(params=["postgres", "folder"])
+def ledger_url(request: pytest.FixtureRequest) -> str:
+    """A fresh PostgreSQL database, or "" for the data folder's SQLite ledger (the folder's file locks)."""
+    if request.param == "folder":
+        return ""
+    server: PostgresServer = request.getfixturevalue("postgres")
+    return server.create_database(f"t_{uuid.uuid4().hex[:12]}")
+
+
+def finished(worker: Worker, call: str) -> dict[str, Any]:
+    """The call's end: returned, or refused in its own words for want of something to do (nothing to undo)."""
+    line = worker._lines.get(timeout=300)
+    assert line, worker.log.read_text()[-3000:]
+    said = json.loads(line)
+    assert said["event"] == "called" or (said["event"] == "error" and said["type"] == "NotFoundError"), said
+    assert said.get("call", said.get("run")) == call, said
+    return dict(said)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("call", "kept_out_by"), [
+    ("undo", "store"), ("end_session", "store"), ("import", "store"), ("ask_refreshing", "store"),
+    ("consolidate", "close"), ("put", "close"),
+])
+def test_a_writing_call_waits_for_another_processs_run_that_must_keep_it_out(
+    call: str, kept_out_by: str, data_dir: Path, chroma: ServerProcess, ledger_url: str,
+    offline_env: dict[str, str],
+) -> None:
+    namespace = f"gate-{uuid.uuid4().hex[:8]}"
+    holder, caller = (Worker(data_dir, offline_env, LOOPBACK, chroma.port, ledger_url) for _ in range(2))
+    try:
+        # (the caller's first call opens the ledger, the embedder and the server's client: slow enough on a busy
+        # machine to pass for a wait, so it is made first; and "import" copies this namespace)
+        caller.send("add", namespace=f"{namespace}-source", turns=[
+            {"speaker": "Ann", "text": "I live in Boston.", "dia_id": "D1:1"}])
+        caller.expect("added", timeout=300)
+        if kept_out_by == "close":
+            # consolidation leaves the turns an ingest is still deriving to its next run, and a put is one step:
+            # they go on beside another process's input
+            holder.send("take", run="input", kind="store", namespace=namespace)
+            holder.expect("waiting", "input")
+            holder.expect("in", "input", timeout=120)
+            caller.send("call", call=call, namespace=namespace)
+            finished(caller, call)
+            holder.send("let_go", run="input", namespace=namespace)
+            holder.expect("out", "input")
+        holder.send("take", run="a", kind=kept_out_by, namespace=namespace)
+        holder.expect("waiting", "a")
+        holder.expect("in", "a", timeout=120)
+        caller.send("call", call=call, namespace=namespace, source=f"{namespace}-source")
+        caller.quiet(WAIT)  # it waits for the other process's run
+        let_go = time.time()
+        holder.send("let_go", run="a", namespace=namespace)
+        holder.expect("out", "a")
+        assert finished(caller, call)["at"] >= let_go, "it ended before the run it waited for"
+    finally:
+        holder.close()
+        caller.close()
+
+
+@pytest.mark.slow
+def test_the_write_lock_of_a_sqlite_ledger_on_a_chroma_server_holds_across_processes(
+    data_dir: Path, chroma: ServerProcess, offline_env: dict[str, str]
+) -> None:
+    """Two processes on one data folder and one Chroma server: a step of one held the namespace's write lock
+    of its own process only, so the other's step went on beside it (two turns could take one id)."""
+    namespace = f"steps-{uuid.uuid4().hex[:8]}"
+    first, second = (Worker(data_dir, offline_env, LOOPBACK, chroma.port) for _ in range(2))
+    try:
+        first.send("write", run="w1", namespace=namespace)
+        first.expect("in", "w1", timeout=120)
+        second.send("write", run="w2", namespace=namespace)
+        second.quiet(WAIT)  # the other process's step holds it
+        first.send("let_go", run="w1", namespace=namespace)
+        first.expect("out", "w1")
+        second.expect("in", "w2", timeout=60)
+        second.send("let_go", run="w2", namespace=namespace)
+        second.expect("out", "w2")
+    finally:
+        first.close()
+        second.close()
+
+
+class Call(threading.Event):
+    """A call in a thread of its own (a context of its own: it holds nothing of the caller's), set once it ends
+    (nothing to undo counts as an end; another error is kept in `error`)."""
+
+    def __init__(self, call: Callable[[], Any]) -> None:
+        super().__init__()
+        self.error: BaseException | None = None
+        threading.Thread(target=self._body, args=(call,), daemon=True).start()
+
+    def _body(self, call: Callable[[], Any]) -> None:
+        try:
+            with contextlib.suppress(NotFoundError):
+                call()
+        except BaseException as error:
+            self.error = error
+        finally:
+            self.set()
+
+
+def in_thread(call: Callable[[], Any]) -> Call:
+    return Call(call)
+
+
+class AppState(TypedDict, total=False):
+    question: str
+    answer: str | None
+
+
+def app_around(memory_graph: Any) -> Any:
+    """An app's graph with the memory graph as a node (a subgraph), under the memory's `Context`."""
+    app = StateGraph(AppState, context_schema=Context)
+    app.add_node("recall", memory_graph)
+    app.add_edge(START, "recall")
+    app.add_edge("recall", END)
+    return app.compile()
+
+
+def test_in_one_process_the_calls_and_a_graph_compiled_from_builder_wait_for_an_erase(
+    data_dir: Path, offline_env: dict[str, str]
+) -> None:
+    """What a run waits for in one process, these calls wait for too (an app compiling `builder()` itself, or
+    running the compiled graph as a node of its own, got no gate at all), and none waits for the run it is
+    called from."""
+    memory = Memory("ann", data_dir=data_dir)
+    memory.add({"speaker": "Ann", "text": "I live in Boston.", "dia_id": "D1:1"})
+    calls: dict[str, Callable[[], Any]] = {
+        "undo": memory.undo, "end_session": memory.end_session, "consolidate": memory.consolidate,
+        "put": lambda: StrataStore.from_memory(memory).put(("ann",), "note", {"text": "tea at four"}),
+        "ask refreshing": lambda: memory.ask("Where does Ann live?", refresh=True),
+        "compiled builder": lambda: builder().compile().invoke({"question": "Where does Ann live?"},
+                                                                context=memory.context("ask")),
+        "subgraph": lambda: app_around(build_graph()).invoke({"question": "Where does Ann live?"},
+                                                              context=memory.context("ask")),
+    }
+    for name, call in calls.items():
+        with memory.gate().holding("close"):  # an erase of the namespace works
+            done = in_thread(call)
+            assert not done.wait(1.0), f"{name} went on while the namespace was erased"
+        assert done.wait(120) and done.error is None, f"{name} never ended, or failed: {done.error!r}"
+    bob = Memory("bob", data_dir=data_dir)
+    with bob.gate().holding("store"):  # an input of bob's is stored: an import into bob waits for it
+        done = in_thread(lambda: bob.import_from(memory.export()))
+        assert not done.wait(1.0)
+    assert done.wait(120) and done.error is None and bob.stats()["raw"] == memory.stats()["raw"]
+
+    # made from inside a run of their namespace (an `on_turn` callback of an add, a storing run holding the
+    # gate), each goes on at once: the gate lets a call inside its holder in, where waiting for the run it is
+    # part of would be for ever
+    made: list[str] = []
+
+    def on_turn(_: int) -> None:
+        for call in calls.values():
+            with contextlib.suppress(NotFoundError):
+                call()
+        made.append("all")
+
+    done = in_thread(lambda: memory.add({"speaker": "Ann", "text": "I moved to Denver.", "dia_id": "D1:2"},
+                                        on_turn=on_turn))
+    assert done.wait(120) and done.error is None and made == ["all"], done.error
