@@ -81,6 +81,18 @@ def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         yield server
 
 
+@pytest.fixture(params=["postgres", "folder"])
+def ledger_url(request: pytest.FixtureRequest) -> str:
+    """For the tests of processes sharing a memory on a Chroma server: a fresh PostgreSQL database, or "" for
+    the data folder's SQLite ledger (where the folder's file locks keep them apart). A file may define its own."""
+    if request.param == "folder":
+        return ""
+    import uuid
+
+    server = request.getfixturevalue("postgres")
+    return str(server.create_database(f"t_{uuid.uuid4().hex[:12]}"))
+
+
 @pytest.fixture(scope="module")
 def chroma(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """`chroma run` of the test file's own (tests/servers.py), for its slow tests."""

@@ -42,15 +42,6 @@ pytestmark = pytest.mark.slow
 PIN = "quokkamarmalade"
 
 
-@pytest.fixture(params=["postgres", "folder"])
-def ledger_url(request: pytest.FixtureRequest) -> str:
-    """A fresh PostgreSQL database, or "" for the data folder's SQLite ledger (the folder's file locks)."""
-    if request.param == "folder":
-        return ""
-    server: PostgresServer = request.getfixturevalue("postgres")
-    return server.create_database(f"t_{uuid.uuid4().hex[:12]}")
-
-
 def shared(data_dir: Path, chroma: ServerProcess, ledger_url: str) -> dict[str, Any]:
     """The settings every process of a test uses (a namespace of its own on the module's Chroma server)."""
     return {"data_dir": data_dir, "chroma_host": LOOPBACK, "chroma_port": chroma.port,

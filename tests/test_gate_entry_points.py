@@ -23,7 +23,7 @@ from typing import Any, TypedDict
 import pytest
 from gate_worker import Worker
 from langgraph.graph import END, START, StateGraph
-from servers import LOOPBACK, PostgresServer, ServerProcess
+from servers import LOOPBACK, ServerProcess
 from strata.graph import Context, build_graph, builder
 from strata.memory.errors import NotFoundError
 
@@ -31,15 +31,6 @@ from strata.api import Memory
 from strata.langgraph_store import StrataStore
 
 WAIT = 3.0  # how long a call must be seen waiting
-
-
-@pytest.fixture(params=["postgres", "folder"])
-def ledger_url(request: pytest.FixtureRequest) -> str:
-    """A fresh PostgreSQL database, or "" for the data folder's SQLite ledger (the folder's file locks)."""
-    if request.param == "folder":
-        return ""
-    server: PostgresServer = request.getfixturevalue("postgres")
-    return server.create_database(f"t_{uuid.uuid4().hex[:12]}")
 
 
 def finished(worker: Worker, call: str) -> dict[str, Any]:
