@@ -15,9 +15,10 @@ from dataclasses import fields
 from typing import Any
 
 from langgraph._internal._constants import CONFIG_KEY_RUNTIME
-from langgraph.errors import EmptyInputError
+from langgraph.errors import EmptyInputError, GraphRecursionError
 from langgraph.graph.state import CompiledStateGraph
 from strata.graph.context import Context
+from strata.graph.routing import step_limit
 from strata.memory.errors import InputError, StrataError, shown_value
 from strata.memory.run_gate import Kind, RunGate, run_gate
 
@@ -92,6 +93,30 @@ def _no_input() -> InputError:
     return InputError(f"the graph got no input (None resumes a run stopped on a thread, and none was): {_INPUT}")
 
 
+class StepLimitError(InputError, GraphRecursionError):
+    """LangGraph's step limit (`recursion_limit`) stopped a run, said in one line with what to do. Still a
+    GraphRecursionError, for an app that catches LangGraph's own."""
+
+
+def _step_limit(input: Any, config: Any, context: Any) -> StepLimitError:
+    """The one line for a run stopped by LangGraph's step limit. Its own (two lines and a link, naming a
+    config key) reached a server's run error for an ingest of a few thousand turns, which said nothing of
+    the turns already stored nor of how many steps they take."""
+    settings = context_of(context)
+    turns = input.get("turns") if isinstance(input, Mapping) else None
+    limit = config.get("recursion_limit") if isinstance(config, Mapping) else None
+    stopped = f"the run stopped at LangGraph's step limit (recursion_limit {limit})" if isinstance(limit, int) \
+        else "the run stopped at LangGraph's step limit (recursion_limit)"
+    if isinstance(turns, list) and turns:
+        need = step_limit(len(turns), settings.k_r if settings else 2)
+        fix = (f"{len(turns):,} turns take up to {need:,} steps (five a turn): set the run's config "
+               f"recursion_limit to {need:,}, or send the turns in smaller batches")
+    else:
+        fix = "a stored turn takes five steps, a question two a search round: raise the run's config recursion_limit"
+    return StepLimitError(f"{stopped} before it finished: {fix}. What it stored is kept: send the same turns again "
+                          "(or resume the run on its thread) to derive the rest")
+
+
 class TurnTakingGraph(CompiledStateGraph):  # type: ignore[type-arg]
     """LangGraph's compiled graph, each run inside its namespace's gate (`invoke` and `ainvoke` run these)."""
 
@@ -105,6 +130,10 @@ class TurnTakingGraph(CompiledStateGraph):  # type: ignore[type-arg]
                 yield from super().stream(input, config, context=context, **kwargs)
         except EmptyInputError:
             raise _no_input() from None
+        except StepLimitError:
+            raise
+        except GraphRecursionError:
+            raise _step_limit(input, config, context) from None
 
     async def astream(self, input: Any, config: Any = None, *, context: Any = None,
                       **kwargs: Any) -> AsyncIterator[Any]:
@@ -115,6 +144,10 @@ class TurnTakingGraph(CompiledStateGraph):  # type: ignore[type-arg]
                     yield part
             except EmptyInputError:
                 raise _no_input() from None
+            except StepLimitError:
+                raise
+            except GraphRecursionError:
+                raise _step_limit(input, config, context) from None
             return
         # The run goes on in a context of its own, each step a task in it: what the gate notes in a context
         # (that it is held, for the run's own nested calls) stays out of the caller's. A caller that stops
@@ -140,6 +173,10 @@ class TurnTakingGraph(CompiledStateGraph):  # type: ignore[type-arg]
                     yield part
             except EmptyInputError:
                 raise _no_input() from None
+            except StepLimitError:
+                raise
+            except GraphRecursionError:
+                raise _step_limit(input, config, context) from None
 
 
 def taking_turns(compiled: CompiledStateGraph) -> TurnTakingGraph:  # type: ignore[type-arg]

@@ -765,6 +765,39 @@ def test_an_ingest_longer_than_langgraphs_step_limit_is_derived_whole(
     assert done.stdout.split() == ["60", "60", "[]"]
 
 
+@pytest.mark.parametrize("streamed", ["invoke", "astream"])
+def test_a_run_stopped_by_the_step_limit_says_so_in_one_line(tmp_path: Path, streamed: str) -> None:
+    """A served ingest of a few thousand turns passed LangGraph's step limit: the run's error was LangGraph's
+    two lines and a link, silent on the turns already stored (found through `langgraph dev`). It is one line
+    now, with the steps the turns take; the stored turns stay, and the same turns sent again are derived."""
+    from langgraph.errors import GraphRecursionError
+    from strata.graph.graph import graph
+    from strata.memory.journal import PENDING
+
+    turns = [{"speaker": "Ann", "text": f"I planted {n} tulips in the garden.", "dia_id": f"D1:{n}"} for n in (1, 2, 3)]
+    ann = Context(namespace="ann", mode="ingest", data_dir=str(tmp_path))
+
+    async def streamed_run() -> None:
+        async for _ in graph.astream({"turns": turns}, {"recursion_limit": 6}, context=ann):
+            pass
+
+    with pytest.raises(InputError) as error:
+        if streamed == "astream":
+            asyncio.run(streamed_run())
+        else:
+            graph.invoke({"turns": turns}, {"recursion_limit": 6}, context=ann)
+    assert isinstance(error.value, GraphRecursionError)  # what an app catching LangGraph's own still catches
+    assert one_line(error).startswith("the run stopped at LangGraph's step limit (recursion_limit 6) before it "
+                                      "finished: 3 turns take up to 25 steps (five a turn): set the run's config "
+                                      "recursion_limit to 25, or send the turns in smaller batches. What it stored")
+    store = Memory("ann", data_dir=str(tmp_path)).store
+    assert len(store.all("raw")) == 3 and store.ledger.get_state("ann", PENDING, [])  # written ahead, kept
+    graph.invoke({"turns": turns}, context=ann)
+    store = Memory("ann", data_dir=str(tmp_path)).store
+    assert {f.dialogue_id for f in store.all("fact")} == {"D1:1", "D1:2", "D1:3"}
+    assert store.ledger.get_state("ann", PENDING, []) == []
+
+
 def test_a_stopped_run_resumes_only_under_its_own_namespace(tmp_path: Path) -> None:
     """A run resumed from its checkpoint (input None) does not pass start_run: resumed as another namespace,
     it researched the stopped run's turn against that memory and skipped the rest, deriving nothing."""
