@@ -405,8 +405,9 @@ _METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
 
 
 async def _no_such_route(request: Request) -> JSONResponse:
-    """A misspelt route (`/strata/histroy`): the one-line error every route gives, naming the routes, not the
-    server's bare `{"detail": "Not Found"}`."""
+    """A misspelt route (`/strata/histroy`) gets the one-line error every route gives, naming the routes, not
+    the server's bare Not Found. (The server reads each route's docstring as YAML for its OpenAPI page, so
+    no colon and space here, which it failed to parse and logged with a traceback at every start.)"""
     return _error(404, f"{request.url.path} is not a route of strata: use one of "
                        f"{', '.join(path for path, *_ in _ROUTES)}")
 
