@@ -506,6 +506,67 @@ def test_an_operator_erases_through_the_server_and_its_threads_go_too(served: Se
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("action", ["interrupt", "rollback"])
+def test_a_run_cancelled_midway_keeps_its_turns_and_the_same_turns_finish_it(
+    served: Served, locomo_dir: Path, action: str
+) -> None:
+    """`runs.cancel` (as a double-text's `interrupt` or `rollback` does) mid-ingest: the run's raw turns are
+    stored and the rest pending, the namespace's next storing run is not held back, and resuming it (an
+    interrupt) or sending the same turns again (a rollback deleted the run) ends with the memory an
+    uninterrupted ingest writes, as the README says."""
+    import httpx
+
+    from strata.conversations import load_turns
+
+    namespace = f"cancelled-{action}"
+    turns = [turn.model_dump(mode="json", exclude_none=True)
+             for turn in islice(load_turns(locomo_dir / "conv-26.json").turns(), 120)]  # seconds to derive
+
+    async def export(http: httpx.AsyncClient, name: str) -> dict[str, Any]:
+        reply = await http.get(f"{served.server.url}/strata/export?namespace={name}",  # type: ignore[union-attr]
+                               headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+        assert reply.status_code == 200, reply.text
+        return dict(reply.json())
+
+    def written(document: dict[str, Any]) -> tuple[set[tuple[str, str]], set[tuple[str, str, str]]]:
+        return ({(r["id"], r["text"]) for r in document["records"]},
+                {(link["src"], link["dst"], link["type"]) for link in document["links"]})
+
+    async def scenario() -> tuple[str, dict[str, Any], dict[str, Any], dict[str, Any]]:
+        client = served.client()
+        thread = (await client.threads.create())["thread_id"]
+        context = {"namespace": namespace, "mode": "ingest"}
+        run = await client.runs.create(thread, "strata", input={"turns": turns}, context=context)
+        async with httpx.AsyncClient(timeout=RUN_TIMEOUT) as http:
+            while (await http.get(f"{served.server.url}/strata/stats?namespace={namespace}",  # type: ignore[union-attr]
+                                  headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})).status_code != 200:
+                await asyncio.sleep(0.05)  # until its turns are written ahead, the first thing it does
+        await client.runs.cancel(thread, run["run_id"], wait=True, action=action)
+        try:
+            status = (await client.runs.get(thread, run["run_id"]))["status"]
+        except Exception:  # the SDK's NotFoundError: a rollback deletes the run
+            status = "deleted"
+        async with httpx.AsyncClient(timeout=RUN_TIMEOUT) as http:
+            stopped = await export(http, namespace)
+            if action == "interrupt":  # resumed on its thread
+                await client.runs.wait(thread, "strata", input=None, context=context)
+            else:
+                await client.runs.wait(thread, "strata", input={"turns": turns}, context=context)
+            clean = f"{namespace}-whole"
+            await client.runs.wait(None, "strata", input={"turns": turns},
+                                   context={"namespace": clean, "mode": "ingest"})
+            return status, stopped, await export(http, namespace), await export(http, clean)
+
+    status, stopped, finished, whole = served.run(scenario())
+    assert status == ("interrupted" if action == "interrupt" else "deleted")
+    raw = {f"raw:{turn['dia_id']}" for turn in turns}
+    assert raw <= {r["id"] for r in stopped["records"]}  # written ahead, all of them
+    assert stopped["state"].get("pending_derive"), "the run was cancelled after its last turn"
+    assert not finished["state"].get("pending_derive")
+    assert written(finished) == written(whole)
+
+
+@pytest.mark.slow
 def test_two_conversations_sent_at_once_to_one_namespace_are_stored_one_after_the_other(
     served: Served, locomo_dir: Path
 ) -> None:
