@@ -9,7 +9,10 @@ approximate), for 1.5 KB of memory a record. Larger collections are searched by 
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable
+from functools import cache
+from typing import Any
 
 import numpy as np
 from strata.memory.records import natural_order
@@ -58,7 +61,7 @@ class ExactIndex:
         used = len(self._ids)
         if k <= 0 or not self._rows:
             return []
-        scores = self._matrix[:used] @ np.asarray(vector, dtype=np.float32)
+        scores = similarities(self._matrix[:used], np.asarray(vector, dtype=np.float32))
         order = np.argsort(-scores, kind="stable")
         found: list[tuple[str, float]] = []
         for row in order:
@@ -81,3 +84,23 @@ class ExactIndex:
             self._matrix = grown
         self._ids.append(None)
         return row
+
+
+_ONE_THREAD = threading.Lock()
+
+
+@cache
+def _blas() -> Any:
+    from threadpoolctl import ThreadpoolController
+
+    return ThreadpoolController().select(user_api="blas")
+
+
+def similarities(matrix: np.ndarray, vector: np.ndarray) -> np.ndarray:
+    """`matrix @ vector` on one BLAS thread. OpenBLAS splits a product this size over every core: on a
+    machine whose cores are busy (the embedder's threads, another process) its second thread waits to be
+    scheduled, and a product of 50 microseconds took 10 to 25 ms, most of an ingest's time past 1,000
+    turns. One thread also gives every row's score the same low bits whatever the number of cores (a
+    split puts a row in another position of the kernel's blocks, which can change its last bit)."""
+    with _ONE_THREAD, _blas().limit(limits=1):  # the limit is process-wide: one caller sets and restores it
+        return matrix @ vector

@@ -165,3 +165,40 @@ def test_bm25_orders_by_id_only_the_scores_that_can_rank(monkeypatch: pytest.Mon
         if k < 100:
             tied = sum(1 for _, score in scored if score >= found[-1][1])
             assert ordered == tied  # the ids at least as good as the k-th, not every match
+
+
+def _reference_nearest(index: ExactIndex, vector: np.ndarray, k: int, allowed: Any) -> list[tuple[str, float]]:
+    """What `nearest` answered before its product ran on one BLAS thread: every row's score, best first,
+    equal scores by id."""
+    from strata.memory.records import natural_order
+
+    scores = index._matrix[: len(index._ids)] @ np.asarray(vector, dtype=np.float32)
+    found = [(rid, float(scores[row])) for row, rid in enumerate(index._ids) if rid is not None and allowed(rid)]
+    return sorted(found, key=lambda hit: (-hit[1], natural_order(hit[0])))[:k]
+
+
+def test_the_search_runs_on_one_blas_thread_and_ranks_as_before() -> None:
+    """Found timing ingest as a namespace grows: past 1,000 turns the product over the vectors, 50
+    microseconds of work, took 10 to 25 ms, because OpenBLAS split it over both cores while the embedder's
+    threads held them. On one thread every row's score has the same bits whatever the cores (a split moves
+    rows within the kernel's blocks: on 2 threads, most sizes past 1,200 rows changed some last bits); the
+    ranked ids are those of the full sort, equal scores (repeated vectors) by id."""
+    from threadpoolctl import ThreadpoolController
+
+    rng = np.random.default_rng(3)
+    vectors = rng.standard_normal((1500, 384)).astype(np.float32)
+    vectors[1000:1100] = vectors[:100]  # repeated texts: equal scores, ranked by id
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    index = ExactIndex()
+    index.put([f"raw:D{i % 7}:{i}" for i in range(1500)], vectors)
+    for rid in ("raw:D0:7", "raw:D3:1000"):
+        index.remove(rid)
+    queries = np.concatenate([vectors[rng.integers(0, 1500, 40)], rng.standard_normal((40, 384)).astype(np.float32)])
+    one = ThreadpoolController().select(user_api="blas")
+    with one.limit(limits=2):  # as on a machine of two cores or more
+        for query in queries:
+            for k, allowed in ((10, lambda rid: True), (60, lambda rid: not rid.startswith("raw:D2"))):
+                found = index.nearest(query, k, allowed)
+                with one.limit(limits=1):
+                    expected = _reference_nearest(index, query, k, allowed)
+                assert found == expected
