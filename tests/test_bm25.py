@@ -61,7 +61,7 @@ def _queries(rng: random.Random, texts: list[str]) -> list[str]:
     return [*picked, "ok", "ok 7", "caroline ok", "ok caroline ok", "w3 ok", "paint support group ok", "nothing here"]
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("seed", [1, 2])
 def test_the_top_k_is_the_full_sorts_to_the_last_bit(seed: int) -> None:
     rng = random.Random(seed)
     count = 3 * GROUPED + 400
