@@ -66,13 +66,15 @@ def main() -> None:
     parser.add_argument("--sizes", default="1000,2000,4000,8000", help="stored turns at which to measure")
     parser.add_argument("--window", type=int, default=100, help="turns timed before each size")
     parser.add_argument("--questions", type=int, default=20, help="questions timed at each size")
-    parser.add_argument("--data-dir", type=Path, default=None, help="a folder to grow in (default: a temporary one)")
+    parser.add_argument("--data-dir", type=Path, default=None,
+                        help="a new folder to grow in, kept (default: a temporary one, removed)")
     parser.add_argument("--out", type=Path, default=None, help="write the figures here as JSON")
     args = parser.parse_args()
     sizes = sorted(int(s) for s in args.sizes.split(","))
     turns, questions = (tiny_turns if args.turns == "tiny" else locomo_turns)(sizes[-1])
+    if args.data_dir is not None and args.data_dir.exists() and any(args.data_dir.iterdir()):
+        raise SystemExit(f"turn_cost: error: {args.data_dir} is not empty: give a new folder (nothing is deleted)")
     data_dir = args.data_dir or Path(tempfile.mkdtemp(prefix="turn_cost-"))
-    shutil.rmtree(data_dir, ignore_errors=True)
     memory = Memory("turn-cost", data_dir=str(data_dir))
     rows: list[dict[str, Any]] = []
     done = 0
