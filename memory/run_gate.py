@@ -53,10 +53,11 @@ class _Note:
     A generator's body (`graph.stream`) closed by another thread lets go there, and its note stayed in the
     context it ran in: the caller's later runs of the namespace took it for theirs and skipped the gate."""
 
-    __slots__ = ("hold", "kind", "live")
+    __slots__ = ("hold", "kind", "live", "owns")
 
-    def __init__(self, kind: Kind, hold: CrossHold | None) -> None:
+    def __init__(self, kind: Kind, hold: CrossHold | None, owns: bool = True) -> None:
         self.kind, self.hold, self.live = kind, hold, True
+        self.owns = owns  # `hold` is this call's own, not that of the run an erase is inside
 
 
 _HELD: ContextVar[Mapping[Key, tuple[_Note, ...]]] = ContextVar("strata_run_gates_held", default=MappingProxyType({}))
@@ -131,6 +132,18 @@ class RunGate:
             self._changed.notify_all()
 
     @contextmanager
+    def dropping(self) -> Iterator[None]:
+        """`holding("close")` for a drop: once its block is done, the namespace's lock files across processes
+        go, before the gate is let go (memory/run_locks.py `FileLocks.remove`; they stayed for every namespace
+        ever dropped). Not for a drop inside a call holding the gate already, which goes on with them."""
+        before = _notes(self.key)
+        with self.holding("close"):
+            yield
+            taken = [note for note in _notes(self.key) if note not in before]
+            if taken and taken[-1].owns and taken[-1].hold is not None:
+                taken[-1].hold.remove_files()
+
+    @contextmanager
     def holding(self, kind: Kind) -> Iterator[None]:
         """The gate for a call in this thread; a call inside one that holds it goes on at once, but for an
         erase inside a run, which waits for the other runs (two such would wait for each other: one line)."""
@@ -162,7 +175,7 @@ class RunGate:
                 with self._changed:
                     self._inside -= 1
         try:
-            with self._across(kind, own, outer) as hold, _held(self.key, kind, hold):
+            with self._across(kind, own, outer) as hold, _held(self.key, kind, hold, owns=hold is not outer):
                 yield
         finally:
             self.leave(kind)
@@ -241,11 +254,11 @@ def _notes(key: Key) -> list[_Note]:
 
 
 @contextmanager
-def _held(key: Key, kind: Kind, hold: CrossHold | None) -> Iterator[None]:
+def _held(key: Key, kind: Kind, hold: CrossHold | None, owns: bool = True) -> Iterator[None]:
     """Note in this context that it holds the gate `key` (and `hold`, its locks across processes, which an
     erase inside the run shares). Taken back by value, not by token: a generator's body (`graph.stream`) may
     be closed from another context than the one it started in, where the note is then dead (`_Note`)."""
-    note = _Note(kind, hold)
+    note = _Note(kind, hold, owns)
     _HELD.set({**_HELD.get(), key: (*_HELD.get().get(key, ()), note)})
     try:
         yield

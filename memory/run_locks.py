@@ -39,6 +39,14 @@ SQLite ledger shared through a data folder (memory/store.py `_WriterLock`), whic
 lock is on a shared database (`namespace_lock`). Without it two processes' steps on one namespace went on
 at once, each holding only its own process's lock: two turns took one id, two writes one sequence number.
 A step is short, so it waits in `flock` itself, as PostgreSQL's `pg_advisory_lock` does.
+
+A drop removes its namespace's four files (`FileLocks.remove`), once done and still holding the gate: they
+stayed behind for every namespace ever dropped. A file is unlinked only while its lock is held exclusive
+(`door` and `runs` by the drop itself; `input` and `writer` where a lock taken without waiting shows that no
+other process holds them, else they stay). Unlinking a file another process held let a third create a new
+one of that name and lock it, each believing it held the lock; so whoever locks one of these files checks,
+once locked, that it is still the file at its path (`_still_there`), else opens the path again and retries:
+a process that waited on the unlinked file (opened before the drop) ends up on the new one with the others.
 """
 
 from __future__ import annotations
@@ -62,6 +70,7 @@ from strata.memory.private_files import make_private_folder
 from strata.memory.settings import StoreSettings
 
 Role = Literal["door", "runs", "input"]
+ROLES: tuple[Role, ...] = ("input", "door", "runs")
 Mode = Literal["SH", "EX"] | None  # None: let go
 Step = tuple[Role, Mode]
 FIRST_POLL_SECONDS = 0.05
@@ -180,6 +189,12 @@ class CrossHold:
         if self._locks is not None:
             self._walk(self._locks, _BACK)
 
+    def remove_files(self) -> None:
+        """A drop holding its namespace's locks, done: their files go where they are files (`FileLocks.remove`;
+        a PostgreSQL ledger's advisory locks leave nothing behind)."""
+        if isinstance(self._locks, FileLocks):
+            self._locks.remove()
+
     def leave(self) -> None:
         """Let go of everything, once (from any thread; quick: never a wait)."""
         with self._guard:
@@ -221,20 +236,69 @@ def writer_place(settings: StoreSettings) -> Path | None:
 def writer_turn(folder: Path, namespace: str) -> Iterator[None]:
     """Hold `namespace`'s `writer` lock in `folder` (an exclusive flock, waited for) for the block. The caller
     holds its process's lock of the namespace and does not nest this: each hold opens a file of its own."""
-    descriptor = _lock_file(folder, f"{_stem(namespace)}.writer")
-    if descriptor is None:  # a folder this process may not write: it writes nothing there
-        yield
-        return
-    with _WRITERS_GUARD:
-        _WRITERS.add(descriptor)
+    path = folder / f"{_stem(namespace)}.writer"
+    while True:
+        descriptor = _lock_file(folder, path.name)
+        if descriptor is None:  # a folder this process may not write: it writes nothing there
+            yield
+            return
+        with _WRITERS_GUARD:
+            _WRITERS.add(descriptor)
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX)
+            if _still_there(descriptor, path):
+                break
+        except BaseException:
+            _close_writer(descriptor)
+            raise
+        _close_writer(descriptor)  # a drop unlinked it while this waited: the file at the path now
     try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX)
         yield
     finally:
-        with _WRITERS_GUARD:
-            if descriptor in _WRITERS:  # (not if a fork's child closed it: it was never its to close)
-                _WRITERS.discard(descriptor)
-                os.close(descriptor)  # the kernel lets go of its lock with it
+        _close_writer(descriptor)
+
+
+def _close_writer(descriptor: int) -> None:
+    with _WRITERS_GUARD:
+        if descriptor in _WRITERS:  # (not if a fork's child closed it: it was never its to close)
+            _WRITERS.discard(descriptor)
+            os.close(descriptor)  # the kernel lets go of its lock with it
+
+
+def lock_paths(folder: Path, namespace: str) -> list[Path]:
+    """The paths of `namespace`'s four lock files in `folder` (whether they exist or not)."""
+    return [folder / f"{_stem(namespace)}.{role}" for role in (*ROLES, "writer")]
+
+
+def _still_there(descriptor: int, path: Path) -> bool:
+    """Whether the open file `descriptor` is still the file at `path` (a drop may have unlinked it: see the
+    module's docstring). A path this process cannot look at counts as the same file, as before drops removed
+    them."""
+    try:
+        at_path = os.stat(path)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
+    held = os.fstat(descriptor)
+    return (held.st_dev, held.st_ino) == (at_path.st_dev, at_path.st_ino)
+
+
+def _remove_if_free(path: Path) -> None:
+    """Unlink the lock file at `path` if no process holds its lock: taken here without waiting (and checked
+    to be the file at the path), else left where it is."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY)  # (flock needs no write access)
+    except OSError:
+        return  # not there (or not this process's to open): nothing to remove
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if _still_there(descriptor, path):
+            path.unlink()
+    except OSError:
+        pass  # held (BlockingIOError), or not this process's to unlink: it stays
+    finally:
+        os.close(descriptor)
 
 
 def _stem(namespace: str) -> str:
@@ -251,23 +315,44 @@ class FileLocks:
         self._folder = folder
         self._stem = _stem(namespace)
         self._files: dict[Role, int | None] = {}
+        self._modes: dict[Role, Mode] = {}
         self._guard = threading.Lock()
         _OPEN_FILES.add(self)
 
     def try_set(self, role: Role, mode: Mode) -> bool:
-        descriptor = self._file(role)
-        if descriptor is None:  # a folder this process may not write: nothing to keep apart
-            return True
         how = fcntl.LOCK_UN if mode is None else fcntl.LOCK_SH if mode == "SH" else fcntl.LOCK_EX
-        try:
-            fcntl.flock(descriptor, how | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return False
-        return True
+        while True:
+            descriptor = self._file(role, opening=mode is not None)
+            if descriptor is None:  # a folder this process may not write (or nothing to let go of)
+                return True
+            try:
+                fcntl.flock(descriptor, how | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return False
+            if mode is None or _still_there(descriptor, self._path(role)):
+                self._modes[role] = mode
+                return True
+            if not self._reopen(role, descriptor):  # a drop unlinked it: lock the file at the path now
+                return False  # (closed meanwhile: let go of)
+
+    def remove(self) -> None:
+        """A drop, done, holding `door` and `runs` exclusive through these files: the namespace's lock files
+        go (see the module's docstring), `input` and `writer` only where no other process holds them. The
+        files held stay open until `close`: anyone else waiting on them finds them gone once locked."""
+        _remove_if_free(self._folder / f"{self._stem}.writer")
+        for role in ROLES:  # `input` first: the door and `runs` keep everyone else out until the last
+            descriptor = self._files.get(role)
+            path = self._path(role)
+            if descriptor is None or self._modes.get(role) != "EX":
+                if role == "input":
+                    _remove_if_free(path)
+            elif _still_there(descriptor, path):
+                with suppress(OSError):  # (not this process's to unlink: it stays, as before)
+                    path.unlink()
 
     def close(self) -> None:
         with self._guard:
-            files, self._files = self._files, {}
+            files, self._files, self._modes = self._files, {}, {}
         for descriptor in files.values():
             if descriptor is not None:
                 os.close(descriptor)  # the kernel lets go of its lock with it
@@ -277,11 +362,26 @@ class FileLocks:
         self._guard = threading.Lock()  # another thread may have held it at the fork
         self.close()
 
-    def _file(self, role: Role) -> int | None:
+    def _file(self, role: Role, opening: bool = True) -> int | None:
         with self._guard:
             if role not in self._files:
-                self._files[role] = _lock_file(self._folder, f"{self._stem}.{role}")
+                if not opening:
+                    return None
+                self._files[role] = _lock_file(self._folder, self._path(role).name)
             return self._files[role]
+
+    def _path(self, role: Role) -> Path:
+        return self._folder / f"{self._stem}.{role}"
+
+    def _reopen(self, role: Role, descriptor: int) -> bool:
+        """Close `descriptor` (`role`'s file, found unlinked once locked): the next look opens the path. False
+        if these files were closed meanwhile (`close`, from another thread)."""
+        with self._guard:
+            if self._files.get(role) != descriptor:
+                return False
+            del self._files[role]
+        os.close(descriptor)
+        return True
 
 
 def _lock_file(folder: Path, name: str) -> int | None:

@@ -428,7 +428,8 @@ class Memory:
         lost for good); the records in the other Chroma are left there."""
         _flag(records_elsewhere, "records_elsewhere")
         context = self.context("ask")
-        with self.gate().holding("close"):  # no run of it meanwhile: one saving its thread wrote it back
+        # no run of it meanwhile (one saving its thread wrote it back); its lock files go at the end
+        with self.gate().dropping():
             store = self.store
             store.ledger.check_writable()  # a read-only folder refuses before any thread is deleted
             refusal = None if records_elsewhere else store.drop_refusal()
