@@ -12,6 +12,7 @@ names its namespace ("namespace"):
   "run": "a"} ("out"); {"op": "erase_inside", "run": "a"} takes the gate as an erase from inside run "a"
   ("inside in"), until {"op": "let_go", "run": "a"} ("inside out");
 - {"op": "add", "turns": [...]}, {"op": "erase", "ids": [...]}: the `Memory` calls ("added", "erased");
+  {"op": "drop"}: `Memory.drop`, in a thread of its own ("dropped" once it returns);
 - {"op": "ask_on_thread", "thread": ..., "question": ...}: a question run by the graph with the data
   folder's checkpointer, stopped once its research step is saved ("midway") until {"op": "go"}, then
   "asked";
@@ -133,6 +134,15 @@ def call(memory: Memory, settings: dict[str, Any], command: dict[str, Any]) -> N
     emit("called", call=name)
 
 
+def drop(memory: Memory) -> None:
+    try:
+        memory.drop()
+    except StrataError as error:
+        failed(error, "drop")
+        return
+    emit("dropped")
+
+
 def ask_on_thread(memory: Memory, data_dir: str, command: dict[str, Any], go: threading.Event) -> None:
     from strata.graph import build_graph
 
@@ -186,6 +196,8 @@ def main() -> None:
                 runs[command["run"]].put(op)
             elif op == "add":
                 emit("added", stored=len(memory.add(command["turns"]).stored_ids))
+            elif op == "drop":
+                threading.Thread(target=drop, args=(memory,)).start()
             elif op == "erase":
                 emit("erased", threads=memory.erase(command["ids"]).threads)
             elif op == "ask_on_thread":

@@ -33,6 +33,7 @@ from servers import (
     repo_mirror,
 )
 from strata.memory.registry import close_all
+from strata.memory.run_locks import FOLDER, lock_paths
 from test_async_api import episodes, two_sessions
 
 from strata.api import Memory
@@ -40,6 +41,7 @@ from strata.checkpoint import checkpoint_path
 
 pytestmark = pytest.mark.slow
 PIN = "quokkamarmalade"
+WAIT = 3.0  # how long a process must be seen waiting
 
 
 def shared(data_dir: Path, chroma: ServerProcess, ledger_url: str) -> dict[str, Any]:
@@ -192,3 +194,49 @@ def test_two_replicas_of_a_langgraph_server_store_one_conversation_after_the_oth
             results, [log_tail(replica.log_path) for replica in replicas])
     together = episodes(Memory(f"together-{tag}", **settings))
     assert together in orders, f"episodes of the two at once: {sorted(together)}"
+
+
+def test_a_drop_removes_its_namespaces_lock_files_and_a_process_waiting_on_them_still_keeps_others_out(
+    data_dir: Path, chroma: ServerProcess, offline_env: dict[str, str]
+) -> None:
+    """A drop left its namespace's four lock files in `<data_dir>/run_gates/`, for every namespace ever dropped.
+    It removes them now, and safely: a process that had opened one before the drop and locks it after finds it
+    gone and locks the file at the path, so a third process is kept out as before. Without that check the two
+    each held a lock of their own file, and went on together (an erase beside another)."""
+    namespace = f"gone-{uuid.uuid4().hex[:8]}"
+    folder = data_dir / FOLDER
+    runner, dropper, third = (Worker(data_dir, offline_env, LOOPBACK, chroma.port) for _ in range(3))
+    try:
+        dropper.send("add", namespace=namespace, turns=[  # an input, its steps, a drop: all four files
+            {"speaker": "Ann", "text": "I live in Boston.", "dia_id": "D1:1"}])
+        dropper.expect("added", timeout=300)
+        assert all(path.exists() for path in lock_paths(folder, namespace))
+        dropper.send("drop", namespace=namespace)
+        dropper.expect("dropped", timeout=300)
+        assert [path.name for path in lock_paths(folder, namespace) if path.exists()] == []
+
+        # a question of the runner's, then a drop waiting for it, then an erase inside the question: the
+        # question lets its `runs` go, the drop goes first, and the erase waits at the door meanwhile, on the
+        # files it opened before the drop
+        runner.send("take", run="a", kind="read", namespace=namespace)
+        runner.expect("waiting", "a")
+        runner.expect("in", "a", timeout=120)
+        dropper.send("drop", namespace=namespace)
+        dropper.quiet(WAIT)  # the drop waits for the question
+        runner.send("erase_inside", run="a")
+        dropper.expect("dropped", timeout=300)
+        runner.expect("inside in", "a", timeout=60)  # the erase holds the namespace's door and `runs`
+        third.send("take", run="e", kind="close", namespace=namespace)
+        third.expect("waiting", "e")
+        third.quiet(WAIT)  # so another process's erase waits
+        runner.send("let_go", run="a")
+        runner.expect("inside out", "a")
+        third.quiet(WAIT)  # and still, for the question the erase was inside
+        runner.send("let_go", run="a")
+        runner.expect("out", "a")
+        third.expect("in", "e", timeout=60)
+        third.send("let_go", run="e")
+        third.expect("out", "e")
+    finally:
+        for worker in (runner, dropper, third):
+            worker.close()

@@ -8,6 +8,7 @@ erase inside a run of its own namespace is one line, not a wait for ever.
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import os
 import signal
 import threading
@@ -19,9 +20,10 @@ from typing import NamedTuple
 import pytest
 from gate_worker import Worker
 from servers import LOOPBACK, free_port, postgres_run
+from strata.memory import run_locks
 from strata.memory.errors import InputError
 from strata.memory.run_gate import RunGate, run_gate
-from strata.memory.run_locks import CrossHold, FileLocks
+from strata.memory.run_locks import CrossHold, FileLocks, lock_paths, writer_turn
 from strata.memory.settings import StoreSettings
 
 
@@ -473,3 +475,44 @@ def test_a_forked_child_keeps_none_of_the_lock_files_of_its_parents_run(tmp_path
         os.waitpid(child, 0)
         os.close(started)
         os.close(told)
+
+
+def test_a_lock_file_a_drop_removed_is_locked_afresh_by_whoever_had_it_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A drop removes its namespace's lock files while it holds them (memory/run_locks.py): a run that opened
+    one before and locks it after finds it gone and locks the file at the path, which a third then waits for.
+    Files another process holds stay (tests/test_gate_across_processes.py does it with real drops)."""
+    folder = tmp_path / "run_gates"
+    dropping, waiting, storing = (FileLocks(folder, "ann") for _ in range(3))
+    assert storing.try_set("input", "EX")  # a storing run waiting at the door behind the drop
+    assert dropping.try_set("door", "EX") and dropping.try_set("runs", "EX")
+    assert not waiting.try_set("runs", "SH")  # opened, and waited on
+    with writer_turn(folder, "ann"):
+        dropping.remove()
+        assert sorted(p.suffix for p in lock_paths(folder, "ann") if p.exists()) == [".input", ".writer"]
+    dropping.close()
+    dropping.remove()  # (again, nothing held: the free writer file goes, the held input file stays)
+    assert [p.suffix for p in lock_paths(folder, "ann") if p.exists()] == [".input"]
+    assert waiting.try_set("runs", "EX")
+    third = FileLocks(folder, "ann")
+    assert not third.try_set("runs", "SH")  # the waiting run holds the file at the path
+    waiting.close()
+    assert third.try_set("runs", "SH")
+    for locks in (third, storing):
+        locks.close()
+
+    real_open = run_locks._lock_file
+    def unlinked_after_opening(where: Path, name: str) -> int | None:  # a drop between open and flock
+        descriptor = real_open(where, name)
+        monkeypatch.setattr(run_locks, "_lock_file", real_open)
+        (where / name).unlink()
+        return descriptor
+
+    monkeypatch.setattr(run_locks, "_lock_file", unlinked_after_opening)
+    with writer_turn(folder, "ann"):  # the writer's lock, on the file at the path
+        writer = lock_paths(folder, "ann")[-1]
+        other = os.open(writer, os.O_RDONLY)
+        with pytest.raises(BlockingIOError):
+            fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.close(other)
