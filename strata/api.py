@@ -425,7 +425,9 @@ class Memory:
         through another one (or cannot say where), is refused in one line: the SQLite ledger lives in the data
         folder whichever Chroma holds the records, and the drop would delete the ledger's half of an intact
         memory opened with the wrong `chroma_host`. `records_elsewhere=True` drops it all the same (records
-        lost for good); the records in the other Chroma are left there."""
+        lost for good); the records in the other Chroma are left there.
+
+        Its lock files in `<data_dir>/run_gates/` go last (memory/run_locks.py `FileLocks.remove`)."""
         _flag(records_elsewhere, "records_elsewhere")
         context = self.context("ask")
         # no run of it meanwhile (one saving its thread wrote it back); its lock files go at the end
