@@ -6,9 +6,11 @@ for their data to be removed needs the opposite: nothing left to bring back.
 `Memory.erase` (this module's plan, then its apply) therefore removes, in one
 call that cannot be undone:
 
-- the records asked for, or every turn a participant said and every fact and
-  persona trait about them (`about`; another speaker's turns that mention them
-  stay);
+- the records asked for, or every turn a participant said and every fact,
+  persona trait and summary about them or naming them (`about`: its subject or
+  participant, or the name in its text, entities or note, `names_in`); another
+  speaker's turns that mention them stay, and an episode naming them is told
+  again from the facts that stay;
 - what was derived from an erased turn: its facts and persona traits and the
   summaries that cite it, or that cite the turn an erased fact came from
   (a later consolidation summarises what is left); an
@@ -70,13 +72,14 @@ from strata.memory.graph.consolidation import DIGESTS, DONE_LISTS
 from strata.memory.graph.links import CATALOGUE, LAST_TURN, still_mentioned
 from strata.memory.journal import PENDING
 from strata.memory.locks import hold_folder, release_folder
-from strata.memory.names import canonical_name
+from strata.memory.names import canonical_name, names_in
 from strata.memory.records import KINDS, Action, Change, Link, LinkType, Record, Status, chronological_key
 from strata.memory.reindex import CHROMA_DB, open_chroma_db
 from strata.memory.slots import settle_again
 from strata.memory.store import ERASING, MemoryStore
 
 DERIVED_KINDS = ("fact", "persona", "episode", "summary")  # kinds that cite the turns they came from
+NAMING_KINDS = ("fact", "persona", "summary")  # they go when they name the person (`about`); an episode is told again
 LOG_WAIT_SECONDS = 2.0  # how long an erase waits for Chroma to drop the records from its log before reporting
 VACUUM_SECONDS = 600  # a large folder's database takes a while to rebuild
 REINDEX_SECONDS = 3_600  # copying a collection's index: 85 s at 100,000 records (README, "Erase for good")
@@ -140,6 +143,7 @@ class ErasurePlan:
     said: list[Said]
     requests: list[Change] = field(default_factory=list)
     asked: str = ""  # the request, as `asked` writes it
+    naming: list[str] = field(default_factory=list)  # episodes told again because they name the person (`about`)
 
     @property
     def texts(self) -> set[str]:
@@ -166,9 +170,13 @@ def plan_erasure(store: MemoryStore, ids: Sequence[str] = (), about: str = "") -
     if not ids and not about:
         raise InputError("erase needs record ids or a participant's name (about=...): nothing was erased")
     targets = erasure_targets(store, ids, about)
+    turns = erased_turns(store.get(targets))
+    naming = episodes_naming(store, about, set(targets))
+    episodes = retold(store, turns, set(targets), naming)
+    still = [e.id for e in episodes if about and _names(e, about)]  # told again, it names them still (a photo line)
+    targets += still
+    episodes = [e for e in episodes if e.id not in still]
     records = store.get(targets)
-    turns = erased_turns(records)
-    episodes = retold(store, turns, set(targets))
     requests = request_rows(store, records)
     said_records = [*records, *store.get([e.id for e in episodes])]
     texts: dict[str, set[str]] = {record.id: {record.text} for record in said_records}
@@ -187,7 +195,8 @@ def plan_erasure(store: MemoryStore, ids: Sequence[str] = (), about: str = "") -
     # what the Refresher wrote into records that stay, for an erased turn: the erase takes it back
     said |= {(c.record_id, c.new_text) for c in store.ledger.changes_caused_by(store.namespace, sorted(turns))
              if c.record_id not in texts and c.new_text.strip() and c.new_text != c.old_text}  # new words only
-    return ErasurePlan(targets, turns, episodes, sorted(said), requests, asked(ids, about))
+    return ErasurePlan(targets, turns, episodes, sorted(said), requests, asked(ids, about),
+                       sorted(naming - set(still)))
 
 
 def request_rows(store: MemoryStore, records: Sequence[Record]) -> list[Change]:
@@ -258,7 +267,7 @@ def erasure_targets(store: MemoryStore, ids: Sequence[str] = (), about: str = ""
         for kind in KINDS:
             for record in store.all(kind, include_inactive=True):
                 if person in (canonical_name(record.speaker), canonical_name(record.subject),
-                              canonical_name(record.participant)):
+                              canonical_name(record.participant)) or (kind in NAMING_KINDS and _names(record, about)):
                     chosen[record.id] = record
         if not chosen:
             raise InputError(f"nothing in this memory was said by or about {shown_value(about)}: check the name "
@@ -277,6 +286,21 @@ def erasure_targets(store: MemoryStore, ids: Sequence[str] = (), about: str = ""
     return list(chosen)
 
 
+def _names(record: Record, person: str) -> bool:
+    """Whether a record names the person anywhere a reader or a search finds it: its text, title, entities or
+    note ("Ann told Bob her locker code is 5521" is about Ann, whatever its subject field says)."""
+    fields = (record.text, record.title, record.context, *record.entities, *record.keywords, *record.tags)
+    return any(names_in(text, person) for text in fields if text)
+
+
+def episodes_naming(store: MemoryStore, about: str, gone: set[str]) -> set[str]:
+    """The episodes that name the person (`about`) and are not erased whole: each is told again from the facts
+    that stay (`retold`), none of which names them."""
+    if not about:
+        return set()
+    return {e.id for e in store.all("episode", include_inactive=True) if e.id not in gone and _names(e, about)}
+
+
 def erased_turns(records: Iterable[Record]) -> set[str]:
     return {r.dialogue_id for r in records if r.kind == "raw" and r.dialogue_id}
 
@@ -286,14 +310,17 @@ def _retellable(record: Record, turns: set[str]) -> bool:
     return record.kind == "episode" and bool(set(record.source_ids) - turns)
 
 
-def retold(store: MemoryStore, turns: set[str], gone: set[str] = frozenset()) -> list[Record]:
+def retold(store: MemoryStore, turns: set[str], gone: set[str] = frozenset(),
+           naming: set[str] = frozenset()) -> list[Record]:
     """The episodes that tell of an erased turn, or of an erased fact (one about the person, from a turn
     that stays), and of turns that stay, told again from the facts that stay (the offline narrative,
-    memory/episodes.py): what was erased leaves the episode's text. `gone`: every erased record's id."""
+    memory/episodes.py): what was erased leaves the episode's text. `gone`: every erased record's id;
+    `naming`: episodes told again as well, since they name the person (`episodes_naming`)."""
     told_from = turns | _fact_turns(store, gone)
     found = []
     for episode in store.all("episode", include_inactive=True):
-        if not (told_from & set(episode.source_ids)) or not _retellable(episode, turns) or episode.id in gone:
+        told = bool(told_from & set(episode.source_ids)) or episode.id in naming
+        if not told or not _retellable(episode, turns) or episode.id in gone:
             continue
         kept = [t for t in episode.source_ids if t not in turns]
         segment = told_again(store, episode.session, kept, turns, gone)
@@ -353,6 +380,7 @@ class _Unfinished(BaseModel):
     requests: list[int] = Field(default_factory=list)  # history rows of requests' words (`request_rows`)
     told: list[str] = Field(default_factory=list)  # their turns, whose working-memory rows lose the words
     asked: str = ""  # the request, as a digest (`asked`)
+    naming: list[str] = Field(default_factory=list)  # episodes told again as they named the person (`retold`)
 
 
 def apply_erasure(store: MemoryStore, plan: ErasurePlan) -> ErasureReport:
@@ -366,7 +394,8 @@ def apply_erasure(store: MemoryStore, plan: ErasurePlan) -> ErasureReport:
                              rejoined=[(link.src, link.dst) for link in rejoined],
                              settle=_unsettled(store, set(plan.targets), plan.turns),
                              requests=[int(c.id or 0) for c in plan.requests],
-                             told=sorted({c.record_id for c in plan.requests}), asked=plan.asked)
+                             told=sorted({c.record_id for c in plan.requests}), asked=plan.asked,
+                             naming=plan.naming)
     store.ledger.set_state(store.namespace, ERASING, unfinished.model_dump(mode="json"))
     removed = _carry_out(store, unfinished, plan.retold)
     store.embedder.forget(plan.texts)
@@ -381,7 +410,8 @@ def finish_erasure(store: MemoryStore) -> ErasureReport | None:
     if not value:
         return None
     unfinished = _Unfinished.model_validate(value)
-    removed = _carry_out(store, unfinished, retold(store, set(unfinished.turns), set(unfinished.targets)))
+    removed = _carry_out(store, unfinished, retold(store, set(unfinished.turns), set(unfinished.targets),
+                                                   set(unfinished.naming)))
     report = _finished(store, unfinished.targets, removed)
     report._asked = unfinished.asked
     return report

@@ -92,6 +92,22 @@ def unaccented(text: str) -> str:
     return unicodedata.normalize("NFC", _ACCENTS.sub("", unicodedata.normalize("NFD", text)))
 
 
+def names_in(text: str, name: str) -> bool:
+    """Whether `text` names `name`: its words in a row, in any case or Unicode spelling, a possessive too
+    ("Ann's", "ANN’S"), never inside a longer word ("Anne", "Annual" do not name Ann). A name in a script
+    written without spaces is found inside its run of characters. Accents count: "Zoe" is not "Zoë"."""
+    key = canonical_name(name)
+    folded = canonical_text(text)
+    wanted = word_pattern().findall(key)
+    if not wanted or wanted[0] not in folded:  # most texts: no need to split them into words
+        return False
+    if any(spaceless(word) for word in wanted):
+        return "".join(wanted) in "".join(word_pattern().findall(folded))
+    words = word_pattern().findall(folded)  # "ann's" is "ann" and "s": the possessive is its own word
+    size = len(wanted)
+    return any(words[i : i + size] == wanted for i in range(len(words) - size + 1))
+
+
 def same_name(a: str, b: str) -> bool:
     """Whether two non-empty names are one spelling of the same name."""
     key = canonical_name(a)

@@ -334,6 +334,48 @@ def test_erasing_someone_who_asked_to_forget_their_own_words_erases_them(data_di
     assert not [f for f in _files_holding(data_dir, PIN) if "chroma" not in f]  # Chroma's: compact_chroma
 
 
+def test_erasing_a_person_takes_the_facts_summaries_and_episodes_that_name_them(
+    data_dir: Path, embedder: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Bob's "Ann told me her gym locker code is 5521." gave the fact "Ann told Bob her gym locker code is 5521."
+    with Bob as its subject: erasing about Ann kept it (and the episode and summary telling it), since only a
+    record's speaker, subject or participant was compared with her name."""
+    memory = Memory("lockers", data_dir=str(data_dir))
+    memory.add([
+        {"speaker": "Bob", "text": "Ann told me her gym locker code is 5521.", "dia_id": "D1:1",
+         "time": "2024-03-01T10:00"},
+        {"speaker": "Ann", "text": "I moved to Denver last month.", "dia_id": "D1:2", "time": "2024-03-01T10:01"},
+        {"speaker": "Bob", "text": "ANN’S sister Zora lives in Oslo.", "dia_id": "D1:3", "time": "2024-03-01T10:02"},
+        {"speaker": "Bob", "text": "I love hiking in the Alps with Annika.", "dia_id": "D1:4",
+         "time": "2024-03-01T10:03"},
+        {"speaker": "Bob", "text": "I started a pottery class.", "dia_id": "D2:1", "time": "2024-04-02T09:00"},
+    ])
+    memory.consolidate()
+    kinds = ("fact", "persona", "episode", "summary")
+
+    def naming() -> list[str]:
+        return [r.id for kind in kinds for r in memory.store.all(kind, include_inactive=True)  # type: ignore[arg-type]
+                if any(w in r.text for w in ("5521", "Zora", "Denver"))]
+
+    assert {"fact:D1:1:0", "fact:D1:3:0"} <= set(naming())
+    assert [e.id for e in memory.store.all("episode") if "5521" in e.text]  # the episode tells it too
+    plan = memory.erasure_plan(about="ann")  # any spelling of the name
+    assert {"fact:D1:1:0", "fact:D1:3:0"} <= set(plan.targets)
+    assert {r.id for r in memory.export(about="Ann").records} >= {"fact:D1:1:0", "fact:D1:3:0"}
+    close_all()
+    assert main(["--data-dir", str(data_dir), "--namespace", "lockers", "erase", "--about", "Ann"]) == 0
+    assert "fact:D1:1:0" in capsys.readouterr().out  # the listing names it
+    memory = Memory("lockers", data_dir=str(data_dir))
+    memory.erase(about="Ann")
+    assert naming() == []
+    open_episode = OpenSegment.model_validate(memory.store.state(OPEN_SEGMENT, {}))
+    assert not [f for f in open_episode.facts if "5521" in f or "Zora" in f]
+    # Bob's turns that mention her stay, as the README says; his facts that do not name her stay too
+    assert {r.id for r in memory.store.all("raw")} == {"raw:D1:1", "raw:D1:3", "raw:D1:4", "raw:D2:1"}
+    assert [f.text for f in memory.store.all("fact") if "Annika" in f.text]  # another name, not hers
+    assert [e.id for e in memory.store.all("episode") if "Annika" in e.text]  # told again without her
+
+
 def test_the_report_counts_only_this_namespaces_records_still_in_chromas_log(data_dir: Path, embedder: Any) -> None:
     """Another namespace's records with the erased ids (every chat starts at raw:T1) were counted as erased
     text "still in Chroma's log": the log was read across every collection of the folder."""
