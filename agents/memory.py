@@ -200,6 +200,7 @@ def _write_ahead(store: MemoryStore, turns: list[Turn]) -> None:
     """
     existing = check_turn_ids(store, turns)
     pending = set(_pending(store))
+    people = list(dict.fromkeys([*store.participants(), *(t.speaker for t in turns)]))  # names opening a sentence
     new: list[Record] = []
     marked: set[str] = set()
     for turn in turns:
@@ -209,7 +210,7 @@ def _write_ahead(store: MemoryStore, turns: list[Turn]) -> None:
         marked.add(raw_id)
         # a pending turn is written again too: its earlier write may have reached Chroma without
         # its change-sequence stamp (the ledger went down in between), and replicas reload by stamp
-        speakers = [p for p in (turn.speaker, turn.listener) if p]
+        speakers = [p for p in (turn.speaker, turn.listener, *people) if p]
         named = [] if is_request(turn.text) else extract_entities(turn.text, speakers)
         new.append(raw_record(turn, store.namespace, named))
     if marked:
@@ -290,8 +291,9 @@ def _facts(
 ) -> tuple[list[FactDraft], str, list[str]]:
     """The turn's facts, the policy that wrote them, and the earlier dialogue ids the model said it refers to."""
     model = chat_model(runtime.context)
+    people = store.participants()  # a participant's name opening a fact is a name there too (its entities)
     if model is None:
-        return extract_facts(turn), OFFLINE, []
+        return extract_facts(turn, participants=people), OFFLINE, []
     user = prompts.FACTS_USER.format(
         session_date=said.strftime("%Y-%m-%d %H:%M") if (said := turn.local_time()) else "unknown",
         speaker=turn.speaker, listener=turn.listener or "unknown", window=format_window(store),
@@ -300,7 +302,7 @@ def _facts(
     )
     parsed, _, policy = ask_json(model, prompts.FACTS_SYSTEM, user, ModelFacts, runtime.context)
     if parsed is None:
-        return extract_facts(turn), policy, []
+        return extract_facts(turn, participants=people), policy, []
     # AMA's Constructor gives the time the facts are about (when the turn states one) and the earlier turns it refers to
     stated = parse_datetime(parsed.timestamp) if parsed.timestamp.strip().lower() not in ("", "empty") else None
     # a fact listed twice is one fact (the offline extractor's drafts are unique too): a second record of it
@@ -314,7 +316,8 @@ def _facts(
     drafts = [
         FactDraft(
             text=f.content, subject=f.subject, attribute=f.attribute, value=f.value, time=stated or turn.time,
-            source_ids=[turn.dia_id or ""], entities=extract_entities(f.content),
+            source_ids=[turn.dia_id or ""],
+            entities=extract_entities(f.content, [p for p in (turn.speaker, turn.listener, *people) if p]),
         )
         for f in unique
     ]

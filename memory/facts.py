@@ -14,6 +14,7 @@ is what conflict detection and persona distillation compare.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from datetime import datetime, time, timedelta
 from functools import lru_cache
 from typing import NamedTuple
@@ -695,12 +696,17 @@ def _default_subject(text: str, speaker: str, listener: str | None) -> str:
     return speaker
 
 
-def extract_facts(turn: Turn, anchor: datetime | None = None, listener: str | None = None) -> list[FactDraft]:
+def extract_facts(
+    turn: Turn, anchor: datetime | None = None, listener: str | None = None, participants: Sequence[str] = ()
+) -> list[FactDraft]:
     """The atomic facts of one turn (AMA's Constructor facts, offline).
 
     `anchor` is the session date that relative dates resolve against (the
     turn's own time, on its speaker's clock, when not given); `listener`
-    resolves 'you' (the turn's listener when not given). Questions, greetings
+    resolves 'you' (the turn's listener when not given); `participants` (the
+    conversation's other speakers) are recognised as names in the facts'
+    entities where they open a sentence ("Ann told Bob ..."), as the speaker
+    and listener are. Questions, greetings
     and chit-chat give no fact; a shared photo gives "<speaker> shared a photo
     of ...".
     """
@@ -708,6 +714,7 @@ def extract_facts(turn: Turn, anchor: datetime | None = None, listener: str | No
     listener = listener or turn.listener
     speaker = turn.speaker
     known = (speaker, listener or "")
+    names = (*known, *participants)  # the names a fact's entities keep wherever they stand
     sources = [turn.dia_id] if turn.dia_id else []
     drafts: list[FactDraft] = []
     seen: set[str] = set()
@@ -735,7 +742,7 @@ def extract_facts(turn: Turn, anchor: datetime | None = None, listener: str | No
             when, until = _at(found)
             covered = False
             for text, subject, attribute, value, match, standalone in _appositions(dated, speaker, listener):
-                named = extract_entities(text, (*known, value if attribute != "is_a" else subject))
+                named = extract_entities(text, (*names, value if attribute != "is_a" else subject))
                 add(FactDraft(text=text, subject=subject, attribute=attribute, value=value, time=when,
                               time_end=until, source_ids=sources, entities=named))  # fmt: skip
                 rest = dated[: match.start()] + dated[match.end() :]
@@ -757,7 +764,7 @@ def extract_facts(turn: Turn, anchor: datetime | None = None, listener: str | No
                     time=when,
                     time_end=until,
                     source_ids=sources,
-                    entities=extract_entities(text, known),
+                    entities=extract_entities(text, names),
                 )
             )
     caption = _caption_fact(turn)

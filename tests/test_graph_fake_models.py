@@ -500,3 +500,19 @@ def test_a_chat_statement_the_model_finds_no_answer_to_is_acknowledged(boston: P
     replied = graph.invoke({"turns": [turn("I moved again.", "D1:6", "2023-07-06T10:00")]},
                            context=ctx(boston, "chat", model))
     assert replied["answer"] == "Congratulations on the move!"  # a model's own reply to a statement stands
+
+
+@pytest.mark.parametrize("with_model", [False, True])
+def test_a_participant_opening_a_fact_is_among_its_entities(data_dir: Path, embedder: Any, with_model: bool) -> None:
+    """Bob's "Ann told me her gym locker code is 5521." (Ann a participant, not the listener) stored the turn
+    and its fact "Ann told Bob ..." without Ann among their entities: a capital opening a sentence counted as a
+    name only for the speaker and listener (for a model's fact, for no one), so a name leading a fact was lost."""
+    said = "Ann told Bob her gym locker code is 5521."
+    model = RoleModel(scripts={"facts": [facts_by_turn({"D1:2": [
+        {"content": said, "subject": "Bob", "attribute": "knows", "value": "Ann's locker code"}]})]})
+    turns = [BOSTON, turn("Ann told me her gym locker code is 5521.", "D1:2", "2023-05-08T10:01", "Bob", "Cat")]
+    graph.invoke({"turns": turns}, context=ctx(data_dir, "ingest", model if with_model else None))
+    store = Memory("ann", data_dir=str(data_dir)).store
+    [fact] = [f for f in store.all("fact") if f.dialogue_id == "D1:2"]
+    assert fact.text == said and fact.entities[:2] == ["Ann", "Bob"]
+    assert "Ann" in store.get_one("raw:D1:2").entities
