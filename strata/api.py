@@ -336,9 +336,9 @@ class Memory:
 
     def erase(self, ids: Iterable[str] = (), about: str | None = None) -> ErasureReport:
         """Remove records for good, with what was derived from them, their links and their history:
-        the records named, or every turn one participant said and every fact or persona trait about
-        them (`about`). Unlike a request to forget, this cannot be undone (memory/erasure.py says what
-        it reaches on disk)."""
+        the records named, or every turn one participant said and every fact, persona trait or summary
+        about them or naming them (`about`). Unlike a request to forget, this cannot be undone
+        (memory/erasure.py says what it reaches on disk)."""
         return self.erase_as_planned(ids, about)[0]
 
     def erase_as_planned(

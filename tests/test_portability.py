@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from conftest import offline_environment
 from strata.memory.errors import InputError
+from strata.memory.names import names_in
 from strata.memory.portability import MemoryDocument
 from strata.memory.registry import close_all
 
@@ -94,9 +95,10 @@ def test_a_persons_copy_holds_only_what_is_theirs(memory: Memory) -> None:
     said = {r.id for r in memory.store.all("raw") if r.speaker == "Caroline"}
     assert said <= {r.id for r in copy.records}
     caroline_turns = {r.dialogue_id for r in memory.store.all("raw") if r.speaker == "Caroline"}
-    for record in copy.records:
+    for record in copy.records:  # said by her, about her, naming her (not a turn of Melanie's), or from her turns
         assert "Caroline" in (record.speaker, record.subject, record.participant) or (
-            set(record.source_ids) & caroline_turns), record.id
+            set(record.source_ids) & caroline_turns) or (record.kind != "raw" and names_in(record.text, "Caroline")), (
+            record.id)
     assert {c.record_id for c in copy.history} <= {r.id for r in copy.records}
     held = [w for w in memory.export().working if w.dia_id in caroline_turns]  # her words in the working memory
     assert held and copy.working == held
