@@ -59,6 +59,7 @@ LOG = logging.getLogger(__name__)
 TOKEN_VARIABLE = "STRATA_ADMIN_TOKEN"
 THREADS_PAGE = 100  # threads read per call when an erase looks for those holding erased records
 HISTORY_PAGE = 100  # saved states of one thread read per call
+THREAD_READS = 8  # threads an erase reads at once (each read waits on the server: ~0.85 s on `langgraph dev`)
 
 Handler = Callable[[Request, Memory], Awaitable[Any]]
 
@@ -278,22 +279,29 @@ async def server_threads_holding(said: set[Said], namespace: str,
     they say not whose they are: saved before runs recorded their namespace, they are the namespace's when
     the erased records they hold are no other namespace's (`holders`, strata/thread_owners.py). Only the
     namespace's threads are read: one whose runs all named other namespaces is left without reading its
-    states (another namespace's 2,000-turn ingest made a one-record erase take minutes and gigabytes)."""
+    states (another namespace's 2,000-turn ingest made a one-record erase take minutes and gigabytes).
+    Up to THREAD_READS threads are read at once: one by one, 82 threads took 94 s on `langgraph dev`."""
     from langgraph_sdk import get_client
 
     client = get_client()  # in process: the server this app is mounted in
     found: list[str] = []
     unknown: list[str] = []
     offset = 0
+    reads = asyncio.Semaphore(THREAD_READS)
+
+    async def holds(thread_id: str) -> bool | set[Said]:
+        async with reads:
+            return await _holds(client, thread_id, said, namespace)
+
     while said:
         page = await client.threads.search(limit=THREADS_PAGE, offset=offset, select=["thread_id"])
-        for thread in page:
-            held = await _holds(client, thread["thread_id"], said, namespace)
+        ids = [thread["thread_id"] for thread in page]
+        for thread_id, held in zip(ids, await asyncio.gather(*(holds(i) for i in ids)), strict=True):
             if held is True or (held and holders is not None and not (
                     await asyncio.to_thread(holders, held)) - {namespace}):  # `said` is the namespace's
-                found.append(thread["thread_id"])
+                found.append(thread_id)
             elif held:
-                unknown.append(thread["thread_id"])
+                unknown.append(thread_id)
         if len(page) < THREADS_PAGE:
             break
         offset += len(page)
@@ -330,14 +338,26 @@ async def _runs_account(client: Any, thread_id: str, run_ids: list[str], named: 
     states, or keeps them) leaves what it held in the first states of the run after it, which begin from
     its last state: an erase skipped such a thread, holding the erased words, since no run named the
     namespace. Each run's first state (its input's) carries the namespace of the state before it: one a
-    listed run named, or none at the thread's very start; so must the thread's last state. Two short
-    reads a run, where reading the states of a long ingest took seconds."""
+    listed run named, or none at the thread's very start; so must the thread's last state. The runs' first
+    states are read together (the states a run's input saved, a page at a time, newest first), then the last:
+    short reads, where reading the states of a long ingest took seconds, and one for all runs, where a read
+    of each run's took ~0.85 s apiece on `langgraph dev`."""
+    firsts: dict[str, Any] = {}  # run id -> its newest input state, as a read of that run's alone gave it
+    before: Any = None
+    while not set(run_ids) <= firsts.keys():
+        states = await client.threads.get_history(thread_id, limit=HISTORY_PAGE, before=before,
+                                                  metadata={"source": "input"})
+        for state in states:
+            firsts.setdefault((state.get("metadata") or {}).get("run_id"), state)
+        if len(states) < HISTORY_PAGE:
+            break
+        before = {"configurable": states[-1]["checkpoint"]}
     for run_id in run_ids:
-        first = await client.threads.get_history(thread_id, limit=1, metadata={"run_id": run_id, "source": "input"})
-        if not first:  # a run resumed, or one that never began: its states are not known from here
+        first = firsts.get(run_id)
+        if first is None:  # a run resumed, or one that never began: its states are not known from here
             return False
-        carried = run_namespaces(first[0].get("values"))
-        if carried - named or (not carried and first[0].get("parent_checkpoint")):
+        carried = run_namespaces(first.get("values"))
+        if carried - named or (not carried and first.get("parent_checkpoint")):
             return False
     last = await client.threads.get_history(thread_id, limit=1)
     return not (last and run_namespaces(last[0].get("values")) - named)
