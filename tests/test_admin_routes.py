@@ -199,8 +199,10 @@ class _Threads:
             self.looked_up[thread_id] += 1
             if metadata is None:
                 return [self._state(thread_id, 0)]
-            run = int(metadata["run_id"].rpartition("/")[2])
-            return [self._state(thread_id, self.inputs.get(thread_id, [len(states) - 1] * (run + 1))[run])]
+            runs = range(len(self.data[thread_id][1]))  # the runs' input states, newest first, by run
+            firsts = self.inputs.get(thread_id, [len(states) - 1] * len(runs))
+            return [{**self._state(thread_id, at), "metadata": {"run_id": f"{thread_id}/{run}", "source": "input"}}
+                    for at, run in sorted(zip(firsts, runs, strict=False))][:limit]
         start = 0 if before is None else before["configurable"]["at"] + 1
         self.pages[thread_id] += 1
         return [self._state(thread_id, n) for n in range(start, min(start + limit, len(states)))]
@@ -262,7 +264,7 @@ def test_an_erase_reads_only_its_namespaces_threads_a_state_at_a_time(monkeypatc
     assert found == ["mine", "legacy", "moved", "run-deleted"] and kept == ["legacy-shared"]
     assert asked == [said, said]
     assert server.pages["long-other"] == server.pages["same-words"] == 0  # another namespace's: never read
-    assert server.looked_up["long-other"] == 2  # but its run's first state, and its last
+    assert server.looked_up["long-other"] == 2  # but its runs' first states (one read for all), and its last
     assert server.pages["mine"] == 1  # its first state holds the record: no more pages read
     assert asyncio.run(server_threads_holding(said, "small")) == (["mine", "moved", "run-deleted"],
                                                                    ["legacy", "legacy-shared"])
