@@ -90,6 +90,7 @@ _IO_GUARD = threading.Lock()
 _OPEN_FILES: weakref.WeakSet[FileLocks] = weakref.WeakSet()  # closed in a forked child (`forget_after_fork`)
 _WRITERS: set[int] = set()  # the `writer_turn` files open now: closed in a forked child too
 _WRITERS_GUARD = threading.Lock()
+_HELD = threading.local()  # per thread: how deep it holds each `writer` file (by path), see `writer_turn`
 
 
 class Locks(Protocol):
@@ -235,8 +236,19 @@ def writer_place(settings: StoreSettings) -> Path | None:
 @contextmanager
 def writer_turn(folder: Path, namespace: str) -> Iterator[None]:
     """Hold `namespace`'s `writer` lock in `folder` (an exclusive flock, waited for) for the block. The caller
-    holds its process's lock of the namespace and does not nest this: each hold opens a file of its own."""
+    holds its process's lock of the namespace. A thread already holding it here goes on (`_HELD`): two store
+    objects of one namespace in one thread (the registry reopened one it had closed as idle) each took it, and
+    the second, on a file of its own, waited for ever for the first."""
     path = folder / f"{_stem(namespace)}.writer"
+    held: dict[str, int] = _HELD.__dict__.setdefault("depth", {})
+    key = os.path.abspath(path)
+    if held.get(key):
+        held[key] += 1
+        try:
+            yield
+        finally:
+            held[key] -= 1
+        return
     while True:
         descriptor = _lock_file(folder, path.name)
         if descriptor is None:  # a folder this process may not write: it writes nothing there
@@ -252,9 +264,11 @@ def writer_turn(folder: Path, namespace: str) -> Iterator[None]:
             _close_writer(descriptor)
             raise
         _close_writer(descriptor)  # a drop unlinked it while this waited: the file at the path now
+    held[key] = 1
     try:
         yield
     finally:
+        held.pop(key, None)
         _close_writer(descriptor)
 
 
@@ -412,8 +426,9 @@ def forget_after_fork() -> None:
     """In a forked child: the parent's threads are not the child's, nor its runs' lock files. A child keeping
     one open kept its lock after the parent let go of it (a flock belongs to the open file, which the child's
     copy shares), for as long as the child lived; closing the copy leaves the parent's lock as it is."""
-    global _IO, _IO_GUARD, _WRITERS_GUARD
+    global _IO, _IO_GUARD, _WRITERS_GUARD, _HELD
     _IO, _IO_GUARD = None, threading.Lock()
+    _HELD = threading.local()  # the child holds none of them (its copies are closed below)
     for locks in list(_OPEN_FILES):
         locks.forget()
     _OPEN_FILES.clear()

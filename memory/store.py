@@ -1821,7 +1821,9 @@ class _WriterLock:
     ledger that processes share through a data folder (records on a Chroma server), its `writer` file lock
     (memory/run_locks.py `writer_turn`): the SQLite ledger has no lock of its own across processes.
 
-    Re-entrant like the lock it wraps; they are always taken in that order and let go in reverse.
+    Re-entrant like the lock it wraps, across this namespace's store objects too (the registry may reopen one
+    inside another's step: `writer_turn` counts each thread's holds by file); they are always taken in that
+    order and let go in reverse.
     """
 
     def __init__(self, local: threading.RLock, ledger: Ledger, namespace: str, across: Path | None = None) -> None:

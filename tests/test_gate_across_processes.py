@@ -240,3 +240,35 @@ def test_a_drop_removes_its_namespaces_lock_files_and_a_process_waiting_on_them_
     finally:
         for worker in (runner, dropper, third):
             worker.close()
+
+
+def test_a_step_that_reopens_its_namespace_after_the_registry_closed_it_writes_through_the_new_store(
+    data_dir: Path, chroma: ServerProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Memory node opens its store again inside its step (`_derive`); with more namespaces in use than
+    `STRATA_MAX_OPEN_STORES` the registry may have closed the first as idle meanwhile. The new store's writes
+    took the data folder's writer file again, on a file of their own, and waited for ever for their own thread
+    (holding every writer of the namespace, in every process, out). They go on now."""
+    from strata.memory.registry import open_store
+    from strata.memory.settings import StoreSettings
+
+    monkeypatch.setenv("STRATA_MAX_OPEN_STORES", "1")
+    settings = StoreSettings(data_dir=str(data_dir), chroma_host=LOOPBACK, chroma_port=chroma.port)
+    namespace = f"twice-{uuid.uuid4().hex[:8]}"
+    first = open_store(settings, namespace)
+    first.push_working("Ann", "D1:1", "hello", None, 10)
+    done = threading.Event()
+
+    def step() -> None:
+        with first.writing():  # a step of the namespace, as the Memory node's `edits()`
+            open_store(settings, f"{namespace}-other")  # another user's request: the first closed as idle
+            second = open_store(settings, namespace)
+            assert second is not first
+            with second.writing():
+                done.set()
+
+    thread = threading.Thread(target=step, daemon=True)
+    thread.start()
+    thread.join(60)
+    assert done.is_set(), "the reopened store waited for its own thread's writer lock"
+    close_all()

@@ -516,3 +516,37 @@ def test_a_lock_file_a_drop_removed_is_locked_afresh_by_whoever_had_it_open(
         with pytest.raises(BlockingIOError):
             fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
         os.close(other)
+
+
+def test_a_thread_holding_a_namespaces_writer_file_takes_it_again_at_once_and_others_still_wait(
+    tmp_path: Path,
+) -> None:
+    """Two store objects of one namespace in one thread (the registry reopened one it closed as idle inside
+    the other's step) each take the writer file: the second went on a file of its own and waited for ever for
+    the first. Another thread still waits for both (tests/test_gate_across_processes.py does it with stores)."""
+    folder = tmp_path / "run_gates"
+    entered = threading.Event()
+    order: list[str] = []
+
+    def other() -> None:
+        entered.wait()
+        with writer_turn(folder, "ann"):
+            order.append("other")
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    nested = threading.Thread(target=lambda: nested_turns(folder, order, entered), daemon=True)
+    nested.start()
+    nested.join(10)
+    assert not nested.is_alive(), "the nested writer turn waited for its own thread"
+    thread.join(10)
+    assert order == ["inner", "outer", "other"]
+
+
+def nested_turns(folder: Path, order: list[str], entered: threading.Event) -> None:
+    with writer_turn(folder, "ann"):
+        entered.set()
+        time.sleep(0.3)  # the other thread waits in flock meanwhile
+        with writer_turn(folder, "ann"):
+            order.append("inner")
+        order.append("outer")
