@@ -181,6 +181,34 @@ class RunGate:
             self.leave(kind)
 
     @contextmanager
+    def holding_now(self, kind: Kind, busy: str) -> Iterator[None]:
+        """`holding` for a sync call on an event loop's thread, which must never wait there: what it waits for
+        (a run on that loop, an erase waiting for one) could then never end. Taken at once, or `InputError`
+        with `busy`, holding nothing. Not for an erase or a drop (a call inside a holder goes on, as in `holding`).
+        """
+        own = _own_runs(self.key, kind)
+        if own is None:
+            yield
+            return
+        if kind == "close":
+            raise InputError(busy)
+        with self._changed:
+            if not self._take(kind):
+                raise InputError(busy)
+        try:
+            hold = None if self.shared is None else CrossHold(self.shared)
+            if hold is not None and not hold.try_enter(kind):
+                raise InputError(busy)
+            try:
+                with _held(self.key, kind, hold):
+                    yield
+            finally:
+                if hold is not None:
+                    hold.leave()
+        finally:
+            self.leave(kind)
+
+    @contextmanager
     def _across(self, kind: Kind, own: int, outer: CrossHold | None) -> Iterator[CrossHold | None]:
         """The run's turn with other processes' runs, in this thread (an erase inside a run: with its run's
         locks, `outer`)."""

@@ -143,6 +143,18 @@ class CrossHold:
             self.leave()
             raise
 
+    def try_enter(self, kind: str) -> bool:
+        """`enter` without waiting: True holding `kind`'s locks, else False holding none (and `leave` done)."""
+        try:
+            locks = self._opened()
+            if all(locks.try_set(role, mode) for role, mode in _TAKE[kind]):
+                return True
+        except BaseException:
+            self.leave()
+            raise
+        self.leave()
+        return False
+
     async def enter_async(self, kind: str) -> None:
         """`enter` for a task: every look runs in `_IO`, the loop waits between looks."""
         try:

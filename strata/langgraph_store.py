@@ -32,12 +32,13 @@ Mapping:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import re
 import threading
 import unicodedata
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -184,10 +185,7 @@ class StrataStore(BaseStore):
                 put = self._prepare(op)
                 puts[(put.name, put.key)] = put
         results: list[Result] = [None] * len(ops)
-        # the namespaces written wait while an erase or a drop of theirs works, as a run does; taken before the
-        # store's lock: a put waiting at a gate behind an erase held it, and a run's node that put into the
-        # store waited for it while the erase waited for that run
-        with self._writing(sorted({put.name for put in puts.values()})), self._lock:
+        with self._lock:
             self._check_targets(list(puts.values()))
             for i, op in enumerate(ops):
                 if isinstance(op, GetOp):
@@ -196,7 +194,7 @@ class StrataStore(BaseStore):
                     results[i] = self._search(op)
                 elif isinstance(op, ListNamespacesOp):
                     results[i] = self._list_namespaces(op)
-            self._apply_puts(list(puts.values()))
+        self._apply_puts(list(puts.values()))
         return results
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
@@ -207,14 +205,25 @@ class StrataStore(BaseStore):
         return await _in_thread(self.batch, list(ops))
 
     @contextlib.contextmanager
-    def _writing(self, names: Sequence[str]) -> Iterator[None]:
+    def _writing(self, names: Sequence[str]) -> Iterator[Callable[[str], contextlib.AbstractContextManager[None]]]:
         """The run gates of the namespaces a batch writes (memory/run_gate.py), as a run that reads takes them:
-        a put goes on beside ingests and questions (each write is a step under the namespace's write lock),
-        never beside an erase or a drop, which it would write back into; across processes too."""
+        a put goes on beside ingests and questions, never beside an erase or a drop, which it would write back
+        into; across processes too. Yields what each namespace's writes are wrapped in.
+
+        Off an event loop each namespace's gate is waited for around its own writes only: a batch that held
+        one while waiting for another's (behind an erase) closed a cycle with a run of the second putting
+        into the first. On an event loop's thread (a sync `put` in an async node) nothing may wait: what
+        it waits for, a run on that very loop or an erase waiting for one, would never end. There every gate
+        is taken at once, before any write, or the batch is refused in one line, nothing written, pointing to
+        `aput`/`abatch`, which wait off the loop. Refused rather than written ungated: a put beside an erase
+        writes back into what the erase removes, and a refusal loses nothing the caller does not know of."""
+        if not _on_event_loop():
+            yield lambda name: run_gate(self.settings, name).holding("read")
+            return
         with contextlib.ExitStack() as held:
             for name in names:
-                held.enter_context(run_gate(self.settings, name).holding("read"))
-            yield
+                held.enter_context(run_gate(self.settings, name).holding_now("read", _busy_on_loop(name)))
+            yield lambda _: contextlib.nullcontext()
 
     # reading -------------------------------------------------------------
     def _get(self, namespace: tuple[str, ...], key: str) -> Item | None:
@@ -325,16 +334,23 @@ class StrataStore(BaseStore):
         by_namespace: dict[str, list[_Put]] = {}
         for put in puts:
             by_namespace.setdefault(put.name, []).append(put)
-        for name, group in by_namespace.items():
-            deletes = [put for put in group if put.value is None]
-            writes = [put for put in group if put.value is not None]
-            if deletes:
-                store = self._open_existing(name)
-                if store is not None:
-                    for put in deletes:
-                        self._delete(store, put.key)
-            if writes:
-                self._write(open_store(self.settings, name), writes)
+        with self._writing(sorted(by_namespace)) as gated:
+            for name, group in by_namespace.items():
+                # the gate before the store's lock: a put waiting at a gate behind an erase held it, and a run's
+                # node that put into the store waited for it while the erase waited for that run
+                with gated(name), self._lock:
+                    self._apply_group(name, group)
+
+    def _apply_group(self, name: str, group: list[_Put]) -> None:
+        deletes = [put for put in group if put.value is None]
+        writes = [put for put in group if put.value is not None]
+        if deletes:
+            store = self._open_existing(name)
+            if store is not None:
+                for put in deletes:
+                    self._delete(store, put.key)
+        if writes:
+            self._write(open_store(self.settings, name), writes)
 
     def _write(self, store: MemoryStore, puts: list[_Put]) -> None:
         """New keys are embedded together; changed keys go through `update` so history keeps the old text.
@@ -471,6 +487,21 @@ class StrataStore(BaseStore):
 
 
 # namespaces and values -------------------------------------------------------
+def _on_event_loop() -> bool:
+    """Whether this thread runs an event loop now (where a call must never wait for the gate)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+def _busy_on_loop(name: str) -> str:
+    return (f"the namespace {name!r} is being erased or dropped, and a sync put on an event loop cannot wait for "
+            "that without stopping the loop: use `await store.aput(...)` (or `abatch`) in async code; nothing was "
+            "written")
+
+
 def namespace_name(namespace: Sequence[str]) -> str:
     """The memory namespace of a LangGraph namespace tuple: labels joined by "/", each character a memory
     namespace does not allow written `.<hex>.` (a label LangGraph accepts holds no "."), so the mapping is

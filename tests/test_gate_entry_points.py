@@ -11,6 +11,7 @@ everything; it waits until that run lets go, then goes on.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import threading
@@ -23,9 +24,10 @@ from typing import Any, TypedDict
 import pytest
 from gate_worker import Worker
 from langgraph.graph import END, START, StateGraph
+from langgraph.store.base import PutOp
 from servers import LOOPBACK, ServerProcess
 from strata.graph import Context, build_graph, builder
-from strata.memory.errors import NotFoundError
+from strata.memory.errors import InputError, NotFoundError
 
 from strata.api import Memory
 from strata.langgraph_store import StrataStore
@@ -186,3 +188,80 @@ def test_in_one_process_the_calls_and_a_graph_compiled_from_builder_wait_for_an_
     done = in_thread(lambda: memory.add({"speaker": "Ann", "text": "I moved to Denver.", "dia_id": "D1:2"},
                                         on_turn=on_turn))
     assert done.wait(120) and done.error is None and made == ["all"], done.error
+
+
+def test_a_sync_put_on_an_event_loop_never_waits_there_for_an_erase_and_aput_does(
+    data_dir: Path, offline_env: dict[str, str]
+) -> None:
+    """An async node calling the store's sync `put` while an erase of the namespace waits for a run: the put
+    waited at the gate on the loop's thread, so a run on that loop, and the erase behind it, never ended. It is
+    refused in one line now (nothing written), `aput` waits off the loop, and with no erase a sync put goes on."""
+    memory = Memory("ann", data_dir=data_dir)
+    memory.add({"speaker": "Ann", "text": "I live in Boston.", "dia_id": "D1:1"})
+    store = StrataStore.from_memory(memory)
+    gate = memory.gate()
+
+    async def sync_put() -> None:
+        store.put(("ann",), "note", {"text": "tea at four"})
+
+    asyncio.run(sync_put())  # nothing in the way: it goes on
+    assert store.get(("ann",), "note") is not None
+    run = threading.Event()
+    with gate.holding("read"):  # a run of ann's
+        erase = in_thread(lambda: memory.erase(about="Ann"))
+        end = time.monotonic() + 10
+        while not gate._closers and time.monotonic() < end:
+            time.sleep(0.01)
+        assert gate._closers, "the erase never waited"
+        put = in_thread(lambda: asyncio.run(sync_put()))
+        assert put.wait(10), "a sync put on the loop waited at the gate"
+        assert isinstance(put.error, InputError) and "aput" in str(put.error) and "\n" not in str(put.error)
+
+        async def async_put() -> None:
+            await store.aput(("ann",), "later", {"text": "coffee at five"})
+            run.set()
+
+        later = in_thread(lambda: asyncio.run(async_put()))
+        assert not later.wait(1.0)  # it waits for the erase, off the loop
+    assert erase.wait(120) and erase.error is None, erase.error
+    assert later.wait(120) and later.error is None and run.is_set(), later.error
+    assert store.get(("ann",), "later") is not None
+
+
+def test_a_batch_over_two_namespaces_holds_neither_gate_while_it_waits_for_the_other(
+    data_dir: Path, offline_env: dict[str, str]
+) -> None:
+    """A batch putting into n1 and n2 held n1's gate while it waited for n2's behind an erase; a run of n2
+    putting into n1 waited behind an erase of n1, which waited for the batch: nothing ended. Each namespace's
+    gate is held around its own writes only now."""
+    m1, m2 = Memory("n1", data_dir=data_dir), Memory("n2", data_dir=data_dir)
+    m1.add({"speaker": "Ann", "text": "I live in Boston.", "dia_id": "D1:1"})
+    m2.add({"speaker": "Bob", "text": "I live in Denver.", "dia_id": "D1:1"})
+    store = StrataStore.from_memory(m1)
+    g1, g2 = m1.gate(), m2.gate()
+    go_put = threading.Event()
+
+    def run_of_n2() -> None:
+        with g2.holding("read"):  # a run of n2, whose node puts into n1
+            go_put.wait()
+            store.put(("n1",), "note", {"text": "Bob mentioned Ann"})
+
+    def until(condition: Callable[[], bool]) -> None:
+        end = time.monotonic() + 30
+        while not condition():
+            assert time.monotonic() < end
+            time.sleep(0.01)
+
+    run = in_thread(run_of_n2)
+    until(lambda: g2._runs == 1)
+    erase2 = in_thread(lambda: m2.erase(about="Bob"))
+    until(lambda: bool(g2._closers))
+    batch = in_thread(lambda: store.batch([PutOp(("n1",), "a", {"text": "one"}), PutOp(("n2",), "b", {"text": "two"})]))
+    until(lambda: g1._runs == 1 or store.get(("n1",), "a") is not None)  # the batch at n1, or past it
+    erase1 = in_thread(lambda: m1.erase(about="Ann"))
+    until(lambda: bool(g1._closers) or erase1.is_set())
+    go_put.set()
+    for name, call in (("run", run), ("erase of n2", erase2), ("batch", batch), ("erase of n1", erase1)):
+        assert call.wait(120), f"the {name} never ended"
+        assert call.error is None, call.error
+    assert store.get(("n2",), "b") is not None
