@@ -355,8 +355,15 @@ class StrataStore(BaseStore):
     def _write(self, store: MemoryStore, puts: list[_Put]) -> None:
         """New keys are embedded together; changed keys go through `update` so history keeps the old text.
 
-        Each write leaves one version per text the key had (the older rows of the same text go), so its
-        cost does not grow with the number of overwrites."""
+        One step under the namespace's write lock, across processes too: whether a key exists, its version
+        and its record. Two puts of one new key (two processes, or two stores in one) each found it absent,
+        and one's first version deleted the other's: the value read was one put's, the record searched the
+        other's. Each write leaves one version per text the key had (the older rows of the same text go), so
+        its cost does not grow with the number of overwrites."""
+        with store.writing():
+            self._write_held(store, puts)
+
+    def _write_held(self, store: MemoryStore, puts: list[_Put]) -> None:
         now = datetime.now(UTC)
         ledger = self._ledger()
         fresh: list[Record] = []
@@ -396,13 +403,14 @@ class StrataStore(BaseStore):
     def _delete(self, store: MemoryStore, key: str) -> None:
         """Tombstone (undoable); LangGraph's contract that `get` then returns None holds."""
         reason = f"deleted through the LangGraph store (key {key!r})"
-        held = self._live_item(store, (), key) is not None  # an item deleted already hides nothing
-        targets = [ITEM_PREFIX + key] if held else []
-        if not held and self.include_memory and _names_a_record(key):
-            targets.append(key)  # a record the graph wrote, shown under its id (an item of that key hides it)
-        for record in store.get(targets):
-            if record.status == Status.ACTIVE:
-                store.delete(record.id, reason=reason, policy="user")
+        with store.writing():  # (one step: what it found is what it deletes)
+            held = self._live_item(store, (), key) is not None  # an item deleted already hides nothing
+            targets = [ITEM_PREFIX + key] if held else []
+            if not held and self.include_memory and _names_a_record(key):
+                targets.append(key)  # a record the graph wrote, shown under its id (an item of that key hides it)
+            for record in store.get(targets):
+                if record.status == Status.ACTIVE:
+                    store.delete(record.id, reason=reason, policy="user")
 
     def _text_of(self, value: dict[str, Any], index: Any) -> tuple[str, bool]:
         """What gets embedded and matched: the indexed fields' text, or every string in the value."""

@@ -11,7 +11,10 @@ use as `compile(store=...)` in a LangGraph app.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
+import threading
+import time
 import unicodedata
 import uuid
 from collections.abc import Iterator
@@ -696,3 +699,47 @@ def test_compiled_app_uses_it_as_its_store(store: StrataStore) -> None:
     result = app.invoke({"user": "dee", "note": "Dee plays the cello on Sundays"})
     assert result["recalled"] == ["Dee's favourite food is ramen"]
     assert store.list_namespaces(prefix=("memories",)) == [("memories", "dee")]
+
+
+def test_two_stores_putting_one_new_key_at_once_leave_one_value_and_its_record(
+    data_dir: Path, embedder: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A put of a new key found it absent, wrote its first version (deleting every older one) and then its
+    record, each on its own: two puts at once (two stores, or two processes) both found it absent, and the
+    value read was one put's while the record, which search finds, held the other's text. One step now: the
+    second waits for the first and overwrites it whole."""
+    first, second = StrataStore(data_dir=data_dir), StrataStore(data_dir=data_dir)
+    first.put(("ann",), "warm", {"text": "warm up"})
+    both_checked = threading.Barrier(2, timeout=2.0)  # (with the fix the second never gets here in time)
+    real_insert = store_items.insert_version
+
+    inserted: list[int] = []
+
+    def insert_once_both_checked(*args: Any, **kwargs: Any) -> int:
+        with contextlib.suppress(threading.BrokenBarrierError):
+            both_checked.wait()
+        seq = real_insert(*args, **kwargs)
+        inserted.append(seq)
+        if len(inserted) == 1:
+            time.sleep(0.5)  # the first to insert writes its record last
+        return seq
+
+    monkeypatch.setattr(store_items, "insert_version", insert_once_both_checked)
+    errors: list[BaseException] = []
+
+    def put(store: StrataStore, who: str) -> None:
+        try:
+            store.put(("ann",), "tea", {"text": f"{who} says Ann drinks tea at {who}-time"})
+        except BaseException as error:
+            errors.append(error)
+
+    threads = [threading.Thread(target=put, args=(s, who)) for s, who in ((first, "A"), (second, "B"))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not errors, errors
+    item = first.get(("ann",), "tea")
+    assert item is not None
+    record = open_store(first.settings, "ann").get([store_items.ITEM_PREFIX + "tea"])[0]
+    assert record.text == item.value["text"]
