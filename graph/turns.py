@@ -14,9 +14,9 @@ from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import fields
 from typing import Any
 
-from langgraph._internal._constants import CONFIG_KEY_RUNTIME
 from langgraph.errors import EmptyInputError, GraphRecursionError
 from langgraph.graph.state import CompiledStateGraph
+from langgraph.runtime import get_runtime
 from strata.graph.context import Context
 from strata.graph.routing import step_limit
 from strata.memory.errors import InputError, StrataError, shown_value
@@ -56,13 +56,17 @@ def checked_gate(input: Any, config: Any, context: Any) -> tuple[RunGate, Kind] 
     added as a node of an app's graph: LangGraph hands it the parent's runtime): that one names the gate. Such
     runs took no turns, whatever the parent's context said."""
     check_run(input, config, context)
-    return gate_of(context if context is not None else inherited_context(config))
+    return gate_of(context if context is not None else inherited_context())
 
 
-def inherited_context(config: Any) -> object:
-    """The context of the run this one is nested in, from its config (None: not nested, or none given)."""
-    configurable = config.get("configurable") if isinstance(config, Mapping) else None
-    runtime = configurable.get(CONFIG_KEY_RUNTIME) if isinstance(configurable, Mapping) else None
+def inherited_context() -> object:
+    """The context of the run this one is nested in (None: not nested, or none given), through LangGraph's public
+    `get_runtime` (its config's key is private): it reads the run's config from this thread's context, which
+    `asyncio.to_thread` copies into the thread an async run checks its gate in."""
+    try:
+        runtime = get_runtime()
+    except RuntimeError:  # outside any run
+        return None
     return getattr(runtime, "context", None)
 
 

@@ -265,3 +265,41 @@ def test_a_batch_over_two_namespaces_holds_neither_gate_while_it_waits_for_the_o
         assert call.wait(120), f"the {name} never ended"
         assert call.error is None, call.error
     assert store.get(("n2",), "b") is not None
+
+
+def test_a_nested_run_finds_its_parents_context_through_langgraphs_public_runtime(
+    data_dir: Path, offline_env: dict[str, str]
+) -> None:
+    """graph/turns.py read the parent's runtime under a key of `langgraph._internal` (private: it may move
+    within the versions allowed); `langgraph.runtime.get_runtime()` gives the same, sync and async, and no
+    module of the package imports LangGraph's private modules."""
+    from strata.graph import turns
+
+    memory = Memory("ann", data_dir=data_dir)
+    memory.add({"speaker": "Ann", "text": "I live in Boston.", "dia_id": "D1:1"})
+    given = memory.context("ask")
+    seen: list[object] = []
+
+    def node(_: AppState) -> AppState:
+        seen.append(turns.inherited_context())
+        return {}
+
+    async def anode(_: AppState) -> AppState:
+        seen.append(await asyncio.to_thread(turns.inherited_context))  # as `astream` checks its gate
+        return {}
+
+    for body in (node, anode):
+        app = StateGraph(AppState, context_schema=Context)
+        app.add_node("look", body)
+        app.add_edge(START, "look")
+        app.add_edge("look", END)
+        compiled = app.compile()
+        if body is node:
+            compiled.invoke({"question": "?"}, context=given)
+        else:
+            asyncio.run(compiled.ainvoke({"question": "?"}, context=given))
+    assert seen == [given, given] and turns.inherited_context() is None
+    root = Path(turns.__file__).parents[1]
+    private = [str(path.relative_to(root)) for folder in ("agents", "graph", "memory", "strata", "prompts")
+               for path in (root / folder).rglob("*.py") if "langgraph._internal" in path.read_text()]
+    assert private == []
