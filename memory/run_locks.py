@@ -88,7 +88,7 @@ _BACK: tuple[Step, ...] = (("runs", "SH"), ("door", None))  # ... once it is don
 _IO: concurrent.futures.ThreadPoolExecutor | None = None  # where a task's looks run (see the docstring)
 _IO_GUARD = threading.Lock()
 _OPEN_FILES: weakref.WeakSet[FileLocks] = weakref.WeakSet()  # closed in a forked child (`forget_after_fork`)
-_WRITERS: set[int] = set()  # the `writer_turn` files open now: closed in a forked child too
+_WRITERS: dict[int, object] = {}  # the `writer_turn` files open now, each with its hold: closed in a forked child too
 _WRITERS_GUARD = threading.Lock()
 _HELD = threading.local()  # per thread: how deep it holds each `writer` file (by path), see `writer_turn`
 
@@ -266,28 +266,31 @@ def writer_turn(folder: Path, namespace: str) -> Iterator[None]:
         if descriptor is None:  # a folder this process may not write: it writes nothing there
             yield
             return
+        hold = object()
         with _WRITERS_GUARD:
-            _WRITERS.add(descriptor)
+            _WRITERS[descriptor] = hold
         try:
             fcntl.flock(descriptor, fcntl.LOCK_EX)
             if _still_there(descriptor, path):
                 break
         except BaseException:
-            _close_writer(descriptor)
+            _close_writer(descriptor, hold)
             raise
-        _close_writer(descriptor)  # a drop unlinked it while this waited: the file at the path now
+        _close_writer(descriptor, hold)  # a drop unlinked it while this waited: the file at the path now
     held[key] = 1
     try:
         yield
     finally:
         held.pop(key, None)
-        _close_writer(descriptor)
+        _close_writer(descriptor, hold)
 
 
-def _close_writer(descriptor: int) -> None:
+def _close_writer(descriptor: int, hold: object) -> None:
+    """Close `descriptor` if it is still `hold`'s: a forked child closed its copy already (`forget_after_fork`),
+    and may have opened another file under the same number since, which a block it inherited must not close."""
     with _WRITERS_GUARD:
-        if descriptor in _WRITERS:  # (not if a fork's child closed it: it was never its to close)
-            _WRITERS.discard(descriptor)
+        if _WRITERS.get(descriptor) is hold:
+            del _WRITERS[descriptor]
             os.close(descriptor)  # the kernel lets go of its lock with it
 
 

@@ -550,3 +550,31 @@ def nested_turns(folder: Path, order: list[str], entered: threading.Event) -> No
         with writer_turn(folder, "ann"):
             order.append("inner")
         order.append("outer")
+
+
+def test_a_writer_block_a_forked_child_inherited_closes_none_of_the_childs_own_files(tmp_path: Path) -> None:
+    """A child forked inside a writer step goes on inside that block, its copy of the file closed at the fork.
+    A writer file the child opened meanwhile could get the same descriptor number, and the inherited block's
+    end closed it, letting go of the child's own lock."""
+    folder = tmp_path / "run_gates"
+    inherited = writer_turn(folder, "ann")
+    inherited.__enter__()
+    child = os.fork()
+    if child == 0:  # (the child: one outcome in its exit code, nothing else)
+        code = 1
+        try:
+            own = writer_turn(folder, "bob")
+            own.__enter__()
+            inherited.__exit__(None, None, None)
+            other = os.open(lock_paths(folder, "bob")[-1], os.O_RDONLY)
+            try:
+                fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                code = 0  # the child's own lock is still held
+        finally:
+            os._exit(code)
+    try:
+        _, status = os.waitpid(child, 0)
+        assert os.WEXITSTATUS(status) == 0, "the inherited block closed the child's own writer file"
+    finally:
+        inherited.__exit__(None, None, None)
