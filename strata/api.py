@@ -140,7 +140,10 @@ def _said_in_one_line(method: _Method) -> _Method:
 
 
 class Memory:
-    """Long-term memory for one namespace (a user, an agent, a conversation)."""
+    """Long-term memory for one namespace (a user, an agent, a conversation).
+
+    In an async app (a LangGraph server's included) call the `a*` forms, from its graph's nodes too (`aadd`,
+    `aundo`, `aend_session`, ...): see "the same calls for async apps" below."""
 
     def __init__(self, namespace: str | None = None, **settings: Any) -> None:
         """The memory of `namespace` (without one: STRATA_NAMESPACE, then 'default'). `settings` are the fields of
@@ -199,6 +202,7 @@ class Memory:
 
         With `end_session`, the episode that ends at the batch's last turn is closed; adding
         a batch again after an interruption does not close an episode a later batch began.
+        It waits while another input of the namespace is stored: in an async app, `aadd`.
         """
         _flag(end_session, "end_session")
         if on_turn is not None and not callable(on_turn):
@@ -218,7 +222,8 @@ class Memory:
         )
 
     def end_session(self) -> Record | None:
-        """Close the open episode now (a session ended); returns the episode written, if any."""
+        """Close the open episode now (a session ended); returns the episode written, if any. It waits while an
+        input of the namespace is stored: in an async app, `aend_session`."""
         from strata.agents.memory import close_open_episode
 
         with self.gate().holding("store"):  # the open episode is an input's: not while one is stored
@@ -316,7 +321,8 @@ class Memory:
         """Reverse a change and the changes made with it: the latest update or delete when no id is
         given (evolutions are many and small, so they are undone by id; see `history()`). A fact it makes
         current again whose slot has a newer value since is superseded by that value, in a change of its
-        own (memory/slots.py `undo`), so a slot keeps one current value."""
+        own (memory/slots.py `undo`), so a slot keeps one current value. It waits while an input of the
+        namespace is stored: in an async app, `aundo`."""
         request = checked(_UndoRequest, change_id=change_id)
         # one at a time with the runs that change memory (an input's Refresher, a question's refresh): each
         # decides a slot from records it read before its step, which an undo between them made stale
@@ -453,6 +459,10 @@ class Memory:
     # stored stays stored, as when a synchronous call returns. The threads are strata's own
     # (`_in_thread`), not the loop's default pool: a call waiting there for its namespace's gate
     # (memory/run_gate.py) took a worker that an async graph run holding the gate needed for its steps.
+    # The same holds for an async app's *sync* graph nodes, which LangGraph runs in that default pool (a
+    # handful of threads): a sync `add`, `undo`, `end_session`, `import_from` or refreshing question there
+    # waits for the gate holding one, and with as many such nodes as threads, the strata run holding the
+    # gate on the same loop never ends, nor do they. Call the async forms from async nodes instead.
     async def aadd(
         self, turns: TurnLike | Sequence[TurnLike], speaker: str = "user",
         on_turn: Callable[[int], None] | None = None, end_session: bool = False,

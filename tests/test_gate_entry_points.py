@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import threading
 import time
 import uuid
@@ -303,3 +304,44 @@ def test_a_nested_run_finds_its_parents_context_through_langgraphs_public_runtim
     private = [str(path.relative_to(root)) for folder in ("agents", "graph", "memory", "strata", "prompts")
                for path in (root / folder).rglob("*.py") if "langgraph._internal" in path.read_text()]
     assert private == []
+
+
+class Count(TypedDict, total=False):
+    n: int
+
+
+def test_async_nodes_of_an_async_app_ending_sessions_during_an_ingest_never_starve_its_run(
+    data_dir: Path, offline_env: dict[str, str]
+) -> None:
+    """More app runs than the loop's default pool has threads, each an async node awaiting `aend_session` or
+    `aundo` while a strata ingest on the same loop holds the gate: they wait on strata's threads, so the run
+    keeps the default pool for its steps and everything ends (sync nodes calling `end_session`, `undo` or `add`
+    there fill that pool waiting, and nothing ends: the README says to use these forms)."""
+    memory = Memory("ann", data_dir=data_dir)
+    memory.add({"speaker": "Ann", "text": "I live in Boston.", "dia_id": "D1:1"})
+    calls = [memory.aend_session, memory.aundo]
+
+    async def node(state: Count) -> Count:
+        with contextlib.suppress(NotFoundError):
+            await calls[state["n"] % 2]()
+        return {"n": 1}
+
+    app = StateGraph(Count)
+    app.add_node("work", node)
+    app.add_edge(START, "work")
+    app.add_edge("work", END)
+    compiled = app.compile()
+    size = min(32, (os.cpu_count() or 1) + 4) + 2  # the default executor's threads, and more
+
+    async def main() -> tuple[bool, int]:
+        turns = [{"speaker": "Ann", "text": f"Fact {i}: I like colour {i}.", "dia_id": f"D2:{i}"} for i in range(6)]
+        run = asyncio.create_task(build_graph().ainvoke({"turns": turns}, context=memory.context("ingest"),
+                                                        config={"recursion_limit": 500}))
+        gate = memory.gate()
+        while not gate._storing and not run.done():
+            await asyncio.sleep(0.005)
+        apps = [asyncio.create_task(compiled.ainvoke({"n": i})) for i in range(size)]
+        done, _ = await asyncio.wait([run, *apps], timeout=60)
+        return run in done, sum(task in done for task in apps)
+
+    assert asyncio.run(main()) == (True, size)
