@@ -312,21 +312,38 @@ class PostgresBackend:
         one thread per process waits here: it takes a session advisory lock on a connection
         it keeps for the whole block, and its ledger calls run on that connection.
         PostgreSQL drops the lock by itself if the process dies.
+
+        A writer of one namespace that writes another inside its block (an app's callback, say) takes
+        that one's lock too, on the same connection: it once went on without it, so another process
+        could write the second namespace beside it.
         """
-        if getattr(self._local, "pinned", None) is not None:
-            yield
-            return
         key = (_WRITER_SPACE, lock_key(namespace))
-        with self.translated(), self._pool.connection() as conn:
-            conn.execute("SELECT pg_advisory_lock(%s, %s)", key)
-            self._local.pinned = conn
+        pinned = getattr(self._local, "pinned", None)
+        if pinned is not None:
+            held: set[tuple[int, int]] = self._local.held
+            if key in held:
+                yield
+                return
+            with self.translated():
+                pinned.execute("SELECT pg_advisory_lock(%s, %s)", key)
+            held.add(key)
             try:
                 yield
             finally:
-                self._local.pinned = None
-                # a broken connection took the lock with it on the server side
+                held.discard(key)
+                with suppress(self._psycopg.Error):  # else the outermost block lets go of it (unlock_all)
+                    pinned.execute("SELECT pg_advisory_unlock(%s, %s)", key)
+            return
+        with self.translated(), self._pool.connection() as conn:
+            conn.execute("SELECT pg_advisory_lock(%s, %s)", key)
+            self._local.pinned, self._local.held = conn, {key}
+            try:
+                yield
+            finally:
+                self._local.pinned, self._local.held = None, set()
+                # every writer lock this block took; a broken connection took them with it on the server side
                 with suppress(self._psycopg.Error):
-                    conn.execute("SELECT pg_advisory_unlock(%s, %s)", key)
+                    conn.execute("SELECT pg_advisory_unlock_all()")
 
     def run_locks(self, namespace: str) -> _GateLocks:
         """A run's gate locks of `namespace`, on a connection of the gate pool it keeps until it ends

@@ -41,8 +41,8 @@ from servers import LOOPBACK, REPO, PostgresServer, ServerProcess, close_child
 from strata.memory import snapshots, store_items
 from strata.memory.errors import ConfigError, StrataError, UnavailableError
 from strata.memory.ledger import EVERY_NAMESPACE, Ledger, open_ledger
-from strata.memory.ledger_postgres import CONNECT_TIMEOUT, PostgresBackend
-from strata.memory.ledger_sql import SCHEMA_VERSION
+from strata.memory.ledger_postgres import _WRITER_SPACE, CONNECT_TIMEOUT, PostgresBackend
+from strata.memory.ledger_sql import SCHEMA_VERSION, lock_key
 from strata.memory.records import Action, Change, Link, LinkType, Status, chronological_key
 from strata.memory.registry import close_all
 
@@ -221,6 +221,30 @@ def test_replicas_starting_together_migrate_once(ledger_url: str) -> None:
     with opened[0].read() as session:
         assert session.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
     for backend in opened:
+        backend.close()
+
+
+def test_a_writer_of_one_namespace_writing_another_holds_both_locks_across_processes(ledger_url: str) -> None:
+    """A writer's block of namespace a that writes namespace b inside it (an app's callback) holds b's
+    lock too: it once went on without it, and another process could write b beside it."""
+    import psycopg
+
+    def free(conn: Any, namespace: str) -> bool:
+        key = (_WRITER_SPACE, lock_key(namespace))
+        got = bool(conn.execute("SELECT pg_try_advisory_lock(%s, %s)", key).fetchone()[0])
+        if got:
+            conn.execute("SELECT pg_advisory_unlock(%s, %s)", key)
+        return got
+
+    backend = PostgresBackend(ledger_url)
+    try:
+        with psycopg.connect(ledger_url, autocommit=True) as other:  # another process's view of the locks
+            with backend.namespace_lock("a"):
+                with backend.namespace_lock("b"), backend.namespace_lock("b"):
+                    assert not free(other, "a") and not free(other, "b")
+                assert not free(other, "a") and free(other, "b")
+            assert free(other, "a") and free(other, "b")
+    finally:
         backend.close()
 
 
