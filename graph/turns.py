@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import fields
 from typing import Any
 
@@ -121,37 +122,38 @@ def _step_limit(input: Any, config: Any, context: Any) -> StepLimitError:
                           "(or resume the run on its thread) to derive the rest")
 
 
+@contextmanager
+def _run_errors(input: Any, config: Any, context: Any) -> Iterator[None]:
+    """LangGraph's errors of a run as strata's one-line ones: no input, or the step limit reached."""
+    try:
+        yield
+    except EmptyInputError:
+        raise _no_input() from None
+    except StepLimitError:
+        raise
+    except GraphRecursionError:
+        raise _step_limit(input, config, context) from None
+
+
 class TurnTakingGraph(CompiledStateGraph):  # type: ignore[type-arg]
     """LangGraph's compiled graph, each run inside its namespace's gate (`invoke` and `ainvoke` run these)."""
 
     def stream(self, input: Any, config: Any = None, *, context: Any = None, **kwargs: Any) -> Iterator[Any]:
         gate = checked_gate(input, config, context)
-        try:
+        with _run_errors(input, config, context):
             if gate is None:
                 yield from super().stream(input, config, context=context, **kwargs)
                 return
             with gate[0].holding(gate[1]):
                 yield from super().stream(input, config, context=context, **kwargs)
-        except EmptyInputError:
-            raise _no_input() from None
-        except StepLimitError:
-            raise
-        except GraphRecursionError:
-            raise _step_limit(input, config, context) from None
 
     async def astream(self, input: Any, config: Any = None, *, context: Any = None,
                       **kwargs: Any) -> AsyncIterator[Any]:
         gate = await asyncio.to_thread(checked_gate, input, config, context)  # it reads the folder's path
         if gate is None:
-            try:
+            with _run_errors(input, config, context):
                 async for part in super().astream(input, config, context=context, **kwargs):
                     yield part
-            except EmptyInputError:
-                raise _no_input() from None
-            except StepLimitError:
-                raise
-            except GraphRecursionError:
-                raise _step_limit(input, config, context) from None
             return
         # The run goes on in a context of its own, each step a task in it: what the gate notes in a context
         # (that it is held, for the run's own nested calls) stays out of the caller's. A caller that stops
@@ -172,15 +174,9 @@ class TurnTakingGraph(CompiledStateGraph):  # type: ignore[type-arg]
     async def _astream_gated(self, gate: tuple[RunGate, Kind], input: Any, config: Any, context: Any,
                              kwargs: dict[str, Any]) -> AsyncIterator[Any]:
         async with gate[0].holding_async(gate[1]):
-            try:
+            with _run_errors(input, config, context):
                 async for part in super().astream(input, config, context=context, **kwargs):
                     yield part
-            except EmptyInputError:
-                raise _no_input() from None
-            except StepLimitError:
-                raise
-            except GraphRecursionError:
-                raise _step_limit(input, config, context) from None
 
 
 def taking_turns(compiled: CompiledStateGraph) -> TurnTakingGraph:  # type: ignore[type-arg]
