@@ -251,7 +251,7 @@ def writer_turn(folder: Path, namespace: str) -> Iterator[None]:
     holds its process's lock of the namespace. A thread already holding it here goes on (`_HELD`): two store
     objects of one namespace in one thread (the registry reopened one it had closed as idle) each took it, and
     the second, on a file of its own, waited for ever for the first."""
-    path = folder / f"{_stem(namespace)}.writer"
+    path = _lock_path(folder, _stem(namespace), "writer")
     held: dict[str, int] = _HELD.__dict__.setdefault("depth", {})
     key = os.path.abspath(path)
     if held.get(key):
@@ -296,7 +296,7 @@ def _close_writer(descriptor: int, hold: object) -> None:
 
 def lock_paths(folder: Path, namespace: str) -> list[Path]:
     """The paths of `namespace`'s four lock files in `folder` (whether they exist or not)."""
-    return [folder / f"{_stem(namespace)}.{role}" for role in (*ROLES, "writer")]
+    return [_lock_path(folder, _stem(namespace), role) for role in (*ROLES, "writer")]
 
 
 def _still_there(descriptor: int, path: Path) -> bool:
@@ -328,6 +328,11 @@ def _remove_if_free(path: Path) -> None:
         pass  # held (BlockingIOError), or not this process's to unlink: it stays
     finally:
         os.close(descriptor)
+
+
+def _lock_path(folder: Path, stem: str, role: str) -> Path:
+    """The lock file of a namespace's `role` (`input`, `door`, `runs` or `writer`): `<stem>.<role>` in `folder`."""
+    return folder / f"{stem}.{role}"
 
 
 def _stem(namespace: str) -> str:
@@ -368,7 +373,7 @@ class FileLocks:
         """A drop, done, holding `door` and `runs` exclusive through these files: the namespace's lock files
         go (see the module's docstring), `input` and `writer` only where no other process holds them. The
         files held stay open until `close`: anyone else waiting on them finds them gone once locked."""
-        _remove_if_free(self._folder / f"{self._stem}.writer")
+        _remove_if_free(_lock_path(self._folder, self._stem, "writer"))
         for role in ROLES:  # `input` first: the door and `runs` keep everyone else out until the last
             descriptor = self._files.get(role)
             path = self._path(role)
@@ -400,7 +405,7 @@ class FileLocks:
             return self._files[role]
 
     def _path(self, role: Role) -> Path:
-        return self._folder / f"{self._stem}.{role}"
+        return _lock_path(self._folder, self._stem, role)
 
     def _reopen(self, role: Role, descriptor: int) -> bool:
         """Close `descriptor` (`role`'s file, found unlinked once locked): the next look opens the path. False
