@@ -341,8 +341,7 @@ class MemoryStore:
                 if wrong is not None:
                     raise ConfigError(f"{wrong}; nothing was changed")
             if not records:
-                links = sum(self.ledger.count_links(self.namespace).values())
-                remembered = self.ledger.count_history(self.namespace) + links
+                remembered = self._remembered()
                 if remembered:
                     raise ConfigError(self._lost_half(remembered))
         self._halves_agree = True
@@ -358,6 +357,11 @@ class MemoryStore:
                 if collection.count():
                     return True, True
         return found, False
+
+    def _remembered(self) -> int:
+        """How many changes and links the ledger holds of the namespace (what a Chroma without its records
+        would strand)."""
+        return self.ledger.count_history(self.namespace) + sum(self.ledger.count_links(self.namespace).values())
 
     def _note_location(self) -> None:
         """Record where the namespace's records are, found here (an earlier version recorded none; a data folder
@@ -414,8 +418,7 @@ class MemoryStore:
             return None
         wrong = self._written_elsewhere()
         if wrong is None:
-            links = sum(self.ledger.count_links(self.namespace).values())
-            if self.state(CHROMA_AT) is not None or not self.ledger.count_history(self.namespace) + links:
+            if self.state(CHROMA_AT) is not None or not self._remembered():
                 return None
             wrong = (f"the ledger remembers the namespace {self.namespace!r}, and {shown(location_of(self.settings))} "
                      "holds none of its records; the ledger does not say where they were written")
